@@ -1,0 +1,93 @@
+"""Training a fastText model (the `.bin` that ELMo-C reads its input and output vectors from)."""
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Union
+
+logger = logging.getLogger(__name__)
+
+
+def train_fasttext(
+    corpus_path: Union[str, Path],
+    output_path: Union[str, Path],
+    *,
+    model: str = "skipgram",
+    dim: int = 300,
+    min_count: int = 5,
+    minn: int = 3,
+    maxn: int = 6,
+    bucket: int = 2_000_000,
+    epoch: int = 5,
+    thread: int = 10,
+    verbose: int = 0,
+) -> Path:
+    """
+    Trains an unsupervised fastText model on a tokenized corpus (one sentence per line) and saves
+    its `.bin` (word and character n-gram vectors) to `output_path`.
+
+    The file is written to a temporary name beside `output_path` and renamed into place, so an
+    interrupted run never leaves a truncated `.bin` where a complete one is expected.
+
+    # Parameters
+
+    corpus_path : `Union[str, Path]`
+        A plain-text file, one whitespace-tokenized sentence per line.
+    output_path : `Union[str, Path]`
+        Where to write the `.bin`.
+    model, dim, min_count, minn, maxn, bucket, epoch, thread, verbose
+        Passed to `fasttext.train_unsupervised` (`minCount` for `min_count`). The defaults follow
+        fastText's published English vectors (Bojanowski et al., 2017): 300-d, n-grams of 3 to 6
+        characters, 2M hash buckets.
+
+    `thread` is raised to at least 10: fastText initialises its input matrix in per-thread blocks
+    that only cover every row with 10 or more threads (with fewer, e.g. 2, thousands of rows stay
+    zero or hold garbage and training often stops with "Encountered NaN"; seen with
+    fasttext-numpy2 0.10.4). Extra threads only oversubscribe the cores during training. The
+    trained matrix is checked for all-zero rows before it is saved.
+    """
+    import fasttext  # imported lazily: only training needs the C++ extension
+
+    corpus_path = Path(corpus_path)
+    output_path = Path(output_path)
+    if not corpus_path.is_file():
+        raise FileNotFoundError(f"fastText training corpus not found: {corpus_path}")
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    logger.info("Training fastText %s (dim=%d) on %s", model, dim, corpus_path)
+    try:
+        ft_model = fasttext.train_unsupervised(
+            str(corpus_path),
+            model=model,
+            dim=dim,
+            minCount=min_count,
+            minn=minn,
+            maxn=maxn,
+            bucket=bucket,
+            epoch=epoch,
+            thread=max(thread, 10),
+            verbose=verbose,
+        )
+    except RuntimeError as error:
+        if "NaN" not in str(error):
+            raise
+        raise RuntimeError(
+            f"fastText training on {corpus_path} reported a NaN loss (dim={dim}, bucket={bucket}, "
+            f"epoch={epoch}, thread={max(thread, 10)})"
+        ) from error
+    zero_rows = int((abs(ft_model.get_input_matrix()).sum(axis=1) == 0).sum())
+    if zero_rows:
+        raise RuntimeError(
+            f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows in the input "
+            f"matrix (uninitialised); not saving {output_path}"
+        )
+    handle, temporary_path = tempfile.mkstemp(
+        dir=output_path.parent, prefix=output_path.name, suffix=".tmp"
+    )
+    os.close(handle)
+    try:
+        ft_model.save_model(temporary_path)
+        os.replace(temporary_path, output_path)
+    finally:
+        if os.path.exists(temporary_path):
+            os.remove(temporary_path)
+    return output_path

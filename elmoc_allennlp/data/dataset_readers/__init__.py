@@ -1,0 +1,1 @@
+from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader

@@ -1,0 +1,287 @@
+"""
+A lazy, shardable reader for One Billion Word-style language-modelling corpora: tokenized text,
+one sentence per line, spread over many shard files.
+"""
+import glob
+import itertools
+import logging
+import os
+from os import PathLike
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
+
+import torch.distributed as dist
+
+from allennlp.common import util
+from allennlp.common.checks import ConfigurationError
+from allennlp.data.dataset_readers.dataset_reader import DatasetReader, PathOrStr
+from allennlp.data.fields import TextField
+from allennlp.data.instance import Instance
+from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
+from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+_LONG_SENTENCE_MODES = ("split", "truncate")
+
+
+class CorpusDecodingError(ConfigurationError):
+    """
+    Raised when a line of a corpus file is not valid UTF-8. The message names the file, the
+    1-based line number and the byte offset of the first bad byte within the line.
+    """
+
+    def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
+        super().__init__(
+            f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} "
+            f"of the line ({reason})"
+        )
+        self.path = path
+        self.line_number = line_number
+        self.byte_offset = byte_offset
+        self.reason = reason
+
+    def __reduce__(self):
+        # Keeps the exception picklable (it may be raised in a data-loader worker process).
+        return type(self), (self.path, self.line_number, self.byte_offset, self.reason)
+
+
+@DatasetReader.register("elmoc_lm_corpus")
+class LanguageModelCorpusReader(DatasetReader):
+    """
+    Reads a tokenized corpus with one sentence per line (e.g. the One Billion Word benchmark) for
+    biLM pretraining. Each sentence becomes an `Instance` with a single `TextField` "tokens":
+    `[start_token] + tokens + [end_token]`.
+
+    `file_path` may be a file, a directory (all its non-hidden files) or a glob pattern such as
+    `"shards/news.en-*"`; files are read in sorted order, lazily, line by line. Lines are decoded
+    as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
+    the file, line and byte offset). Blank and whitespace-only lines are skipped. Sentences longer
+    than `max_sequence_length` tokens are split into consecutive chunks or truncated.
+
+    With several data-loader workers and/or distributed processes, every worker reads a disjoint
+    share of the lines of the whole corpus (line `i` of the concatenated files goes to one worker
+    only), so no sentence is seen twice and none is skipped.
+
+    The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
+    `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
+    `tokens` (without boundaries) and `instances`. One summary line per file is logged at INFO.
+
+    Registered as a `DatasetReader` with name "elmoc_lm_corpus".
+
+    # Parameters
+
+    token_indexers : `Dict[str, TokenIndexer]`, optional
+        Indexers for the "tokens" field. Defaults to `{"tokens": SingleIdTokenIndexer()}`.
+    tokenizer : `Tokenizer`, optional (default = `WhitespaceTokenizer()`)
+        Splits a line into tokens. The corpus is assumed to be tokenized already.
+    max_sequence_length : `int`, optional (default = `200`)
+        The maximum number of tokens of an instance, not counting the boundary tokens.
+    long_sentences : `str`, optional (default = `"split"`)
+        What to do with longer sentences: `"split"` them into consecutive chunks of at most
+        `max_sequence_length` tokens (each chunk gets its own boundary tokens), or `"truncate"`
+        them to the first `max_sequence_length` tokens.
+    start_token : `str`, optional (default = `"<S>"`)
+        Prepended to every instance; `None` or `""` to add nothing.
+    end_token : `str`, optional (default = `"</S>"`)
+        Appended to every instance; `None` or `""` to add nothing.
+    """
+
+    def __init__(
+        self,
+        token_indexers: Dict[str, TokenIndexer] = None,
+        tokenizer: Tokenizer = None,
+        max_sequence_length: int = 200,
+        long_sentences: str = "split",
+        start_token: Optional[str] = "<S>",
+        end_token: Optional[str] = "</S>",
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
+        )
+        if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int):
+            raise ConfigurationError(
+                f"max_sequence_length must be an integer, got {max_sequence_length!r}"
+            )
+        if max_sequence_length < 1:
+            raise ConfigurationError(
+                f"max_sequence_length must be at least 1, got {max_sequence_length}"
+            )
+        if long_sentences not in _LONG_SENTENCE_MODES:
+            raise ConfigurationError(
+                f"long_sentences must be one of {list(_LONG_SENTENCE_MODES)}, "
+                f"got {long_sentences!r}"
+            )
+        self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
+        self._tokenizer = tokenizer or WhitespaceTokenizer()
+        self._max_sequence_length = max_sequence_length
+        self._long_sentences = long_sentences
+        self._start_token = start_token or None
+        self._end_token = end_token or None
+        self.last_read_statistics: Dict[str, int] = self._new_statistics()
+
+    def text_to_instance(self, sentence: Union[str, List[str]]) -> Instance:  # type: ignore
+        """
+        Builds one instance from a sentence (a string, tokenized with the reader's tokenizer, or a
+        list of tokens). No length limit is applied here. The token indexers are attached by
+        `apply_token_indexers()` (which `read()` and predictors call).
+        """
+        if isinstance(sentence, str):
+            tokens = self._tokenizer.tokenize(sentence)
+        else:
+            tokens = [token if isinstance(token, Token) else Token(token) for token in sentence]
+        return self._tokens_to_instance(tokens)
+
+    def apply_token_indexers(self, instance: Instance) -> None:
+        instance.fields["tokens"].token_indexers = self._token_indexers  # type: ignore
+
+    def shard_iterable(self, iterable: Iterable[_T]) -> Iterator[_T]:
+        """
+        Keeps the items of this worker: those of this process (distributed training), then those
+        of this data-loader worker. Unlike the base class, the distributed share is taken from
+        `get_distributed_info()` (which survives pickling into data-loader worker processes, where
+        `torch.distributed` is not initialized), and `max_instances` is not applied here because
+        the items are lines, not instances (`read()` applies it to the instances).
+        """
+        sharded: Iterator[_T] = iter(iterable)
+        distributed_info = self._distributed_info
+        if distributed_info is not None:
+            sharded = itertools.islice(
+                sharded, distributed_info.global_rank, None, distributed_info.world_size
+            )
+        elif util.is_distributed():
+            sharded = itertools.islice(sharded, dist.get_rank(), None, dist.get_world_size())
+        if self._worker_info is not None:
+            sharded = itertools.islice(
+                sharded, self._worker_info.id, None, self._worker_info.num_workers
+            )
+        return sharded
+
+    def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
+        paths = self._resolve_paths(file_path)
+        statistics = self._new_statistics()
+        self.last_read_statistics = statistics
+
+        for path, line_number, raw_line in self.shard_iterable(
+            self._numbered_lines(paths, statistics)
+        ):
+            statistics["lines"] += 1
+            text = self._decode(raw_line, path, line_number)
+            tokens = self._tokenizer.tokenize(text) if text and not text.isspace() else []
+            if not tokens:
+                statistics["blank_lines_skipped"] += 1
+                continue
+            statistics["sentences"] += 1
+            statistics["tokens"] += len(tokens)
+
+            chunks = self._limit_length(tokens, statistics)
+            statistics["instances"] += len(chunks)
+            for chunk in chunks:
+                yield self._tokens_to_instance(chunk)
+
+    def _numbered_lines(
+        self, paths: List[str], statistics: Dict[str, int]
+    ) -> Iterator[Tuple[str, int, bytes]]:
+        """
+        Yields `(path, 1-based line number, raw line without its newline)` for every line of
+        every file, streaming, and logs a summary of each file. This generator is only resumed
+        after the consumer has dealt with the previous line, so the counts are complete when a
+        file ends.
+        """
+        for path in paths:
+            statistics["files"] += 1
+            before = dict(statistics)
+            with open(path, "rb") as corpus_file:
+                for line_number, raw_line in enumerate(corpus_file, start=1):
+                    if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
+                        raw_line = raw_line[3:]  # UTF-8 byte order mark
+                    yield path, line_number, raw_line.rstrip(b"\r\n")
+            in_file = {key: statistics[key] - before[key] for key in statistics}
+            logger.info(
+                "Read %s: %d lines, %d blank lines skipped, %d sentences (%d split, %d truncated), "
+                "%d instances",
+                path,
+                in_file["lines"],
+                in_file["blank_lines_skipped"],
+                in_file["sentences"],
+                in_file["sentences_split"],
+                in_file["sentences_truncated"],
+                in_file["instances"],
+            )
+
+    def _limit_length(
+        self, tokens: List[Token], statistics: Dict[str, int]
+    ) -> List[List[Token]]:
+        max_length = self._max_sequence_length
+        if len(tokens) <= max_length:
+            return [tokens]
+        if self._long_sentences == "truncate":
+            statistics["sentences_truncated"] += 1
+            return [tokens[:max_length]]
+        statistics["sentences_split"] += 1
+        return [tokens[start : start + max_length] for start in range(0, len(tokens), max_length)]
+
+    def _tokens_to_instance(self, tokens: List[Token]) -> Instance:
+        with_boundaries = list(tokens)
+        if self._start_token is not None:
+            with_boundaries.insert(0, Token(self._start_token))
+        if self._end_token is not None:
+            with_boundaries.append(Token(self._end_token))
+        return Instance({"tokens": TextField(with_boundaries)})
+
+    @staticmethod
+    def _decode(raw_line: bytes, path: str, line_number: int) -> str:
+        try:
+            return raw_line.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as error:
+            raise CorpusDecodingError(path, line_number, error.start, error.reason) from None
+
+    @staticmethod
+    def _resolve_paths(file_path: Any) -> List[str]:
+        """
+        The files to read: `file_path` itself, the non-hidden files of a directory, or the files
+        matching a glob pattern, in sorted order. A list of such inputs is read in the given order.
+        """
+        if isinstance(file_path, (list, tuple)):
+            if not file_path:
+                raise ConfigurationError("Empty list of corpus paths")
+            paths: List[str] = []
+            for one_path in file_path:
+                paths.extend(LanguageModelCorpusReader._resolve_paths(one_path))
+            return paths
+        if not isinstance(file_path, (str, PathLike)):
+            raise ConfigurationError(
+                f"Corpus path must be a file, a directory or a glob pattern, got {file_path!r}"
+            )
+
+        pattern = os.path.expanduser(str(file_path))
+        if os.path.isfile(pattern):
+            return [pattern]
+        if os.path.isdir(pattern):
+            paths = sorted(
+                os.path.join(pattern, name)
+                for name in os.listdir(pattern)
+                if not name.startswith(".") and os.path.isfile(os.path.join(pattern, name))
+            )
+            if not paths:
+                raise ConfigurationError(f"Corpus directory {file_path} contains no files")
+            return paths
+        paths = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+        if not paths:
+            raise ConfigurationError(f"No corpus files found matching {file_path}")
+        return paths
+
+    @staticmethod
+    def _new_statistics() -> Dict[str, int]:
+        return {
+            "files": 0,
+            "lines": 0,
+            "blank_lines_skipped": 0,
+            "sentences": 0,
+            "sentences_split": 0,
+            "sentences_truncated": 0,
+            "tokens": 0,
+            "instances": 0,
+        }

@@ -1,0 +1,162 @@
+import itertools
+from functools import lru_cache
+from typing import Dict, List, Tuple
+
+import numpy as np
+import torch
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
+from allennlp.data.tokenizers import Token
+from allennlp.data.vocabulary import Vocabulary
+
+from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+
+# Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
+# index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
+PADDING_ID = 0
+
+
+@TokenIndexer.register("fasttext_subwords")
+class FastTextSubwordIndexer(TokenIndexer):
+    """
+    Represents each token by the fastText input-matrix rows its vector is the mean of: its own
+    row if it is in the fastText dictionary, plus its hashed character n-grams (see
+    `FastTextVectors.subword_ids`). Like `elmo_characters`, it needs no vocabulary: any string
+    has a vector.
+
+    Indices are rows shifted by +1, so 0 is padding. The sentence boundary tokens that the LM
+    reader adds (ELMo's `<S>` and `</S>`) are indexed as fastText's end-of-sentence word `</s>`,
+    which fastText trains at every line end; if the model has no `</s>`, they are indexed as
+    their own text. A token with no rows at all (the empty string, or any word absent from the
+    dictionary when the model has no n-grams, `maxn == 0`) is still a real, unmasked token: it
+    gets the single reserved index `no_vector_id` (`num_rows + 1`), which
+    `FastTextTokenEmbedder` embeds as a zero vector.
+
+    Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
+    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses.
+
+    Registered as a `TokenIndexer` with name "fasttext_subwords".
+
+    # Parameters
+
+    vectors_path : `str`
+        The fastText `.bin` model; use the same one for the `fasttext` token embedder.
+    boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
+        Token texts indexed as fastText's `</s>`.
+    token_min_padding_length : `int`, optional (default=`0`)
+        See :class:`TokenIndexer`.
+    """
+
+    def __init__(
+        self,
+        vectors_path: str,
+        boundary_tokens: List[str] = ["<S>", "</S>"],  # never mutated
+        token_min_padding_length: int = 0,
+    ) -> None:
+        super().__init__(token_min_padding_length)
+        self._vectors_path = str(vectors_path)
+        self._boundary_tokens = tuple(boundary_tokens)
+        self._vectors = FastTextVectors.from_path(vectors_path)
+        self._make_cache()
+
+    def _make_cache(self) -> None:
+        vectors = self._vectors
+        self._no_vector_id = no_vector_id(vectors)
+        eos_id = vectors.word_id(vectors.eos_word)
+        self._eos_ids = [eos_id + 1] if eos_id >= 0 else None
+        self._cached_ids = lru_cache(maxsize=vectors.subword_cache_size)(self._compute_ids)
+
+    # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_cached_ids"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._make_cache()
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, FastTextSubwordIndexer):
+            return (
+                self._vectors is other._vectors
+                and self._boundary_tokens == other._boundary_tokens
+                and self._token_min_padding_length == other._token_min_padding_length
+            )
+        return NotImplemented
+
+    @property
+    def vectors(self) -> FastTextVectors:
+        return self._vectors
+
+    @property
+    def no_vector_id(self) -> int:
+        return self._no_vector_id
+
+    @property
+    def boundary_subword_ids(self) -> List[int]:
+        """
+        The indices emitted for a boundary token (fastText's `</s>`), for inserting sentence
+        boundaries in index space. Raises `ConfigurationError` if the model has no `</s>` and the
+        boundary tokens therefore index differently (use `token_subword_ids` for each).
+        """
+        if self._eos_ids is not None:
+            return list(self._eos_ids)
+        distinct = {self._cached_ids(token) for token in self._boundary_tokens}
+        if len(distinct) != 1:
+            raise ConfigurationError(
+                f"fastText model {self._vectors.path} has no '{self._vectors.eos_word}' word, so "
+                f"the boundary tokens {list(self._boundary_tokens)} have no single shared index; "
+                "use token_subword_ids(token) for each of them"
+            )
+        return list(distinct.pop())
+
+    def token_subword_ids(self, text: str) -> List[int]:
+        """The indices `tokens_to_indices` emits for a token with this text."""
+        return list(self._cached_ids(text))
+
+    def _compute_ids(self, text: str) -> Tuple[int, ...]:
+        if self._eos_ids is not None and text in self._boundary_tokens:
+            return tuple(self._eos_ids)
+        ids = self._vectors.subword_ids_tuple(text)
+        if not ids:
+            return (self._no_vector_id,)
+        return tuple(i + 1 for i in ids)
+
+    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
+        # Vocabulary-free.
+        pass
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        cached_ids = self._cached_ids
+        return {
+            "subword_ids": [list(cached_ids(token.ensure_text())) for token in tokens],
+            "mask": [True] * len(tokens),
+        }
+
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {"subword_ids": [], "mask": []}
+
+    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
+        subword_ids = indexed_tokens["subword_ids"]
+        return {
+            "num_tokens": max(len(subword_ids), self._token_min_padding_length),
+            # At least 1, so that an all-padding batch still has a (num_tokens, 1) id tensor.
+            "num_subwords": max([len(ids) for ids in subword_ids], default=1),
+        }
+
+    def as_padded_tensor_dict(
+        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
+    ) -> Dict[str, torch.Tensor]:
+        num_tokens = padding_lengths["num_tokens"]
+        num_subwords = padding_lengths["num_subwords"]
+        rows = [ids[:num_subwords] for ids in tokens["subword_ids"][:num_tokens]]
+        lengths = np.array([len(ids) for ids in rows], dtype=np.int64)
+        subword_ids = np.full((num_tokens, num_subwords), PADDING_ID, dtype=np.int64)
+        # Fill the unpadded prefix of each row in one vectorized assignment.
+        filled = np.arange(num_subwords) < lengths[:, None]
+        subword_ids[: len(rows)][filled] = list(itertools.chain.from_iterable(rows))
+        mask = torch.zeros(num_tokens, dtype=torch.bool)
+        mask[: len(rows)] = True
+        return {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}

@@ -1,0 +1,1 @@
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel

@@ -1,0 +1,229 @@
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
+from allennlp.data import TextFieldTensors, Vocabulary
+from allennlp.models.model import Model
+from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
+from allennlp.nn import InitializerApplicator, util
+from allennlp.training.metrics import Average
+
+from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
+
+
+@Model.register("elmoc_bilm")
+class BidirectionalLanguageModel(Model):
+    """
+    A bidirectional language model in the style of ELMo: a forward LM predicts each word from its
+    left context and a backward LM from its right context, through one bidirectional
+    contextualizer whose output is `[forward; backward]`. In ELMo-C
+    ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) the input embedder is frozen fastText, the
+    contextualizer is the LayerNorm LSTM (`elmoc_lstm`) and the output layer is continuous
+    (`continuous`); any `LanguageModelHead` can be plugged in to compare output layers.
+
+    Instances hold one sentence in a `TextField` named `tokens`, wrapped in boundary tokens by the
+    reader (`elmoc_lm_corpus`), as allennlp-models' `language_model` does: the forward LM predicts
+    positions 1..n+1 (the last one is `</S>`), the backward LM positions 0..n (the first one is
+    `<S>`).
+
+    The loss is the mean of the forward and backward LMs' mean per-token losses. Metrics:
+    `forward_loss`, `backward_loss`; for continuous heads also `cosine_similarity` (mean cosine
+    between prediction and target vector) and `retrieval_accuracy` (the target word's vector is
+    the nearest, by cosine, to the prediction among all distinct target words of the batch;
+    computed on at most `retrieval_sample_size` predictions per batch while training and on all
+    of them during evaluation).
+
+    Registered as a `Model` with name "elmoc_bilm".
+
+    # Parameters
+
+    vocab : `Vocabulary`
+    text_field_embedder : `TextFieldEmbedder`
+        Embeds the `tokens` field (fastText vectors in ELMo-C).
+    contextualizer : `Seq2SeqEncoder`
+        A bidirectional encoder whose output is `[forward; backward]`, each half of dimension
+        `output_layer.get_input_dim()`.
+    output_layer : `LanguageModelHead`
+        Shared by both directions.
+    target_embedder : `TextFieldEmbedder`, optional (default = `None`)
+        Embeds the target words for continuous heads. By default the (frozen) input embeddings are
+        reused, so the forward target at position t is the input vector at t+1; set this for the
+        ablations whose output embedding differs from the input one.
+    target_indexer : `str`, optional (default = `"targets"`)
+        For softmax-family heads: the key of the `tokens` field's single-id indexer that gives the
+        target ids. That indexer's output is not passed to the `text_field_embedder`.
+    dropout : `float`, optional (default = `0.0`)
+        Dropout on the contextualizer's output before the output layer.
+    retrieval_sample_size : `int`, optional (default = `512`)
+    initializer : `InitializerApplicator`, optional
+    """
+
+    default_predictor = "elmoc_bilm"
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        text_field_embedder: TextFieldEmbedder,
+        contextualizer: Seq2SeqEncoder,
+        output_layer: LanguageModelHead,
+        target_embedder: Optional[TextFieldEmbedder] = None,
+        target_indexer: str = "targets",
+        dropout: float = 0.0,
+        retrieval_sample_size: int = 512,
+        initializer: Optional[InitializerApplicator] = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(vocab, **kwargs)
+        if not contextualizer.is_bidirectional():
+            raise ConfigurationError("model.contextualizer must be bidirectional")
+        check_dimensions_match(
+            text_field_embedder.get_output_dim(),
+            contextualizer.get_input_dim(),
+            "text_field_embedder output dim",
+            "contextualizer input dim",
+        )
+        check_dimensions_match(
+            contextualizer.get_output_dim(),
+            2 * output_layer.get_input_dim(),
+            "contextualizer output dim",
+            "2 * output_layer input dim",
+        )
+        if not output_layer.requires_target_ids:
+            target_dim = (target_embedder or text_field_embedder).get_output_dim()
+            check_dimensions_match(
+                target_dim,
+                output_layer.get_output_dim(),
+                "target embedding dim",
+                "output_layer output dim",
+            )
+        self._text_field_embedder = text_field_embedder
+        self._contextualizer = contextualizer
+        self._output_layer = output_layer
+        self._target_embedder = target_embedder
+        self._target_indexer = target_indexer
+        self._dropout = torch.nn.Dropout(dropout)
+        self._retrieval_sample_size = retrieval_sample_size
+        self._forward_loss = Average()
+        self._backward_loss = Average()
+        self._cosine_similarity = Average()
+        self._retrieval_accuracy = Average()
+        if initializer is not None:
+            initializer(self)
+
+    def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore
+        """
+        # Parameters
+
+        tokens : `TextFieldTensors`
+            A batch of sentences with their boundary tokens.
+
+        # Returns
+
+        An output dictionary with `loss`, `forward_loss` and `backward_loss` (scalars), `mask`
+        `(batch_size, num_tokens)`, and for continuous heads `forward_cosine` and
+        `backward_cosine` `(batch_size, num_tokens)`: the cosine between each position's
+        prediction and its target (0 where a position predicts nothing).
+        """
+        target_ids = None
+        if self._output_layer.requires_target_ids:
+            if self._target_indexer not in tokens:
+                raise ConfigurationError(
+                    f"The output layer needs target ids from the indexer named "
+                    f"'{self._target_indexer}' (model.target_indexer), but the tokens field only "
+                    f"has {sorted(tokens)}"
+                )
+            tokens = dict(tokens)
+            target_ids = next(iter(tokens.pop(self._target_indexer).values()))
+        mask = util.get_text_field_mask(tokens)
+        embeddings = self._text_field_embedder(tokens)
+        contextual = self._dropout(self._contextualizer(embeddings, mask))
+        forward_states, backward_states = contextual.chunk(2, dim=-1)
+
+        target_embeddings = None
+        if not self._output_layer.requires_target_ids:
+            source = embeddings if self._target_embedder is None else self._target_embedder(tokens)
+            target_embeddings = source.detach()
+
+        # Pair (t, t+1) exists when both positions are real tokens.
+        pair_mask = mask[:, :-1] & mask[:, 1:]
+        output_dict: Dict[str, torch.Tensor] = {"mask": mask}
+        losses = []
+        for direction, states, predict_at, target_at in (
+            ("forward", forward_states, slice(None, -1), slice(1, None)),
+            ("backward", backward_states, slice(1, None), slice(None, -1)),
+        ):
+            direction_states = states[:, predict_at][pair_mask]
+            head_output = self._output_layer(
+                direction_states,
+                target_embeddings=None
+                if target_embeddings is None
+                else target_embeddings[:, target_at][pair_mask],
+                target_ids=None if target_ids is None else target_ids[:, target_at][pair_mask],
+            )
+            token_loss = head_output["loss"]
+            direction_loss = token_loss.sum() / max(token_loss.numel(), 1)
+            losses.append(direction_loss)
+            output_dict[f"{direction}_loss"] = direction_loss
+            metric = self._forward_loss if direction == "forward" else self._backward_loss
+            metric(direction_loss.item())
+            if "predictions" in head_output:
+                self._update_vector_metrics(
+                    direction,
+                    head_output["predictions"],
+                    target_embeddings[:, target_at][pair_mask],
+                    pair_mask,
+                    predict_at,
+                    output_dict,
+                )
+        output_dict["loss"] = 0.5 * (losses[0] + losses[1])
+        return output_dict
+
+    def _update_vector_metrics(
+        self,
+        direction: str,
+        predictions: torch.Tensor,
+        targets: torch.Tensor,
+        pair_mask: torch.BoolTensor,
+        predict_at: slice,
+        output_dict: Dict[str, torch.Tensor],
+    ) -> None:
+        with torch.no_grad():
+            cosine = F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
+            per_position = predictions.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
+            per_position[:, predict_at][pair_mask] = cosine  # writes through the slice view
+            output_dict[f"{direction}_cosine"] = per_position
+            if cosine.numel() == 0:
+                return
+            self._cosine_similarity(cosine.mean().item())
+            self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
+
+    def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> float:
+        candidates, gold = torch.unique(targets, dim=0, return_inverse=True)
+        if self.training and predictions.size(0) > self._retrieval_sample_size:
+            chosen = torch.randperm(predictions.size(0), device=predictions.device)
+            chosen = chosen[: self._retrieval_sample_size]
+            predictions, gold = predictions[chosen], gold[chosen]
+        scores = F.normalize(predictions, dim=-1) @ F.normalize(candidates, dim=-1).t()
+        return (scores.argmax(dim=-1) == gold).float().mean().item()
+
+    def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        metrics = {
+            "forward_loss": self._forward_loss.get_metric(reset),
+            "backward_loss": self._backward_loss.get_metric(reset),
+        }
+        if not self._output_layer.requires_target_ids:
+            metrics["cosine_similarity"] = self._cosine_similarity.get_metric(reset)
+            metrics["retrieval_accuracy"] = self._retrieval_accuracy.get_metric(reset)
+        return metrics
+
+    def make_output_human_readable(
+        self, output_dict: Dict[str, torch.Tensor]
+    ) -> Dict[str, Any]:
+        lengths = output_dict["mask"].sum(-1).tolist()
+        for key in ("forward_cosine", "backward_cosine"):
+            if key in output_dict:
+                values: List[List[float]] = output_dict[key].tolist()
+                output_dict[key] = [row[:length] for row, length in zip(values, lengths)]
+        return output_dict

@@ -1,0 +1,4 @@
+from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm
+from elmoc_allennlp.modules.lm_heads import ContinuousOutputHead, LanguageModelHead
+from elmoc_allennlp.modules.token_embedders import FastTextTokenEmbedder

@@ -1,0 +1,2 @@
+from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
+from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead

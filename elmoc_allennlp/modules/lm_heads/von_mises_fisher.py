@@ -1,0 +1,55 @@
+"""
+The log-normalizer of the von Mises-Fisher distribution, differentiable in torch.
+
+The vMF density on the unit sphere in R^m is C_m(κ) exp(κ μᵀx) with
+log C_m(κ) = (m/2 − 1) log κ − (m/2) log(2π) − log I_{m/2−1}(κ).
+For the dimensions used with word vectors (m = 300, order v = 149) the modified Bessel function
+I_v overflows and underflows float64 over the useful range of κ, so `log_bessel_iv` evaluates
+log I_v(κ) directly with the uniform asymptotic (Debye) expansion for large order
+(Abramowitz & Stegun 9.7.7; DLMF 10.41.3) with its first two correction terms, which is accurate
+to 1e-4 in absolute terms for v ≥ 5 and any κ > 0 (better as v grows), and has an autograd gradient.
+"""
+import math
+
+import torch
+
+
+def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
+    """
+    log I_v(κ) for a fixed order `v > 0` and positive `kappa`, elementwise.
+
+    # Parameters
+
+    order : `float`
+        The order v (= m/2 − 1 for the vMF normalizer in dimension m); must be positive.
+    kappa : `torch.Tensor`
+        Positive values, any shape.
+    """
+    if order <= 0:
+        raise ValueError(f"log_bessel_iv needs a positive order, got {order}")
+    z = kappa / order
+    root = torch.sqrt(1.0 + z * z)
+    eta = root + torch.log(z / (1.0 + root))
+    t = 1.0 / root
+    t2 = t * t
+    u1 = t * (3.0 - 5.0 * t2) / 24.0
+    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
+    series = 1.0 + u1 / order + u2 / (order * order)
+    return (
+        order * eta
+        - 0.5 * math.log(2.0 * math.pi * order)
+        + 0.5 * torch.log(t)
+        + torch.log(series)
+    )
+
+
+def von_mises_fisher_log_normalizer(kappa: torch.Tensor, dimension: int) -> torch.Tensor:
+    """
+    log C_m(κ) of the vMF distribution in `dimension` = m dimensions, elementwise over `kappa`.
+    """
+    order = dimension / 2.0 - 1.0
+    return (
+        order * torch.log(kappa)
+        - (dimension / 2.0) * math.log(2.0 * math.pi)
+        - log_bessel_iv(order, kappa)
+    )

@@ -1,0 +1,1 @@
+from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder

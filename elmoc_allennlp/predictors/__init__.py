@@ -1,0 +1,1 @@
+from elmoc_allennlp.predictors.bilm_predictor import BidirectionalLanguageModelPredictor

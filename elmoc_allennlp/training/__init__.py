@@ -1,0 +1,1 @@
+from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate

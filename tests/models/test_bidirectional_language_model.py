@@ -1,0 +1,84 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from allennlp.common.testing import ModelTestCase
+from allennlp.data import Batch
+
+import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
+from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+
+class TestBidirectionalLanguageModel(ModelTestCase):
+    def setup_method(self):
+        super().setup_method()
+        self.set_up_model(FIXTURES_ROOT / "elmoc_tiny.jsonnet", LM_CORPUS / "valid.txt")
+
+    def test_can_train_save_and_load(self):
+        self.ensure_model_can_train_save_and_load(
+            self.param_file, gradients_to_ignore=None, overrides=""
+        )
+
+    def test_batch_predictions_are_consistent(self):
+        self.ensure_batch_predictions_are_consistent()
+
+    def _tensors(self):
+        batch = Batch(self.instances)
+        batch.index_instances(self.vocab)
+        return batch.as_tensor_dict()
+
+    def test_loss_is_mean_of_directions_and_equals_hand_computed_cosine(self):
+        self.model.eval()
+        tensors = self._tensors()
+        output = self.model(**tensors)
+        assert torch.allclose(
+            output["loss"], 0.5 * (output["forward_loss"] + output["backward_loss"])
+        )
+        tokens = tensors["tokens"]
+        embedded = self.model._text_field_embedder(tokens)
+        mask = tokens["fasttext"]["mask"]
+        states = self.model._contextualizer(embedded, mask)
+        projection = self.model._output_layer.projection
+        half = states.size(-1) // 2
+        forward_losses, backward_losses = [], []
+        for row in range(mask.size(0)):
+            length = int(mask[row].sum())
+            for t in range(length - 1):
+                prediction = projection(states[row, t, :half])
+                forward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t + 1], dim=0))
+                prediction = projection(states[row, t + 1, half:])
+                backward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t], dim=0))
+        assert math.isclose(output["forward_loss"].item(), torch.stack(forward_losses).mean().item(), rel_tol=1e-5)
+        assert math.isclose(output["backward_loss"].item(), torch.stack(backward_losses).mean().item(), rel_tol=1e-5)
+
+    def test_gradients_reach_encoder_and_head_but_not_frozen_vectors(self):
+        self.model.train()
+        output = self.model(**self._tensors())
+        output["loss"].backward()
+        named = dict(self.model.named_parameters())
+        assert named, "model has no parameters"
+        assert not any("text_field_embedder" in name for name in named), (
+            "frozen fastText vectors must not be parameters"
+        )
+        for name, parameter in named.items():
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+        embedder = self.model._text_field_embedder._token_embedders["fasttext"]
+        assert embedder.state_dict() == {} or len(embedder.state_dict()) == 0
+
+    def test_metrics(self):
+        self.model.eval()
+        self.model(**self._tensors())
+        metrics = self.model.get_metrics(reset=True)
+        assert set(metrics) == {"forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy"}
+        assert 0.0 <= metrics["retrieval_accuracy"] <= 1.0
+        assert -1.0 <= metrics["cosine_similarity"] <= 1.0
+        assert math.isclose(1 - metrics["cosine_similarity"], 0.5 * (metrics["forward_loss"] + metrics["backward_loss"]), rel_tol=1e-4)
+
+    def test_retrieval_accuracy_is_one_when_predictions_are_the_targets(self):
+        targets = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
+        self.model.eval()
+        assert self.model._retrieval_accuracy_of(targets * 3.0, targets) == 1.0
+        shuffled = targets[[1, 0, 1, 0]]
+        assert self.model._retrieval_accuracy_of(shuffled, targets) == 0.0

@@ -1,0 +1,250 @@
+import io
+import math
+from typing import Dict, List
+
+import pytest
+import torch
+
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Instance, Vocabulary
+from allennlp.data.data_loaders import SimpleDataLoader
+from allennlp.data.fields import TensorField
+from allennlp.models import Model
+from allennlp.training import Checkpointer, GradientDescentTrainer
+from allennlp.training.callbacks import TrainerCallback
+from allennlp.training.learning_rate_schedulers import LearningRateScheduler
+
+from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+
+LR0 = 0.5
+
+
+def _optimizer(*learning_rates: float) -> torch.optim.Optimizer:
+    groups = [{"params": [torch.nn.Parameter(torch.zeros(1))], "lr": lr} for lr in learning_rates]
+    return torch.optim.SGD(groups, lr=learning_rates[0])
+
+
+def _lr_at(scheduler: RnmtPlusLearningRate, step: int) -> float:
+    scheduler.step_batch(step)
+    return scheduler.optimizer.param_groups[0]["lr"]
+
+
+# p = 100, s = 4000, e = 12000. With n = 1 the warm-up term is constantly 1, the decay runs over
+# t in [4000, 12000]; with n = 4 the warm-up ends at t = n * p = 400 and the decay (in units of
+# n * t) runs over t in [1000, 3000].
+N1_EXPECTED = [
+    (0, 1.0),
+    (50, 1.0),  # mid-warm-up (flat for n = 1)
+    (100, 1.0),  # end of warm-up
+    (2000, 1.0),  # plateau
+    (4000, 1.0),  # decay start: 1 * 2 ** 0
+    (8000, 2 ** -0.5),  # midway
+    (12000, 0.5),  # decay end: 1 * 2 ** -1
+    (120000, 0.5),  # held
+]
+N4_EXPECTED = [
+    (0, 1.0),
+    (200, 2.5),  # 1 + 200 * 3 / 400
+    (400, 4.0),  # end of warm-up
+    (700, 4.0),  # plateau
+    (1000, 4.0),  # n * t = s: 4 * 8 ** 0
+    (1500, 4 * 8 ** -0.25),  # n * t = 6000
+    (2000, 4 * 8 ** -0.5),  # midway
+    (3000, 0.5),  # n * t = e: 4 * 8 ** -1
+    (30000, 0.5),  # held
+]
+
+
+@pytest.mark.parametrize(
+    "num_replicas, step, factor",
+    [(1, t, f) for t, f in N1_EXPECTED] + [(4, t, f) for t, f in N4_EXPECTED],
+)
+def test_hand_computed_values(num_replicas, step, factor):
+    scheduler = RnmtPlusLearningRate(
+        _optimizer(LR0),
+        warmup_steps=100,
+        decay_start=4000,
+        decay_end=12000,
+        num_replicas=num_replicas,
+    )
+    assert _lr_at(scheduler, step) == pytest.approx(LR0 * factor, rel=1e-12)
+
+
+def test_values_out_of_order_and_per_param_group():
+    optimizer = _optimizer(1.0, 0.1)
+    scheduler = RnmtPlusLearningRate(optimizer, 100, 4000, 12000, num_replicas=4)
+    for step, factor in reversed(N4_EXPECTED):
+        scheduler.step_batch(step)
+        assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([factor, 0.1 * factor])
+
+
+def test_construction_sets_lr_of_step_zero_and_no_warmup():
+    optimizer = _optimizer(LR0)
+    RnmtPlusLearningRate(
+        optimizer, warmup_steps=0, decay_start=4000, decay_end=12000, num_replicas=4
+    )
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(4 * LR0)
+
+
+def test_floor_applies_per_group():
+    optimizer = _optimizer(1.0, 0.1)
+    scheduler = RnmtPlusLearningRate(optimizer, 0, 10, 20, min_learning_rate=0.3)
+    scheduler.step_batch(15)  # factor 2 ** -0.5 = 0.707
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([2 ** -0.5, 0.3])
+    scheduler.step_batch(1000)  # factor 0.5
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.5, 0.3])
+
+
+@pytest.mark.parametrize("num_replicas, min_lr", [(1, 0.0), (4, 0.0), (4, 0.7)])
+def test_whole_range_is_bounded_and_decreases_after_the_plateau(num_replicas, min_lr):
+    warmup, start, end = 100, 4000, 12000
+    scheduler = RnmtPlusLearningRate(
+        _optimizer(LR0), warmup, start, end, num_replicas=num_replicas, min_learning_rate=min_lr
+    )
+    last_step = 3 * end // num_replicas
+    values = [_lr_at(scheduler, t) for t in range(last_step + 1)]
+    assert all(math.isfinite(v) and v > 0 for v in values)
+    assert max(values) == pytest.approx(num_replicas * LR0)
+    assert all(max(min_lr, 0.0) <= v <= num_replicas * LR0 for v in values)
+    after_plateau = values[num_replicas * warmup :]
+    assert all(b <= a for a, b in zip(after_plateau, after_plateau[1:]))
+    assert values[-1] == pytest.approx(max(LR0 / 2, min_lr))
+
+
+def test_huge_decay_exponent_does_not_overflow():
+    # (2n) ** (s / (e - s)) would overflow a float before the decay starts.
+    scheduler = RnmtPlusLearningRate(_optimizer(LR0), 0, 10**6, 10**6 + 1, num_replicas=8)
+    assert _lr_at(scheduler, 0) == pytest.approx(8 * LR0)
+    assert _lr_at(scheduler, 10**6 // 8 + 1) == pytest.approx(LR0 / 2)
+
+
+def test_step_is_a_no_op_and_step_batch_without_argument_counts():
+    optimizer = _optimizer(LR0)
+    scheduler = RnmtPlusLearningRate(optimizer, 100, 4000, 12000, num_replicas=4)
+    scheduler.step_batch(200)
+    scheduler.step(metric=1.0)  # end of epoch
+    assert scheduler.last_epoch == 200
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(LR0 * 2.5)
+    scheduler.step_batch()
+    assert scheduler.last_epoch == 201
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(LR0 * (1 + 201 * 3 / 400))
+
+
+def test_state_dict_round_trip_through_a_checkpoint():
+    scheduler = RnmtPlusLearningRate(_optimizer(LR0), 100, 4000, 12000, num_replicas=4)
+    scheduler.step_batch(1500)
+    buffer = io.BytesIO()
+    torch.save({"learning_rate_scheduler": scheduler.state_dict()}, buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["learning_rate_scheduler"]
+
+    optimizer = _optimizer(LR0)  # a fresh optimizer at lr0
+    restored = RnmtPlusLearningRate(optimizer, 100, 4000, 12000, num_replicas=4)
+    restored.load_state_dict(state)
+    assert restored.last_epoch == 1500
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(LR0 * 4 * 8**-0.25)
+    restored.step_batch()
+    scheduler.step_batch()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(
+        scheduler.optimizer.param_groups[0]["lr"]
+    )
+
+
+def test_from_params():
+    optimizer = _optimizer(LR0)
+    scheduler = LearningRateScheduler.from_params(
+        optimizer=optimizer,
+        params=Params(
+            {
+                "type": "rnmt_plus",
+                "warmup_steps": 100,
+                "decay_start": 4000,
+                "decay_end": 12000,
+                "num_replicas": 4,
+                "min_learning_rate": 0.01,
+            }
+        ),
+        # The trainer passes these too; the schedule ignores them.
+        num_epochs=3,
+        num_steps_per_epoch=10,
+    )
+    assert isinstance(scheduler, RnmtPlusLearningRate)
+    assert scheduler.warmup_steps == 100
+    assert (scheduler.decay_start, scheduler.decay_end) == (4000, 12000)
+    assert scheduler.min_learning_rate == 0.01
+    assert _lr_at(scheduler, 2000) == pytest.approx(LR0 * 4 * 8**-0.5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"warmup_steps": -1}, "warmup_steps"),
+        ({"decay_start": -5}, "decay_start"),
+        ({"decay_end": 4000}, "decay_end"),
+        ({"decay_end": 10}, "decay_end"),
+        ({"num_replicas": 0}, "num_replicas"),
+        ({"min_learning_rate": -0.1}, "min_learning_rate"),
+    ],
+)
+def test_bad_configuration(kwargs, name):
+    args = {"warmup_steps": 100, "decay_start": 4000, "decay_end": 12000, **kwargs}
+    with pytest.raises(ConfigurationError, match=name):
+        RnmtPlusLearningRate(_optimizer(LR0), **args)
+
+
+class _Regression(Model):
+    def __init__(self) -> None:
+        super().__init__(Vocabulary())
+        self.linear = torch.nn.Linear(1, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:  # type: ignore
+        return {"loss": ((self.linear(x) - y) ** 2).mean()}
+
+
+class _RecordLearningRate(TrainerCallback):
+    def __init__(self, serialization_dir: str) -> None:
+        super().__init__(serialization_dir)
+        self.learning_rates: List[float] = []
+
+    def on_batch(self, trainer, *args, is_training: bool, **kwargs) -> None:
+        if is_training:
+            self.learning_rates.append(trainer.optimizer.param_groups[0]["lr"])
+
+
+def _train(serialization_dir, num_epochs: int) -> _RecordLearningRate:
+    torch.manual_seed(0)
+    model = _Regression()
+    instances = [
+        Instance({"x": TensorField(torch.tensor([float(i)])), "y": TensorField(torch.ones(1))})
+        for i in range(6)
+    ]
+    loader = SimpleDataLoader(instances, batch_size=2, vocab=model.vocab)  # 3 batches per epoch
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scheduler = RnmtPlusLearningRate(
+        optimizer, warmup_steps=2, decay_start=4, decay_end=20, num_replicas=2
+    )
+    recorder = _RecordLearningRate(str(serialization_dir))
+    GradientDescentTrainer(
+        model,
+        optimizer,
+        loader,
+        num_epochs=num_epochs,
+        serialization_dir=str(serialization_dir),
+        checkpointer=Checkpointer(serialization_dir),
+        learning_rate_scheduler=scheduler,
+        callbacks=[recorder],
+    ).train()
+    assert scheduler.last_epoch == 3 * num_epochs
+    return recorder
+
+
+def test_trainer_recovery_continues_the_schedule(tmp_path):
+    uninterrupted = _train(tmp_path / "straight", num_epochs=3).learning_rates
+    expected = [0.01 * f for f in (1.25, 1.5, 2 * 4 ** (-2 / 16))]
+    assert uninterrupted[:3] == pytest.approx(expected)
+    assert len(set(uninterrupted)) == 9
+
+    _train(tmp_path / "recovered", num_epochs=1)
+    resumed = _train(tmp_path / "recovered", num_epochs=3).learning_rates
+    assert resumed == pytest.approx(uninterrupted[3:])

@@ -1,0 +1,98 @@
+// Shared builder for ELMo-C pretraining configs (`elmoc.jsonnet`, `elmoc_small.jsonnet`, and the
+// output-layer baselines). Each config file calls `elmoc.config({...})` with the settings that
+// differ; the defaults below are the paper's ELMo-C (Li, Chen, Hsieh, Chang, TACL 2019).
+{
+  config(settings)::
+    local s = {
+      fasttext_path: error 'fasttext_path is required',
+      embedding_dim: error 'embedding_dim (the fastText dimension) is required',
+      train_data_path: error 'train_data_path is required',
+      validation_data_path: null,
+      // Model: ELMo's LSTM with projection, 2 layers, 4096 cells -> 512 (Peters et al. 2018), with
+      // LayerNorm inside the recurrence (ELMo-C section 3.2).
+      projection_dim: 512,
+      cell_dim: 4096,
+      num_layers: 2,
+      layer_norm: true,
+      cell_clip: 3.0,
+      projection_clip: 3.0,
+      // Dropout 0.1 on the LSTM output and 0.1 recurrent: the authors' released config (config.json).
+      dropout: 0.1,
+      recurrent_dropout: 0.1,
+      loss: 'cosine',
+      // Sentences, not fixed windows: longer ones are split (reader `max_sequence_length`).
+      max_sequence_length: 200,
+      batch_size: 256,
+      num_epochs: 10,
+      // Adam + RNMT+ schedule (Chen et al. 2018). Released code: lr0 = 1e-4 * batch / 128,
+      // warm-up 10,000 steps, decay from 0.4 * 4e8 / batch to 2.0 * 4e8 / batch steps, n = 4 GPUs;
+      // gradient norm clipped to 1.0.
+      learning_rate: 1e-4 * self.batch_size / 128,
+      warmup_steps: 10000,
+      decay_start: std.floor(0.4 * 4e8 / self.batch_size),
+      decay_end: std.floor(2.0 * 4e8 / self.batch_size),
+      num_replicas: 4,
+      grad_norm: 1.0,
+      max_instances_in_memory: 100 * self.batch_size,
+      cuda_device: -1,
+      num_workers: 0,
+    } + settings;
+    {
+      dataset_reader: {
+        type: 'elmoc_lm_corpus',
+        max_sequence_length: s.max_sequence_length,
+        token_indexers: {
+          fasttext: { type: 'fasttext_subwords', vectors_path: s.fasttext_path },
+        },
+      },
+      train_data_path: s.train_data_path,
+      [if s.validation_data_path != null then 'validation_data_path']: s.validation_data_path,
+      // Vocabulary-free: the fastText indexer needs no vocabulary, so no pass over the corpus.
+      vocabulary: { type: 'empty' },
+      model: {
+        type: 'elmoc_bilm',
+        text_field_embedder: {
+          token_embedders: {
+            fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+          },
+        },
+        contextualizer: {
+          type: 'elmoc_lstm',
+          input_dim: s.embedding_dim,
+          projection_dim: s.projection_dim,
+          cell_dim: s.cell_dim,
+          num_layers: s.num_layers,
+          layer_norm: s.layer_norm,
+          cell_clip: s.cell_clip,
+          projection_clip: s.projection_clip,
+          recurrent_dropout: s.recurrent_dropout,
+        },
+        output_layer: {
+          type: 'continuous',
+          input_dim: s.projection_dim,
+          embedding_dim: s.embedding_dim,
+          loss: s.loss,
+        },
+        dropout: s.dropout,
+      },
+      data_loader: {
+        batch_sampler: { type: 'bucket', batch_size: s.batch_size, sorting_keys: ['tokens'] },
+        max_instances_in_memory: s.max_instances_in_memory,
+        num_workers: s.num_workers,
+      },
+      trainer: {
+        num_epochs: s.num_epochs,
+        cuda_device: s.cuda_device,
+        grad_norm: s.grad_norm,
+        optimizer: { type: 'adam', lr: s.learning_rate },
+        learning_rate_scheduler: {
+          type: 'rnmt_plus',
+          warmup_steps: s.warmup_steps,
+          decay_start: s.decay_start,
+          decay_end: s.decay_end,
+          num_replicas: s.num_replicas,
+        },
+        validation_metric: '-loss',
+      },
+    },
+}
