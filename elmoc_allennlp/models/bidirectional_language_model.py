@@ -1,4 +1,4 @@
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -179,6 +179,35 @@ class BidirectionalLanguageModel(Model):
                 )
         output_dict["loss"] = 0.5 * (losses[0] + losses[1])
         return output_dict
+
+    def contextual_layers(
+        self, tokens: TextFieldTensors
+    ) -> Tuple[torch.Tensor, torch.BoolTensor]:
+        """
+        Every layer of the contextualizer for a batch, for use as features downstream (no dropout
+        from this model is applied; call `eval()` for deterministic recurrent dropout).
+
+        # Parameters
+
+        tokens : `TextFieldTensors`
+            As for `forward`; the sentences should include their boundary tokens.
+
+        # Returns
+
+        `(layers, mask)`: `layers` has shape `(num_layers + 1, batch_size, num_tokens, 2 * P)`,
+        layer 0 being the (projected) input repeated for both directions; `mask` is
+        `(batch_size, num_tokens)`.
+        """
+        if not hasattr(self._contextualizer, "forward_all_layers"):
+            raise ConfigurationError(
+                f"model.contextualizer ({type(self._contextualizer).__name__}) cannot return all "
+                f"of its layers (it has no forward_all_layers method)"
+            )
+        if self._output_layer.requires_target_ids and self._target_indexer in tokens:
+            tokens = {key: value for key, value in tokens.items() if key != self._target_indexer}
+        mask = util.get_text_field_mask(tokens)
+        embeddings = self._text_field_embedder(tokens)
+        return self._contextualizer.forward_all_layers(embeddings, mask), mask
 
     def _update_vector_metrics(
         self,

@@ -82,3 +82,16 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         assert self.model._retrieval_accuracy_of(targets * 3.0, targets) == 1.0
         shuffled = targets[[1, 0, 1, 0]]
         assert self.model._retrieval_accuracy_of(shuffled, targets) == 0.0
+
+    def test_contextual_layers_shape_and_top_layer_equals_contextualizer_output(self):
+        self.model.eval()
+        batch = Batch(self.instances)
+        batch.index_instances(self.vocab)
+        tokens = batch.as_tensor_dict()["tokens"]
+        layers, mask = self.model.contextual_layers(tokens)
+        encoder = self.model._contextualizer
+        assert layers.shape == (encoder.num_layers + 1, *mask.shape, encoder.get_output_dim())
+        top = encoder(self.model._text_field_embedder(tokens), mask)
+        assert torch.allclose(layers[-1], top, atol=1e-6)
+        half = encoder.get_output_dim() // 2
+        assert torch.equal(layers[0, ..., :half], layers[0, ..., half:])
