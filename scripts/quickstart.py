@@ -200,7 +200,7 @@ def main() -> int:
     log_step("4/4 Evaluation on PTB valid, and nearest neighbours of contextual vectors")
     archive, metrics = evaluate(archive_path, corpus["valid"])
     trainable = sum(p.numel() for p in archive.model.parameters() if p.requires_grad)
-    epochs = training_metrics.get("training_epochs", 0) + 1
+    epochs = training_metrics["epoch"] + 1
     rows = [
         ("trainable parameters", f"{trainable:,}"),
         ("training tokens", f"{train_tokens:,} x {epochs} epochs"),
