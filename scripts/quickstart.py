@@ -75,7 +75,9 @@ def train_vectors(corpus: Path, output: Path, threads: int) -> float:
 def pretrain(serialization_dir: Path, epochs: int) -> float:
     from allennlp.commands.train import train_model_from_file
 
-    overrides = json.dumps({"trainer": {"num_epochs": epochs}}) if epochs else ""
+    import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
+
+    overrides = json.dumps({"trainer.num_epochs": epochs}) if epochs else ""
     started = time.perf_counter()
     train_model_from_file(
         str(CONFIG), str(serialization_dir), overrides=overrides, include_package=["elmoc_allennlp"]

@@ -1,0 +1,1 @@
+from elmoc_allennlp.commands.elmoc_embed import ElmocEmbed

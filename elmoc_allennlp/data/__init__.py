@@ -1,2 +1,2 @@
 from elmoc_allennlp.data.dataset_readers import LanguageModelCorpusReader
-from elmoc_allennlp.data.token_indexers import FastTextSubwordIndexer
+from elmoc_allennlp.data.token_indexers import ElmocSubwordIndexer, FastTextSubwordIndexer

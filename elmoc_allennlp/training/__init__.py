@@ -1,1 +1,2 @@
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+from elmoc_allennlp.training.reduce_on_plateau import ReduceOnPlateauLearningRateScheduler

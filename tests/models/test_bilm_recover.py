@@ -29,8 +29,9 @@ class CrashAfterEpoch(TrainerCallback):
 
 def test_recover_continues_from_the_last_checkpoint(tmp_path, monkeypatch):
     config = str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")
+    # Dotted keys: a nested {"trainer": {...}} override would replace the whole trainer block.
     overrides = json.dumps(
-        {"trainer": {"num_epochs": 3, "callbacks": [{"type": "elmoc_test_crash"}]}}
+        {"trainer.num_epochs": 3, "trainer.callbacks": [{"type": "elmoc_test_crash"}]}
     )
     run = tmp_path / "run"
     monkeypatch.setenv(CRASH_VARIABLE, "1")

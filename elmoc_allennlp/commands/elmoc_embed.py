@@ -1,0 +1,211 @@
+"""
+The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, written to hdf5 (what
+the removed `allennlp elmo` command did for ELMo).
+
+    $ allennlp elmoc-embed --help
+    usage: allennlp elmoc-embed [-h] (--all | --top | --average) [--batch-size BATCH_SIZE]
+                                [--cuda-device CUDA_DEVICE] [--vectors-path VECTORS_PATH]
+                                [--forget-sentences] [--file-friendly-logging]
+                                [--include-package INCLUDE_PACKAGE]
+                                archive_file input_file output_file
+
+The input has one whitespace-tokenized sentence per line. The output has one dataset per line,
+named by the line's 0-based index (`"0"`, `"1"`, ...), of shape `(num_layers, num_tokens, dim)`
+with `--all`, `(num_tokens, dim)` with `--top` or `--average`; an empty line gives zero tokens.
+Unless `--forget-sentences`, a dataset `sentence_to_index` holds a JSON object mapping each
+sentence to its index (a repeated sentence maps to its last line), as `allennlp elmo` wrote it.
+
+The file is written under a temporary name in the output's directory and renamed to
+`output_file` only when complete: an interrupted run (an error, Ctrl-C, SIGTERM) leaves no output
+file, and an existing `output_file` is replaced only by a complete one.
+
+allennlp finds plugin subcommands before parsing the command line, so `--include-package` alone
+cannot make `elmoc-embed` known: list `elmoc_allennlp` in a `.allennlp_plugins` file in the
+working directory (or in `~/.allennlp/plugins`).
+"""
+import argparse
+import json
+import logging
+import os
+import signal
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+from allennlp.commands.subcommand import Subcommand
+from allennlp.common import logging as common_logging
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.tqdm import Tqdm
+from allennlp.common.util import lazy_groups_of
+
+logger = logging.getLogger(__name__)
+
+SENTENCE_TO_INDEX = "sentence_to_index"
+
+
+@Subcommand.register("elmoc-embed")
+class ElmocEmbed(Subcommand):
+    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        description = (
+            "Write the ELMo-C representations of every line of a file (one whitespace-tokenized "
+            "sentence per line) to an hdf5 file: one dataset per line, named by its 0-based index."
+        )
+        subparser = parser.add_parser(
+            self.name, description=description, help="Export ELMo-C vectors to hdf5."
+        )
+        subparser.add_argument("archive_file", type=str, help="the ELMo-C biLM model.tar.gz")
+        subparser.add_argument(
+            "input_file", type=str, help="one whitespace-tokenized sentence per line"
+        )
+        subparser.add_argument("output_file", type=str, help="the hdf5 file to write")
+        layers = subparser.add_mutually_exclusive_group(required=True)
+        layers.add_argument(
+            "--all",
+            action="store_true",
+            help="every layer: datasets of shape (num_layers, num_tokens, dim)",
+        )
+        layers.add_argument(
+            "--top", action="store_true", help="the top layer: (num_tokens, dim)"
+        )
+        layers.add_argument(
+            "--average", action="store_true", help="the mean of the layers: (num_tokens, dim)"
+        )
+        subparser.add_argument(
+            "--batch-size", type=int, default=64, help="sentences per batch"
+        )
+        subparser.add_argument(
+            "--cuda-device", type=int, default=-1, help="the GPU to use; -1 for the CPU"
+        )
+        subparser.add_argument(
+            "--vectors-path",
+            type=str,
+            default=None,
+            help="the biLM's fastText .bin, if it is not where the archive says",
+        )
+        subparser.add_argument(
+            "--forget-sentences",
+            action="store_true",
+            help=f"do not write the {SENTENCE_TO_INDEX} dataset",
+        )
+        subparser.add_argument(
+            "--file-friendly-logging",
+            action="store_true",
+            help="outputs tqdm status on separate lines and slows tqdm refresh rate",
+        )
+        subparser.set_defaults(func=elmoc_embed_from_args)
+        return subparser
+
+
+def elmoc_embed_from_args(args: argparse.Namespace) -> None:
+    common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
+    output = "all" if args.all else "top" if args.top else "average"
+    embed_file(
+        args.archive_file,
+        args.input_file,
+        args.output_file,
+        output=output,
+        batch_size=args.batch_size,
+        cuda_device=args.cuda_device,
+        vectors_path=args.vectors_path,
+        forget_sentences=args.forget_sentences,
+    )
+
+
+def read_sentences(input_file: str) -> List[str]:
+    """The lines of `input_file` (UTF-8), without their line ends; every line is a sentence."""
+    try:
+        with open(input_file, encoding="utf-8") as lines:
+            return [line.rstrip("\r\n") for line in lines]
+    except FileNotFoundError:
+        raise ConfigurationError(f"input file {input_file} does not exist") from None
+    except UnicodeDecodeError as error:
+        raise ConfigurationError(f"input file {input_file} is not UTF-8 text ({error})") from None
+
+
+def embed_file(
+    archive_file: str,
+    input_file: str,
+    output_file: str,
+    output: str = "all",
+    batch_size: int = 64,
+    cuda_device: int = -1,
+    vectors_path: Optional[str] = None,
+    forget_sentences: bool = False,
+    embedder=None,
+) -> Path:
+    """
+    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`
+    (see the module docstring); returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
+    `archive_file` if not given.
+    """
+    import h5py
+
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    if batch_size < 1:
+        raise ConfigurationError(f"--batch-size must be at least 1, got {batch_size}")
+    output_path = Path(output_file)
+    if output_path.is_dir():
+        raise ConfigurationError(f"output file {output_file} is a directory")
+    if not output_path.parent.is_dir():
+        raise ConfigurationError(f"the directory of output file {output_file} does not exist")
+    sentences = read_sentences(input_file)
+    if embedder is None:
+        embedder = ElmocEmbedder(archive_file, cuda_device=cuda_device, vectors_path=vectors_path)
+
+    with _temporary_output(output_path) as temporary, _sigterm_as_exception():
+        with h5py.File(temporary, "w") as hdf5:
+            hdf5.attrs["archive_file"] = str(archive_file)
+            hdf5.attrs["output"] = output
+            hdf5.attrs["num_layers"] = embedder.num_layers
+            hdf5.attrs["dim"] = embedder.output_dim
+            batches = lazy_groups_of(iter(enumerate(sentences)), batch_size)
+            total = (len(sentences) + batch_size - 1) // batch_size
+            for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
+                vectors = embedder.embed_batch([line.split() for _, line in batch], output)
+                for (index, _), array in zip(batch, vectors):
+                    hdf5.create_dataset(str(index), data=array)
+            if not forget_sentences:
+                sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
+                hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+        os.replace(temporary, output_path)
+    logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
+    return output_path
+
+
+@contextmanager
+def _temporary_output(output_path: Path) -> Iterator[Path]:
+    """A temporary file next to `output_path`, removed unless it has been renamed."""
+    handle, name = tempfile.mkstemp(
+        dir=output_path.parent, prefix=f".{output_path.name}.", suffix=".incomplete"
+    )
+    os.close(handle)
+    # mkstemp creates the file private (0600): give it the permissions a new file would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(name, 0o666 & ~umask)
+    temporary = Path(name)
+    try:
+        yield temporary
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+@contextmanager
+def _sigterm_as_exception() -> Iterator[None]:
+    """Turns SIGTERM into `SystemExit` while active, so that clean-up code runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

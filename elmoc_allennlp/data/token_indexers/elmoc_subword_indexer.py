@@ -1,0 +1,84 @@
+from typing import Dict, List, Optional
+
+import torch
+
+from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
+from allennlp.data.tokenizers import Token
+from allennlp.data.vocabulary import Vocabulary
+
+from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
+from elmoc_allennlp.modules.elmoc import ElmocArchive
+
+ELMO_TOKENS_KEY = "elmo_tokens"
+
+
+@TokenIndexer.register("elmoc_subwords")
+class ElmocSubwordIndexer(FastTextSubwordIndexer):
+    """
+    Indexes tokens for a trained ELMo-C biLM, in the role of ELMo's `elmo_characters`: each token
+    becomes the fastText subword ids (its input-matrix rows + 1, 0 for padding) of the fastText
+    model the biLM was pretrained with, which is found from the biLM archive (see `ElmocArchive`),
+    so that the indexer and the `elmoc_token_embedder` always agree. Like `elmo_characters` it
+    needs no vocabulary, and it adds no sentence boundaries (the embedder does). If pretraining cut
+    long tokens (`max_token_characters` of the archive's `elmoc_lm_corpus` reader), so does this
+    indexer.
+
+    The output has a single key, `elmo_tokens`, of shape `(num_tokens, num_subwords)` (the key of
+    `elmo_characters`, so models that read ELMo's tensor by name, such as `bcn`, find it). There
+    is no `mask` key, so it can sit next to an indexer that has one (e.g. `fasttext_subwords`);
+    `get_text_field_mask` derives the mask from the ids (every real token has a non-zero id).
+
+    Registered as a `TokenIndexer` with name "elmoc_subwords".
+
+    # Parameters
+
+    archive_file : `str`
+        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_token_embedder`'s).
+    vectors_path : `str`, optional (default = `None`)
+        The biLM's fastText `.bin`, if it is not where the archive says.
+    token_min_padding_length : `int`, optional (default = `0`)
+        See :class:`TokenIndexer`.
+    """
+
+    def __init__(
+        self,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        token_min_padding_length: int = 0,
+    ) -> None:
+        archive = ElmocArchive.read(archive_file, vectors_path)
+        super().__init__(
+            vectors_path=archive.input_vectors_path,
+            boundary_tokens=archive.boundary_tokens,
+            token_min_padding_length=token_min_padding_length,
+        )
+        self._archive_file = str(archive_file)
+        self._max_token_characters = archive.max_token_characters
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ElmocSubwordIndexer):
+            return super().__eq__(other)
+        return NotImplemented
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        limit = self._max_token_characters
+        texts = (token.ensure_text() for token in tokens)
+        return {
+            ELMO_TOKENS_KEY: [
+                self.token_subword_ids(text if limit is None else text[:limit]) for text in texts
+            ]
+        }
+
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {ELMO_TOKENS_KEY: []}
+
+    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
+        return super().get_padding_lengths({"subword_ids": indexed_tokens[ELMO_TOKENS_KEY]})
+
+    def as_padded_tensor_dict(
+        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
+    ) -> Dict[str, torch.Tensor]:
+        padded = super().as_padded_tensor_dict(
+            {"subword_ids": tokens[ELMO_TOKENS_KEY]}, padding_lengths
+        )
+        return {ELMO_TOKENS_KEY: padded["subword_ids"]}

@@ -1,0 +1,147 @@
+"""
+A small Python API for ELMo-C vectors: load a trained biLM from its archive and embed tokenized
+sentences, getting every layer or a mix of them as numpy arrays (the role of allennlp 0.x's
+`ElmoEmbedder`).
+
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    embedder = ElmocEmbedder("runs/elmoc/model.tar.gz")
+    layers = embedder.embed_sentence(["The", "bank", "raised", "rates", "."])  # (L + 1, 5, 2P)
+    top = embedder.embed_batch([["Hello", "world"], ["Hi"]], output="top")    # [(2, 2P), (1, 2P)]
+"""
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
+
+import numpy
+import torch
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import lazy_groups_of
+from allennlp.nn.util import remove_sentence_boundaries
+
+from elmoc_allennlp.modules.elmoc import ElmocBiLm, tokens_to_subword_ids
+
+
+OUTPUT_MODES = ("all", "top", "average")
+Output = Union[str, Sequence[float]]
+
+
+class ElmocEmbedder:
+    """
+    Computes ELMo-C representations of tokenized sentences with a trained biLM.
+
+    Every method returns, per sentence, a `float32` numpy array: with `output="all"` of shape
+    `(num_layers, num_tokens, dim)` (layer 0 the projected fastText input for both directions,
+    then the LSTM layers as `[forward; backward]`), otherwise of shape `(num_tokens, dim)`:
+    `"top"` is the last layer, `"average"` the mean of the layers, and a list of `num_layers`
+    floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:
+    pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
+    sentence's vectors do not depend on the other sentences of its batch.
+
+    # Parameters
+
+    archive_file : `str`
+        The ELMo-C biLM `model.tar.gz`.
+    cuda_device : `int`, optional (default = `-1`)
+        The GPU to run on; -1 for the CPU.
+    vectors_path : `str`, optional (default = `None`)
+        The biLM's fastText `.bin`, if it is not where the archive says.
+    """
+
+    def __init__(
+        self, archive_file: str, cuda_device: int = -1, vectors_path: Optional[str] = None
+    ) -> None:
+        self._bilm = ElmocBiLm(archive_file, requires_grad=False, vectors_path=vectors_path)
+        self._bilm.eval()
+        # The pretraining indexer: the same ids as the `elmoc_subwords` indexer.
+        self._indexer = self._bilm.indexer
+        self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
+        self._bilm.to(self._device)
+
+    @property
+    def num_layers(self) -> int:
+        return self._bilm.num_layers
+
+    @property
+    def output_dim(self) -> int:
+        return self._bilm.get_output_dim()
+
+    @property
+    def bilm(self) -> ElmocBiLm:
+        return self._bilm
+
+    def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
+        """The `elmo_tokens` tensor of a batch, as the `elmoc_subwords` indexer makes it."""
+        return tokens_to_subword_ids(
+            self._indexer,
+            sentences,
+            device=self._device,
+            max_token_characters=self._bilm.archive.max_token_characters,
+        )
+
+    def embed_batch(
+        self, sentences: List[List[str]], output: Output = "all"
+    ) -> List[numpy.ndarray]:
+        """
+        Embeds a batch of tokenized sentences at once; returns one array per sentence (see the
+        class docstring for `output`).
+        """
+        weights = self._mix_weights(output)
+        sentences = [self._check_sentence(sentence) for sentence in sentences]
+        if not sentences:
+            return []
+        with torch.no_grad():
+            bilm_output = self._bilm(self.batch_to_ids(sentences))
+            layers = []
+            for activation in bilm_output["activations"]:
+                layer, mask = remove_sentence_boundaries(activation, bilm_output["mask"])
+                layers.append(layer)
+            stacked = torch.stack(layers, dim=1)  # (batch, num_layers, timesteps, dim)
+            if weights is not None:
+                stacked = torch.einsum("l,bltd->btd", weights.to(stacked.device), stacked)
+            elif output == "top":
+                stacked = stacked[:, -1]
+            elif output == "average":
+                stacked = stacked.mean(dim=1)
+        arrays = stacked.cpu().numpy()
+        lengths = mask.sum(-1).tolist()
+        if output == "all":
+            return [arrays[index, :, :length] for index, length in enumerate(lengths)]
+        return [arrays[index, :length] for index, length in enumerate(lengths)]
+
+    def embed_sentence(self, sentence: List[str], output: Output = "all") -> numpy.ndarray:
+        """Embeds one tokenized sentence."""
+        return self.embed_batch([sentence], output)[0]
+
+    def embed_sentences(
+        self, sentences: Iterable[List[str]], batch_size: int = 64, output: Output = "all"
+    ) -> Iterator[numpy.ndarray]:
+        """Embeds any number of tokenized sentences, `batch_size` at a time, lazily and in order."""
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
+        for batch in lazy_groups_of(iter(sentences), batch_size):
+            yield from self.embed_batch(batch, output)
+
+    def _mix_weights(self, output: Output) -> Optional[torch.Tensor]:
+        if isinstance(output, str):
+            if output not in OUTPUT_MODES:
+                raise ConfigurationError(
+                    f"output must be one of {list(OUTPUT_MODES)} or a list of {self.num_layers} "
+                    f"mixing weights, got {output!r}"
+                )
+            return None
+        weights = torch.as_tensor(list(output), dtype=torch.float32)
+        if weights.dim() != 1 or len(weights) != self.num_layers:
+            raise ConfigurationError(
+                f"output has {len(list(output))} mixing weights, but the biLM has "
+                f"{self.num_layers} layers"
+            )
+        return torch.softmax(weights, dim=0)
+
+    @staticmethod
+    def _check_sentence(sentence: List[str]) -> List[str]:
+        if isinstance(sentence, str):
+            raise ConfigurationError(
+                f"sentences must be lists of tokens, got the string {sentence[:50]!r}; "
+                "split it first (e.g. sentence.split())"
+            )
+        return list(sentence)

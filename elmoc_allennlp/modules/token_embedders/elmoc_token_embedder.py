@@ -1,0 +1,124 @@
+from typing import List, Optional
+
+import torch
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.modules.time_distributed import TimeDistributed
+from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
+
+from elmoc_allennlp.modules.elmoc import ElmocElmo
+
+
+@TokenEmbedder.register("elmoc_token_embedder")
+class ElmocTokenEmbedder(TokenEmbedder):
+    """
+    One ELMo representation from a trained ELMo-C biLM, in the role of allennlp's
+    `elmo_token_embedder`: swap the two ELMo blocks of an allennlp-models config,
+
+        "elmo": {"type": "elmo_characters"}
+        "elmo": {"type": "elmo_token_embedder", "options_file": ..., "weight_file": ...}
+
+    for
+
+        "elmo": {"type": "elmoc_subwords", "archive_file": ...}
+        "elmo": {"type": "elmoc_token_embedder", "archive_file": ...}
+
+    and keep the rest: the output dimension is `2 * projection_dim` of the biLM, 1024 at the
+    paper's size, as ELMo's.
+
+    The biLM (frozen unless `requires_grad`) computes layer 0, the projected fastText input for
+    both directions (`[x; x]`), and layers 1..L, `[forward_j; backward_j]`; the output is
+    `gamma * sum_j softmax(s)_j * h_j` (Peters et al. 2018, eq. 1), see `ElmocElmo`.
+
+    Registered as a `TokenEmbedder` with name "elmoc_token_embedder".
+
+    # Parameters
+
+    archive_file : `str`
+        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_subwords` indexer's).
+    vectors_path : `str`, optional (default = `None`)
+        The biLM's fastText `.bin`, if it is not where the archive says (see `ElmocArchive`).
+    do_layer_norm : `bool`, optional (default = `False`)
+        Layer-normalize each layer before mixing.
+    dropout : `float`, optional (default = `0.5`)
+        Dropout on the representation.
+    requires_grad : `bool`, optional (default = `False`)
+        If `True`, fine-tune the biLM.
+    projection_dim : `int`, optional (default = `None`)
+        If given, the representation is projected to this dimension by a trained linear layer.
+    scalar_mix_parameters : `List[float]`, optional (default = `None`)
+        Fixed pre-softmax mixing weights, one per layer (`num_layers + 1`), not trained: e.g.
+        `[-9e10, -9e10, 1]` for the top layer of a 2-layer biLM.
+    scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
+        `lambda` of the penalty `lambda * ||s||^2` on the trained pre-softmax mixing weights
+        (ELMo paper, section 3.3); see `ElmocElmo`.
+    """
+
+    def __init__(
+        self,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        requires_grad: bool = False,
+        projection_dim: Optional[int] = None,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        scalar_mix_l2_penalty: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if projection_dim is not None and projection_dim < 1:
+            raise ConfigurationError(
+                f"projection_dim must be a positive integer (or null), got {projection_dim}"
+            )
+        self._elmo = ElmocElmo(
+            archive_file,
+            num_output_representations=1,
+            requires_grad=requires_grad,
+            do_layer_norm=do_layer_norm,
+            dropout=dropout,
+            scalar_mix_parameters=scalar_mix_parameters,
+            scalar_mix_l2_penalty=scalar_mix_l2_penalty,
+            vectors_path=vectors_path,
+        )
+        if projection_dim:
+            self._projection: Optional[torch.nn.Linear] = torch.nn.Linear(
+                self._elmo.get_output_dim(), projection_dim
+            )
+            self.output_dim = projection_dim
+        else:
+            self._projection = None
+            self.output_dim = self._elmo.get_output_dim()
+
+    def get_output_dim(self) -> int:
+        return self.output_dim
+
+    @property
+    def elmo(self) -> ElmocElmo:
+        return self._elmo
+
+    def forward(self, elmo_tokens: torch.Tensor = None, **unexpected) -> torch.Tensor:
+        """
+        # Parameters
+
+        elmo_tokens : `torch.Tensor`
+            Shape `(batch_size, timesteps, num_subwords)`: the output of the `elmoc_subwords`
+            indexer.
+
+        # Returns
+
+        `torch.Tensor`
+            Shape `(batch_size, timesteps, output_dim)`, zero at padding.
+        """
+        if elmo_tokens is None or unexpected:
+            raise ConfigurationError(
+                "The elmoc_token_embedder takes the output of an 'elmoc_subwords' token indexer "
+                f"with the same key (a tensor named elmo_tokens), but got {sorted(unexpected)}: "
+                "check the dataset reader's token_indexers"
+            )
+        representation = self._elmo(elmo_tokens)["elmo_representations"][0]
+        if self._projection is not None:
+            projection = self._projection
+            for _ in range(representation.dim() - 2):
+                projection = TimeDistributed(projection)
+            representation = projection(representation)
+        return representation

@@ -1,0 +1,215 @@
+"""
+Every config in training_configs/downstream/ trains for an epoch on tiny fixtures with the tiny
+ELMo-C archive, archives, and reloads; plus BCN with ELMo-C through its `elmo` argument.
+"""
+import json
+
+import pytest
+import torch
+
+from allennlp.commands.train import train_model_from_file
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import import_module_and_submodules
+from allennlp.data import Batch, Instance, Token, Vocabulary
+from allennlp.data.fields import LabelField, TextField
+from allennlp.models import Model
+from allennlp.models.archival import load_archive
+from allennlp.modules import FeedForward, Maxout
+from allennlp.modules.seq2seq_encoders import LstmSeq2SeqEncoder
+from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
+
+from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
+from elmoc_allennlp.modules.elmoc import ElmocElmo
+from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder
+from tests.downstream.conftest import DOWNSTREAM_CONFIGS
+
+# The validation metric of each config; a new config must be added here to be tested.
+VALIDATION_METRICS = {
+    "snli_esim.jsonnet": "accuracy",
+    "sst5_bcn.jsonnet": "accuracy",
+    "ner_crf_tagger.jsonnet": "f1-measure-overall",
+    "srl.jsonnet": "f1-measure-overall",
+    "coref.jsonnet": "coref_f1",
+}
+# Test-only overrides that shrink the two slowest recipes (8 x 300 alternating LSTM layers, a
+# 2400 -> 1200 -> 600 maxout) so that the suite stays fast. They touch hidden sizes only: every
+# dimension that depends on ELMo-C or fastText is computed by the config itself.
+SMALL = {
+    "srl.jsonnet": {"model.encoder.hidden_size": 16, "model.encoder.num_layers": 2},
+    "sst5_bcn.jsonnet": {
+        "model.pre_encode_feedforward.hidden_dims": [16],
+        "model.encoder.input_size": 16,
+        "model.encoder.hidden_size": 16,
+        "model.integrator.input_size": 96,
+        "model.integrator.hidden_size": 16,
+        "model.output_layer.input_dim": 128,
+        "model.output_layer.output_dims": [32, 16, 5],
+    },
+}
+PAPER_SCORES = {
+    "snli_esim.jsonnet": "88.8",
+    "sst5_bcn.jsonnet": "53.80",
+    "ner_crf_tagger.jsonnet": "92.24",
+    "srl.jsonnet": "82.4",
+    "coref.jsonnet": "72.9",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    import_module_and_submodules("allennlp_models")
+    import_module_and_submodules("elmoc_allennlp")
+
+
+def test_every_downstream_config_is_tested():
+    configs = sorted(path.name for path in DOWNSTREAM_CONFIGS.glob("*.jsonnet"))
+    assert configs == sorted(VALIDATION_METRICS)
+
+
+@pytest.mark.parametrize("config_name", sorted(VALIDATION_METRICS))
+def test_config_trains_an_epoch_and_archives(
+    config_name, downstream_environment, elmoc_archive, tmp_path
+):
+    config = DOWNSTREAM_CONFIGS / config_name
+    header = config.read_text().split("\n", 3)[:3]
+    assert any(PAPER_SCORES[config_name] in line for line in header), "paper score in header"
+    serialization_dir = tmp_path / "run"
+    train_model_from_file(
+        str(config),
+        str(serialization_dir),
+        overrides=json.dumps({"trainer.num_epochs": 1, **SMALL.get(config_name, {})}),
+    )
+    metrics = json.loads((serialization_dir / "metrics.json").read_text())
+    metric = VALIDATION_METRICS[config_name]
+    for split in ("validation", "test"):
+        assert 0.0 <= metrics[f"{split}_{metric}"] <= 1.0
+
+    downstream = load_archive(str(serialization_dir / "model.tar.gz")).model
+    elmoc = [module for module in downstream.modules() if isinstance(module, ElmocTokenEmbedder)]
+    assert len(elmoc) == 1
+    # The biLM was frozen: its weights are the pretrained ones; the mix was trained.
+    pretrained = load_archive(str(elmoc_archive)).model.state_dict()
+    for name, value in elmoc[0].elmo.bilm.bilm.state_dict().items():
+        assert torch.equal(value, pretrained[name]), name
+    mix = elmoc[0].elmo.scalar_mix_0
+    initial = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    trained = torch.cat([p.detach() for p in mix.scalar_parameters] + [mix.gamma.detach()])
+    assert not torch.equal(trained, initial)
+
+
+def test_recipes_l2_penalty_on_the_mixing_weights_is_in_the_loss(downstream_environment):
+    params = Params.from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"))
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace(["O", "U-PER", "B-ORG", "L-ORG"], "labels")
+    vocab.add_tokens_to_namespace(list("abc"), "token_characters")
+    model = Model.from_params(vocab=vocab, params=params["model"])
+    mix = next(m for m in model.modules() if isinstance(m, ElmocTokenEmbedder)).elmo.scalar_mix_0
+    with torch.no_grad():
+        for parameter, value in zip(mix.scalar_parameters, [1.0, -2.0, 0.5]):
+            parameter.fill_(value)
+    assert model.get_regularization_penalty().item() == pytest.approx(0.1 * (1 + 4 + 0.25))
+
+
+def test_elmoc_dim_that_does_not_match_the_archive_is_a_configuration_error(
+    downstream_environment, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("ELMOC_DIM", "1024")
+    with pytest.raises(ConfigurationError, match="1024"):
+        train_model_from_file(
+            str(DOWNSTREAM_CONFIGS / "snli_esim.jsonnet"), str(tmp_path / "run"),
+            overrides=json.dumps({"trainer.num_epochs": 1}),
+        )
+
+
+# ---------------------------------------------------------------------- BCN
+
+
+def _sst_batch(elmo_key, indexer, words, vocab):
+    texts = [["a", "fine", "film", "."], ["terrible", "!"], ["the", "cat"]]
+    instances = [
+        Instance({
+            "tokens": TextField(
+                [Token(t) for t in text], {"tokens": words, elmo_key: indexer}
+            ),
+            "label": LabelField(str(index % 5)),
+        })
+        for index, text in enumerate(texts)
+    ]
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    return batch.as_tensor_dict()
+
+
+def _bcn(vocab, text_field_embedder, input_dim, elmo=None, use_input=False, use_output=False):
+    from allennlp_models.classification.models.biattentive_classification_network import (
+        BiattentiveClassificationNetwork,
+    )
+
+    integrator_dim = 8 + (12 if use_output else 0)
+    return BiattentiveClassificationNetwork(
+        vocab,
+        text_field_embedder,
+        embedding_dropout=0.0,
+        pre_encode_feedforward=FeedForward(input_dim, 1, 6, torch.nn.ReLU()),
+        encoder=LstmSeq2SeqEncoder(6, 4, bidirectional=True),
+        integrator=LstmSeq2SeqEncoder(24, 4, bidirectional=True),
+        integrator_dropout=0.0,
+        output_layer=Maxout(4 * integrator_dim, 1, 5, 2),
+        elmo=elmo,
+        use_input_elmo=use_input,
+        use_integrator_output_elmo=use_output,
+    )
+
+
+def test_bcn_with_elmoc_in_the_embedder_equals_bcn_with_elmoc_as_input_elmo(
+    elmoc_archive, tiny_fasttext_path
+):
+    """sst5_bcn.jsonnet puts ELMo-C in the text field embedder; that is BCN's use_input_elmo."""
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
+    words = FastTextSubwordIndexer(str(tiny_fasttext_path))
+    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
+    fasttext = FastTextTokenEmbedder(str(tiny_fasttext_path))
+
+    in_embedder = _bcn(vocab, BasicTextFieldEmbedder({"tokens": fasttext, "elmoc": embedder}), 28)
+    elmo = ElmocElmo(None, 1, dropout=0.0, module=embedder.elmo.bilm)
+    as_elmo = _bcn(vocab, BasicTextFieldEmbedder({"tokens": fasttext}), 28, elmo, use_input=True)
+    # Same weights; the embedder concatenates [elmoc; tokens] (sorted keys), BCN [tokens; elmo].
+    state = in_embedder.state_dict()
+    linear = "_pre_encode_feedforward._linear_layers.0.weight"
+    state[linear] = torch.cat([state[linear][:, 12:], state[linear][:, :12]], dim=1)
+    state = {
+        name.replace("_text_field_embedder.token_embedder_elmoc._elmo.", "_elmo."): value
+        for name, value in state.items()
+    }
+    as_elmo.load_state_dict(state)
+    in_embedder.eval(), as_elmo.eval()
+    with torch.no_grad():
+        one = in_embedder(**_sst_batch("elmoc", indexer, words, vocab))
+        other = as_elmo(**_sst_batch("elmo", indexer, words, vocab))
+    assert torch.allclose(one["logits"], other["logits"], atol=1e-5)
+
+
+def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fasttext_path):
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
+    words = FastTextSubwordIndexer(str(tiny_fasttext_path))
+    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    elmo = ElmocElmo(str(elmoc_archive), 2, dropout=0.0)
+    model = _bcn(
+        vocab,
+        BasicTextFieldEmbedder({"tokens": FastTextTokenEmbedder(str(tiny_fasttext_path))}),
+        28,
+        elmo,
+        use_input=True,
+        use_output=True,
+    )
+    output = model(**_sst_batch("elmo", indexer, words, vocab))
+    assert output["logits"].shape == (3, 5)
+    output["loss"].backward()
+    for mix in (elmo.scalar_mix_0, elmo.scalar_mix_1):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mix.scalar_parameters)

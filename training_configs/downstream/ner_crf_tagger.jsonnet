@@ -1,0 +1,90 @@
+// CoNLL-2003 NER with a CRF tagger + ELMo-C.
+// Paper (Li, Chen, Hsieh & Chang, TACL 2019, Table 2): ELMo-C NER test F1 92.24.
+//
+// allennlp-models' training_config/tagging/ner_elmo.jsonnet (Peters et al. 2018's NER model:
+// word vectors + character CNN + ELMo, 2-layer BiLSTM, CRF), hyperparameters unchanged, including
+// the L2 penalty 0.1 on the ELMo mixing weights (`scalar_parameters`), with three changes:
+// * the two ELMo blocks replaced by ELMo-C (`elmoc_subwords` / `elmoc_token_embedder`);
+// * the 50-d GloVe vectors (lowercased, fine-tuned) -> the frozen, cased fastText vectors
+//   (ELMOC_FASTTEXT, ELMOC_FASTTEXT_DIM): GloVe cannot be downloaded here, and fine-tuning the
+//   whole fastText table (words + 2M n-gram buckets) is not practical;
+// * model selection on the development set (eng.testa) and a final evaluation on eng.testb; the
+//   recipe validates on eng.testb.
+//
+//   ELMOC_ARCHIVE=runs/elmoc/model.tar.gz ELMOC_DIM=1024 \
+//   ELMOC_FASTTEXT=crawl-300d-2M-subword.bin ELMOC_FASTTEXT_DIM=300 \
+//   NER_TRAIN_DATA_PATH=conll2003/eng.train NER_VALIDATION_DATA_PATH=conll2003/eng.testa \
+//   NER_TEST_DATA_PATH=conll2003/eng.testb \
+//   allennlp train training_configs/downstream/ner_crf_tagger.jsonnet -s runs/ner --include-package elmoc_allennlp
+local elmoc_archive = std.extVar('ELMOC_ARCHIVE');
+local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
+local fasttext = std.extVar('ELMOC_FASTTEXT');
+local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
+local char_cnn_dim = 128;
+
+{
+  dataset_reader: {
+    type: 'conll2003',
+    tag_label: 'ner',
+    coding_scheme: 'BIOUL',
+    token_indexers: {
+      tokens: { type: 'fasttext_subwords', vectors_path: fasttext },
+      token_characters: { type: 'characters', min_padding_length: 3 },
+      elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+    },
+  },
+  train_data_path: std.extVar('NER_TRAIN_DATA_PATH'),
+  validation_data_path: std.extVar('NER_VALIDATION_DATA_PATH'),
+  test_data_path: std.extVar('NER_TEST_DATA_PATH'),
+  evaluate_on_test: true,
+  model: {
+    type: 'crf_tagger',
+    label_encoding: 'BIOUL',
+    dropout: 0.5,
+    include_start_end_transitions: false,
+    text_field_embedder: {
+      token_embedders: {
+        tokens: { type: 'fasttext', vectors_path: fasttext },
+        elmo: {
+          type: 'elmoc_token_embedder',
+          archive_file: elmoc_archive,
+          do_layer_norm: false,
+          dropout: 0.0,
+        },
+        token_characters: {
+          type: 'character_encoding',
+          // The recipe sizes this from the default 'tokens' namespace (GloVe's words); with vocabulary-free
+          // fastText that namespace is empty, so the character namespace is named.
+          embedding: { embedding_dim: 16, vocab_namespace: 'token_characters' },
+          encoder: {
+            type: 'cnn',
+            embedding_dim: 16,
+            num_filters: char_cnn_dim,
+            ngram_filter_sizes: [3],
+            conv_layer_activation: 'relu',
+          },
+        },
+      },
+    },
+    encoder: {
+      type: 'lstm',
+      input_size: fasttext_dim + char_cnn_dim + elmoc_dim,
+      hidden_size: 200,
+      num_layers: 2,
+      dropout: 0.5,
+      bidirectional: true,
+    },
+    regularizer: {
+      regexes: [['scalar_parameters', { type: 'l2', alpha: 0.1 }]],
+    },
+  },
+  data_loader: { batch_size: 64 },
+  trainer: {
+    optimizer: { type: 'adam', lr: 0.001 },
+    checkpointer: { keep_most_recent_by_count: 3 },
+    validation_metric: '+f1-measure-overall',
+    num_epochs: 75,
+    grad_norm: 5.0,
+    patience: 25,
+  },
+}
