@@ -1,1 +1,2 @@
 from elmoc_allennlp.commands.elmoc_embed import ElmocEmbed
+from elmoc_allennlp.commands.merge_bilm import MergeBidirectionalLanguageModels

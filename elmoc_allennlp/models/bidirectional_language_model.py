@@ -12,6 +12,8 @@ from allennlp.training.metrics import Average
 
 from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
 
+_DIRECTIONS = ("both", "forward", "backward")
+
 
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
@@ -46,7 +48,7 @@ class BidirectionalLanguageModel(Model):
         A bidirectional encoder whose output is `[forward; backward]`, each half of dimension
         `output_layer.get_input_dim()`.
     output_layer : `LanguageModelHead`
-        Shared by both directions.
+        Shared by both directions (unless `backward_output_layer` is given).
     target_embedder : `TextFieldEmbedder`, optional (default = `None`)
         Embeds the target words for continuous heads. By default the (frozen) input embeddings are
         reused, so the forward target at position t is the input vector at t+1; set this for the
@@ -58,6 +60,22 @@ class BidirectionalLanguageModel(Model):
         Dropout on the contextualizer's output before the output layer.
     retrieval_sample_size : `int`, optional (default = `512`)
     initializer : `InitializerApplicator`, optional
+    directions : `str`, optional (default = `"both"`)
+        Which language models are trained: `"both"` (the biLM), or `"forward"` / `"backward"`
+        only, to train the two directions as separate jobs on separate devices or machines and
+        merge them afterwards into one biLM archive (`allennlp elmoc-merge-bilm`; Li et al.
+        2019, footnote 7). With one direction the loss is that direction's, and every
+        contextualizer parameter outside that direction's stack is frozen (`requires_grad =
+        False`) at its initialisation: the other direction's stack and the input projection
+        that both directions share, so that both jobs (started with the same random seeds) see
+        identical inputs and the merge is exact. Frozen parameters get no gradient, no optimizer
+        state and no all-reduce. The contextualizer must have `forward_layers` and
+        `backward_layers` (as `elmoc_lstm` does); it still computes both directions in the
+        forward pass (the unused one without building an autograd graph).
+    backward_output_layer : `LanguageModelHead`, optional (default = `None`)
+        A separate output layer for the backward LM (by default both directions share
+        `output_layer`). The merged archive of two single-direction jobs uses it for the
+        backward job's head.
     """
 
     default_predictor = "elmoc_bilm"
@@ -73,9 +91,15 @@ class BidirectionalLanguageModel(Model):
         dropout: float = 0.0,
         retrieval_sample_size: int = 512,
         initializer: Optional[InitializerApplicator] = None,
+        directions: str = "both",
+        backward_output_layer: Optional[LanguageModelHead] = None,
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
+        if directions not in _DIRECTIONS:
+            raise ConfigurationError(
+                f"model.directions must be one of {list(_DIRECTIONS)}, got {directions!r}"
+            )
         if not contextualizer.is_bidirectional():
             raise ConfigurationError("model.contextualizer must be bidirectional")
         check_dimensions_match(
@@ -90,6 +114,18 @@ class BidirectionalLanguageModel(Model):
             "contextualizer output dim",
             "2 * output_layer input dim",
         )
+        if backward_output_layer is not None:
+            check_dimensions_match(
+                backward_output_layer.get_input_dim(),
+                output_layer.get_input_dim(),
+                "backward_output_layer input dim",
+                "output_layer input dim",
+            )
+            if backward_output_layer.requires_target_ids != output_layer.requires_target_ids:
+                raise ConfigurationError(
+                    "model.backward_output_layer and model.output_layer must both be continuous "
+                    "or both be softmax-family heads"
+                )
         if not output_layer.requires_target_ids:
             target_dim = (target_embedder or text_field_embedder).get_output_dim()
             check_dimensions_match(
@@ -101,6 +137,8 @@ class BidirectionalLanguageModel(Model):
         self._text_field_embedder = text_field_embedder
         self._contextualizer = contextualizer
         self._output_layer = output_layer
+        self._backward_output_layer = backward_output_layer
+        self._directions = directions
         self._target_embedder = target_embedder
         self._target_indexer = target_indexer
         self._dropout = torch.nn.Dropout(dropout)
@@ -111,6 +149,32 @@ class BidirectionalLanguageModel(Model):
         self._retrieval_accuracy = Average()
         if initializer is not None:
             initializer(self)
+        if directions != "both":
+            self._freeze_other_direction(directions)
+
+    @property
+    def directions(self) -> str:
+        """`"both"`, `"forward"` or `"backward"`: the language models this model trains."""
+        return self._directions
+
+    def _freeze_other_direction(self, directions: str) -> None:
+        contextualizer = self._contextualizer
+        if not all(hasattr(contextualizer, name) for name in ("forward_layers", "backward_layers")):
+            raise ConfigurationError(
+                f"model.directions = {directions!r} needs a contextualizer with separate "
+                f"forward_layers and backward_layers (e.g. elmoc_lstm); "
+                f"{type(contextualizer).__name__} has none"
+            )
+        trained = getattr(contextualizer, f"{directions}_layers")
+        trained_ids = {id(parameter) for parameter in trained.parameters()}
+        for parameter in contextualizer.parameters():
+            if id(parameter) not in trained_ids:
+                parameter.requires_grad_(False)
+        if self._backward_output_layer is not None:
+            unused_head = (
+                self._backward_output_layer if directions == "forward" else self._output_layer
+            )
+            unused_head.requires_grad_(False)
 
     def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore
         """
@@ -154,8 +218,13 @@ class BidirectionalLanguageModel(Model):
             ("forward", forward_states, slice(None, -1), slice(1, None)),
             ("backward", backward_states, slice(1, None), slice(None, -1)),
         ):
+            if self._directions not in ("both", direction):
+                continue
+            head = self._output_layer
+            if direction == "backward" and self._backward_output_layer is not None:
+                head = self._backward_output_layer
             direction_states = states[:, predict_at][pair_mask]
-            head_output = self._output_layer(
+            head_output = head(
                 direction_states,
                 target_embeddings=None
                 if target_embeddings is None
@@ -177,7 +246,7 @@ class BidirectionalLanguageModel(Model):
                     predict_at,
                     output_dict,
                 )
-        output_dict["loss"] = 0.5 * (losses[0] + losses[1])
+        output_dict["loss"] = losses[0] if len(losses) == 1 else 0.5 * (losses[0] + losses[1])
         return output_dict
 
     def contextual_layers(
@@ -220,7 +289,8 @@ class BidirectionalLanguageModel(Model):
     ) -> None:
         with torch.no_grad():
             cosine = F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
-            per_position = predictions.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
+            # cosine has its own dtype under mixed precision (autocast computes it in float32).
+            per_position = cosine.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
             per_position[:, predict_at][pair_mask] = cosine  # writes through the slice view
             output_dict[f"{direction}_cosine"] = per_position
             if cosine.numel() == 0:
@@ -238,10 +308,11 @@ class BidirectionalLanguageModel(Model):
         return (scores.argmax(dim=-1) == gold).float().mean().item()
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
-        metrics = {
-            "forward_loss": self._forward_loss.get_metric(reset),
-            "backward_loss": self._backward_loss.get_metric(reset),
-        }
+        metrics = {}
+        if self._directions in ("both", "forward"):
+            metrics["forward_loss"] = self._forward_loss.get_metric(reset)
+        if self._directions in ("both", "backward"):
+            metrics["backward_loss"] = self._backward_loss.get_metric(reset)
         if not self._output_layer.requires_target_ids:
             metrics["cosine_similarity"] = self._cosine_similarity.get_metric(reset)
             metrics["retrieval_accuracy"] = self._retrieval_accuracy.get_metric(reset)

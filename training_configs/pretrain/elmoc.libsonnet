@@ -37,6 +37,25 @@
       max_instances_in_memory: 100 * self.batch_size,
       cuda_device: -1,
       num_workers: 0,
+      // --- Scale and fault tolerance (docs/scale_and_fault_tolerance.md) ---
+      // Distributed training on allennlp's engine (torch DDP): one worker process per entry,
+      // e.g. [0, 1, 2, 3] for 4 GPUs (NCCL) or [-1, -1] for 2 CPU processes (gloo). batch_size
+      // is per worker: the global batch is batch_size * number of workers * num_nodes.
+      cuda_devices: null,
+      // Multi-node: the same config on every node, `allennlp train ... --node-rank R`.
+      num_nodes: 1,
+      primary_address: null,
+      primary_port: null,
+      // Train 'forward' or 'backward' only, as two jobs to merge with `allennlp elmoc-merge-bilm`.
+      directions: 'both',
+      // Crash-safe checkpoints (`elmoc_atomic`); set a step interval for long epochs so that a
+      // crash loses at most that many steps (null: only at the end of each epoch).
+      checkpoint_every_num_batches: null,
+      keep_checkpoints: 2,
+      // Mixed precision (needs a GPU).
+      use_amp: false,
+      // Per-step log of loss and all-reduce bytes (`elmoc_step_log`), step_log_w<rank>.jsonl.
+      step_log: false,
     } + settings;
     {
       dataset_reader: {
@@ -75,6 +94,7 @@
           loss: s.loss,
         },
         dropout: s.dropout,
+        [if s.directions != 'both' then 'directions']: s.directions,
       },
       data_loader: {
         batch_sampler: { type: 'bucket', batch_size: s.batch_size, sorting_keys: ['tokens'] },
@@ -94,6 +114,19 @@
           num_replicas: s.num_replicas,
         },
         validation_metric: '-loss',
+        checkpointer: {
+          type: 'elmoc_atomic',
+          save_every_num_batches: s.checkpoint_every_num_batches,
+          keep_most_recent_by_count: s.keep_checkpoints,
+        },
+        [if s.use_amp then 'use_amp']: true,
+        [if s.step_log then 'callbacks']: [{ type: 'elmoc_step_log' }],
+      },
+      [if s.cuda_devices != null then 'distributed']: {
+        cuda_devices: s.cuda_devices,
+        [if s.num_nodes != 1 then 'num_nodes']: s.num_nodes,
+        [if s.primary_address != null then 'primary_address']: s.primary_address,
+        [if s.primary_port != null then 'primary_port']: s.primary_port,
       },
     },
 }

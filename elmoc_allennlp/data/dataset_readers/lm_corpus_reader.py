@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 _LONG_SENTENCE_MODES = ("split", "truncate")
+_INVALID_LINE_MODES = ("error", "skip")
+# Skipped lines named individually in the log, per read.
+_MAX_SKIP_WARNINGS = 10
+# Chunk size for discarding the rest of an over-long line.
+_DISCARD_CHUNK = 1 << 20
 
 
 class CorpusDecodingError(ConfigurationError):
@@ -66,7 +71,16 @@ class LanguageModelCorpusReader(DatasetReader):
 
     The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
     `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
-    `tokens` (without boundaries) and `instances`. One summary line per file is logged at INFO.
+    `tokens` (without boundaries) and `instances`, plus `invalid_lines_skipped`,
+    `long_lines_skipped` and `tokens_truncated` when the options that produce them are set. One
+    summary line per file is logged at INFO.
+
+    Bad input at scale: with `invalid_lines="skip"` a line that is not UTF-8 is skipped, counted
+    and logged (file and line) instead of stopping the run; `max_line_bytes` bounds the memory a
+    line may take (a binary file without newlines is skipped line by line, never read whole);
+    `max_token_characters` truncates pathological tokens, whose character n-grams would
+    otherwise make the `fasttext_subwords` indexer's padded batch enormous. A corpus whose files
+    are all empty or blank raises a `ConfigurationError` naming it.
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 
@@ -86,6 +100,16 @@ class LanguageModelCorpusReader(DatasetReader):
         Prepended to every instance; `None` or `""` to add nothing.
     end_token : `str`, optional (default = `"</S>"`)
         Appended to every instance; `None` or `""` to add nothing.
+    invalid_lines : `str`, optional (default = `"error"`)
+        What to do with a line that is not valid UTF-8: `"error"` raises a `CorpusDecodingError`
+        naming the file, line and byte offset; `"skip"` skips it (counted in
+        `invalid_lines_skipped`; the first ones are logged with their file and line).
+    max_line_bytes : `int`, optional (default = `None`)
+        Lines longer than this many bytes are skipped (counted in `long_lines_skipped`, logged
+        with their file and line) without being held in memory whole. `None`: no limit.
+    max_token_characters : `int`, optional (default = `None`)
+        Tokens longer than this many characters are truncated to it (counted in
+        `tokens_truncated`). ELMo caps tokens at 50 characters. `None`: no limit.
     """
 
     def __init__(
@@ -96,6 +120,9 @@ class LanguageModelCorpusReader(DatasetReader):
         long_sentences: str = "split",
         start_token: Optional[str] = "<S>",
         end_token: Optional[str] = "</S>",
+        invalid_lines: str = "error",
+        max_line_bytes: Optional[int] = None,
+        max_token_characters: Optional[int] = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -114,6 +141,21 @@ class LanguageModelCorpusReader(DatasetReader):
                 f"long_sentences must be one of {list(_LONG_SENTENCE_MODES)}, "
                 f"got {long_sentences!r}"
             )
+        if invalid_lines not in _INVALID_LINE_MODES:
+            raise ConfigurationError(
+                f"invalid_lines must be one of {list(_INVALID_LINE_MODES)}, got {invalid_lines!r}"
+            )
+        for name, limit in (
+            ("max_line_bytes", max_line_bytes),
+            ("max_token_characters", max_token_characters),
+        ):
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            ):
+                raise ConfigurationError(f"{name} must be a positive integer or null, got {limit!r}")
+        self._invalid_lines = invalid_lines
+        self._max_line_bytes = max_line_bytes
+        self._max_token_characters = max_token_characters
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
         self._tokenizer = tokenizer or WhitespaceTokenizer()
         self._max_sequence_length = max_sequence_length
@@ -163,16 +205,37 @@ class LanguageModelCorpusReader(DatasetReader):
         paths = self._resolve_paths(file_path)
         statistics = self._new_statistics()
         self.last_read_statistics = statistics
+        corpus_lines = [0]  # set to 1 at the corpus's first non-blank line (any worker's share)
 
         for path, line_number, raw_line in self.shard_iterable(
-            self._numbered_lines(paths, statistics)
+            self._numbered_lines(paths, statistics, corpus_lines)
         ):
             statistics["lines"] += 1
-            text = self._decode(raw_line, path, line_number)
+            if raw_line is None:
+                statistics["long_lines_skipped"] += 1
+                self._warn_skipped(
+                    statistics, path, line_number, f"longer than {self._max_line_bytes} bytes"
+                )
+                continue
+            try:
+                text = self._decode(raw_line, path, line_number)
+            except CorpusDecodingError as error:
+                if self._invalid_lines == "error":
+                    raise
+                statistics["invalid_lines_skipped"] += 1
+                self._warn_skipped(
+                    statistics,
+                    path,
+                    line_number,
+                    f"invalid UTF-8 at byte offset {error.byte_offset} ({error.reason})",
+                )
+                continue
             tokens = self._tokenizer.tokenize(text) if text and not text.isspace() else []
             if not tokens:
                 statistics["blank_lines_skipped"] += 1
                 continue
+            if self._max_token_characters is not None:
+                tokens = self._truncate_tokens(tokens, statistics)
             statistics["sentences"] += 1
             statistics["tokens"] += len(tokens)
 
@@ -181,27 +244,79 @@ class LanguageModelCorpusReader(DatasetReader):
             for chunk in chunks:
                 yield self._tokens_to_instance(chunk)
 
+        if corpus_lines[0] == 0:
+            raise ConfigurationError(
+                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty or "
+                f"blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+            )
+
+    def _truncate_tokens(self, tokens: List[Token], statistics: Dict[str, int]) -> List[Token]:
+        limit = self._max_token_characters
+        result = []
+        for token in tokens:
+            if len(token.text) > limit:  # type: ignore[arg-type]
+                statistics["tokens_truncated"] += 1
+                token = Token(token.text[:limit])  # type: ignore[index]
+            result.append(token)
+        return result
+
+    @staticmethod
+    def _warn_skipped(statistics: Dict[str, int], path: str, line_number: int, why: str) -> None:
+        skipped = statistics.get("invalid_lines_skipped", 0) + statistics.get(
+            "long_lines_skipped", 0
+        )
+        if skipped <= _MAX_SKIP_WARNINGS:
+            logger.warning(
+                "%s, line %d: skipped, %s%s",
+                path,
+                line_number,
+                why,
+                " (further skipped lines are only counted)"
+                if skipped == _MAX_SKIP_WARNINGS
+                else "",
+            )
+
     def _numbered_lines(
-        self, paths: List[str], statistics: Dict[str, int]
-    ) -> Iterator[Tuple[str, int, bytes]]:
+        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int]
+    ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
         """
         Yields `(path, 1-based line number, raw line without its newline)` for every line of
-        every file, streaming, and logs a summary of each file. This generator is only resumed
-        after the consumer has dealt with the previous line, so the counts are complete when a
-        file ends.
+        every file, streaming, and logs a summary of each file. The raw line is `None` for a
+        line longer than `max_line_bytes` (which is not kept in memory). This generator is only
+        resumed after the consumer has dealt with the previous line, so the counts are complete
+        when a file ends. `corpus_lines[0]` is set to 1 at the first line of any file (of any
+        worker's share) that is not blank.
         """
+        limit = self._max_line_bytes
         for path in paths:
             statistics["files"] += 1
             before = dict(statistics)
             with open(path, "rb") as corpus_file:
-                for line_number, raw_line in enumerate(corpus_file, start=1):
+                line_number = 0
+                while True:
+                    if limit is None:
+                        raw_line = corpus_file.readline()
+                    else:
+                        # One byte more than the limit, plus room for "\r\n".
+                        raw_line = corpus_file.readline(limit + 3)
+                    if not raw_line:
+                        break
+                    line_number += 1
                     if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
                         raw_line = raw_line[3:]  # UTF-8 byte order mark
+                    if not corpus_lines[0] and raw_line.strip():
+                        corpus_lines[0] = 1
+                    if limit is not None and len(raw_line.rstrip(b"\r\n")) > limit:
+                        if not raw_line.endswith(b"\n"):
+                            self._discard_rest_of_line(corpus_file)
+                        corpus_lines[0] = 1
+                        yield path, line_number, None
+                        continue
                     yield path, line_number, raw_line.rstrip(b"\r\n")
             in_file = {key: statistics[key] - before[key] for key in statistics}
             logger.info(
                 "Read %s: %d lines, %d blank lines skipped, %d sentences (%d split, %d truncated), "
-                "%d instances",
+                "%d instances%s",
                 path,
                 in_file["lines"],
                 in_file["blank_lines_skipped"],
@@ -209,7 +324,19 @@ class LanguageModelCorpusReader(DatasetReader):
                 in_file["sentences_split"],
                 in_file["sentences_truncated"],
                 in_file["instances"],
+                "".join(
+                    f", {in_file[key]} {key.replace('_', ' ')}"
+                    for key in ("invalid_lines_skipped", "long_lines_skipped", "tokens_truncated")
+                    if in_file.get(key)
+                ),
             )
+
+    @staticmethod
+    def _discard_rest_of_line(corpus_file) -> None:
+        while True:
+            chunk = corpus_file.readline(_DISCARD_CHUNK)
+            if not chunk or chunk.endswith(b"\n"):
+                return
 
     def _limit_length(
         self, tokens: List[Token], statistics: Dict[str, int]
@@ -273,9 +400,8 @@ class LanguageModelCorpusReader(DatasetReader):
             raise ConfigurationError(f"No corpus files found matching {file_path}")
         return paths
 
-    @staticmethod
-    def _new_statistics() -> Dict[str, int]:
-        return {
+    def _new_statistics(self) -> Dict[str, int]:
+        statistics = {
             "files": 0,
             "lines": 0,
             "blank_lines_skipped": 0,
@@ -285,3 +411,11 @@ class LanguageModelCorpusReader(DatasetReader):
             "tokens": 0,
             "instances": 0,
         }
+        # Only with the options that produce them, so the default statistics are unchanged.
+        if self._invalid_lines == "skip":
+            statistics["invalid_lines_skipped"] = 0
+        if self._max_line_bytes is not None:
+            statistics["long_lines_skipped"] = 0
+        if self._max_token_characters is not None:
+            statistics["tokens_truncated"] = 0
+        return statistics

@@ -1,0 +1,181 @@
+import logging
+import os
+import time
+from typing import Optional, Set, Tuple, Union
+
+import torch
+
+from allennlp.nn import util as nn_util
+from allennlp.training.checkpointer import Checkpointer
+from allennlp.training.trainer import Trainer, TrainerCheckpoint
+
+from elmoc_allennlp.training.atomic_files import (
+    atomic_torch_save,
+    install_atomic_allennlp_writes,
+    remove_stale_partial_files,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@Checkpointer.register("elmoc_atomic")
+class AtomicCheckpointer(Checkpointer):
+    """
+    allennlp's `Checkpointer` made crash-safe, so that `allennlp train --recover` always works
+    after the training process was killed at any instant (`kill -9`, pre-emption, OOM):
+
+    - both files of a checkpoint are written under temporary names and renamed into place
+      (`atomic_torch_save`); the training state is written first and the model state last, and
+      a checkpoint only counts once both files exist, so a checkpoint is either complete or
+      invisible;
+    - an existing checkpoint file of the same name is replaced (the stock checkpointer keeps a
+      stale one);
+    - old checkpoints are deleted model state first, so a deletion cut short leaves no
+      half-checkpoint behind;
+    - when recovering, a checkpoint that cannot be loaded (e.g. truncated by the stock
+      checkpointer in an earlier run) is renamed to `*.corrupt` with a warning and the previous
+      checkpoint is used; leftover temporary files are deleted;
+    - if the run was killed while the trainer replaced `best.th` (it deletes the old file
+      before linking the new one), `best.th` is restored from the checkpoint of the best epoch.
+
+    It also makes allennlp's archive and metrics writers atomic
+    (`install_atomic_allennlp_writes`). The parameters are the stock checkpointer's.
+
+    Registered as a `Checkpointer` with name "elmoc_atomic".
+
+    # Parameters
+
+    serialization_dir : `Union[str, os.PathLike]`
+    save_completed_epochs : `bool`, optional (default = `True`)
+    save_every_num_seconds : `float`, optional (default = `None`)
+    save_every_num_batches : `int`, optional (default = `None`)
+        With a large corpus an epoch takes days: set this (or `save_every_num_seconds`, which
+        allennlp does not support in distributed training) so that a crash loses at most this
+        many batches.
+    keep_most_recent_by_count : `int`, optional (default = `2`)
+    keep_most_recent_by_age : `int`, optional (default = `None`)
+    """
+
+    def __init__(
+        self,
+        serialization_dir: Union[str, os.PathLike],
+        save_completed_epochs: bool = True,
+        save_every_num_seconds: Optional[float] = None,
+        save_every_num_batches: Optional[int] = None,
+        keep_most_recent_by_count: Optional[int] = 2,
+        keep_most_recent_by_age: Optional[int] = None,
+    ) -> None:
+        super().__init__(
+            serialization_dir,
+            save_completed_epochs=save_completed_epochs,
+            save_every_num_seconds=save_every_num_seconds,
+            save_every_num_batches=save_every_num_batches,
+            keep_most_recent_by_count=keep_most_recent_by_count,
+            keep_most_recent_by_age=keep_most_recent_by_age,
+        )
+        install_atomic_allennlp_writes()
+        if self._is_primary and os.path.isdir(self._serialization_dir):
+            remove_stale_partial_files(self._serialization_dir)
+
+    def _find_all_checkpoints(self) -> Set[Tuple[int, int]]:
+        # A checkpoint counts only when both of its files are there.
+        return {
+            checkpoint
+            for checkpoint in super()._find_all_checkpoints()
+            if os.path.isfile(self._training_state_path(*checkpoint))
+        }
+
+    def _remove_checkpoint(self, epochs_completed: int, batches_in_epoch_completed: int) -> None:
+        # Model state first: once it is gone the checkpoint no longer counts.
+        for path in (
+            self._model_state_path(epochs_completed, batches_in_epoch_completed),
+            self._training_state_path(epochs_completed, batches_in_epoch_completed),
+        ):
+            if os.path.exists(path):
+                os.remove(path)
+
+    def save_checkpoint(self, trainer: Trainer) -> None:
+        if self._serialization_dir is None:
+            return
+        checkpoint = trainer.get_checkpoint_state()
+        if checkpoint is None:
+            # A non-primary worker of a (non-sharded) distributed run: the primary saves.
+            assert not self._is_primary and not self.state_is_sharded
+            return
+        point_in_time = (
+            checkpoint.trainer_state["epochs_completed"],
+            checkpoint.trainer_state["batches_in_epoch_completed"],
+        )
+        atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
+        atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
+
+        self._last_save_time = time.time()
+        self._last_save_num_epochs_completed = point_in_time[0]
+        self._last_save_num_batches_in_epoch_completed = point_in_time[1]
+        if self._is_primary:
+            self._remove_old_checkpoints()
+
+    def _remove_old_checkpoints(self) -> None:
+        by_count, by_age = self._keep_most_recent_by_count, self._keep_most_recent_by_age
+        if by_count is None and by_age is None:
+            return
+        checkpoints = sorted(self._find_all_checkpoints(), reverse=True)
+        keep = set(checkpoints[:by_count]) if by_count is not None else set()
+        if by_age is not None:
+            now = time.time()
+            for checkpoint in checkpoints:
+                paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
+                if now - max(os.path.getmtime(path) for path in paths) <= by_age:
+                    keep.add(checkpoint)
+        for checkpoint in checkpoints:
+            if checkpoint not in keep:
+                self._remove_checkpoint(*checkpoint)
+
+    def load_checkpoint(self) -> Optional[TrainerCheckpoint]:
+        """
+        Loads the newest checkpoint that loads; see the class docstring. Returns `None` when
+        there is none.
+        """
+        if self._is_primary and os.path.isdir(self._serialization_dir):
+            remove_stale_partial_files(self._serialization_dir)
+        for checkpoint in sorted(self._find_all_checkpoints(), reverse=True):
+            model_path = self._model_state_path(*checkpoint)
+            training_state_path = self._training_state_path(*checkpoint)
+            try:
+                model_state = torch.load(model_path, map_location=nn_util.device_mapping(-1))
+                training_state = torch.load(
+                    training_state_path, map_location=nn_util.device_mapping(-1)
+                )
+            except Exception as error:  # truncated or corrupt file
+                logger.warning(
+                    "Checkpoint %s / %s cannot be loaded (%s: %s); using an older one.",
+                    model_path,
+                    training_state_path,
+                    type(error).__name__,
+                    error,
+                )
+                if self._is_primary:
+                    for path in (model_path, training_state_path):
+                        if os.path.exists(path):
+                            os.replace(path, path + ".corrupt")
+                continue
+            if self._is_primary:
+                self._restore_best_weights(training_state)
+            return TrainerCheckpoint(model_state, training_state)
+        return None
+
+    def _restore_best_weights(self, training_state) -> None:
+        best_path = os.path.join(self._serialization_dir, "best.th")
+        if os.path.exists(best_path):
+            return
+        best_epoch = training_state.get("metric_tracker", {}).get("best_epoch")
+        if best_epoch is None:
+            return
+        # The trainer links best.th to the checkpoint saved at the end of the best epoch.
+        source = self._model_state_path(best_epoch + 1, 0)
+        if os.path.isfile(source):
+            logger.warning("best.th is missing (killed while it was replaced); restoring it.")
+            try:
+                os.link(source, best_path)
+            except OSError:
+                atomic_torch_save(torch.load(source, map_location="cpu"), best_path)
