@@ -111,7 +111,10 @@ def contextual_vectors(model, reader, sentences: List[List[str]]):
     with torch.no_grad():
         for start in range(0, len(sentences), 64):
             chunk = sentences[start : start + 64]
-            batch = Batch([reader.text_to_instance(words) for words in chunk])
+            instances = [reader.text_to_instance(words) for words in chunk]
+            for instance in instances:
+                reader.apply_token_indexers(instance)
+            batch = Batch(instances)
             batch.index_instances(model.vocab)
             tokens = batch.as_tensor_dict()["tokens"]
             mask = util.get_text_field_mask(tokens)
