@@ -75,8 +75,6 @@ def train_vectors(corpus: Path, output: Path, threads: int) -> float:
 def pretrain(serialization_dir: Path, epochs: int) -> float:
     from allennlp.commands.train import train_model_from_file
 
-    import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
-
     overrides = json.dumps({"trainer.num_epochs": epochs}) if epochs else ""
     started = time.perf_counter()
     train_model_from_file(
@@ -167,6 +165,8 @@ def main() -> int:
     parser.add_argument("--force", action="store_true", help="redo every step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
+
     output_dir: Path = args.output_dir.resolve()
     if args.force and output_dir.exists():
         shutil.rmtree(output_dir)
