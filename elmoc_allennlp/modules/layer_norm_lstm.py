@@ -3,9 +3,21 @@ The ELMo-C contextual encoder: ELMo's bidirectional LSTM with projection (`ElmoL
 `LstmCellWithProjection`), with LayerNorm applied to the projected state inside the recurrence.
 
 With `layer_norm=False` the layers compute exactly what allennlp's `LstmCellWithProjection`
-computes; padding is handled with masks instead of sorting the batch by length.
+computes.
+
+Two implementations compute the same thing (chosen with `implementation`):
+
+* the **reference** path, a Python loop over time steps whose backward pass is autograd's, with
+  padding handled by masks;
+* the **fast** path (`elmoc_allennlp.modules.lstm_recurrence`): sequences packed by length, one
+  autograd node per layer and direction with a hand-written backward pass, and the elementwise
+  step math fused into C kernels compiled on first use (`"native"`,
+  `elmoc_allennlp.modules.fused_lstm_cell`) or written with PyTorch operations (`"torch"`, any
+  device, no compiler). `"auto"` (the default) uses the C kernels for CPU tensors when they can be
+  built and the PyTorch operations otherwise.
 """
-from typing import List, Optional
+import logging
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -13,6 +25,24 @@ from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
+
+from elmoc_allennlp.modules.fused_lstm_cell import (
+    LstmCellKernels,
+    NativeLstmCellKernels,
+    TorchLstmCellKernels,
+    native_lstm_cell_kernels,
+)
+from elmoc_allennlp.modules.lstm_recurrence import (
+    ConcurrentRunner,
+    RecurrenceConfig,
+    SequencePacking,
+    pack_by_length,
+    run_recurrences,
+)
+
+logger = logging.getLogger(__name__)
+
+IMPLEMENTATIONS = ("auto", "native", "torch", "reference")
 
 
 def _check_positive(value: int, name: str) -> None:
@@ -40,6 +70,54 @@ def _check_lstm_config(
         raise ConfigurationError(
             f"recurrent_dropout must be in [0, 1), but got {recurrent_dropout}."
         )
+
+
+def _check_implementation(implementation: str) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ConfigurationError(
+            f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, "
+            f"but got {implementation!r}."
+        )
+    if implementation == "native" and native_lstm_cell_kernels() is None:
+        raise ConfigurationError(
+            "implementation 'native' needs the C kernels, which could not be built (see the "
+            "warning above); use 'auto' to fall back to the PyTorch implementation."
+        )
+
+
+_TORCH_KERNELS = TorchLstmCellKernels()
+_SEQUENTIAL = ConcurrentRunner(enabled=False)
+_CONCURRENT = ConcurrentRunner(enabled=True)
+_warned_not_prefix = False
+
+
+def _select_kernels(implementation: str, inputs: torch.Tensor) -> Optional[LstmCellKernels]:
+    """The elementwise kernels of the fast path for these inputs, or `None` for the reference."""
+    if implementation == "reference":
+        return None
+    if implementation == "torch":
+        return _TORCH_KERNELS
+    native = native_lstm_cell_kernels() if NativeLstmCellKernels.supports(inputs) else None
+    if native is not None:
+        return native
+    if implementation == "native":
+        raise ValueError(
+            "implementation 'native' runs on CPU float32/float64 tensors only, but got a "
+            f"{inputs.dtype} tensor on {inputs.device}."
+        )
+    return _TORCH_KERNELS
+
+
+def _pack_or_warn(mask: torch.BoolTensor) -> Optional[SequencePacking]:
+    global _warned_not_prefix
+    packing = pack_by_length(mask)
+    if packing is None and not _warned_not_prefix:
+        logger.warning(
+            "The mask has padding before real tokens; the fast LSTM path needs padding at the end "
+            "of each sequence, so the (slower) reference path is used for such batches."
+        )
+        _warned_not_prefix = True
+    return packing
 
 
 def _check_inputs(inputs: torch.Tensor, mask: torch.Tensor, input_dim: int) -> None:
@@ -94,6 +172,13 @@ class LayerNormLstmLayer(torch.nn.Module):
     recurrent_dropout : `float`, optional (default = `0.0`)
         Variational dropout on the recurrent state: in training mode one mask per sequence is
         applied, at every time step, to the state that is emitted and fed back.
+    implementation : `str`, optional (default = `"auto"`)
+        How to compute it (the result is the same up to float rounding): `"reference"` (Python
+        loop over time steps, autograd backward), `"torch"` (fast path with PyTorch elementwise
+        operations; any device), `"native"` (fast path with compiled C elementwise kernels; CPU
+        only) or `"auto"` (`"native"` when possible, else `"torch"`). The fast path needs the
+        padding at the end of each sequence and uses the reference path for other masks. It is
+        also a plain attribute, which can be changed after construction.
     """
 
     def __init__(
@@ -106,11 +191,14 @@ class LayerNormLstmLayer(torch.nn.Module):
         cell_clip: Optional[float] = 3.0,
         projection_clip: Optional[float] = 3.0,
         recurrent_dropout: float = 0.0,
+        implementation: str = "auto",
     ) -> None:
         super().__init__()
         _check_lstm_config(
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
+        _check_implementation(implementation)
+        self.implementation = implementation
         self.input_dim = input_dim
         self.projection_dim = projection_dim
         self.cell_dim = cell_dim
@@ -159,6 +247,71 @@ class LayerNormLstmLayer(torch.nn.Module):
             mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
         _check_inputs(inputs, mask, self.input_dim)
         mask = mask.bool()
+        kernels = _select_kernels(self.implementation, inputs)
+        packing = None if kernels is None else _pack_or_warn(mask)
+        if packing is None or packing.num_rows == 0:
+            return self._forward_reference(inputs, mask)
+        dropout_mask = self.make_dropout_mask(inputs)
+        if dropout_mask is not None:
+            dropout_mask = packing.sort_batch(dropout_mask)
+        outputs = self.forward_packed(packing.pack(inputs), packing, kernels, dropout_mask)
+        return packing.unpack(outputs)
+
+    def make_dropout_mask(self, inputs: torch.Tensor) -> Optional[torch.Tensor]:
+        """
+        The recurrent dropout mask `(batch_size, projection_dim)` for a batch of `inputs`, or
+        `None` when there is no dropout (evaluation mode or `recurrent_dropout == 0`).
+        """
+        if not (self.training and self.recurrent_dropout > 0.0):
+            return None
+        state = inputs.new_zeros(inputs.size(0), self.projection_dim)
+        return get_dropout_mask(self.recurrent_dropout, state).to(state.dtype)
+
+    def forward_packed(
+        self,
+        packed_inputs: torch.Tensor,
+        packing: SequencePacking,
+        kernels: LstmCellKernels,
+        dropout_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """
+        The fast path on packed rows: `packed_inputs` `(num_rows, input_dim)` in the layout of
+        `packing`, `dropout_mask` `(batch_size, projection_dim)` in packing order (or `None`).
+        Returns the states `(num_rows, projection_dim)`. `packing` must have at least one row.
+        """
+        config, tensors = self.recurrence_inputs(packed_inputs, packing, kernels, dropout_mask)
+        return run_recurrences(_SEQUENTIAL, [config], [tensors])[0]
+
+    def recurrence_inputs(
+        self,
+        packed_inputs: torch.Tensor,
+        packing: SequencePacking,
+        kernels: LstmCellKernels,
+        dropout_mask: Optional[torch.Tensor] = None,
+    ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
+        """The arguments of `lstm_recurrence.run_recurrences` for this layer (`forward_packed`)."""
+        config = RecurrenceConfig(
+            batch_sizes=packing.batch_sizes,
+            offsets=packing.offsets,
+            go_forward=self.go_forward,
+            cell_clip=self.cell_clip,
+            projection_clip=self.projection_clip,
+            layer_norm_eps=self.layer_norm.eps if self.layer_norm is not None else 0.0,
+            kernels=kernels,
+        )
+        tensors = (
+            packed_inputs,
+            self.input_linearity.weight,
+            self.state_linearity.bias,
+            self.state_linearity.weight,
+            self.state_projection.weight,
+            None if self.layer_norm is None else self.layer_norm.weight,
+            None if self.layer_norm is None else self.layer_norm.bias,
+            dropout_mask,
+        )
+        return config, tensors
+
+    def _forward_reference(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         batch_size, total_timesteps, _ = inputs.size()
 
         # Input-to-gates product for all time steps in one matmul, time-major so that each step
@@ -173,9 +326,7 @@ class LayerNormLstmLayer(torch.nn.Module):
 
         memory = inputs.new_zeros(batch_size, self.cell_dim)
         state = inputs.new_zeros(batch_size, self.projection_dim)
-        dropout_mask = None
-        if self.training and self.recurrent_dropout > 0.0:
-            dropout_mask = get_dropout_mask(self.recurrent_dropout, state).to(state.dtype)
+        dropout_mask = self.make_dropout_mask(inputs)
 
         outputs: List[Optional[torch.Tensor]] = [None] * total_timesteps
         steps = range(total_timesteps) if self.go_forward else range(total_timesteps - 1, -1, -1)
@@ -240,6 +391,16 @@ class ElmocLstm(Seq2SeqEncoder):
         The magnitude at which projected states are clipped; `None` disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
         Variational dropout on the recurrent states (one mask per sequence, layer and direction).
+    implementation : `str`, optional (default = `"auto"`)
+        `"auto"`, `"native"`, `"torch"` or `"reference"`; see
+        [`LayerNormLstmLayer`](#layernormlstmlayer). All compute the same function; the fast
+        paths pack the batch once for the whole stack. Setting the `implementation` attribute
+        later also sets it on every layer.
+    parallel_directions : `bool`, optional (default = `True`)
+        On CPU, let the fast paths run the forward and backward directions of each layer (forward
+        and backward passes) in two threads, each with half of PyTorch's intra-op threads (see
+        `lstm_recurrence.ConcurrentRunner`; it falls back to one after the other where threads
+        cannot be limited per thread). Does not change the result beyond float rounding.
     """
 
     def __init__(
@@ -252,12 +413,15 @@ class ElmocLstm(Seq2SeqEncoder):
         cell_clip: Optional[float] = 3.0,
         projection_clip: Optional[float] = 3.0,
         recurrent_dropout: float = 0.0,
+        implementation: str = "auto",
+        parallel_directions: bool = True,
     ) -> None:
         super().__init__(stateful=False)
         _check_lstm_config(
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
         _check_positive(num_layers, "num_layers")
+        _check_implementation(implementation)
         self._input_dim = input_dim
         self.projection_dim = projection_dim
         self.cell_dim = cell_dim
@@ -279,10 +443,24 @@ class ElmocLstm(Seq2SeqEncoder):
                 cell_clip=cell_clip,
                 projection_clip=projection_clip,
                 recurrent_dropout=recurrent_dropout,
+                implementation=implementation,
             )
 
         self.forward_layers = torch.nn.ModuleList(make_layer(True) for _ in range(num_layers))
         self.backward_layers = torch.nn.ModuleList(make_layer(False) for _ in range(num_layers))
+        self.implementation = implementation
+        self.parallel_directions = parallel_directions
+
+    @property
+    def implementation(self) -> str:
+        return self._implementation
+
+    @implementation.setter
+    def implementation(self, implementation: str) -> None:
+        _check_implementation(implementation)
+        self._implementation = implementation
+        for layer in list(self.forward_layers) + list(self.backward_layers):
+            layer.implementation = implementation
 
     def get_input_dim(self) -> int:
         return self._input_dim
@@ -335,6 +513,10 @@ class ElmocLstm(Seq2SeqEncoder):
             mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
         _check_inputs(inputs, mask, self._input_dim)
         mask = mask.bool()
+        kernels = _select_kernels(self.implementation, inputs)
+        packing = None if kernels is None else _pack_or_warn(mask)
+        if packing is not None and packing.num_rows > 0:
+            return self._encode_packed(inputs, packing, kernels, all_layers)
 
         projected = self.input_projection(inputs)
         if self.input_layer_norm is not None:
@@ -358,4 +540,53 @@ class ElmocLstm(Seq2SeqEncoder):
                 backward_output = backward_output + backward_input
             if all_layers or layer_index == self.num_layers - 1:
                 layers.append(torch.cat([forward_output, backward_output], dim=-1))
+        return layers
+
+    def _encode_packed(
+        self,
+        inputs: torch.Tensor,
+        packing: SequencePacking,
+        kernels: LstmCellKernels,
+        all_layers: bool,
+    ) -> List[torch.Tensor]:
+        """`_encode`'s fast path: packs once, runs every layer on packed rows, unpacks outputs."""
+        projected = self.input_projection(packing.pack(inputs))
+        if self.input_layer_norm is not None:
+            projected = self.input_layer_norm(projected)
+
+        layers: List[torch.Tensor] = []
+        if all_layers:
+            layers.append(packing.unpack(torch.cat([projected, projected], dim=-1)))
+
+        runner = _SEQUENTIAL
+        if self.parallel_directions and inputs.device.type == "cpu":
+            runner = _CONCURRENT
+        forward_output = backward_output = projected
+        for layer_index, (forward_layer, backward_layer) in enumerate(
+            zip(self.forward_layers, self.backward_layers)
+        ):
+            forward_input, backward_input = forward_output, backward_output
+            # Drawn in the same order as on the reference path: forward mask, then backward.
+            forward_mask = forward_layer.make_dropout_mask(inputs)
+            backward_mask = backward_layer.make_dropout_mask(inputs)
+            forward_config, forward_tensors = forward_layer.recurrence_inputs(
+                forward_input,
+                packing,
+                kernels,
+                None if forward_mask is None else packing.sort_batch(forward_mask),
+            )
+            backward_config, backward_tensors = backward_layer.recurrence_inputs(
+                backward_input,
+                packing,
+                kernels,
+                None if backward_mask is None else packing.sort_batch(backward_mask),
+            )
+            forward_output, backward_output = run_recurrences(
+                runner, [forward_config, backward_config], [forward_tensors, backward_tensors]
+            )
+            if layer_index != 0:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            if all_layers or layer_index == self.num_layers - 1:
+                layers.append(packing.unpack(torch.cat([forward_output, backward_output], -1)))
         return layers

@@ -1,0 +1,187 @@
+"""
+Speed of one bidirectional LSTM-with-projection layer, forward + backward, float32 on CPU:
+
+* `allennlp LstmCellWithProjection`: two of them (one per direction), clipping on;
+* `nn.LSTM(proj_size)`: `torch.nn.LSTM(P, C, proj_size=P, bidirectional=True)`, the fused baseline
+  (no LayerNorm, no clipping, no recurrent dropout) that every ratio is relative to;
+* `elmoc_lstm reference`, `elmoc_lstm fast`, ...: `ElmocLstm(P, P, C, num_layers=1)` (LayerNorm in
+  the recurrence, clipping, variational recurrent dropout 0.1, training mode) with each
+  `implementation`; these include the encoder's input projection and LayerNorm (a P x P product,
+  ~1% of the work), which the first two rows do not have;
+* `interlayer variant`: `InterLayerNormLstm(P, P, C, num_layers=1)`, nn.LSTM per direction with
+  LayerNorm between layers (a different model).
+
+Every method runs once per round, in a rotating order, `--rounds` times after warm-up; a method's
+ratio is the median over rounds of its time divided by nn.LSTM's time in the same round (robust to
+other load on the machine), its time the median over rounds. tokens/s counts real tokens of both
+directions' input (batch x timesteps). The FLOP bound is the layer's matrix-product FLOPs
+(forward 2 x tokens x (4C x 2P + C x P) per direction, backward twice that) divided by the rate of a
+2048^3 float32 matmul measured in the same run.
+
+    python benchmarks/encoder_speed.py                     # the three shapes of the README table
+    python benchmarks/encoder_speed.py --shapes issue --rounds 9
+"""
+import argparse
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+import warnings
+from typing import Callable, Dict, List, NamedTuple
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection  # noqa: E402
+
+from elmoc_allennlp.modules.fused_lstm_cell import native_lstm_cell_kernels  # noqa: E402
+from elmoc_allennlp.modules.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
+from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm  # noqa: E402
+
+
+class Shape(NamedTuple):
+    name: str
+    batch: int
+    timesteps: int
+    projection: int
+    cell: int
+
+
+SHAPES = {
+    "issue": Shape("issue #5 (B32 T20 P512 C2048)", 32, 20, 512, 2048),
+    "quickstart": Shape("quickstart (B64 T25 P256 C1024)", 64, 25, 256, 1024),
+    "paper": Shape("paper C/P, small batch (B16 T20 P512 C4096)", 16, 20, 512, 4096),
+}
+
+
+def matmul_gflops() -> float:
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 2048**3 / statistics.median(times) / 1e9
+
+
+def layer_gflop(shape: Shape) -> float:
+    tokens = shape.batch * shape.timesteps
+    P, C = shape.projection, shape.cell
+    forward = 2 * tokens * (4 * C * 2 * P + C * P)
+    return 2 * 3 * forward / 1e9  # two directions; backward = 2 x forward
+
+
+def make_methods(shape: Shape) -> Dict[str, Callable[[], None]]:
+    torch.manual_seed(0)
+    B, T, P, C = shape.batch, shape.timesteps, shape.projection, shape.cell
+    inputs = torch.randn(B, T, P, requires_grad=True)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    grad = torch.randn(B, T, 2 * P)
+
+    cells = [
+        LstmCellWithProjection(
+            P, P, C, go_forward=go_forward, memory_cell_clip_value=3.0,
+            state_projection_clip_value=3.0, recurrent_dropout_probability=0.1,
+        )
+        for go_forward in (True, False)
+    ]
+    lstm = torch.nn.LSTM(P, C, proj_size=P, batch_first=True, bidirectional=True)
+    elmoc = ElmocLstm(P, P, C, num_layers=1, recurrent_dropout=0.1)
+    variant = InterLayerNormLstm(P, P, C, num_layers=1)
+    for module in (*cells, lstm, elmoc, variant):
+        module.train()
+
+    def allennlp_cells() -> None:
+        outputs = [cell(inputs, [T] * B)[0] for cell in cells]
+        (torch.cat(outputs, -1) * grad).sum().backward()
+
+    def nn_lstm() -> None:
+        (lstm(inputs)[0] * grad).sum().backward()
+
+    def ours(implementation: str, parallel: bool) -> Callable[[], None]:
+        def run() -> None:
+            elmoc.implementation = implementation
+            elmoc.parallel_directions = parallel
+            (elmoc(inputs, mask) * grad).sum().backward()
+
+        return run
+
+    def interlayer() -> None:
+        (variant(inputs, mask) * grad).sum().backward()
+
+    methods = {
+        "allennlp LstmCellWithProjection": allennlp_cells,
+        "nn.LSTM(proj_size)": nn_lstm,
+        "elmoc_lstm reference": ours("reference", False),
+        "elmoc_lstm fast (default: auto)": ours("auto", True),
+        "  fast, directions one by one": ours("auto", False),
+        "  fast, PyTorch-ops kernels (no compiler)": ours("torch", True),
+        "interlayer variant (different model)": interlayer,
+    }
+    if native_lstm_cell_kernels() is None:
+        print("(native kernels unavailable: 'auto' rows use the PyTorch-ops kernels)")
+    return methods
+
+
+def measure(shape: Shape, rounds: int, gflops: float) -> List[str]:
+    methods = make_methods(shape)
+    names = list(methods)
+    for name in names:  # warm-up (and the one-time kernel build)
+        methods[name]()
+        methods[name]()
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    for round_index in range(rounds):
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]
+        for name in order:
+            start = time.perf_counter()
+            methods[name]()
+            times[name].append(time.perf_counter() - start)
+    baseline = times["nn.LSTM(proj_size)"]
+    tokens = 2 * shape.batch * shape.timesteps
+    bound_ms = layer_gflop(shape) / gflops * 1e3
+    lines = [
+        f"**{shape.name}** — {layer_gflop(shape):.1f} GFLOP per step; FLOP bound "
+        f"{bound_ms:.0f} ms at {gflops:.0f} GFLOP/s",
+        "",
+        "| method | ms (median) | tokens/s | ratio to nn.LSTM (median) | x FLOP bound |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        median = statistics.median(times[name])
+        ratio = statistics.median(t / b for t, b in zip(times[name], baseline))
+        lines.append(
+            f"| {name} | {median * 1e3:.0f} | {tokens / median:,.0f} | {ratio:.2f} | "
+            f"{median * 1e3 / bound_ms:.1f} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    logging.basicConfig(level=logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    for key in args.shapes:
+        gflops = matmul_gflops()
+        print()
+        print("\n".join(measure(SHAPES[key], args.rounds, gflops)))
+        sys.stdout.flush()
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,787 @@
+#!/usr/bin/env python
+"""
+The output-layer efficiency benchmark of ELMo-C (Li et al., TACL 2019, Table 4), re-measured:
+the same frozen-fastText input, the same LayerNorm LSTM and the same biLM model class
+(`elmoc_bilm`, real forward and backward, Adam step); only the output layer changes. Plus a
+whole-model row: ELMo (character-CNN input + sampled softmax).
+
+    python benchmarks/output_layers.py                 # default sizes: ~10 min on 2 CPU cores
+    python benchmarks/output_layers.py --paper-sizes   # the paper's sizes (meant for a GPU)
+
+For every layer (and vocabulary size 40K / 800K / 2,000K where it matters) it reports:
+
+- Params: trainable parameters of the whole model;
+- Batch: the largest batch (sentences of `--seq-len` words; a power of two found by doubling
+  from 8, capped at `--max-batch`) whose peak memory stays within `--budget-gb`;
+- S1: time of one training step (forward, backward, optimizer step) at batch size 1;
+- S2: time to train on `--tokens` words at that largest batch, optimizer steps included;
+- Mem: peak memory of a training step at the common batch `--memory-batch`;
+- Out%: the share of a training step (at `--memory-batch`) spent outside the embedder and
+  encoder: the output layer, its gradient and optimizer step, and the model's loss bookkeeping
+  (1 - encoder-only step time / full step time);
+
+each also as a ratio to Cont (the continuous output layer), all measured in the same run. Every
+(layer, vocabulary) runs in its own subprocess, so peak-memory figures are independent.
+
+Memory on CPU is the process' peak resident set (Linux `VmHWM`, reset before each measured step
+through `/proc/self/clear_refs`) minus its resident set after imports, with `MALLOC_ARENA_MAX=2`;
+it includes parameters, gradients, optimizer state, activations and the touched part of the
+memory-mapped fastText table. On CUDA it is `torch.cuda.max_memory_allocated` and times come from
+CUDA events. Inputs are synthetic: a synthetic fastText `.bin` (same format and embedder as
+training), Zipfian word ids over a frequency-sorted vocabulary, ~15 fastText rows per word.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+# The paper's S2 ratios to Cont (Table 4), for reference in the printed table.
+PAPER_S2_RATIOS = {
+    ("fixed", None): 1.24,
+    ("subword", None): 1.53,
+    ("adaptive", 800_000): 1.47,
+    ("sampled", 800_000): 1.35,
+    ("sampled", 2_000_000): 2.35,
+}
+# Adaptive softmax cutoffs per vocabulary size (see training_configs/pretrain/baselines.libsonnet:
+# with a 512-d state they give the paper's 97M / 196M / 213M), scaled to the vocabulary.
+ADAPTIVE = {
+    40_000: ([10_000, 20_000, 30_000], 1.0),
+    800_000: ([100_000, 600_000, 740_000], 4.0),
+    2_000_000: ([100_000, 400_000, 1_850_000], 4.0),
+}
+LABELS = {
+    "cont": "Cont",
+    "fixed": "Fixed",
+    "subword": "Subword",
+    "adaptive": "Adaptive",
+    "sampled": "Sampled",
+    "full": "Full",
+    "elmo": "ELMo (char-CNN + Sampled)",
+}
+FASTTEXT_ROWS_PER_WORD = 15  # a 5-letter word: its own row + 14 character n-grams (3 to 6)
+ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+SIZES = {
+    # Default: fits ~10 minutes on 2 CPU cores. The encoder is 16x smaller in cell x state
+    # than the paper's, so the output layer's share of a step is larger than at paper size.
+    "default": dict(
+        cell_dim=1024,
+        projection_dim=128,
+        embedding_dim=300,
+        vocab_sizes=[40_000, 800_000, 2_000_000],
+        seq_len=20,
+        tokens=10_240,
+        budget_gb=4.0,
+        max_batch=256,
+        memory_batch=32,
+        full_softmax_max_vocab=40_000,
+        subword_vocab=32_000,
+        char_cnn_highway=2,
+    ),
+    # The paper's: 2 x 4096 -> 512 LSTM, 300-d fastText, 793,471 = "800K" words; a 12 GB GPU.
+    "paper": dict(
+        cell_dim=4096,
+        projection_dim=512,
+        embedding_dim=300,
+        vocab_sizes=[40_000, 793_471, 2_000_000],
+        seq_len=20,
+        tokens=409_600,
+        budget_gb=12.0,
+        max_batch=4096,
+        memory_batch=128,
+        full_softmax_max_vocab=40_000,
+        subword_vocab=32_000,
+        char_cnn_highway=2,
+    ),
+}
+
+
+# ============================================================================ worker side
+
+
+def _proc_status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class MemoryMeter:
+    """Peak memory of the steps since `reset()`, in bytes above a baseline."""
+
+    def __init__(self, device) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.can_reset = True
+        self.baseline = 0
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.baseline = torch.cuda.memory_allocated()
+        else:
+            self.baseline = _proc_status_kb("VmRSS") * 1024
+
+    def reset(self) -> None:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as clear_refs:
+                clear_refs.write("5")  # resets VmHWM to the current VmRSS
+        except OSError:
+            self.can_reset = False  # VmHWM stays monotone: still valid for growing batches
+
+    def peak(self) -> int:
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated() - self.baseline
+        return _proc_status_kb("VmHWM") * 1024 - self.baseline
+
+
+class Timer:
+    """
+    Wall-clock and process CPU time (all threads) of a call. On CUDA, the wall time comes from
+    CUDA events. On a shared CPU machine the CPU time is the steadier measure of the work done
+    (other processes stretch the wall time, not the CPU time); the workers run with
+    `OMP_WAIT_POLICY=PASSIVE` so that idle threads do not spin and inflate it.
+    """
+
+    def __init__(self, device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def time(self, function: Callable[[], None]) -> Dict[str, float]:
+        import torch
+
+        cpu_started = time.process_time()
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            function()
+            end.record()
+            torch.cuda.synchronize()
+            wall = start.elapsed_time(end) / 1000.0
+        else:
+            started = time.perf_counter()
+            function()
+            wall = time.perf_counter() - started
+        return {"wall": wall, "cpu": time.process_time() - cpu_started}
+
+
+def _fastest(timings: List[Dict[str, float]]) -> Dict[str, float]:
+    """The minimum of repeated timings, per clock (the least disturbed run)."""
+    return {clock: min(timing[clock] for timing in timings) for clock in ("wall", "cpu")}
+
+
+def _source_hashes() -> Dict[str, str]:
+    """Hashes of the code under test, to detect files edited while the benchmark ran."""
+    import hashlib
+
+    hashes = {}
+    for relative in (
+        "elmoc_allennlp/modules/layer_norm_lstm.py",
+        "elmoc_allennlp/models/bidirectional_language_model.py",
+        "elmoc_allennlp/modules/lm_heads/continuous_output.py",
+        "elmoc_allennlp/modules/lm_heads/sampled_softmax.py",
+        "elmoc_allennlp/modules/lm_heads/adaptive_softmax.py",
+        "elmoc_allennlp/modules/lm_heads/softmax.py",
+        "elmoc_allennlp/modules/token_embedders/fasttext_token_embedder.py",
+    ):
+        path = REPO_ROOT / relative
+        if path.exists():
+            hashes[relative] = hashlib.sha1(path.read_bytes()).hexdigest()[:12]
+    return hashes
+
+
+def synthetic_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
+    """A fastText `.bin` with random vectors (same format and reader as a trained one)."""
+    import numpy as np
+
+    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+
+    if path.exists():
+        return path
+    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
+    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
+    matrix *= 0.1
+    return write_fasttext_bin(path, words, matrix, minn=3, maxn=6, bucket=bucket)
+
+
+class BatchMaker:
+    """Synthetic batches: Zipfian word ids over a frequency-sorted vocabulary."""
+
+    def __init__(self, job: Dict[str, Any], seed: int = 0) -> None:
+        import numpy as np
+
+        self.job = job
+        self.random = np.random.RandomState(seed)
+        vocab = job["vocab_size"] or job["fasttext_words"]
+        self.vocab = vocab
+        ranks = np.arange(1, vocab - 1, dtype=np.float64)  # ids 2.. (0 padding, 1 OOV)
+        self.cdf = np.cumsum(1.0 / ranks)
+        self.cdf /= self.cdf[-1]
+        words, bucket = job["fasttext_words"], job["fasttext_bucket"]
+        word_ids = np.arange(words, dtype=np.int64)[:, None]
+        ngram_ids = words + (word_ids * 2654435761 + np.arange(1, FASTTEXT_ROWS_PER_WORD) * 40503) % bucket
+        # Indexer convention: row + 1 (0 is padding).
+        self.fasttext_rows = np.concatenate([word_ids, ngram_ids], axis=1) + 1
+
+    def zipf(self, shape):
+        import numpy as np
+
+        return 2 + np.searchsorted(self.cdf, self.random.random_sample(shape))
+
+    def make(self, batch_size: int, device):
+        import numpy as np
+        import torch
+
+        kind = self.job["kind"]
+        seq_len = self.job["seq_len"]
+        if kind == "subword":
+            seq_len = int(round(seq_len * self.job["subword_ratio"]))
+        ids = self.zipf((batch_size, seq_len))
+        tensors: Dict[str, Dict[str, torch.Tensor]] = {}
+        if kind == "subword":
+            tensors["subwords"] = {"tokens": torch.from_numpy(ids)}
+        elif kind == "elmo":
+            chars = np.full((batch_size, seq_len, 50), 261, dtype=np.int64)
+            chars[:, :, 0] = 259
+            chars[:, :, 1:8] = self.random.randint(98, 123, size=(batch_size, seq_len, 7))
+            chars[:, :, 8] = 260
+            tensors["elmo_characters"] = {"elmo_tokens": torch.from_numpy(chars)}
+        else:
+            rows = self.fasttext_rows[ids % self.job["fasttext_words"]]
+            tensors["fasttext"] = {
+                "subword_ids": torch.from_numpy(rows),
+                "mask": torch.ones(batch_size, seq_len, dtype=torch.bool),
+            }
+        if kind != "cont":
+            tensors["targets"] = {"tokens": torch.from_numpy(ids)}
+        return {
+            key: {name: tensor.to(device) for name, tensor in value.items()}
+            for key, value in tensors.items()
+        }
+
+
+def build_model(job: Dict[str, Any]):
+    import torch
+
+    from allennlp.data import Vocabulary
+    from allennlp.modules.seq2vec_encoders import CnnHighwayEncoder
+    from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
+    from allennlp.modules.token_embedders import Embedding, TokenCharactersEncoder
+
+    from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
+    from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm
+    from elmoc_allennlp.modules.lm_heads.adaptive_softmax import AdaptiveSoftmaxHead
+    from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
+    from elmoc_allennlp.modules.lm_heads.sampled_softmax import SampledSoftmaxHead
+    from elmoc_allennlp.modules.lm_heads.softmax import SoftmaxHead
+    from elmoc_allennlp.modules.lm_heads.tied_language_model import tie_output_embedding_to
+    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
+        FastTextTokenEmbedder,
+    )
+
+    class SizedVocabulary(Vocabulary):
+        """Namespace sizes only: the heads need nothing else, and 2M strings would cost RAM."""
+
+        def __init__(self, sizes: Dict[str, int]) -> None:
+            super().__init__()
+            self._sizes = sizes
+
+        def get_vocab_size(self, namespace: str = "tokens") -> int:
+            return self._sizes.get(namespace, 2)
+
+    kind, P, D = job["kind"], job["projection_dim"], job["embedding_dim"]
+    vocab = SizedVocabulary({"targets": job["vocab_size"] or 2, "subwords": job["vocab_size"] or 2})
+    if kind == "subword":
+        embedder = BasicTextFieldEmbedder(
+            {"subwords": Embedding(embedding_dim=P, num_embeddings=job["vocab_size"])}
+        )
+    elif kind == "elmo":
+        characters = TokenCharactersEncoder(
+            Embedding(embedding_dim=16, num_embeddings=262),
+            CnnHighwayEncoder(16, ELMO_FILTERS, job["char_cnn_highway"], P),
+        )
+        embedder = BasicTextFieldEmbedder({"elmo_characters": characters})
+    else:
+        embedder = BasicTextFieldEmbedder({"fasttext": FastTextTokenEmbedder(job["fasttext_path"])})
+    encoder = ElmocLstm(
+        embedder.get_output_dim(),
+        P,
+        job["cell_dim"],
+        num_layers=2,
+        layer_norm=kind != "elmo",
+        recurrent_dropout=0.1,
+    )
+    V = job["vocab_size"]
+    if kind == "cont":
+        head = ContinuousOutputHead(P, D)
+    elif kind in ("sampled", "elmo"):
+        head = SampledSoftmaxHead(vocab, P, num_samples=8192, sparse=True)
+    elif kind == "fixed":
+        head = SampledSoftmaxHead(
+            vocab, P, num_samples=8192, embedding_dim=D, trainable_embedding=False, sparse=True
+        )
+    elif kind == "adaptive":
+        cutoffs, div_value = job["cutoffs"], job["div_value"]
+        head = AdaptiveSoftmaxHead(vocab, P, cutoffs=cutoffs, div_value=div_value)
+    elif kind in ("full", "subword"):
+        head = SoftmaxHead(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
+    else:
+        raise ValueError(kind)
+    model = BidirectionalLanguageModel(vocab, embedder, encoder, head, dropout=0.1)
+    if kind == "subword":
+        tie_output_embedding_to(embedder, head, "subwords")
+    del V
+    return model
+
+
+class Optimizer:
+    """
+    Adam (torch's multi-tensor implementation) for dense gradients and `SparseAdam` for sparse
+    ones (the sampled softmax's output rows), with the dense gradients' norm clipped to 1 as in
+    the configs. Parameters are split by the kind of gradient they get on the first step.
+    """
+
+    def __init__(self, parameters, lr: float = 1e-3) -> None:
+        self.parameters = [p for p in parameters if p.requires_grad]
+        self.lr = lr
+        self.dense = self.sparse = None
+        self.optimizers = []
+
+    def zero_grad(self) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+
+    def step(self) -> None:
+        import torch
+
+        if not self.optimizers:
+            with_grad = [p for p in self.parameters if p.grad is not None]
+            self.dense = [p for p in with_grad if not p.grad.is_sparse]
+            self.sparse = [p for p in with_grad if p.grad.is_sparse]
+            self.optimizers.append(torch.optim.Adam(self.dense, lr=self.lr))
+            if self.sparse:
+                self.optimizers.append(torch.optim.SparseAdam(self.sparse, lr=self.lr))
+        torch.nn.utils.clip_grad_norm_(self.dense, 1.0)
+        for optimizer in self.optimizers:
+            optimizer.step()
+
+
+def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
+    import torch
+
+    import allennlp.modules  # noqa: F401  (imports count in the baseline, not in the model)
+    import allennlp.training.optimizers  # noqa: F401
+    import elmoc_allennlp.models.bidirectional_language_model  # noqa: F401
+
+    torch.manual_seed(0)
+    device = torch.device(job["device"])
+    batches = BatchMaker(job)
+    meter = MemoryMeter(device)  # baseline: after imports and the synthetic data
+    timer = Timer(device)
+    model = build_model(job).to(device)
+    model.train()
+    optimizer = Optimizer(model.parameters())
+    parameters = optimizer.parameters
+    result: Dict[str, Any] = {
+        "params": sum(p.numel() for p in parameters),
+        "output_params": sum(p.numel() for p in model._output_layer.parameters() if p.requires_grad),
+        "baseline_bytes": meter.baseline,
+        "memory_reset": True,
+    }
+
+    def step(batch) -> None:
+        optimizer.zero_grad()
+        model(tokens=batch)["loss"].backward()
+        optimizer.step()
+
+    # S1: batch size 1 (after a warm-up step, which also allocates the optimizer state).
+    one = batches.make(1, device)
+    step(one)
+    result["s1"] = _fastest([timer.time(lambda: step(one)) for _ in range(job["repeats"])])
+
+    # Largest batch within the budget, by doubling; peak memory at every probe.
+    budget = job["budget_gb"] * 1024 ** 3
+    peaks: Dict[int, int] = {}
+    batch_size, largest = 8, None
+    while batch_size <= job["max_batch"] or batch_size <= job["memory_batch"]:
+        batch = batches.make(batch_size, device)
+        meter.reset()
+        try:
+            step(batch)
+        except RuntimeError as error:  # CUDA out of memory
+            if "out of memory" not in str(error):
+                raise
+            peaks[batch_size] = -1
+            break
+        peaks[batch_size] = meter.peak()
+        if peaks[batch_size] <= budget and batch_size <= job["max_batch"]:
+            largest = batch_size
+        elif batch_size >= job["memory_batch"]:
+            break
+        batch_size *= 2
+    result["memory_reset"] = meter.can_reset
+    result["peaks"] = peaks
+    result["mem"] = peaks.get(job["memory_batch"])
+    result["batch"] = largest
+
+    # S2: time to train on `tokens` words at the largest batch (already warmed up by its probe).
+    if largest is not None:
+        words_per_batch = largest * job["seq_len"]
+        num_steps = max(2, math.ceil(job["tokens"] / words_per_batch))
+        step_batches = [batches.make(largest, device) for _ in range(num_steps)]
+        timings = [timer.time(lambda b=b: step(b)) for b in step_batches]
+        scale = job["tokens"] / (num_steps * words_per_batch)
+        result["s2_steps"] = num_steps
+        result["s2"] = {clock: scale * sum(t[clock] for t in timings) for clock in ("wall", "cpu")}
+        result["words_per_second"] = {
+            clock: job["tokens"] / result["s2"][clock] for clock in ("wall", "cpu")
+        }
+
+    # Time share of the output layer at the memory batch: full step vs encoder-only step.
+    batch = batches.make(job["memory_batch"], device)
+    encoder_parameters = [
+        p for name, p in model.named_parameters()
+        if p.requires_grad and not name.startswith("_output_layer.")
+    ]
+    encoder_optimizer = Optimizer(encoder_parameters)
+
+    def encoder_step() -> None:
+        encoder_optimizer.zero_grad()
+        tokens = {key: value for key, value in batch.items() if key != "targets"}
+        mask = next(iter(tokens.values())).get("mask")
+        embedded = model._text_field_embedder(tokens)
+        if mask is None:
+            from allennlp.nn import util
+
+            mask = util.get_text_field_mask(tokens)
+        contextual = model._dropout(model._contextualizer(embedded, mask))
+        contextual.pow(2).mean().backward()
+        encoder_optimizer.step()
+
+    encoder_step()
+    full_times, encoder_times = [], []
+    for _ in range(job["repeats"]):
+        full_times.append(timer.time(lambda: step(batch)))
+        encoder_times.append(timer.time(encoder_step))
+    full, encoder_only = _fastest(full_times), _fastest(encoder_times)
+    result["step_at_memory_batch"] = full
+    result["encoder_step_at_memory_batch"] = encoder_only
+    result["output_share"] = {
+        clock: max(0.0, 1.0 - encoder_only[clock] / full[clock]) for clock in ("wall", "cpu")
+    }
+    result["sources"] = _source_hashes()
+    return result
+
+
+# ============================================================================ driver side
+
+
+def make_jobs(args, sizes: Dict[str, Any], fasttext_path: Path) -> List[Dict[str, Any]]:
+    common = dict(
+        cell_dim=sizes["cell_dim"],
+        projection_dim=sizes["projection_dim"],
+        embedding_dim=sizes["embedding_dim"],
+        seq_len=sizes["seq_len"],
+        tokens=sizes["tokens"],
+        budget_gb=sizes["budget_gb"],
+        max_batch=sizes["max_batch"],
+        memory_batch=sizes["memory_batch"],
+        char_cnn_highway=sizes["char_cnn_highway"],
+        subword_ratio=args.subword_ratio,
+        repeats=args.repeats,
+        device=args.device,
+        fasttext_path=str(fasttext_path),
+        fasttext_words=args.fasttext_words,
+        fasttext_bucket=args.fasttext_bucket,
+    )
+    vocab_sizes = sizes["vocab_sizes"]
+    middle = vocab_sizes[len(vocab_sizes) // 2]
+    jobs = [dict(common, kind="cont", vocab_size=None)]
+    jobs.append(dict(common, kind="fixed", vocab_size=middle + 2))
+    jobs.append(dict(common, kind="subword", vocab_size=sizes["subword_vocab"] + 4))
+    for size in vocab_sizes:
+        paper_size = min(ADAPTIVE, key=lambda known: abs(math.log(known / size)))
+        cutoffs, div_value = ADAPTIVE[paper_size]
+        scaled = [max(1, int(round(c * size / paper_size))) for c in cutoffs]
+        while div_value > 1 and sizes["projection_dim"] // div_value ** len(scaled) < 1:
+            div_value /= 2
+        jobs.append(dict(common, kind="adaptive", vocab_size=size + 2, cutoffs=scaled, div_value=div_value))
+    for size in vocab_sizes:
+        jobs.append(dict(common, kind="sampled", vocab_size=size + 2))
+    for size in vocab_sizes:
+        if size <= sizes["full_softmax_max_vocab"]:
+            jobs.append(dict(common, kind="full", vocab_size=size + 2))
+    jobs.append(dict(common, kind="elmo", vocab_size=middle + 2))
+    if args.only:
+        jobs = [job for job in jobs if job["kind"] in args.only]
+    return jobs
+
+
+def run_job(job: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    environment = dict(
+        os.environ, MALLOC_ARENA_MAX="2", TOKENIZERS_PARALLELISM="false", OMP_WAIT_POLICY="PASSIVE"
+    )
+    started = time.perf_counter()
+    completed = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(job)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=str(REPO_ROOT),
+    )
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stderr[-3000:])
+        return {"error": f"exit code {completed.returncode}"}
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1])
+    result["wall"] = time.perf_counter() - started
+    result["load_average"] = os.getloadavg()[0]
+    return result
+
+
+def machine_description(device: str) -> str:
+    import torch
+
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
+    except (ValueError, OSError):
+        memory_gb = float("nan")
+    description = (
+        f"{cpu}, {os.cpu_count()} cores, {memory_gb:.0f} GB RAM; torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}"
+    )
+    if device.startswith("cuda"):
+        description += f"; GPU {torch.cuda.get_device_name(0)}"
+    return description
+
+
+def _ratio(value, reference) -> str:
+    if value is None or reference in (None, 0):
+        return "-"
+    return f"{value / reference:.2f}x"
+
+
+def _millions(count: int) -> str:
+    return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e6:.3f}M"
+
+
+def _vocab_label(vocab_size: Optional[int], kind: str) -> str:
+    if kind == "cont":
+        return "open"
+    words = vocab_size - 2 if kind != "subword" else vocab_size - 4
+    return f"{words / 1000:.0f}K" + (" BPE" if kind == "subword" else "")
+
+
+def _clocked(result: Dict[str, Any], clock: str) -> Dict[str, Any]:
+    """The result with each timed figure taken on `clock` ("wall" or "cpu")."""
+    flat = dict(result)
+    for key in ("s1", "s2", "words_per_second", "output_share"):
+        if isinstance(flat.get(key), dict):
+            flat[key] = flat[key][clock]
+    return flat
+
+
+def format_table(
+    jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], sizes, clock: str = "wall"
+) -> str:
+    results = [_clocked(result, clock) for result in results]
+    reference = next(
+        (result for job, result in zip(jobs, results) if job["kind"] == "cont" and "error" not in result),
+        {},
+    )
+    header = (
+        "| Output layer | Vocab | Params | Batch | S1 (s) | S2 (s) | Mem@{mb} | Out% | S2 paper |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    ).format(mb=sizes["memory_batch"])
+    rows = [header]
+    for job, result in zip(jobs, results):
+        label = LABELS[job["kind"]]
+        vocab = _vocab_label(job["vocab_size"], job["kind"])
+        if "error" in result:
+            rows.append(f"| {label} | {vocab} | failed: {result['error']} | | | | | | |")
+            continue
+        paper_key = (job["kind"], None if job["kind"] in ("fixed", "subword") else (job["vocab_size"] or 0) - 2)
+        paper = PAPER_S2_RATIOS.get(paper_key)
+        if paper is None and job["kind"] in ("adaptive", "sampled"):
+            # "800K" is the 793,471-word vocabulary at paper size.
+            paper = PAPER_S2_RATIOS.get((job["kind"], 800_000)) if abs((job["vocab_size"] or 0) - 793_473) < 10 else None
+        batch = result.get("batch")
+        mem = result.get("mem")
+        cells = [
+            label,
+            vocab,
+            f"{_millions(result['params'])} ({_ratio(result['params'], reference.get('params'))})",
+            f"{batch} ({_ratio(batch, reference.get('batch'))})" if batch else "does not fit",
+            f"{result['s1']:.3f} ({_ratio(result['s1'], reference.get('s1'))})",
+            f"{result['s2']:.1f} ({_ratio(result['s2'], reference.get('s2'))})" if "s2" in result else "-",
+            f"{mem / 1024 ** 2:.0f} MB ({_ratio(mem, reference.get('mem'))})" if mem else "-",
+            f"{100 * result['output_share']:.0f}%",
+            f"{paper:.2f}x" if paper else "",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    whole = [
+        (job, result) for job, result in zip(jobs, results)
+        if job["kind"] in ("cont", "elmo") and "words_per_second" in result
+    ]
+    if len(whole) == 2:
+        rows += [
+            "",
+            "Whole models, same encoder: ELMo-C (fastText input, continuous output) vs ELMo "
+            "(character-CNN input, sampled softmax):",
+            "",
+            "| Model | Params | Words/s at its largest batch ({clock} time) | Mem@{mb} |".format(
+                mb=sizes["memory_batch"], clock=clock
+            ),
+            "|---|---|---|---|",
+        ]
+        for job, result in whole:
+            name = "ELMo-C" if job["kind"] == "cont" else f"ELMo ({_vocab_label(job['vocab_size'], 'elmo')})"
+            mem = result.get("mem")
+            rows.append(
+                f"| {name} | {_millions(result['params'])} | {result['words_per_second']:.0f} "
+                f"({_ratio(result['words_per_second'], reference.get('words_per_second'))}) | "
+                + (f"{mem / 1024 ** 2:.0f} MB ({_ratio(mem, reference.get('mem'))}) |" if mem else "- |")
+            )
+    return "\n".join(rows)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--paper-sizes", action="store_true", help="the paper's sizes (use a GPU)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--only", nargs="*", choices=sorted(LABELS), help="run only these layers")
+    parser.add_argument("--cell-dim", type=int)
+    parser.add_argument("--projection-dim", type=int)
+    parser.add_argument("--embedding-dim", type=int)
+    parser.add_argument("--vocab-sizes", type=int, nargs="+")
+    parser.add_argument("--seq-len", type=int, help="words per sentence")
+    parser.add_argument("--tokens", type=int, help="words trained on for S2")
+    parser.add_argument("--budget-gb", type=float, help="memory budget for the largest batch")
+    parser.add_argument("--max-batch", type=int, help="largest batch tried (sentences)")
+    parser.add_argument("--memory-batch", type=int, help="batch at which Mem and Out%% are measured")
+    parser.add_argument("--subword-vocab", type=int)
+    parser.add_argument("--subword-ratio", type=float, default=1.15,
+                        help="BPE pieces per word (sequence length of the subword LM)")
+    parser.add_argument("--fasttext-words", type=int, default=100_000)
+    parser.add_argument("--fasttext-bucket", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed repeats of S1 and Out%% (the fastest is kept)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default=None,
+                        help="time the table reports (default: cpu on a CPU, wall on a GPU); "
+                        "both are in --output")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per layer")
+    parser.add_argument("--output", type=Path, help="write all results as JSON here")
+    parser.add_argument("--markdown", type=Path, help="write the table and setup as Markdown here")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "elmoc_benchmark")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        result = run_worker(json.loads(args.worker))
+        print(json.dumps(result), flush=True)
+        return
+
+    import torch
+
+    if args.device is None:
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.clock is None:
+        args.clock = "wall" if args.device.startswith("cuda") else "cpu"
+    sizes = dict(SIZES["paper" if args.paper_sizes else "default"])
+    for key in ("cell_dim", "projection_dim", "embedding_dim", "vocab_sizes", "seq_len", "tokens",
+                "budget_gb", "max_batch", "memory_batch", "subword_vocab"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    fasttext_path = synthetic_fasttext(
+        args.work_dir / f"synthetic-{args.fasttext_words}-{args.fasttext_bucket}-{sizes['embedding_dim']}d.bin",
+        args.fasttext_words,
+        args.fasttext_bucket,
+        sizes["embedding_dim"],
+    )
+    jobs = make_jobs(args, sizes, fasttext_path)
+    machine = machine_description(args.device)
+    print(f"Machine: {machine}", flush=True)
+    print(f"Sizes: {json.dumps(sizes)}", flush=True)
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    results = []
+    for job in jobs:
+        label = f"{LABELS[job['kind']]} {_vocab_label(job['vocab_size'], job['kind'])}"
+        print(f"-- {label} ...", end=" ", flush=True)
+        try:
+            result = run_job(job, args.timeout)
+        except subprocess.TimeoutExpired:
+            result = {"error": f"timeout after {args.timeout:.0f}s"}
+        results.append(result)
+        print(f"{result.get('wall', 0):.0f}s" if "error" not in result else result["error"], flush=True)
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()
+    table = format_table(jobs, results, sizes, args.clock)
+    sources = {json.dumps(r.get("sources"), sort_keys=True) for r in results if "sources" in r}
+    if len(sources) > 1:
+        table += (
+            "\n\nWARNING: the code under test changed while the benchmark ran (source hashes "
+            "differ between layers); rerun it."
+        )
+    command = "python benchmarks/output_layers.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    notes = (
+        f"Command: `{command.strip()}` ({elapsed / 60:.1f} min). Machine: {machine}. "
+        f"Load average before/after: {load_before[0]:.1f}/{load_after[0]:.1f}.\n"
+        f"Encoder 2 x {sizes['cell_dim']} -> {sizes['projection_dim']} LayerNorm LSTM, "
+        f"{sizes['embedding_dim']}-d synthetic fastText input, {sizes['seq_len']}-word sentences, "
+        f"budget {sizes['budget_gb']:g} GB, S2 = {sizes['tokens']:,} words, "
+        f"Mem/Out% at batch {sizes['memory_batch']}; device {args.device}; times are "
+        + ("process CPU seconds (all threads)" if args.clock == "cpu" else "wall-clock seconds")
+        + f", S1 and Out% the fastest of {args.repeats}."
+    )
+    print()
+    print(table)
+    print()
+    print(notes)
+    if args.output:
+        args.output.write_text(json.dumps(
+            {"machine": machine, "sizes": sizes, "jobs": jobs, "results": results, "notes": notes},
+            indent=2,
+        ))
+    if args.markdown:
+        args.markdown.write_text(table + "\n\n" + notes + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""
+A faster but *different* encoder than ELMo-C's: `torch.nn.LSTM(proj_size=...)` layers with
+LayerNorm between layers instead of inside the recurrence.
+"""
+from typing import List, Optional
+
+import torch
+
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
+from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
+
+
+def _check_positive(value: int, name: str) -> None:
+    if value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer, but got {value}.")
+
+
+def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """
+    Reverses each sequence of a `(batch_size, timesteps, dim)` tensor within its length, leaving
+    the padding (at the end) in place. It is its own inverse.
+    """
+    timesteps = padded.size(1)
+    positions = torch.arange(timesteps, device=padded.device).unsqueeze(0)
+    lengths = lengths.to(padded.device).unsqueeze(1)
+    index = torch.where(positions < lengths, lengths - 1 - positions, positions)
+    return padded.gather(1, index.unsqueeze(-1).expand_as(padded))
+
+
+@Seq2SeqEncoder.register("elmoc_interlayer_norm_lstm")
+class InterLayerNormLstm(Seq2SeqEncoder):
+    """
+    A bidirectional LSTM encoder with the layout of [`ElmocLstm`](layer_norm_lstm.md#elmoclstm)
+    (input projection, separate forward and backward stacks, residual connections from layer 1,
+    output `[forward; backward]`), where each layer of each direction is one
+    `torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim)`, i.e. PyTorch's fused LSTM
+    (cuDNN on a GPU).
+
+    **This is a different model from `elmoc_lstm`**, not a faster implementation of it: the fused
+    kernel has no LayerNorm inside the recurrence, so here LayerNorm is applied to each layer's
+    output, between layers (the state fed back at the next time step is the raw projected state),
+    and there is no cell or projection clipping and no variational recurrent dropout. Its
+    parameters are named and shaped like `torch.nn.LSTM`'s, so checkpoints of the two encoders are
+    not interchangeable. Use it when the fused kernel's speed matters more than matching the
+    ELMo-C paper; `benchmarks/encoder_speed.py` shows what it buys.
+
+    Padding must be at the end of each sequence; the backward stack runs on sequences reversed
+    within their lengths, and padded batches are packed (`pack_padded_sequence`), so padding
+    costs nothing and never reaches a real position.
+
+    Registered as a `Seq2SeqEncoder` with name "elmoc_interlayer_norm_lstm".
+
+    # Parameters
+
+    input_dim : `int`, required.
+        The dimension of the input vectors.
+    projection_dim : `int`, required.
+        The dimension of the projected input and of every LSTM state; the output dimension is
+        `2 * projection_dim`.
+    cell_dim : `int`, required.
+        The dimension of the LSTM memory cells.
+    num_layers : `int`, optional (default = `2`)
+        The number of layers in each direction.
+    layer_norm : `bool`, optional (default = `True`)
+        Whether to LayerNorm the projected input and each layer's LSTM output (before the
+        residual connection).
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        projection_dim: int,
+        cell_dim: int,
+        num_layers: int = 2,
+        layer_norm: bool = True,
+    ) -> None:
+        super().__init__(stateful=False)
+        for value, name in (
+            (input_dim, "input_dim"),
+            (projection_dim, "projection_dim"),
+            (cell_dim, "cell_dim"),
+            (num_layers, "num_layers"),
+        ):
+            _check_positive(value, name)
+        self._input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.num_layers = num_layers
+
+        self.input_projection = torch.nn.Linear(input_dim, projection_dim)
+        self.input_layer_norm: Optional[torch.nn.LayerNorm] = (
+            torch.nn.LayerNorm(projection_dim) if layer_norm else None
+        )
+
+        def make_lstm() -> torch.nn.LSTM:
+            return torch.nn.LSTM(
+                projection_dim, cell_dim, proj_size=projection_dim, batch_first=True
+            )
+
+        def make_norms() -> Optional[torch.nn.ModuleList]:
+            if not layer_norm:
+                return None
+            return torch.nn.ModuleList(
+                torch.nn.LayerNorm(projection_dim) for _ in range(num_layers)
+            )
+
+        self.forward_layers = torch.nn.ModuleList(make_lstm() for _ in range(num_layers))
+        self.backward_layers = torch.nn.ModuleList(make_lstm() for _ in range(num_layers))
+        self.forward_layer_norms = make_norms()
+        self.backward_layer_norms = make_norms()
+
+    def get_input_dim(self) -> int:
+        return self._input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`, required.
+            A tensor of shape `(batch_size, timesteps, input_dim)`.
+        mask : `torch.BoolTensor`, optional (default = `None`)
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
+            padding at the end. `None` means every position is real.
+
+        # Returns
+
+        `torch.Tensor`
+            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
+            2 * projection_dim)`, zero at padding.
+        """
+        return self._encode(inputs, mask, all_layers=False)[-1]
+
+    def forward_all_layers(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
+        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
+        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
+        """
+        return torch.stack(self._encode(inputs, mask, all_layers=True))
+
+    def _run(
+        self,
+        lstm: torch.nn.LSTM,
+        inputs: torch.Tensor,
+        lengths: torch.Tensor,
+        padded: bool,
+    ) -> torch.Tensor:
+        if not padded:
+            return lstm(inputs)[0]
+        packed = torch.nn.utils.rnn.pack_padded_sequence(
+            inputs, lengths.cpu().clamp(min=1), batch_first=True, enforce_sorted=False
+        )
+        outputs, _ = lstm(packed)
+        return torch.nn.utils.rnn.pad_packed_sequence(
+            outputs, batch_first=True, total_length=inputs.size(1)
+        )[0]
+
+    def _encode(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
+    ) -> List[torch.Tensor]:
+        if inputs.dim() != 3:
+            raise ValueError(
+                f"inputs must have shape (batch_size, timesteps, {self._input_dim}), "
+                f"but got shape {tuple(inputs.size())}."
+            )
+        check_dimensions_match(
+            inputs.size(-1), self._input_dim, "inputs' last dimension", "input_dim"
+        )
+        if mask is None:
+            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
+        if mask.size() != inputs.size()[:2]:
+            raise ValueError(
+                f"mask must have shape (batch_size, timesteps) = {tuple(inputs.size()[:2])}, "
+                f"but got shape {tuple(mask.size())}."
+            )
+        mask = mask.bool()
+        lengths = mask.sum(dim=1)
+        positions = torch.arange(mask.size(1), device=mask.device).unsqueeze(0)
+        if not torch.equal(mask, positions < lengths.unsqueeze(1)):
+            raise ValueError("mask must have the padding at the end of each sequence.")
+        padded = not bool(mask.all())
+        keep = mask.unsqueeze(-1).to(inputs.dtype)
+
+        projected = self.input_projection(inputs)
+        if self.input_layer_norm is not None:
+            projected = self.input_layer_norm(projected)
+        projected = projected * keep
+
+        layers: List[torch.Tensor] = []
+        if all_layers:
+            layers.append(torch.cat([projected, projected], dim=-1))
+
+        # The backward stack runs left to right on reversed sequences.
+        forward_output = projected
+        backward_output = reverse_within_lengths(projected, lengths)
+        for index in range(self.num_layers):
+            forward_input, backward_input = forward_output, backward_output
+            forward_output = self._run(self.forward_layers[index], forward_input, lengths, padded)
+            backward_output = self._run(
+                self.backward_layers[index], backward_input, lengths, padded
+            )
+            if self.forward_layer_norms is not None:
+                forward_output = self.forward_layer_norms[index](forward_output)
+                backward_output = self.backward_layer_norms[index](backward_output)
+            forward_output = forward_output * keep
+            backward_output = backward_output * keep
+            if index != 0:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            if all_layers or index == self.num_layers - 1:
+                layers.append(
+                    torch.cat(
+                        [forward_output, reverse_within_lengths(backward_output, lengths)], -1
+                    )
+                )
+        return layers

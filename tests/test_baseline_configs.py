@@ -1,0 +1,296 @@
+"""
+The baseline configs of training_configs/pretrain/ (Li et al. 2019, Tables 1 and 4): each variant
+builds and trains on the fixture corpus, its loss goes down, and at paper size the parameter
+counts are the paper's (built on the meta device: nothing is allocated).
+"""
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from allennlp.commands.train import train_model
+from allennlp.common import Params
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
+
+import elmoc_allennlp  # noqa: F401  (registers the package's components)
+import elmoc_allennlp.models.bidirectional_language_model  # noqa: F401
+import elmoc_allennlp.modules.lm_heads.adaptive_softmax  # noqa: F401
+import elmoc_allennlp.modules.lm_heads.continuous_output  # noqa: F401
+import elmoc_allennlp.modules.lm_heads.sampled_softmax  # noqa: F401
+import elmoc_allennlp.modules.lm_heads.softmax  # noqa: F401
+import elmoc_allennlp.modules.lm_heads.tied_language_model  # noqa: F401
+import elmoc_allennlp.data.token_indexers.sentencepiece_bpe_tokenizer  # noqa: F401
+import elmoc_allennlp.data.token_indexers.fasttext_subword_indexer  # noqa: F401
+import elmoc_allennlp.data.dataset_readers.lm_corpus_reader  # noqa: F401
+import elmoc_allennlp.modules.token_embedders.fasttext_token_embedder  # noqa: F401
+import elmoc_allennlp.modules.layer_norm_lstm  # noqa: F401
+import elmoc_allennlp.training.rnmt_plus_learning_rate  # noqa: F401
+
+try:  # the configs' checkpointer, until the package __init__ registers it
+    import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401
+except ImportError:
+    pass
+
+from tests.conftest import FIXTURES_ROOT
+
+CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
+VARIANTS = [
+    "elmo",
+    "elmo_a",
+    "elmo_sub",
+    "elmoc_oneb",
+    "elmoc_rnd",
+    "elmoc_cnn",
+    "elmoc_cnn_cnn",
+    "sampled",
+    "fixed",
+    "full",
+]
+SOFTMAX_FAMILY = {"elmo", "elmo_a", "elmo_sub", "sampled", "fixed", "full"}
+
+TINY_SETTINGS = {
+    "projection_dim": 6,
+    "cell_dim": 10,
+    "batch_size": 8,
+    "num_epochs": 1,
+    "learning_rate": 0.01,
+    "warmup_steps": 2,
+    "decay_start": 4,
+    "decay_end": 12,
+    "num_replicas": 1,
+    "num_samples": 80,
+    "cutoffs": [20, 60],
+    "div_value": 2.0,
+    "bpe_vocab_size": 300,
+    "char_cnn_filters": [[1, 4], [2, 4], [3, 8]],
+    "char_cnn_highway_layers": 1,
+    "char_cnn_dim": 8,
+}
+
+
+def tiny_config(variant: str, tmp_path: Path, **overrides) -> Path:
+    settings = dict(TINY_SETTINGS, **overrides)
+    fixtures = FIXTURES_ROOT / "lm_corpus"
+    settings.update(
+        fasttext_path=os.environ["ELMOC_TEST_FASTTEXT"],
+        embedding_dim=16,
+        train_data_path=str(fixtures / "train-*.txt"),
+        validation_data_path=str(fixtures / "valid.txt"),
+        # A BPE model per test directory: the cache would be shared across runs.
+        bpe_training_sentences=1000,
+    )
+    text = (
+        f"local baselines = import '{CONFIGS / 'baselines.libsonnet'}';\n"
+        f"baselines.variant('{variant}', {json.dumps(settings)})"
+    )
+    path = tmp_path / f"{variant}.jsonnet"
+    path.write_text(text)
+    return path
+
+
+def build(config: Path):
+    params = Params.from_file(str(config))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(params.pop("train_data_path")))
+    vocab = Vocabulary.from_params(params.pop("vocabulary"), instances=instances)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    return model, instances, vocab, params
+
+
+@pytest.fixture(autouse=True)
+def bpe_cache_in_tmp(tmp_path, monkeypatch):
+    import elmoc_allennlp.data.token_indexers.sentencepiece_bpe_tokenizer as bpe
+
+    monkeypatch.setattr(bpe, "DEFAULT_BPE_CACHE", str(tmp_path / "bpe_cache"))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_builds_and_its_loss_decreases(variant, tmp_path):
+    torch.manual_seed(0)
+    model, instances, vocab, _ = build(tiny_config(variant, tmp_path))
+    assert model._output_layer.requires_target_ids == (variant in SOFTMAX_FAMILY)
+    batch = Batch(instances[:16])
+    batch.index_instances(vocab)
+    tensors = batch.as_tensor_dict()
+
+    def eval_loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            return model(**tensors)["loss"].item()
+
+    before = eval_loss()
+    assert math.isfinite(before)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(trainable, lr=0.02)
+    model.train()
+    for _ in range(30):
+        optimizer.zero_grad()
+        model(**tensors)["loss"].backward()
+        optimizer.step()
+    after = eval_loss()
+    assert after < 0.93 * before, (before, after)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_variant_trains_with_allennlp_train(variant, tmp_path):
+    config = tiny_config(variant, tmp_path)
+    serialization_dir = tmp_path / "run"
+    train_model(Params.from_file(str(config)), str(serialization_dir))
+    metrics = json.loads((serialization_dir / "metrics.json").read_text())
+    assert math.isfinite(metrics["training_loss"])
+    assert math.isfinite(metrics["validation_loss"])
+
+
+def test_rnd_targets_are_frozen_standard_normal(tmp_path):
+    model, _, vocab, _ = build(tiny_config("elmoc_rnd", tmp_path, embedding_dim=16))
+    weight = model._target_embedder._token_embedders["targets"].weight
+    assert not weight.requires_grad
+    assert weight.size(0) == vocab.get_vocab_size("targets")
+    assert abs(weight.mean().item()) < 0.1 and abs(weight.std().item() - 1.0) < 0.1
+
+
+def test_subword_model_ties_input_and_output_embeddings(tmp_path):
+    model, _, vocab, _ = build(tiny_config("elmo_sub", tmp_path))
+    embedding = model._text_field_embedder._token_embedders["subwords"]
+    assert model._output_layer.weight is embedding.weight
+    assert embedding.weight.size(0) == vocab.get_vocab_size("subwords")
+    names = [name for name, _ in model.named_parameters()]
+    assert not any(name.startswith("_output_layer.weight") for name in names)  # counted once
+
+
+def test_fixed_output_embedding_is_frozen_fasttext(tmp_path):
+    model, _, _, _ = build(tiny_config("fixed", tmp_path))
+    head = model._output_layer
+    assert not head.weight.requires_grad and head.weight.size(1) == 16
+    assert "_output_layer.weight" not in dict(model.named_parameters())
+
+
+def test_small_config_evaluates_for_every_variant():
+    import _jsonnet
+
+    env = {
+        "ELMOC_FASTTEXT": "ptb.bin",
+        "ELMOC_TRAIN_DATA": "ptb.train.txt",
+        "ELMOC_VALIDATION_DATA": "ptb.valid.txt",
+    }
+    small = json.loads(_jsonnet.evaluate_file(str(CONFIGS / "elmoc_small.jsonnet"), ext_vars=env))
+    for variant in VARIANTS:
+        env = {
+            "ELMOC_BASELINE": variant,
+            "ELMOC_FASTTEXT": "ptb.bin",
+            "ELMOC_TRAIN_DATA": "ptb.train.txt",
+            "ELMOC_VALIDATION_DATA": "ptb.valid.txt",
+        }
+        config = json.loads(
+            _jsonnet.evaluate_file(str(CONFIGS / "baselines_small.jsonnet"), ext_vars=env)
+        )
+        # The quickstart model's sizes and schedule.
+        for key in ("cell_dim", "projection_dim", "num_layers"):
+            assert config["model"]["contextualizer"][key] == small["model"]["contextualizer"][key]
+        assert config["data_loader"] == small["data_loader"]
+        assert config["trainer"]["num_epochs"] == small["trainer"]["num_epochs"]
+        assert config["trainer"]["learning_rate_scheduler"] == small["trainer"]["learning_rate_scheduler"]
+    with pytest.raises(RuntimeError, match="unknown baseline"):
+        _jsonnet.evaluate_file(
+            str(CONFIGS / "baselines_small.jsonnet"), ext_vars=dict(env, ELMOC_BASELINE="nope")
+        )
+
+
+# ----------------------------------------------------------------------------- paper sizes
+
+
+class SizedVocabulary(Vocabulary):
+    """A vocabulary that only knows the sizes of its namespaces (paper sizes, no strings)."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        self._sizes = sizes
+
+    def get_vocab_size(self, namespace: str = "tokens") -> int:
+        return self._sizes.get(namespace, 2)
+
+
+@pytest.fixture(scope="module")
+def fasttext_300d(tmp_path_factory):
+    import numpy as np
+
+    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+
+    path = tmp_path_factory.mktemp("ft300") / "tiny300.bin"
+    words = ["</s>", "the", "a"]
+    matrix = np.random.RandomState(0).randn(len(words) + 10, 300).astype("float32")
+    return write_fasttext_bin(path, words, matrix, minn=3, maxn=6, bucket=10)
+
+
+def trainable_parameters_at_paper_size(config: str, fasttext: Path, overrides=None, sizes=None):
+    env = {
+        "ELMOC_FASTTEXT": str(fasttext),
+        "ELMOC_TRAIN_DATA": "unused",
+        "ELMOC_VALIDATION_DATA": "unused",
+    }
+    params = Params.from_file(str(CONFIGS / config), json.dumps(overrides or {}), ext_vars=env)
+    vocab = SizedVocabulary(sizes or {})
+    with torch.device("meta"):
+        model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# (config, vocabulary cap, overrides, paper's count in millions, tolerance in millions)
+PAPER_SIZES = [
+    ("elmoc.jsonnet", None, {}, 76, 1.0),
+    ("sampled_softmax.jsonnet", 40000, {}, 96, 1.0),
+    ("sampled_softmax.jsonnet", 793471, {}, 483, 1.0),
+    ("sampled_softmax.jsonnet", 2000000, {}, 1102, 1.0),
+    (
+        "elmo_a.jsonnet",
+        40000,
+        {"model.output_layer.cutoffs": [10000, 20000, 30000], "model.output_layer.div_value": 1},
+        97,
+        0.5,
+    ),
+    ("elmo_a.jsonnet", 793471, {}, 196, 0.5),
+    (
+        "elmo_a.jsonnet",
+        2000000,
+        {"model.output_layer.cutoffs": [100000, 400000, 1850000]},
+        213,
+        0.5,
+    ),
+]
+
+
+@pytest.mark.parametrize("config,cap,overrides,paper,tolerance", PAPER_SIZES)
+def test_parameter_counts_match_the_paper(config, cap, overrides, paper, tolerance, fasttext_300d):
+    sizes = {} if cap is None else {"targets": cap + 2}  # + padding and @@UNKNOWN@@
+    count = trainable_parameters_at_paper_size(config, fasttext_300d, overrides, sizes)
+    assert abs(count / 1e6 - paper) <= tolerance, count
+
+
+def test_subword_parameter_count_matches_the_paper(fasttext_300d):
+    # 32,000 pieces + padding, @@UNKNOWN@@, <S>, </S>.
+    count = trainable_parameters_at_paper_size(
+        "elmo_sub.jsonnet", fasttext_300d, sizes={"subwords": 32004}
+    )
+    assert abs(count / 1e6 - 92) <= 0.5, count
+
+
+def test_elmo_has_a_char_cnn_and_a_793k_sampled_softmax(fasttext_300d):
+    count = trainable_parameters_at_paper_size(
+        "elmo.jsonnet", fasttext_300d, sizes={"targets": 793473}
+    )
+    softmax = 793473 * 513
+    assert 17e6 < count - softmax - 75.6e6 < 19e6, count  # ELMo's char CNN: ~18M
+
+
+def test_sparse_softmax_trains_with_dense_sparse_adam_and_no_norm_clipping(tmp_path):
+    config = tiny_config("sampled", tmp_path, sparse_softmax=True)
+    params = Params.from_file(str(config))
+    assert params["trainer"]["optimizer"]["type"] == "dense_sparse_adam"
+    assert params["trainer"]["grad_norm"] is False
+    train_model(params, str(tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert math.isfinite(metrics["training_loss"])

@@ -1,0 +1,110 @@
+"""The efficiency benchmark (benchmarks/output_layers.py) and the OOV report, at toy sizes."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+
+import output_layers  # noqa: E402
+import vocabulary_coverage  # noqa: E402
+
+TOY = [
+    "--cell-dim", "12", "--projection-dim", "8", "--embedding-dim", "10",
+    "--vocab-sizes", "9000", "--seq-len", "6", "--tokens", "200", "--max-batch", "16",
+    "--memory-batch", "8", "--subword-vocab", "300", "--fasttext-words", "500",
+    "--fasttext-bucket", "1000", "--repeats", "1", "--device", "cpu",
+]
+
+
+def toy_job(tmp_path, kind, vocab_size):
+    args = output_layers.parse_args(TOY + ["--work-dir", str(tmp_path)])
+    sizes = dict(output_layers.SIZES["default"])
+    for key in ("cell_dim", "projection_dim", "embedding_dim", "vocab_sizes", "seq_len", "tokens",
+                "max_batch", "memory_batch", "subword_vocab"):
+        sizes[key] = getattr(args, key)
+    path = output_layers.synthetic_fasttext(tmp_path / "ft.bin", 500, 1000, 10)
+    jobs = output_layers.make_jobs(args, sizes, path)
+    return next(job for job in jobs if job["kind"] == kind and job["vocab_size"] == vocab_size)
+
+
+@pytest.mark.parametrize(
+    "kind,vocab_size", [("cont", None), ("sampled", 9002), ("fixed", 9002), ("subword", 304)]
+)
+def test_worker_measures_a_real_training_step(tmp_path, kind, vocab_size):
+    job = toy_job(tmp_path, kind, vocab_size)
+    result = output_layers.run_worker(job)
+    assert result["params"] > 0
+    for clock in ("wall", "cpu"):
+        assert result["s1"][clock] > 0 and result["s2"][clock] > 0
+        assert 0 <= result["output_share"][clock] <= 1
+    assert result["batch"] == 16  # toy models fit the budget up to the cap
+    assert set(result["peaks"]) >= {8, 16}
+    assert result["s2_steps"] >= 2
+    if kind == "cont":
+        # Encoder 75.7M-style arithmetic at toy size: the head is 8 -> 10 (+ bias).
+        assert result["output_params"] == 8 * 10 + 10
+    if kind == "sampled":
+        assert result["output_params"] == 9002 * 8 + 9002
+    if kind == "fixed":
+        assert result["output_params"] == 8 * 10 + 10 + 9002  # projection + bias, frozen table
+
+
+def test_adaptive_cutoffs_scale_with_the_vocabulary(tmp_path):
+    job = toy_job(tmp_path, "adaptive", 9002)
+    assert job["cutoffs"] == [2250, 4500, 6750] and job["div_value"] == 1.0
+    args = output_layers.parse_args(["--work-dir", str(tmp_path)])
+    sizes = output_layers.SIZES["default"]
+    jobs = output_layers.make_jobs(args, sizes, tmp_path / "unused.bin")
+    adaptive = {job["vocab_size"]: (job["cutoffs"], job["div_value"]) for job in jobs if job["kind"] == "adaptive"}
+    assert adaptive[2_000_002] == ([100_000, 400_000, 1_850_000], 4.0)
+    kinds = [job["kind"] for job in jobs]
+    assert kinds.count("sampled") == 3 and kinds.count("full") == 1 and kinds[0] == "cont"
+
+
+def test_table_gives_ratios_to_cont():
+    jobs = [{"kind": "cont", "vocab_size": None}, {"kind": "sampled", "vocab_size": 800_002}]
+    base = dict(params=1_000_000, batch=64, s1={"wall": 0.5, "cpu": 0.9}, s2={"wall": 10.0, "cpu": 20.0},
+                mem=100 * 2 ** 20, output_share={"wall": 0.1, "cpu": 0.1},
+                words_per_second={"wall": 100.0, "cpu": 50.0})
+    results = [base, dict(base, params=2_000_000, batch=16, s2={"wall": 25.0, "cpu": 30.0}, mem=300 * 2 ** 20)]
+    table = output_layers.format_table(jobs, results, {"memory_batch": 32}, "wall")
+    lines = table.splitlines()
+    assert lines[0].startswith("| Output layer")
+    assert "| Cont | open | 1.0M (1.00x) | 64 (1.00x) |" in lines[2]
+    sampled = lines[3]
+    assert "2.0M (2.00x)" in sampled and "16 (0.25x)" in sampled and "25.0 (2.50x)" in sampled
+    assert "300 MB (3.00x)" in sampled and sampled.endswith("1.35x |")  # the paper's S2 ratio
+    cpu_table = output_layers.format_table(jobs, results, {"memory_batch": 32}, "cpu")
+    assert "30.0 (1.50x)" in cpu_table.splitlines()[3]
+
+
+def test_command_prints_the_table(tmp_path):
+    out = tmp_path / "results.json"
+    completed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "output_layers.py"), *TOY,
+         "--only", "cont", "--work-dir", str(tmp_path), "--output", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=str(REPO_ROOT),
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "| Cont | open |" in completed.stdout and "Machine:" in completed.stdout
+    results = json.loads(out.read_text())
+    assert [job["kind"] for job in results["jobs"]] == ["cont"]
+    assert all("error" not in result for result in results["results"]), (results["results"], completed.stderr[-3000:])
+
+
+def test_vocabulary_coverage_counts_out_of_vocabulary_tokens(tmp_path, capsys):
+    train = tmp_path / "train.txt"
+    train.write_text("a a a b b c <unk>\na d\n")
+    valid = tmp_path / "valid.txt"
+    valid.write_text("a b e e\n")
+    vocabulary_coverage.main(["--train", str(train), "--eval", str(valid), "--caps", "1", "2", "10"])
+    output = capsys.readouterr().out
+    assert "9 tokens, 5 distinct words" in output
+    # cap 1: {a}; train has 4 a of 9 tokens -> 5/9 out (incl. 1/9 <unk>); valid 3/4 out.
+    assert "| 1 | 1 | 55.56% (incl. 11.11% `<unk>` in the text) | 75.00% |" in output
+    assert "| 2 | 2 | 33.33% (incl. 11.11% `<unk>` in the text) | 50.00% |" in output
+    assert "| 10 | 4 | 11.11% (incl. 11.11% `<unk>` in the text) | 50.00% |" in output

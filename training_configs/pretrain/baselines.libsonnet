@@ -1,0 +1,243 @@
+// The output- and input-layer baselines of Li, Chen, Hsieh, Chang, "Efficient Contextual
+// Representation Learning With Continuous Outputs" (TACL 2019), Tables 1 and 4, built on the
+// ELMo-C config (`elmoc.libsonnet`): same reader, encoder, optimizer and schedule; only the
+// input layer, the output layer and (for closed vocabularies) the vocabulary change.
+//
+// `baselines.variant(name, settings)` takes the settings of `elmoc.config` plus those below:
+//
+//   name        paper row                                   input            output
+//   elmo        ELMo (Table 1)                              char CNN         sampled softmax
+//   elmo_a      ELMo-A (Table 1; "Adaptive" in Table 4)     fastText         adaptive softmax
+//   elmo_sub    ELMo-Sub (Table 1; "Subword" in Table 4)    BPE lookup       full softmax, tied
+//   elmoc_oneb  ELMo-C_OneB (Table 1)                       fastText trained on the LM corpus
+//   elmoc_rnd   ELMo-C_Rnd (Table 1)                        fastText         continuous, N(0,1) targets
+//   elmoc_cnn   ELMo-C_CNN (Table 1), CNN input             char CNN         continuous, fastText targets
+//   elmoc_cnn_cnn  ELMo-C_CNN, CNN input and output         char CNN         continuous, CNN targets
+//   sampled     "Sampled" (Table 4)                         fastText         sampled softmax
+//   fixed       "Fixed" (Table 4, section 5.2)              fastText         sampled softmax, frozen
+//                                                                            fastText output embedding
+//   full        full softmax (not in the paper's tables)    fastText         full softmax
+//
+// The closed vocabularies (every output but the continuous one) are built from the training
+// corpus by frequency, capped at `vocabulary_size` words (allennlp's `from_instances`
+// vocabulary sorts by count, which the sampled and adaptive softmax need); words outside it are
+// @@UNKNOWN@@, a target like any other. `python benchmarks/vocabulary_coverage.py` reports the
+// out-of-vocabulary rate of a cap on a corpus. On the One Billion Word corpus, run
+// `allennlp build-vocab` once and point `vocabulary` at the result (type `from_files`) to avoid
+// a counting pass per run.
+local elmoc = import 'elmoc.libsonnet';
+
+// ELMo's character CNN (Peters et al. 2018): 16-d character embeddings, 2048 filters of widths
+// 1-7, 2 highway layers, projected to the LSTM size. allennlp's `cnn-highway` encoder.
+local elmo_filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]];
+
+local defaults = {
+  // Closed vocabulary cap: ELMo's One Billion Word vocabulary has 793,471 words (Table 4's
+  // "800K"); Table 4 also uses 40K and 2,000K.
+  vocabulary_size: 793471,
+  // Sampled softmax: ELMo's 8192 log-uniform negatives.
+  num_samples: 8192,
+  // Sparse gradients for the sampled softmax's output rows (as ELMo's TensorFlow code), with the
+  // `dense_sparse_adam` optimizer. Off by default: allennlp 2.10's trainer clips gradients with
+  // torch's clip_grad_norm_, which rejects sparse gradients, so turning it on also turns off
+  // gradient-norm clipping.
+  sparse_softmax: false,
+  // Adaptive softmax (torch.nn.AdaptiveLogSoftmaxWithLoss). With a 512-d LSTM output these
+  // cutoffs give the paper's Table 4 sizes (encoder 75.72M + output layer):
+  //   40K:    cutoffs [10000, 20000, 30000], div_value 1  -> 96.99M (paper 97M)
+  //   800K:   cutoffs [100000, 600000, 740000], div_value 4 -> 195.92M (paper 196M)
+  //   2,000K: cutoffs [100000, 400000, 1850000], div_value 4 -> 213.01M (paper 213M)
+  // (At 40K the paper's adaptive layer is larger than the 40K sampled softmax, 96M: only
+  // full-width tail clusters, div_value 1, reproduce that.)
+  cutoffs: [100000, 600000, 740000],
+  div_value: 4.0,
+  // ELMo-Sub: "~30K" BPE pieces (SentencePiece, trained on the training corpus on first use);
+  // 32,000 pieces with a 512-d tied embedding give the paper's 92M.
+  bpe_vocab_size: 32000,
+  bpe_training_sentences: 2000000,
+  // Char CNN (ELMo, ELMo-C_CNN): trained jointly with the encoder, projected to this size.
+  char_cnn_filters: elmo_filters,
+  char_cnn_highway_layers: 2,
+  char_cnn_dim: null,  // default: projection_dim
+  // ELMo's LSTM has no LayerNorm; set true for an ELMo-C-style encoder under the char CNN.
+  elmo_layer_norm: false,
+  // ELMo-C_Rnd: the random target vectors' dimension (default: embedding_dim) and the cap of
+  // their vocabulary (null: every word of the corpus gets its own vector).
+  random_vocabulary_size: null,
+};
+
+local single_id(namespace) = { type: 'single_id', namespace: namespace };
+
+local closed_vocabulary(size) = {
+  type: 'from_instances',
+  [if size != null then 'max_vocab_size']: { targets: size },
+};
+
+local char_cnn(s, dim) = {
+  type: 'character_encoding',
+  embedding: { num_embeddings: 262, embedding_dim: 16 },
+  encoder: {
+    type: 'cnn-highway',
+    embedding_dim: 16,
+    filters: s.char_cnn_filters,
+    num_highway: s.char_cnn_highway_layers,
+    projection_dim: dim,
+    activation: 'relu',
+  },
+};
+
+// fastText input, a closed-vocabulary output layer.
+local softmax_family(s, base, output_layer) = base {
+  dataset_reader+: { token_indexers+: { targets: single_id('targets') } },
+  vocabulary: closed_vocabulary(s.vocabulary_size),
+  model+: { output_layer: output_layer, target_indexer: 'targets' },
+};
+
+local sampled_layer(s, P) = {
+  type: 'sampled_softmax',
+  input_dim: P,
+  num_samples: s.num_samples,
+  sparse: s.sparse_softmax,
+};
+
+// Sparse gradients (output rows) need allennlp's dense/sparse Adam, and no norm clipping.
+local sparse_optimizer(s) =
+  if s.sparse_softmax then {
+    trainer+: { optimizer+: { type: 'dense_sparse_adam' }, grad_norm: false },
+  } else {};
+
+{
+  defaults:: defaults,
+
+  variant(name, settings)::
+    local s = defaults + settings;
+    local base = elmoc.config(s);
+    // The LSTM state size and the char CNN's output size, as the ELMo-C config sets them.
+    local P = base.model.contextualizer.projection_dim;
+    local cnn_dim = if s.char_cnn_dim != null then s.char_cnn_dim else P;
+    local variants = {
+      sampled: softmax_family(s, base, sampled_layer(s, P)) + sparse_optimizer(s),
+
+      fixed: softmax_family(s, base, sampled_layer(s, P) {
+        pretrained_file: s.fasttext_path,
+        trainable_embedding: false,
+      }) + sparse_optimizer(s),
+
+      full: softmax_family(s, base, { type: 'softmax', input_dim: P }),
+
+      elmo_a: softmax_family(s, base, {
+        type: 'adaptive_softmax',
+        input_dim: P,
+        cutoffs: s.cutoffs,
+        div_value: s.div_value,
+      }),
+
+      elmo: base {
+        dataset_reader+: {
+          token_indexers: { elmo_characters: { type: 'elmo_characters' }, targets: single_id('targets') },
+        },
+        vocabulary: closed_vocabulary(s.vocabulary_size),
+        model+: {
+          text_field_embedder: { token_embedders: { elmo_characters: char_cnn(s, cnn_dim) } },
+          contextualizer+: { input_dim: cnn_dim, layer_norm: s.elmo_layer_norm },
+          output_layer: sampled_layer(s, P),
+          target_indexer: 'targets',
+        },
+      } + sparse_optimizer(s),
+
+      elmo_sub: base {
+        dataset_reader+: {
+          tokenizer: {
+            type: 'sentencepiece_bpe',
+            train_data_path: s.train_data_path,
+            vocab_size: s.bpe_vocab_size,
+            max_training_sentences: s.bpe_training_sentences,
+          },
+          // The same pieces twice: as input (looked up) and as targets (popped by the model).
+          token_indexers: { subwords: single_id('subwords'), targets: single_id('subwords') },
+        },
+        vocabulary: { type: 'from_instances' },
+        model+: {
+          type: 'elmoc_bilm_tied',
+          tie_output_embedding: 'subwords',
+          text_field_embedder: {
+            token_embedders: {
+              subwords: { type: 'embedding', embedding_dim: P, vocab_namespace: 'subwords' },
+            },
+          },
+          contextualizer+: { input_dim: P },
+          output_layer: { type: 'softmax', input_dim: P, vocab_namespace: 'subwords' },
+          target_indexer: 'targets',
+        },
+      },
+
+      // The ELMo-C model itself; what makes it "OneB" is `fasttext_path`: a fastText model
+      // trained on the pretraining corpus (see elmoc_oneb.jsonnet).
+      elmoc_oneb: base,
+
+      elmoc_rnd: base {
+        dataset_reader+: { token_indexers+: { targets: single_id('targets') } },
+        vocabulary: {
+          type: 'from_instances',
+          [if s.random_vocabulary_size != null then 'max_vocab_size']: { targets: s.random_vocabulary_size },
+        },
+        model+: {
+          // Each embedder skips the other's indexer ("empty").
+          text_field_embedder: {
+            token_embedders: {
+              fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+              targets: { type: 'empty' },
+            },
+          },
+          target_embedder: {
+            token_embedders: {
+              fasttext: { type: 'empty' },
+              targets: {
+                type: 'embedding',
+                embedding_dim: s.embedding_dim,
+                vocab_namespace: 'targets',
+                trainable: false,
+              },
+            },
+          },
+          // Frozen N(0, 1) target vectors.
+          initializer: {
+            regexes: [['_target_embedder\\..*weight', { type: 'normal', mean: 0.0, std: 1.0 }]],
+          },
+        },
+      },
+
+      elmoc_cnn: base {
+        dataset_reader+: {
+          token_indexers+: { elmo_characters: { type: 'elmo_characters' } },
+        },
+        model+: {
+          text_field_embedder: {
+            token_embedders: { elmo_characters: char_cnn(s, cnn_dim), fasttext: { type: 'empty' } },
+          },
+          target_embedder: {
+            token_embedders: {
+              elmo_characters: { type: 'empty' },
+              fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+            },
+          },
+          contextualizer+: { input_dim: cnn_dim },
+        },
+      },
+
+      // The targets are the input CNN's embeddings of the target words; the model detaches
+      // them, so the CNN learns only through the input side (no collapse of the targets).
+      elmoc_cnn_cnn: base {
+        dataset_reader+: {
+          token_indexers: { elmo_characters: { type: 'elmo_characters' } },
+        },
+        model+: {
+          text_field_embedder: { token_embedders: { elmo_characters: char_cnn(s, cnn_dim) } },
+          contextualizer+: { input_dim: cnn_dim },
+          output_layer+: { embedding_dim: cnn_dim },
+        },
+      },
+    };
+    if std.objectHas(variants, name) then variants[name]
+    else error ('unknown baseline ' + name + '; one of ' + std.join(', ', std.objectFields(variants))),
+}
