@@ -226,7 +226,8 @@ local sparse_optimizer(s) =
       },
 
       // The targets are the input CNN's embeddings of the target words; the model detaches
-      // them, so the CNN learns only through the input side (no collapse of the targets).
+      // them, so the CNN learns only through the input side. It still collapses (every word to
+      // nearly one vector; see elmoc_cnn_cnn.jsonnet): a degenerate baseline, kept to show it.
       elmoc_cnn_cnn: base {
         dataset_reader+: {
           token_indexers: { elmo_characters: { type: 'elmo_characters' } },
