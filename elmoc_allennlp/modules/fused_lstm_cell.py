@@ -8,7 +8,7 @@ interchangeable implementations:
   nonlinearities, cell update and clipping in one pass; clipping, LayerNorm and dropout in another;
   and the same for the backward pass). CPU only, float32 and float64. The C source below is compiled
   with the system C compiler the first time it is needed and the shared library is cached on disk,
-  so a machine compiles it once (well under a second); if there is no compiler, or compiling,
+  so a machine compiles it once (about 2 s on 2 cores); if there is no compiler, or compiling,
   loading or the self-test fails, [`native_lstm_cell_kernels`](#native_lstm_cell_kernels) logs a
   warning and returns `None`, and callers use the PyTorch implementation.
 
@@ -247,7 +247,8 @@ _C_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && !defined(ELMOC_NO_CLONES)
 #define CLONED __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CLONED
@@ -550,7 +551,19 @@ def _cache_dir() -> Path:
     if configured:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "elmoc_allennlp"
+    cache = Path(base) / "elmoc_allennlp"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        if os.access(cache, os.W_OK):
+            return cache
+    except OSError:
+        pass
+    # An unwritable home (some CI sandboxes): a private folder in the temporary directory.
+    private = Path(tempfile.gettempdir()) / f"elmoc_allennlp_{os.getuid()}"
+    private.mkdir(mode=0o700, exist_ok=True)
+    if private.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{private} belongs to another user")
+    return private
 
 
 def _find_compiler() -> Optional[str]:
@@ -596,14 +609,20 @@ def build_native_lstm_cell_kernels(
             source = Path(build_dir) / "lstm_kernels.c"
             source.write_text(_C_SOURCE)
             built = Path(build_dir) / library_path.name
-            result = subprocess.run(
-                [compiler, *_COMPILE_FLAGS, "-o", str(built), str(source), "-lm"],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if result.returncode != 0:
-                raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[-2000:]}")
+            errors = []
+            # Without per-CPU versions if the toolchain cannot make them (e.g. no ifunc).
+            for extra in ([], ["-DELMOC_NO_CLONES"]):
+                result = subprocess.run(
+                    [compiler, *_COMPILE_FLAGS, *extra, "-o", str(built), str(source), "-lm"],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
+                if result.returncode == 0:
+                    break
+                errors.append(result.stderr.strip()[-1000:])
+            else:
+                raise RuntimeError(f"{compiler} failed: {' / '.join(errors)}")
             os.replace(built, library_path)
     kernels = NativeLstmCellKernels(ctypes.CDLL(str(library_path)), library_path)
     _self_test(kernels)

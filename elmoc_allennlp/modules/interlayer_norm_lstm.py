@@ -87,7 +87,8 @@ class InterLayerNormLstm(Seq2SeqEncoder):
         self.cell_dim = cell_dim
         self.num_layers = num_layers
 
-        self.input_projection = torch.nn.Linear(input_dim, projection_dim)
+        # A bias before a LayerNorm would be cancelled by its mean subtraction.
+        self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=not layer_norm)
         self.input_layer_norm: Optional[torch.nn.LayerNorm] = (
             torch.nn.LayerNorm(projection_dim) if layer_norm else None
         )

@@ -150,7 +150,8 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     Padding is handled with the mask: at a padded step the (state, memory) pair is carried over
     unchanged and the output is zero. Since padding comes at the end of a sequence, the backward
-    direction starts from a zero state at each sequence's last real token.
+    direction starts from a zero state at each sequence's last real token. (That is what the
+    reference path does; the fast path gets the same result by packing the sequences by length.)
 
     # Parameters
 

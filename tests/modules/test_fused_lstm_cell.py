@@ -167,6 +167,27 @@ def test_build_uses_the_cache(fresh_loader, monkeypatch):
 
 
 @needs_native
+def test_build_retries_without_per_cpu_versions(fresh_loader):
+    """A toolchain that cannot build `target_clones` (e.g. no ifunc) still gets the kernels."""
+    real = fused_lstm_cell._find_compiler()
+    wrapper = fresh_loader / "cc-without-clones"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--version*|*ELMOC_NO_CLONES*) exec ' + real + ' "$@";; esac\n'
+        'echo "target_clones unsupported" >&2; exit 1\n'
+    )
+    wrapper.chmod(0o755)
+    cache = fresh_loader / "cache"
+    kernels = build_native_lstm_cell_kernels(compiler=str(wrapper), cache_dir=cache)
+    assert kernels.path.exists() and [path.name for path in cache.iterdir()] == [kernels.path.name]
+    args = (torch.float32, 4, 3, 37, 9, True, True, 0.5, 2.0)
+    expected = step(TorchLstmCellKernels(), *args)
+    for name, value in step(kernels, *args).items():
+        if value is not None:
+            torch.testing.assert_close(value, expected[name], atol=2e-6, rtol=2e-6, msg=name)
+
+
+@needs_native
 def test_self_test_rejects_wrong_kernels():
     class Broken(type(native_lstm_cell_kernels())):
         def cell_backward(self, grad_m, grad_carry, act, cell, c_prev, grad_gates, cell_clip):
