@@ -102,7 +102,6 @@ def contextual_vectors(model, reader, sentences: List[List[str]]):
     """Top-layer [forward; backward] vectors of every word (boundaries dropped)."""
     import torch
     from allennlp.data import Batch
-    from allennlp.nn import util
 
     vectors = []
     model.eval()
@@ -114,10 +113,8 @@ def contextual_vectors(model, reader, sentences: List[List[str]]):
                 reader.apply_token_indexers(instance)
             batch = Batch(instances)
             batch.index_instances(model.vocab)
-            tokens = batch.as_tensor_dict()["tokens"]
-            mask = util.get_text_field_mask(tokens)
-            embedded = model._text_field_embedder(tokens)
-            states = model._contextualizer(embedded, mask)
+            layers, _ = model.contextual_layers(batch.as_tensor_dict()["tokens"])
+            states = layers[-1]
             for row, words in enumerate(chunk):
                 vectors.append(states[row, 1 : len(words) + 1])
     return vectors
