@@ -15,7 +15,11 @@ Two implementations compute the same thing (chosen with `implementation`):
   `elmoc_allennlp.modules.fused_lstm_cell`) or written with PyTorch operations (`"torch"`, any
   device, no compiler). `"auto"` (the default) uses the C kernels for CPU tensors when they can be
   built and the PyTorch operations otherwise.
+
+Under autocast (`use_amp`), the fast path runs in the parameters' precision (usually float32);
+the reference path follows autocast's per-operation rules.
 """
+import contextlib
 import logging
 from typing import List, Optional, Tuple
 
@@ -106,6 +110,20 @@ def _select_kernels(implementation: str, inputs: torch.Tensor) -> Optional[LstmC
             f"{inputs.dtype} tensor on {inputs.device}."
         )
     return _TORCH_KERNELS
+
+
+def _outside_autocast(
+    inputs: torch.Tensor, dtype: torch.dtype
+) -> Tuple[torch.Tensor, contextlib.AbstractContextManager]:
+    """
+    Under autocast (`use_amp`), the fast path runs in the parameters' precision: returns the
+    inputs cast to `dtype` and a context that turns autocast off on their device. Otherwise the
+    inputs unchanged and a no-op context.
+    """
+    device_type = inputs.device.type
+    if torch.is_autocast_enabled(device_type):
+        return inputs.to(dtype), torch.autocast(device_type, enabled=False)
+    return inputs, contextlib.nullcontext()
 
 
 def _pack_or_warn(mask: torch.BoolTensor) -> Optional[SequencePacking]:
@@ -248,15 +266,19 @@ class LayerNormLstmLayer(torch.nn.Module):
             mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
         _check_inputs(inputs, mask, self.input_dim)
         mask = mask.bool()
-        kernels = _select_kernels(self.implementation, inputs)
-        packing = None if kernels is None else _pack_or_warn(mask)
-        if packing is None or packing.num_rows == 0:
+        if self.implementation == "reference":
             return self._forward_reference(inputs, mask)
-        dropout_mask = self.make_dropout_mask(inputs)
-        if dropout_mask is not None:
-            dropout_mask = packing.sort_batch(dropout_mask)
-        outputs = self.forward_packed(packing.pack(inputs), packing, kernels, dropout_mask)
-        return packing.unpack(outputs)
+        inputs, precision = _outside_autocast(inputs, self.input_linearity.weight.dtype)
+        with precision:
+            kernels = _select_kernels(self.implementation, inputs)
+            packing = None if kernels is None else _pack_or_warn(mask)
+            if packing is None or packing.num_rows == 0:
+                return self._forward_reference(inputs, mask)
+            dropout_mask = self.make_dropout_mask(inputs)
+            if dropout_mask is not None:
+                dropout_mask = packing.sort_batch(dropout_mask)
+            outputs = self.forward_packed(packing.pack(inputs), packing, kernels, dropout_mask)
+            return packing.unpack(outputs)
 
     def make_dropout_mask(self, inputs: torch.Tensor) -> Optional[torch.Tensor]:
         """
@@ -514,10 +536,15 @@ class ElmocLstm(Seq2SeqEncoder):
             mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
         _check_inputs(inputs, mask, self._input_dim)
         mask = mask.bool()
-        kernels = _select_kernels(self.implementation, inputs)
-        packing = None if kernels is None else _pack_or_warn(mask)
-        if packing is not None and packing.num_rows > 0:
-            return self._encode_packed(inputs, packing, kernels, all_layers)
+        if self.implementation != "reference":
+            packed_inputs, precision = _outside_autocast(
+                inputs, self.input_projection.weight.dtype
+            )
+            with precision:
+                kernels = _select_kernels(self.implementation, packed_inputs)
+                packing = None if kernels is None else _pack_or_warn(mask)
+                if packing is not None and packing.num_rows > 0:
+                    return self._encode_packed(packed_inputs, packing, kernels, all_layers)
 
         projected = self.input_projection(inputs)
         if self.input_layer_norm is not None:

@@ -371,7 +371,12 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
                 )
             )
         grads: List[Optional[torch.Tensor]] = [None, None]
-        for result in ctx.runner.run(tasks):
+        # Like the forward pass, the backward pass runs in the saved tensors' precision even when
+        # `backward()` is called under autocast.
+        device_type = saved_tensors[0].device.type
+        with torch.autocast(device_type, enabled=False):
+            results = ctx.runner.run(tasks)
+        for result in results:
             grads.extend(result)
             grads.append(None)  # dropout mask
         return tuple(grads)
