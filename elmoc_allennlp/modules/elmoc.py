@@ -98,6 +98,8 @@ class ElmocArchive:
         self.boundary_tokens: List[str] = list(
             indexer.get("boundary_tokens", DEFAULT_BOUNDARY_TOKENS)
         )
+        # Whether pretraining lowercased tokens (`fasttext_subwords`'s lowercase_tokens).
+        self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
         # Pretraining may have truncated long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
         self.start_token = reader.get("start_token", DEFAULT_START_TOKEN)

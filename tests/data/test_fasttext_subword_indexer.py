@@ -56,6 +56,29 @@ class TestFastTextSubwordIndexer:
         assert indexed["subword_ids"][0] == eos
         assert indexed["subword_ids"][1] != eos  # no longer a boundary token
 
+    def test_lowercase_tokens(self, tiny_fasttext_path):
+        cased = FastTextSubwordIndexer(str(tiny_fasttext_path))
+        lowering = FastTextSubwordIndexer(str(tiny_fasttext_path), lowercase_tokens=True)
+        assert lowering.lowercase_tokens and not cased.lowercase_tokens
+        assert lowering != cased
+        indexed = lowering.tokens_to_indices(_tokens("The", "CAT", "<S>"), Vocabulary())
+        expected = cased.tokens_to_indices(_tokens("the", "cat", "<S>"), Vocabulary())
+        assert indexed == expected
+        assert cased.token_subword_ids("The") != cased.token_subword_ids("the")
+        assert lowering.token_subword_ids("The") == cased.token_subword_ids("the")
+        from_params = TokenIndexer.from_params(
+            Params(
+                {
+                    "type": "fasttext_subwords",
+                    "vectors_path": str(tiny_fasttext_path),
+                    "lowercase_tokens": True,
+                }
+            )
+        )
+        assert from_params.token_subword_ids("CAT") == cased.token_subword_ids("cat")
+        restored = pickle.loads(pickle.dumps(lowering))
+        assert restored.token_subword_ids("The") == cased.token_subword_ids("the")
+
     def test_boundary_fallback_without_eos_word(self, tmp_path):
         path = _model(tmp_path, ["the", "cat"])
         vectors = FastTextVectors.from_path(path)

@@ -304,6 +304,41 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
     assert torch.equal(ids, tokens_to_subword_ids(indexer, [["unse", "cat"]]))
 
 
+def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexer, tmp_path):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    def lowercase_in_pretraining(config):
+        config["dataset_reader"]["token_indexers"]["fasttext"]["lowercase_tokens"] = True
+
+    lowered_archive = rewrite_archive(
+        elmoc_archive, tmp_path / "lower.tar.gz", lowercase_in_pretraining
+    )
+    assert ElmocArchive.read(lowered_archive).lowercase_tokens
+    assert not ElmocArchive.read(elmoc_archive).lowercase_tokens
+    cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
+    inherited = ElmocSubwordIndexer(str(lowered_archive))
+    assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
+        lower, Vocabulary()
+    )
+    assert indexer.tokens_to_indices(cased, Vocabulary()) != indexer.tokens_to_indices(
+        lower, Vocabulary()
+    )
+    overridden = ElmocSubwordIndexer(str(lowered_archive), lowercase_tokens=False)
+    assert overridden.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
+        cased, Vocabulary()
+    )
+    # The Python API uses the archive's own indexer, so it lowercases too.
+    api = ElmocEmbedder(str(lowered_archive))
+    numpy.testing.assert_allclose(
+        api.embed_sentence(["The", "CAT"]), api.embed_sentence(["the", "cat"]), atol=1e-6
+    )
+    assert not numpy.allclose(
+        ElmocEmbedder(str(elmoc_archive)).embed_sentence(["The", "CAT"]),
+        api.embed_sentence(["the", "cat"]),
+        atol=1e-4,
+    )
+
+
 def test_text_field_mask_and_padding_with_and_without_another_masked_indexer(
     elmoc_archive, indexer, tiny_fasttext_path
 ):

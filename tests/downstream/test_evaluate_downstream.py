@@ -68,6 +68,18 @@ def test_conllu_reader_skips_multiword_tokens_and_empty_nodes(script, tmp_path):
     assert examples[0] == (["the", "cat", "'s", "mat"], ["DET", "NOUN", "PART", "NOUN"])
 
 
+def test_lowercasing_changes_tokens_only(script, tmp_path):
+    write_synthetic_data(tmp_path)
+    examples = script.read_ner(tmp_path)
+    lowered = script.lowercased(examples)
+    assert lowered.keys() == examples.keys()
+    for split in examples:
+        for (tokens, tags), (low_tokens, low_tags) in zip(examples[split], lowered[split]):
+            assert low_tokens == [token.lower() for token in tokens] and low_tags == tags
+    assert any("Paris" in tokens for tokens, _ in examples["train"])
+    assert not any("Paris" in tokens for tokens, _ in lowered["train"])
+
+
 def test_span_f1_and_summary_table(script):
     labels = ["O", "U-PER", "B-ORG", "L-ORG"]
     scorer = script.Scorer("ner", labels)

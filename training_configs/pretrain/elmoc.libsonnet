@@ -8,6 +8,9 @@
       embedding_dim: error 'embedding_dim (the fastText dimension) is required',
       train_data_path: error 'train_data_path is required',
       validation_data_path: null,
+      // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
+      // the archive records it, so the downstream `elmoc_subwords` indexer lowercases too.
+      lowercase_tokens: false,
       // Model: ELMo's LSTM with projection, 2 layers, 4096 cells -> 512 (Peters et al. 2018), with
       // LayerNorm inside the recurrence (ELMo-C section 3.2).
       projection_dim: 512,
@@ -62,7 +65,11 @@
         type: 'elmoc_lm_corpus',
         max_sequence_length: s.max_sequence_length,
         token_indexers: {
-          fasttext: { type: 'fasttext_subwords', vectors_path: s.fasttext_path },
+          fasttext: {
+            type: 'fasttext_subwords',
+            vectors_path: s.fasttext_path,
+            [if s.lowercase_tokens then 'lowercase_tokens']: true,
+          },
         },
       },
       train_data_path: s.train_data_path,

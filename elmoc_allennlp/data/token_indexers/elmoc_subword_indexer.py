@@ -36,6 +36,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_token_embedder`'s).
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if it is not where the archive says.
+    lowercase_tokens : `bool`, optional (default = `None`)
+        Whether to lowercase tokens; `None` means as in pretraining (the archive's
+        `dataset_reader.token_indexers.<key>.lowercase_tokens`), which is what the biLM expects.
     token_min_padding_length : `int`, optional (default = `0`)
         See :class:`TokenIndexer`.
     """
@@ -44,12 +47,16 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         self,
         archive_file: str,
         vectors_path: Optional[str] = None,
+        lowercase_tokens: Optional[bool] = None,
         token_min_padding_length: int = 0,
     ) -> None:
         archive = ElmocArchive.read(archive_file, vectors_path)
         super().__init__(
             vectors_path=archive.input_vectors_path,
             boundary_tokens=archive.boundary_tokens,
+            lowercase_tokens=(
+                archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
+            ),
             token_min_padding_length=token_min_padding_length,
         )
         self._archive_file = str(archive_file)

@@ -44,6 +44,10 @@ class FastTextSubwordIndexer(TokenIndexer):
         The fastText `.bin` model; use the same one for the `fasttext` token embedder.
     boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
         Token texts indexed as fastText's `</s>`.
+    lowercase_tokens : `bool`, optional (default=`False`)
+        Lowercase each token (not the boundary tokens) before looking it up: for fastText models
+        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_subwords`
+        indexer and `ElmocEmbedder` of that archive lowercase too.
     token_min_padding_length : `int`, optional (default=`0`)
         See :class:`TokenIndexer`.
     """
@@ -52,11 +56,13 @@ class FastTextSubwordIndexer(TokenIndexer):
         self,
         vectors_path: str,
         boundary_tokens: List[str] = ["<S>", "</S>"],  # never mutated
+        lowercase_tokens: bool = False,
         token_min_padding_length: int = 0,
     ) -> None:
         super().__init__(token_min_padding_length)
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
+        self._lowercase_tokens = lowercase_tokens
         self._vectors = FastTextVectors.from_path(vectors_path)
         self._make_cache()
 
@@ -82,6 +88,7 @@ class FastTextSubwordIndexer(TokenIndexer):
             return (
                 self._vectors is other._vectors
                 and self._boundary_tokens == other._boundary_tokens
+                and self._lowercase_tokens == other._lowercase_tokens
                 and self._token_min_padding_length == other._token_min_padding_length
             )
         return NotImplemented
@@ -89,6 +96,10 @@ class FastTextSubwordIndexer(TokenIndexer):
     @property
     def vectors(self) -> FastTextVectors:
         return self._vectors
+
+    @property
+    def lowercase_tokens(self) -> bool:
+        return self._lowercase_tokens
 
     @property
     def no_vector_id(self) -> int:
@@ -119,6 +130,8 @@ class FastTextSubwordIndexer(TokenIndexer):
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self._boundary_tokens:
             return tuple(self._eos_ids)
+        if self._lowercase_tokens:
+            text = text.lower()
         ids = self._vectors.subword_ids_tuple(text)
         if not ids:
             return (self._no_vector_id,)
