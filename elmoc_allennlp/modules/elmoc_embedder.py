@@ -35,7 +35,9 @@ class ElmocEmbedder:
     `"top"` is the last layer, `"average"` the mean of the layers, and a list of `num_layers`
     floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:
     pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
-    sentence's vectors do not depend on the other sentences of its batch.
+    sentence's vectors do not depend on the other sentences of its batch. Tokens are indexed
+    as in pretraining: cut to the archive's `max_token_characters` and lowercased if its
+    `fasttext_subwords` indexer had `lowercase_tokens`.
 
     # Parameters
 
