@@ -7,7 +7,9 @@
 // * the two ELMo blocks replaced by ELMo-C (`elmoc_subwords` / `elmoc_token_embedder`);
 // * the 50-d GloVe vectors (lowercased, fine-tuned) -> the frozen, cased fastText vectors
 //   (ELMOC_FASTTEXT, ELMOC_FASTTEXT_DIM): GloVe cannot be downloaded here, and fine-tuning the
-//   whole fastText table (words + 2M n-gram buckets) is not practical;
+//   whole fastText table (words + 2M n-gram buckets) is not practical; with a fastText model
+//   trained on lowercased text (the PTB quickstart's), add
+//   -o '{"dataset_reader.token_indexers.tokens.lowercase_tokens": true}';
 // * model selection on the development set (eng.testa) and a final evaluation on eng.testb; the
 //   recipe validates on eng.testb.
 //
