@@ -19,7 +19,8 @@ would otherwise each make a pass over memory and cost a dispatch.
 Environment variables: `ELMOC_DISABLE_NATIVE_KERNELS=1` disables the C kernels;
 `ELMOC_KERNEL_CACHE` sets the folder for the compiled library (default
 `$XDG_CACHE_HOME/elmoc_allennlp` or `~/.cache/elmoc_allennlp`); `CC` names the compiler (default
-`gcc`, then `cc`).
+`gcc`, then `cc`). A new build deletes the libraries of other builds that have not been loaded
+for 30 days.
 
 All tensors passed to the kernels are row-major contiguous 2-D `(rows, features)` blocks (the
 recurrence passes slices of larger buffers along the first dimension). Gates are in the order
@@ -36,8 +37,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -624,9 +626,43 @@ def build_native_lstm_cell_kernels(
             else:
                 raise RuntimeError(f"{compiler} failed: {' / '.join(errors)}")
             os.replace(built, library_path)
+        _remove_stale_libraries(cache_dir, keep=library_path)
+    else:
+        # Marks the library as in use, so that other builds do not prune it.
+        _touch(library_path)
     kernels = NativeLstmCellKernels(ctypes.CDLL(str(library_path)), library_path)
     _self_test(kernels)
     return kernels
+
+
+STALE_LIBRARY_SECONDS = 30 * 24 * 3600
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # a read-only cache is still usable
+        pass
+
+
+def _remove_stale_libraries(cache_dir: Path, keep: Path) -> List[Path]:
+    """
+    Deletes the kernel libraries of other builds (an older source, another compiler) that no
+    process has loaded for `STALE_LIBRARY_SECONDS`, so the cache does not grow with every change
+    of the C source. Returns the deleted paths. Running processes keep their loaded copy.
+    """
+    removed = []
+    now = time.time()
+    for library in cache_dir.glob("elmoc_lstm_kernels_*.so"):
+        if library == keep:
+            continue
+        try:
+            if now - library.stat().st_mtime > STALE_LIBRARY_SECONDS:
+                library.unlink()
+                removed.append(library)
+        except OSError:
+            pass
+    return removed
 
 
 def _self_test(kernels: NativeLstmCellKernels) -> None:

@@ -1,6 +1,8 @@
 """The C kernels equal the PyTorch-operations kernels, and failing to build them falls back."""
 import logging
+import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -159,11 +161,31 @@ def test_build_uses_the_cache(fresh_loader, monkeypatch):
         return real_run(args, **kwargs)
 
     monkeypatch.setattr(fused_lstm_cell.subprocess, "run", recording_run)
+    long_ago = time.time() - 2 * fused_lstm_cell.STALE_LIBRARY_SECONDS
+    os.utime(cache / built.name, (long_ago, long_ago))
     kernels = build_native_lstm_cell_kernels(cache_dir=cache)
     assert kernels.path == cache / built.name
+    # Loading marks it as in use, so that a later build does not prune it.
+    assert time.time() - kernels.path.stat().st_mtime < 600
     assert calls and all("--version" in args for args in calls)  # identified, did not compile
     # A library from another source version would have another name: rebuilt, not reused.
     assert len(built.stem.rsplit("_", 1)[-1]) == 20
+
+
+def test_stale_libraries_of_other_builds_are_pruned(tmp_path):
+    """Libraries from older sources or other compilers go once unused for 30 days."""
+    long_ago = time.time() - 2 * fused_lstm_cell.STALE_LIBRARY_SECONDS
+    names = ["elmoc_lstm_kernels_old.so", "elmoc_lstm_kernels_recent.so",
+             "elmoc_lstm_kernels_current.so", "unrelated.so"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    for name in ("elmoc_lstm_kernels_old.so", "elmoc_lstm_kernels_current.so", "unrelated.so"):
+        os.utime(tmp_path / name, (long_ago, long_ago))
+    removed = fused_lstm_cell._remove_stale_libraries(
+        tmp_path, keep=tmp_path / "elmoc_lstm_kernels_current.so"
+    )
+    assert removed == [tmp_path / "elmoc_lstm_kernels_old.so"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(names[1:])
 
 
 @needs_native
