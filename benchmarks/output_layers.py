@@ -296,7 +296,7 @@ def build_model(job: Dict[str, Any]):
     from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
     from elmoc_allennlp.modules.lm_heads.sampled_softmax import SampledSoftmaxHead
     from elmoc_allennlp.modules.lm_heads.softmax import SoftmaxHead
-    from elmoc_allennlp.modules.lm_heads.tied_language_model import tie_output_embedding_to
+    from elmoc_allennlp.models.bidirectional_language_model import tie_output_embedding_to
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,
     )

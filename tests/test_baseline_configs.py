@@ -3,6 +3,7 @@ The baseline configs of training_configs/pretrain/ (Li et al. 2019, Tables 1 and
 builds and trains on the fixture corpus, its loss goes down, and at paper size the parameter
 counts are the paper's (built on the meta device: nothing is allocated).
 """
+import copy
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import torch
 
 from allennlp.commands.train import train_model
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
 
@@ -160,6 +162,30 @@ def test_subword_model_ties_input_and_output_embeddings(tmp_path):
     assert embedding.weight.size(0) == vocab.get_vocab_size("subwords")
     names = [name for name, _ in model.named_parameters()]
     assert not any(name.startswith("_output_layer.weight") for name in names)  # counted once
+
+
+def test_tied_alias_and_bad_tie_keys(tmp_path):
+    """`elmoc_bilm_tied` (older configs) builds the same model; bad keys name the config key."""
+    config = tiny_config("elmo_sub", tmp_path)
+    model, instances, vocab, _ = build(config)
+    params = Params.from_file(str(config))
+    model_params = params.pop("model").as_dict()
+    alias_params = Params(dict(copy.deepcopy(model_params), type="elmoc_bilm_tied"))
+    alias = Model.from_params(vocab=vocab, params=alias_params)
+    assert type(alias).__name__ == "TiedBidirectionalLanguageModel"
+    embedding = alias._text_field_embedder._token_embedders["subwords"]
+    assert alias._output_layer.weight is embedding.weight
+    assert sorted(name for name, _ in alias.named_parameters()) == sorted(
+        name for name, _ in model.named_parameters()
+    )
+    with pytest.raises(ConfigurationError, match="tie_output_embedding is 'words'"):
+        Model.from_params(
+            vocab=vocab, params=Params(dict(copy.deepcopy(model_params), tie_output_embedding="words"))
+        )
+    continuous = Params.from_file(str(tiny_config("elmoc_oneb", tmp_path))).pop("model").as_dict()
+    continuous["tie_output_embedding"] = "fasttext"
+    with pytest.raises(ConfigurationError, match="has no output embedding to tie"):
+        Model.from_params(vocab=Vocabulary.empty(), params=Params(continuous))
 
 
 def test_fixed_output_embedding_is_frozen_fasttext(tmp_path):

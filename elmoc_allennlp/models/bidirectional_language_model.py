@@ -15,6 +15,29 @@ from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
 _DIRECTIONS = ("both", "forward", "backward")
 
 
+def tie_output_embedding_to(
+    text_field_embedder: TextFieldEmbedder, output_layer: LanguageModelHead, embedder_key: str
+) -> None:
+    """
+    Makes the `weight` of the token embedder `embedder_key` of `text_field_embedder` (an
+    `Embedding` over the output layer's namespace) the output embedding of `output_layer`
+    (which must have `tie_weights`, as the `softmax` head has).
+    """
+    token_embedders = getattr(text_field_embedder, "_token_embedders", {})
+    embedder = token_embedders.get(embedder_key)
+    if embedder is None or not hasattr(embedder, "weight"):
+        raise ConfigurationError(
+            f"model.tie_output_embedding is '{embedder_key}', but the text_field_embedder has no "
+            f"embedding with that key (it has {sorted(token_embedders)})"
+        )
+    if not hasattr(output_layer, "tie_weights"):
+        raise ConfigurationError(
+            f"model.tie_output_embedding is set, but the output layer "
+            f"({type(output_layer).__name__}) has no output embedding to tie"
+        )
+    output_layer.tie_weights(embedder.weight)
+
+
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
     """
@@ -76,6 +99,10 @@ class BidirectionalLanguageModel(Model):
         A separate output layer for the backward LM (by default both directions share
         `output_layer`). The merged archive of two single-direction jobs uses it for the
         backward job's head.
+    tie_output_embedding : `str`, optional (default = `None`)
+        The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
+        whose weight becomes the output layer's output embedding, e.g. for the subword LM
+        baseline ELMo-Sub. The output layer must have `tie_weights` (as `softmax` has).
     """
 
     default_predictor = "elmoc_bilm"
@@ -93,6 +120,7 @@ class BidirectionalLanguageModel(Model):
         initializer: Optional[InitializerApplicator] = None,
         directions: str = "both",
         backward_output_layer: Optional[LanguageModelHead] = None,
+        tie_output_embedding: Optional[str] = None,
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
@@ -149,6 +177,10 @@ class BidirectionalLanguageModel(Model):
         self._retrieval_accuracy = Average()
         if initializer is not None:
             initializer(self)
+        if tie_output_embedding is not None:
+            for head in (output_layer, backward_output_layer):
+                if head is not None:
+                    tie_output_embedding_to(text_field_embedder, head, tie_output_embedding)
         if directions != "both":
             self._freeze_other_direction(directions)
 

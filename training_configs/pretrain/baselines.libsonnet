@@ -158,7 +158,7 @@ local sparse_optimizer(s) =
         },
         vocabulary: { type: 'from_instances' },
         model+: {
-          type: 'elmoc_bilm_tied',
+          type: 'elmoc_bilm',
           tie_output_embedding: 'subwords',
           text_field_embedder: {
             token_embedders: {
