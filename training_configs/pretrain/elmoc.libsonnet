@@ -109,6 +109,8 @@
         num_workers: s.num_workers,
       },
       trainer: {
+        // allennlp's gradient_descent, but --recover skips completed epochs without reading them.
+        type: 'elmoc_gradient_descent',
         num_epochs: s.num_epochs,
         cuda_device: s.cuda_device,
         grad_norm: s.grad_norm,

@@ -1,0 +1,163 @@
+"""`elmoc_gradient_descent`: --recover skips completed epochs without reading their data."""
+from typing import Dict, List, Optional
+
+import pytest
+import torch
+
+from allennlp.common import Params
+from allennlp.data import Instance, Vocabulary
+from allennlp.data.data_loaders import SimpleDataLoader
+from allennlp.data.fields import TensorField
+from allennlp.models import Model
+from allennlp.training import Checkpointer, GradientDescentTrainer, Trainer
+from allennlp.training.callbacks import TrainerCallback
+
+from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
+from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
+from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+
+BATCHES_PER_EPOCH = 3
+
+
+class _Regression(Model):
+    def __init__(self) -> None:
+        super().__init__(Vocabulary())
+        self.linear = torch.nn.Linear(1, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:  # type: ignore
+        return {"loss": ((self.linear(x) - y) ** 2).mean()}
+
+
+class _CountingLoader(SimpleDataLoader):
+    """Counts the batches read from it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches_read = 0
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.batches_read += 1
+            yield batch
+
+
+class _Record(TrainerCallback):
+    """Records the learning rate and the weight at every trained batch; can crash at one."""
+
+    def __init__(self, serialization_dir: str, crash_at_batch: Optional[int] = None) -> None:
+        super().__init__(serialization_dir)
+        self.learning_rates: List[float] = []
+        self.weights: List[float] = []
+        self.crash_at_batch = crash_at_batch
+
+    def on_batch(self, trainer, *args, is_training: bool, **kwargs) -> None:
+        if not is_training:
+            return
+        self.learning_rates.append(trainer.optimizer.param_groups[0]["lr"])
+        self.weights.append(trainer.model.linear.weight.item())
+        if self.crash_at_batch is not None and len(self.weights) == self.crash_at_batch:
+            raise KeyboardInterrupt("simulated crash")
+
+
+def _train(
+    serialization_dir,
+    num_epochs: int,
+    trainer_class=FastRecoveryTrainer,
+    crash_at_batch: Optional[int] = None,
+    save_every_num_batches: Optional[int] = None,
+):
+    torch.manual_seed(0)
+    model = _Regression()
+    instances = [
+        Instance({"x": TensorField(torch.tensor([float(i)])), "y": TensorField(torch.ones(1))})
+        for i in range(2 * BATCHES_PER_EPOCH)
+    ]
+    loader = _CountingLoader(instances, batch_size=2, vocab=model.vocab)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scheduler = RnmtPlusLearningRate(
+        optimizer, warmup_steps=2, decay_start=4, decay_end=20, num_replicas=2
+    )
+    recorder = _Record(str(serialization_dir), crash_at_batch)
+    trainer = trainer_class(
+        model,
+        optimizer,
+        loader,
+        num_epochs=num_epochs,
+        serialization_dir=str(serialization_dir),
+        checkpointer=AtomicCheckpointer(
+            serialization_dir, save_every_num_batches=save_every_num_batches
+        ),
+        learning_rate_scheduler=scheduler,
+        callbacks=[recorder],
+    )
+    try:
+        trainer.train()
+    except KeyboardInterrupt:
+        pass
+    return recorder, loader, scheduler
+
+
+@pytest.mark.parametrize("trainer_class", [FastRecoveryTrainer, GradientDescentTrainer])
+def test_recovery_after_completed_epochs(tmp_path, trainer_class):
+    straight, straight_loader, _ = _train(tmp_path / "straight", num_epochs=3)
+    assert straight_loader.batches_read == 3 * BATCHES_PER_EPOCH
+    assert len(set(straight.learning_rates)) == 3 * BATCHES_PER_EPOCH
+
+    _train(tmp_path / "resumed", num_epochs=2, trainer_class=trainer_class)
+    resumed, loader, scheduler = _train(
+        tmp_path / "resumed", num_epochs=3, trainer_class=trainer_class
+    )
+    # The same schedule and the same weights as the uninterrupted run.
+    assert resumed.learning_rates == pytest.approx(straight.learning_rates[6:])
+    assert resumed.weights == pytest.approx(straight.weights[6:])
+    assert scheduler.last_epoch == 3 * BATCHES_PER_EPOCH
+    # The stock trainer reads the two completed epochs again; this one does not.
+    expected_reads = 1 if trainer_class is FastRecoveryTrainer else 3
+    assert loader.batches_read == expected_reads * BATCHES_PER_EPOCH
+
+
+def test_recovery_from_a_checkpoint_inside_an_epoch(tmp_path):
+    straight, _, _ = _train(tmp_path / "straight", num_epochs=3)
+    # A checkpoint every 2 batches of an epoch: the last one after batch 2 of epoch 1 (5 batches
+    # in all); the crash comes at batch 6.
+    crashed, _, _ = _train(
+        tmp_path / "crashed", num_epochs=3, crash_at_batch=6, save_every_num_batches=2
+    )
+    assert len(crashed.weights) == 6
+    resumed, loader, scheduler = _train(
+        tmp_path / "crashed", num_epochs=3, save_every_num_batches=2
+    )
+    assert resumed.learning_rates == pytest.approx(straight.learning_rates[5:])
+    assert resumed.weights == pytest.approx(straight.weights[5:])
+    assert scheduler.last_epoch == 3 * BATCHES_PER_EPOCH
+    # Epoch 0 is not read; epoch 1 is read whole (its first two batches skipped by reading).
+    assert loader.batches_read == 2 * BATCHES_PER_EPOCH
+
+
+def test_stock_checkpoints_are_recovered_the_stock_way(tmp_path):
+    _train(tmp_path / "run", num_epochs=2, trainer_class=GradientDescentTrainer)
+    resumed, loader, scheduler = _train(tmp_path / "run", num_epochs=3)
+    assert loader.batches_read == 3 * BATCHES_PER_EPOCH
+    assert scheduler.last_epoch == 3 * BATCHES_PER_EPOCH
+
+
+def test_registered_and_built_from_params(tmp_path):
+    model = _Regression()
+    instances = [
+        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
+    ]
+    trainer = Trainer.from_params(
+        params=Params(
+            {
+                "type": "elmoc_gradient_descent",
+                "num_epochs": 1,
+                "optimizer": {"type": "sgd", "lr": 0.1},
+                "checkpointer": {"type": "elmoc_atomic"},
+            }
+        ),
+        model=model,
+        serialization_dir=str(tmp_path),
+        data_loader=SimpleDataLoader(instances, batch_size=1, vocab=model.vocab),
+    )
+    assert isinstance(trainer, FastRecoveryTrainer)
+    assert isinstance(trainer._checkpointer, AtomicCheckpointer)
