@@ -498,7 +498,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
     from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
-    from elmoc_allennlp.training.atomic_files import atomic_write
+    from elmoc_allennlp.common.atomic_files import atomic_write
 
     log(f"==> Loading the ELMo-C biLM {args.archive}")
     embedder = ElmocEmbedder(str(args.archive), vectors_path=args.vectors_path)

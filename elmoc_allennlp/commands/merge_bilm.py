@@ -25,7 +25,7 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.training.atomic_files import commit_partial, partial_path
+from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -262,15 +262,10 @@ def merge_bilm_archives(
         if os.path.isdir(output_file):
             output_file = os.path.join(output_file, "model.tar.gz")
         os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-        temporary = partial_path(output_file)
-        try:
+        with atomic_path(output_file) as temporary:
             with tarfile.open(temporary, "w:gz") as tar:
                 for name in members:
                     tar.add(os.path.join(merged_dir, name), arcname=name)
-            commit_partial(temporary, output_file)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
 
     if verify:
         from allennlp.models.archival import load_archive

@@ -1,9 +1,9 @@
 """Training a fastText model (the `.bin` that ELMo-C reads its input and output vectors from)."""
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Union
+
+from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +80,6 @@ def train_fasttext(
             f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows in the input "
             f"matrix (uninitialised); not saving {output_path}"
         )
-    handle, temporary_path = tempfile.mkstemp(
-        dir=output_path.parent, prefix=output_path.name, suffix=".tmp"
-    )
-    os.close(handle)
-    try:
+    with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
-        os.replace(temporary_path, output_path)
-    finally:
-        if os.path.exists(temporary_path):
-            os.remove(temporary_path)
     return output_path

@@ -20,7 +20,6 @@ import logging
 import mmap
 import os
 import struct
-import tempfile
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +29,8 @@ import numpy as np
 import torch
 
 from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.common.atomic_files import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -547,24 +548,18 @@ def write_fasttext_bin(
     # bucket, minn, maxn, lrUpdateRate, t.
     args = (dim, 5, 5, 1, 5, 1, 2, model_ids[model], bucket, minn, maxn, 100, 1e-4)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(struct.pack("<ii", FASTTEXT_MAGIC, FASTTEXT_VERSION))
-            out.write(_ARGS.pack(*args))
-            out.write(_DICTIONARY_HEADER.pack(len(words), len(words), 0, sum(counts), -1))
-            for word, count in zip(words, counts):
-                out.write(_encode(word) + b"\0" + _ENTRY_TAIL.pack(count, 0))
-            out.write(b"\0" + _MATRIX_HEADER.pack(*matrix.shape))
-            out.write(memoryview(matrix).cast("B"))
-            out.write(b"\0" + _MATRIX_HEADER.pack(len(words), dim))
-            zeros = bytes(min(len(words), 65536) * dim * 4)
-            for start in range(0, len(words), 65536):
-                out.write(zeros[: (min(len(words), start + 65536) - start) * dim * 4])
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with atomic_write(path, "wb") as out:
+        out.write(struct.pack("<ii", FASTTEXT_MAGIC, FASTTEXT_VERSION))
+        out.write(_ARGS.pack(*args))
+        out.write(_DICTIONARY_HEADER.pack(len(words), len(words), 0, sum(counts), -1))
+        for word, count in zip(words, counts):
+            out.write(_encode(word) + b"\0" + _ENTRY_TAIL.pack(count, 0))
+        out.write(b"\0" + _MATRIX_HEADER.pack(*matrix.shape))
+        out.write(memoryview(matrix).cast("B"))
+        out.write(b"\0" + _MATRIX_HEADER.pack(len(words), dim))
+        zeros = bytes(min(len(words), 65536) * dim * 4)
+        for start in range(0, len(words), 65536):
+            out.write(zeros[: (min(len(words), start + 65536) - start) * dim * 4])
     return path
 
 

@@ -9,11 +9,8 @@ from allennlp.nn import util as nn_util
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
-from elmoc_allennlp.training.atomic_files import (
-    atomic_torch_save,
-    install_atomic_allennlp_writes,
-    remove_stale_partial_files,
-)
+from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
+from elmoc_allennlp.training.atomic_files import install_atomic_allennlp_writes
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from allennlp.training.trainer import TrainerCheckpoint
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
-from elmoc_allennlp.training.atomic_files import PARTIAL_MARKER, atomic_write
+from elmoc_allennlp.common.atomic_files import PARTIAL_MARKER, atomic_write
 from tests.conftest import FIXTURES_ROOT
 
 

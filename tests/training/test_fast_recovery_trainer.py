@@ -1,31 +1,22 @@
 """`elmoc_gradient_descent`: --recover skips completed epochs without reading their data."""
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import pytest
 import torch
 
 from allennlp.common import Params
-from allennlp.data import Instance, Vocabulary
+from allennlp.data import Instance
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.data.fields import TensorField
-from allennlp.models import Model
-from allennlp.training import Checkpointer, GradientDescentTrainer, Trainer
+from allennlp.training import GradientDescentTrainer, Trainer
 from allennlp.training.callbacks import TrainerCallback
 
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
 from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+from tests.training.toy_models import ToyRegression
 
 BATCHES_PER_EPOCH = 3
-
-
-class _Regression(Model):
-    def __init__(self) -> None:
-        super().__init__(Vocabulary())
-        self.linear = torch.nn.Linear(1, 1)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:  # type: ignore
-        return {"loss": ((self.linear(x) - y) ** 2).mean()}
 
 
 class _CountingLoader(SimpleDataLoader):
@@ -67,7 +58,7 @@ def _train(
     save_every_num_batches: Optional[int] = None,
 ):
     torch.manual_seed(0)
-    model = _Regression()
+    model = ToyRegression()
     instances = [
         Instance({"x": TensorField(torch.tensor([float(i)])), "y": TensorField(torch.ones(1))})
         for i in range(2 * BATCHES_PER_EPOCH)
@@ -142,7 +133,7 @@ def test_stock_checkpoints_are_recovered_the_stock_way(tmp_path):
 
 
 def test_registered_and_built_from_params(tmp_path):
-    model = _Regression()
+    model = ToyRegression()
     instances = [
         Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
     ]

@@ -1,21 +1,21 @@
 import io
 import math
-from typing import Dict, List
+from typing import List
 
 import pytest
 import torch
 
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Instance, Vocabulary
+from allennlp.data import Instance
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.data.fields import TensorField
-from allennlp.models import Model
 from allennlp.training import Checkpointer, GradientDescentTrainer
 from allennlp.training.callbacks import TrainerCallback
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+from tests.training.toy_models import ToyRegression
 
 LR0 = 0.5
 
@@ -193,15 +193,6 @@ def test_bad_configuration(kwargs, name):
         RnmtPlusLearningRate(_optimizer(LR0), **args)
 
 
-class _Regression(Model):
-    def __init__(self) -> None:
-        super().__init__(Vocabulary())
-        self.linear = torch.nn.Linear(1, 1)
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> Dict[str, torch.Tensor]:  # type: ignore
-        return {"loss": ((self.linear(x) - y) ** 2).mean()}
-
-
 class _RecordLearningRate(TrainerCallback):
     def __init__(self, serialization_dir: str) -> None:
         super().__init__(serialization_dir)
@@ -214,7 +205,7 @@ class _RecordLearningRate(TrainerCallback):
 
 def _train(serialization_dir, num_epochs: int) -> _RecordLearningRate:
     torch.manual_seed(0)
-    model = _Regression()
+    model = ToyRegression()
     instances = [
         Instance({"x": TensorField(torch.tensor([float(i)])), "y": TensorField(torch.ones(1))})
         for i in range(6)

@@ -6,12 +6,7 @@
 from allennlp.data import Vocabulary
 from allennlp.models.model import Model
 
-from elmoc_allennlp.models.bidirectional_language_model import (
-    BidirectionalLanguageModel,
-    tie_output_embedding_to,
-)
-
-__all__ = ["TiedBidirectionalLanguageModel", "tie_output_embedding_to"]
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 
 
 @Model.register("elmoc_bilm_tied")

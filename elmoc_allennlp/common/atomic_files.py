@@ -1,0 +1,129 @@
+"""
+Crash-safe file writing: every file is written under a temporary name in its destination
+directory, flushed to disk, and renamed into place (`os.replace`, atomic on POSIX file systems).
+A process killed at any point (`kill -9`, a pre-empted node, an out-of-memory kill) leaves
+either the old file or the complete new one, never a half-written one; at worst a hidden
+`.NAME.partial-*` file is left behind, which `remove_stale_partial_files` deletes.
+
+`atomic_write` gives an open file; `atomic_path` gives a temporary path, for writers that take a
+file name (fastText's `save_model`, h5py, tarfile, allennlp's own writers).
+"""
+import contextlib
+import glob
+import logging
+import os
+import tempfile
+from os import PathLike
+from typing import IO, Any, Iterator, List, Union
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+PARTIAL_MARKER = ".partial-"
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by their owner only; the final files get the usual mode.
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the rename itself durable; not supported on every platform/file system.
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def partial_path(path: Union[str, PathLike]) -> str:
+    """
+    A fresh temporary name next to `path`: `.NAME.partial-XXXXXXXX` (hidden, so that no glob
+    such as `model_state_e*_b*.th` or `*.tar.gz` ever matches it).
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}{PARTIAL_MARKER}")
+    os.close(handle)
+    os.chmod(temporary, _FILE_MODE)
+    return temporary
+
+
+def commit_partial(temporary: str, path: Union[str, PathLike]) -> None:
+    """Flushes `temporary` to disk and renames it to `path` (atomically replacing it)."""
+    path = os.fspath(path)
+    with open(temporary, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
+    """
+    A temporary path next to `path` (see `partial_path`) to write to; when the block ends without
+    an exception the file is synced and renamed to `path`. On an exception (or if nothing was
+    renamed) the temporary file is deleted and `path` is left as it was.
+    """
+    temporary = partial_path(path)
+    try:
+        yield temporary
+        commit_partial(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+@contextlib.contextmanager
+def atomic_write(path: Union[str, PathLike], mode: str = "wb") -> Iterator[IO[Any]]:
+    """
+    Opens a temporary file next to `path` for writing; when the block ends without an exception
+    the file is flushed, synced and renamed to `path`. On an exception the temporary file is
+    deleted and `path` is left as it was.
+
+    # Parameters
+
+    path : `Union[str, PathLike]`
+        The destination.
+    mode : `str`, optional (default = `"wb"`)
+        `"wb"` or `"w"` (text, UTF-8).
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write supports modes 'w' and 'wb', got {mode!r}")
+    encoding = None if "b" in mode else "utf-8"
+    with atomic_path(path) as temporary, open(temporary, mode, encoding=encoding) as handle:
+        yield handle
+
+
+def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
+    """`torch.save(obj, path)`, atomically."""
+    with atomic_write(path, "wb") as handle:
+        torch.save(obj, handle)
+
+
+def remove_stale_partial_files(directory: Union[str, PathLike]) -> List[str]:
+    """
+    Deletes the temporary files that writers killed mid-write left in `directory` (not in its
+    subdirectories) and returns their paths. Only call it when nothing else is writing there.
+    """
+    removed = []
+    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), f".*{PARTIAL_MARKER}*")):
+        try:
+            os.remove(path)
+            removed.append(path)
+        except OSError:
+            pass
+    if removed:
+        logger.info("Removed %d partially written file(s) in %s", len(removed), directory)
+    return removed
