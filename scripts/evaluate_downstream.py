@@ -509,8 +509,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     lowercase = args.lowercase or embedder.bilm.archive.lowercase_tokens
     if lowercase:
-        log("    tokens are lowercased (as in the biLM's pretraining)" if not args.lowercase
-            else "    tokens are lowercased (--lowercase)")
+        reason = "--lowercase" if args.lowercase else "as in the biLM's pretraining"
+        log(f"    tokens are lowercased ({reason})")
     features = Features(embedder, vectors, args.elmoc_batch_size)
     results: Dict[str, Dict[str, List[Dict[str, float]]]] = {}
     sizes: Dict[str, Dict[str, int]] = {}
