@@ -7,14 +7,15 @@ computes.
 
 Two implementations compute the same thing (chosen with `implementation`):
 
-* the **reference** path, a Python loop over time steps whose backward pass is autograd's, with
-  padding handled by masks;
-* the **fast** path (`elmoc_allennlp.modules.lstm_recurrence`): sequences packed by length, one
-  autograd node per layer and direction with a hand-written backward pass, and the elementwise
-  step math fused into C kernels compiled on first use (`"native"`,
-  `elmoc_allennlp.modules.fused_lstm_cell`) or written with PyTorch operations (`"torch"`, any
-  device, no compiler). `"auto"` (the default) uses the C kernels for CPU tensors when they can be
-  built and the PyTorch operations otherwise.
+* the **reference** path (`"reference"`), a Python loop over time steps whose backward pass is
+  autograd's, with padding handled by masks;
+* the **fast** path (`"auto"`, the default; `elmoc_allennlp.modules.lstm_recurrence`): sequences
+  packed by length, one autograd node per layer and direction with a hand-written backward pass,
+  all in PyTorch operations (any device, nothing compiled). It needs the padding at the end of
+  each sequence and uses the reference path for other masks.
+
+Configs written for earlier versions may say `"native"` or `"torch"` (the fast path with
+compiled C kernels, or with PyTorch operations): both now mean `"auto"`, with a warning.
 
 Under autocast (`use_amp`), the fast path runs in the parameters' precision (usually float32);
 the reference path follows autocast's per-operation rules.
@@ -30,12 +31,6 @@ from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
-from elmoc_allennlp.modules.fused_lstm_cell import (
-    LstmCellKernels,
-    NativeLstmCellKernels,
-    TorchLstmCellKernels,
-    native_lstm_cell_kernels,
-)
 from elmoc_allennlp.modules.lstm_recurrence import (
     ConcurrentRunner,
     RecurrenceConfig,
@@ -46,7 +41,12 @@ from elmoc_allennlp.modules.lstm_recurrence import (
 
 logger = logging.getLogger(__name__)
 
-IMPLEMENTATIONS = ("auto", "native", "torch", "reference")
+IMPLEMENTATIONS = ("auto", "reference")
+# Values of earlier versions, which had a fast path with C kernels compiled at run time.
+LEGACY_IMPLEMENTATIONS = {
+    "native": "the fast path's C kernels were removed; it now uses PyTorch operations",
+    "torch": "the fast path with PyTorch operations is now the only fast path",
+}
 
 
 def _check_positive(value: int, name: str) -> None:
@@ -76,40 +76,27 @@ def _check_lstm_config(
         )
 
 
-def _check_implementation(implementation: str) -> None:
+def _checked_implementation(implementation: str) -> str:
+    """`implementation` if valid; a legacy value becomes `"auto"` with a warning."""
+    if implementation in LEGACY_IMPLEMENTATIONS:
+        logger.warning(
+            "implementation %r is read as 'auto' (%s); set implementation to 'auto' or "
+            "'reference' to silence this warning.",
+            implementation,
+            LEGACY_IMPLEMENTATIONS[implementation],
+        )
+        return "auto"
     if implementation not in IMPLEMENTATIONS:
         raise ConfigurationError(
             f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, "
             f"but got {implementation!r}."
         )
-    if implementation == "native" and native_lstm_cell_kernels() is None:
-        raise ConfigurationError(
-            "implementation 'native' needs the C kernels, which could not be built (see the "
-            "warning above); use 'auto' to fall back to the PyTorch implementation."
-        )
+    return implementation
 
 
-_TORCH_KERNELS = TorchLstmCellKernels()
 _SEQUENTIAL = ConcurrentRunner(enabled=False)
 _CONCURRENT = ConcurrentRunner(enabled=True)
 _warned_not_prefix = False
-
-
-def _select_kernels(implementation: str, inputs: torch.Tensor) -> Optional[LstmCellKernels]:
-    """The elementwise kernels of the fast path for these inputs, or `None` for the reference."""
-    if implementation == "reference":
-        return None
-    if implementation == "torch":
-        return _TORCH_KERNELS
-    native = native_lstm_cell_kernels() if NativeLstmCellKernels.supports(inputs) else None
-    if native is not None:
-        return native
-    if implementation == "native":
-        raise ValueError(
-            "implementation 'native' runs on CPU float32/float64 tensors only, but got a "
-            f"{inputs.dtype} tensor on {inputs.device}."
-        )
-    return _TORCH_KERNELS
 
 
 def _outside_autocast(
@@ -192,12 +179,12 @@ class LayerNormLstmLayer(torch.nn.Module):
         Variational dropout on the recurrent state: in training mode one mask per sequence is
         applied, at every time step, to the state that is emitted and fed back.
     implementation : `str`, optional (default = `"auto"`)
-        How to compute it (the result is the same up to float rounding): `"reference"` (Python
-        loop over time steps, autograd backward), `"torch"` (fast path with PyTorch elementwise
-        operations; any device), `"native"` (fast path with compiled C elementwise kernels; CPU
-        only) or `"auto"` (`"native"` when possible, else `"torch"`). The fast path needs the
-        padding at the end of each sequence and uses the reference path for other masks. It is
-        also a plain attribute, which can be changed after construction.
+        How to compute it (the result is the same up to float rounding): `"auto"` (the fast
+        path: packed sequences, hand-written backward pass; any device) or `"reference"` (Python
+        loop over time steps, autograd backward). The fast path needs the padding at the end of
+        each sequence and uses the reference path for other masks. `"native"` and `"torch"`
+        (earlier versions' values) mean `"auto"`, with a warning. It is also an attribute, which
+        can be changed after construction.
     """
 
     def __init__(
@@ -216,7 +203,6 @@ class LayerNormLstmLayer(torch.nn.Module):
         _check_lstm_config(
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
-        _check_implementation(implementation)
         self.implementation = implementation
         self.input_dim = input_dim
         self.projection_dim = projection_dim
@@ -234,6 +220,14 @@ class LayerNormLstmLayer(torch.nn.Module):
             torch.nn.LayerNorm(projection_dim) if layer_norm else None
         )
         self.reset_parameters()
+
+    @property
+    def implementation(self) -> str:
+        return self._implementation
+
+    @implementation.setter
+    def implementation(self, implementation: str) -> None:
+        self._implementation = _checked_implementation(implementation)
 
     def reset_parameters(self) -> None:
         # Same initialisation as `LstmCellWithProjection`: orthogonal blocks per gate, forget
@@ -270,14 +264,13 @@ class LayerNormLstmLayer(torch.nn.Module):
             return self._forward_reference(inputs, mask)
         inputs, precision = _outside_autocast(inputs, self.input_linearity.weight.dtype)
         with precision:
-            kernels = _select_kernels(self.implementation, inputs)
-            packing = None if kernels is None else _pack_or_warn(mask)
+            packing = _pack_or_warn(mask)
             if packing is None or packing.num_rows == 0:
                 return self._forward_reference(inputs, mask)
             dropout_mask = self.make_dropout_mask(inputs)
             if dropout_mask is not None:
                 dropout_mask = packing.sort_batch(dropout_mask)
-            outputs = self.forward_packed(packing.pack(inputs), packing, kernels, dropout_mask)
+            outputs = self.forward_packed(packing.pack(inputs), packing, dropout_mask)
             return packing.unpack(outputs)
 
     def make_dropout_mask(self, inputs: torch.Tensor) -> Optional[torch.Tensor]:
@@ -294,7 +287,6 @@ class LayerNormLstmLayer(torch.nn.Module):
         self,
         packed_inputs: torch.Tensor,
         packing: SequencePacking,
-        kernels: LstmCellKernels,
         dropout_mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """
@@ -302,14 +294,13 @@ class LayerNormLstmLayer(torch.nn.Module):
         `packing`, `dropout_mask` `(batch_size, projection_dim)` in packing order (or `None`).
         Returns the states `(num_rows, projection_dim)`. `packing` must have at least one row.
         """
-        config, tensors = self.recurrence_inputs(packed_inputs, packing, kernels, dropout_mask)
+        config, tensors = self.recurrence_inputs(packed_inputs, packing, dropout_mask)
         return run_recurrences(_SEQUENTIAL, [config], [tensors])[0]
 
     def recurrence_inputs(
         self,
         packed_inputs: torch.Tensor,
         packing: SequencePacking,
-        kernels: LstmCellKernels,
         dropout_mask: Optional[torch.Tensor] = None,
     ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
         """The arguments of `lstm_recurrence.run_recurrences` for this layer (`forward_packed`)."""
@@ -320,7 +311,6 @@ class LayerNormLstmLayer(torch.nn.Module):
             cell_clip=self.cell_clip,
             projection_clip=self.projection_clip,
             layer_norm_eps=self.layer_norm.eps if self.layer_norm is not None else 0.0,
-            kernels=kernels,
         )
         tensors = (
             packed_inputs,
@@ -415,12 +405,12 @@ class ElmocLstm(Seq2SeqEncoder):
     recurrent_dropout : `float`, optional (default = `0.0`)
         Variational dropout on the recurrent states (one mask per sequence, layer and direction).
     implementation : `str`, optional (default = `"auto"`)
-        `"auto"`, `"native"`, `"torch"` or `"reference"`; see
-        [`LayerNormLstmLayer`](#layernormlstmlayer). All compute the same function; the fast
-        paths pack the batch once for the whole stack. Setting the `implementation` attribute
+        `"auto"` (the fast path) or `"reference"`; see
+        [`LayerNormLstmLayer`](#layernormlstmlayer). Both compute the same function; the fast
+        path packs the batch once for the whole stack. Setting the `implementation` attribute
         later also sets it on every layer.
     parallel_directions : `bool`, optional (default = `True`)
-        On CPU, let the fast paths run the forward and backward directions of each layer (forward
+        On CPU, let the fast path run the forward and backward directions of each layer (forward
         and backward passes) in two threads, each with half of PyTorch's intra-op threads (see
         `lstm_recurrence.ConcurrentRunner`; it falls back to one after the other where threads
         cannot be limited per thread). Does not change the result beyond float rounding.
@@ -444,7 +434,7 @@ class ElmocLstm(Seq2SeqEncoder):
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
         _check_positive(num_layers, "num_layers")
-        _check_implementation(implementation)
+        implementation = _checked_implementation(implementation)
         self._input_dim = input_dim
         self.projection_dim = projection_dim
         self.cell_dim = cell_dim
@@ -480,10 +470,9 @@ class ElmocLstm(Seq2SeqEncoder):
 
     @implementation.setter
     def implementation(self, implementation: str) -> None:
-        _check_implementation(implementation)
-        self._implementation = implementation
+        self._implementation = _checked_implementation(implementation)
         for layer in list(self.forward_layers) + list(self.backward_layers):
-            layer.implementation = implementation
+            layer.implementation = self._implementation
 
     def get_input_dim(self) -> int:
         return self._input_dim
@@ -541,10 +530,9 @@ class ElmocLstm(Seq2SeqEncoder):
                 inputs, self.input_projection.weight.dtype
             )
             with precision:
-                kernels = _select_kernels(self.implementation, packed_inputs)
-                packing = None if kernels is None else _pack_or_warn(mask)
+                packing = _pack_or_warn(mask)
                 if packing is not None and packing.num_rows > 0:
-                    return self._encode_packed(packed_inputs, packing, kernels, all_layers)
+                    return self._encode_packed(packed_inputs, packing, all_layers)
 
         projected = self.input_projection(inputs)
         if self.input_layer_norm is not None:
@@ -574,7 +562,6 @@ class ElmocLstm(Seq2SeqEncoder):
         self,
         inputs: torch.Tensor,
         packing: SequencePacking,
-        kernels: LstmCellKernels,
         all_layers: bool,
     ) -> List[torch.Tensor]:
         """`_encode`'s fast path: packs once, runs every layer on packed rows, unpacks outputs."""
@@ -600,13 +587,11 @@ class ElmocLstm(Seq2SeqEncoder):
             forward_config, forward_tensors = forward_layer.recurrence_inputs(
                 forward_input,
                 packing,
-                kernels,
                 None if forward_mask is None else packing.sort_batch(forward_mask),
             )
             backward_config, backward_tensors = backward_layer.recurrence_inputs(
                 backward_input,
                 packing,
-                kernels,
                 None if backward_mask is None else packing.sort_batch(backward_mask),
             )
             forward_output, backward_output = run_recurrences(

@@ -1,4 +1,4 @@
-"""The fast paths of `elmoc_lstm` compute what the reference path computes."""
+"""The fast path of `elmoc_lstm` computes what the reference path computes."""
 import copy
 import logging
 from typing import Dict, List
@@ -11,30 +11,16 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.modules import layer_norm_lstm
-from elmoc_allennlp.modules.fused_lstm_cell import native_lstm_cell_kernels
 from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
 
-# The C kernels are built once per machine (cached); where they cannot be built the "native"
-# cases are skipped and `test_fused_lstm_cell.py` checks that "auto" falls back.
-native = pytest.param(
-    "native",
-    marks=pytest.mark.skipif(
-        native_lstm_cell_kernels() is None, reason="native LSTM kernels unavailable"
-    ),
-)
-FAST = ["torch", native]
 
 
 @pytest.fixture(autouse=True)
-def one_thread():
-    """
-    Tiny models gain nothing from intra-op threads, and on a busy machine lose a lot to them.
-    Tests of concurrent directions ask for two threads themselves.
-    """
+def restore_thread_count():
+    """Tests of concurrent directions set the thread count themselves; the suite's is restored."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
@@ -91,13 +77,12 @@ def assert_same(first, second, tolerance=1e-10):
 # ---------------------------------------------------------------- one layer
 
 
-@pytest.mark.parametrize("implementation", FAST)
 @pytest.mark.parametrize("go_forward", [True, False])
 @pytest.mark.parametrize(
     "lengths,total", [([5, 5, 5], 5), ([6, 3, 1, 5], 6), ([2, 7, 0, 4, 7], 8), ([0, 0], 3)]
 )
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
-def test_layer_fast_equals_reference(implementation, go_forward, lengths, total, dropout):
+def test_layer_fast_equals_reference(go_forward, lengths, total, dropout):
     torch.manual_seed(1)
     layer = LayerNormLstmLayer(
         INPUT_DIM, PROJ, CELL, go_forward=go_forward, recurrent_dropout=dropout
@@ -107,26 +92,23 @@ def test_layer_fast_equals_reference(implementation, go_forward, lengths, total,
     inputs = 2.0 * torch.randn(len(lengths), total, INPUT_DIM, dtype=torch.float64)
     mask = lengths_to_mask(lengths, total)
     reference = run(layer, "reference", inputs, mask)
-    fast = run(layer, implementation, inputs, mask)
+    fast = run(layer, "auto", inputs, mask)
     assert_same(fast, reference)
     assert (fast[0][~mask] == 0).all()
     if dropout and mask.any():
         # The dropout masks were applied (and are the same as the reference's).
         assert (fast[0][mask] == 0).any()
-    # In float32 (the native kernels' own exp/tanh), to float32 rounding.
+    # In float32, to float32 rounding.
     assert_same(
-        run(layer, implementation, inputs.float(), mask),
+        run(layer, "auto", inputs.float(), mask),
         run(layer, "reference", inputs.float(), mask),
         tolerance=1e-4,
     )
 
 
-@pytest.mark.parametrize("implementation", FAST)
 @pytest.mark.parametrize("layer_norm", [True, False])
 @pytest.mark.parametrize("clips", [(3.0, 3.0), (None, None), (0.5, 0.2)])
-def test_layer_fast_equals_reference_with_and_without_norm_and_clips(
-    implementation, layer_norm, clips
-):
+def test_layer_fast_equals_reference_with_and_without_norm_and_clips(layer_norm, clips):
     torch.manual_seed(2)
     cell_clip, projection_clip = clips
     layer = LayerNormLstmLayer(
@@ -148,21 +130,20 @@ def test_layer_fast_equals_reference_with_and_without_norm_and_clips(
     )
     mask = lengths_to_mask([6, 4, 5], 6)
     reference = run(layer, "reference", inputs, mask)
-    assert_same(run(layer, implementation, inputs, mask), reference)
+    assert_same(run(layer, "auto", inputs, mask), reference)
     if projection_clip == 0.2 and not layer_norm:
         # The clip was active (and its gradient matched).
         assert reference[0][mask].abs().max() == projection_clip
 
 
-@pytest.mark.parametrize("implementation", FAST)
 @pytest.mark.parametrize("go_forward", [True, False])
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
-def test_fast_layer_gradcheck(implementation, go_forward, dropout):
+def test_fast_layer_gradcheck(go_forward, dropout):
     """Gradients of the inputs and of every parameter against finite differences (float64)."""
     torch.manual_seed(3)
     layer = LayerNormLstmLayer(
         3, 2, 4, go_forward=go_forward, cell_clip=None, projection_clip=None,
-        recurrent_dropout=dropout, implementation=implementation,
+        recurrent_dropout=dropout, implementation="auto",
     )
     randomize(layer)
     layer.double().train()
@@ -181,10 +162,9 @@ def test_fast_layer_gradcheck(implementation, go_forward, dropout):
 # ---------------------------------------------------------------- the encoder
 
 
-@pytest.mark.parametrize("implementation", FAST)
 @pytest.mark.parametrize("parallel", [True, False])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_encoder_fast_equals_reference(implementation, parallel, dropout):
+def test_encoder_fast_equals_reference(parallel, dropout):
     torch.set_num_threads(2 if parallel else 1)  # directions run concurrently with >= 2
     torch.manual_seed(4)
     encoder = ElmocLstm(
@@ -196,18 +176,18 @@ def test_encoder_fast_equals_reference(implementation, parallel, dropout):
     mask = lengths_to_mask([7, 2, 0, 5, 6], 7)
     # float32 at the default initialisation...
     reference = run(encoder, "reference", inputs, mask, layers=True)
-    fast = run(encoder, implementation, inputs, mask, layers=True)
+    fast = run(encoder, "auto", inputs, mask, layers=True)
     assert_same(fast, reference, tolerance=1e-4)
     assert fast[0].shape == (3, 5, 7, 2 * PROJ)
     assert (fast[0][:, ~mask] == 0).all()
     # forward() is the top layer of forward_all_layers().
-    top = run(encoder, implementation, inputs, mask)
+    top = run(encoder, "auto", inputs, mask)
     torch.testing.assert_close(top[0], fast[0][-1], atol=1e-6, rtol=1e-6)
     # ...and float64 with larger states (clipping active) and random LayerNorm parameters.
     randomize(encoder)
     inputs = inputs.double()
     assert_same(
-        run(encoder, implementation, inputs, mask, layers=True),
+        run(encoder, "auto", inputs, mask, layers=True),
         run(encoder, "reference", inputs, mask, layers=True),
     )
 
@@ -242,15 +222,14 @@ def test_eval_mode_and_no_grad():
         )
 
 
-@pytest.mark.parametrize("implementation", FAST + ["auto"])
-def test_fast_path_under_autocast_runs_in_the_parameters_precision(implementation):
+def test_fast_path_under_autocast_runs_in_the_parameters_precision():
     """
     Under autocast (`use_amp`) with half-precision inputs, the fast path casts to the weights'
     dtype: its float32 result and gradients equal those of float32 inputs without autocast,
     and the input gradient comes back in the inputs' dtype.
     """
     torch.manual_seed(11)
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation=implementation)
+    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="auto")
     randomize(encoder)
     inputs = torch.randn(3, 5, INPUT_DIM).bfloat16()
     mask = lengths_to_mask([5, 2, 4], 5)
@@ -288,24 +267,42 @@ def test_mask_with_inner_padding_uses_reference_path(caplog):
 
 
 def test_float64_and_implementation_attribute():
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="torch")
-    assert encoder.implementation == "torch"
+    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="reference")
+    assert encoder.implementation == "reference"
     assert all(
-        layer.implementation == "torch"
+        layer.implementation == "reference"
         for layer in list(encoder.forward_layers) + list(encoder.backward_layers)
     )
-    encoder.implementation = "reference"
-    assert encoder.forward_layers[1].implementation == "reference"
     with pytest.raises(ConfigurationError, match="implementation must be one of"):
         encoder.implementation = "fastest"
+    assert encoder.implementation == "reference"
 
     encoder.double()
     inputs = torch.randn(2, 4, INPUT_DIM, dtype=torch.float64)
     mask = lengths_to_mask([4, 3], 4)
     expected = encoder(inputs, mask)
-    for implementation in ("torch", "auto"):
-        encoder.implementation = implementation
-        torch.testing.assert_close(encoder(inputs, mask), expected, atol=1e-12, rtol=1e-10)
+    encoder.implementation = "auto"
+    assert encoder.forward_layers[1].implementation == "auto"
+    torch.testing.assert_close(encoder(inputs, mask), expected, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("legacy", ["native", "torch"])
+def test_legacy_implementations_mean_auto_with_a_warning(legacy, caplog):
+    """Configs (and archives) of earlier versions named the removed C-kernel path "native"."""
+    params = {
+        "type": "elmoc_lstm", "input_dim": INPUT_DIM, "projection_dim": PROJ, "cell_dim": CELL,
+        "implementation": legacy,
+    }
+    with caplog.at_level(logging.WARNING, logger=layer_norm_lstm.__name__):
+        encoder = Seq2SeqEncoder.from_params(Params(params))
+    assert encoder.implementation == "auto"
+    assert all(
+        layer.implementation == "auto"
+        for layer in list(encoder.forward_layers) + list(encoder.backward_layers)
+    )
+    assert f"implementation {legacy!r} is read as 'auto'" in caplog.text
+    layer = LayerNormLstmLayer(INPUT_DIM, PROJ, CELL, implementation=legacy)
+    assert layer.implementation == "auto"
 
 
 def test_from_params_implementation_and_errors():

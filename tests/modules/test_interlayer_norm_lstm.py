@@ -48,6 +48,7 @@ def test_matches_per_sequence_computation_with_padding(layer_norm):
                 atol=1e-5, rtol=1e-5,
             )
     assert (layers[:, ~mask] == 0).all()
+    # forward() runs the same operations on the same shapes: equal exactly.
     torch.testing.assert_close(encoder(inputs, mask), layers[-1], atol=0, rtol=0)
     # Without padding (the unpacked path) the same.
     full = encoder.forward_all_layers(inputs[:1, :5])
