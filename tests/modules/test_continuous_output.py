@@ -11,6 +11,7 @@ from allennlp.common.checks import ConfigurationError
 from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
 from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
 from elmoc_allennlp.modules.lm_heads.von_mises_fisher import (
+    MIN_VMF_DIMENSION,
     log_bessel_iv,
     von_mises_fisher_log_normalizer,
 )
@@ -100,14 +101,33 @@ def test_vmf_loss_value_and_gradient():
 
 
 def test_vmf_loss_prefers_aligned_predictions():
-    head = ContinuousOutputHead(input_dim=3, embedding_dim=3, loss="vmf")
+    head = ContinuousOutputHead(input_dim=12, embedding_dim=12, loss="vmf")
     with torch.no_grad():
-        head.projection.weight.copy_(torch.eye(3) * 5)
+        head.projection.weight.copy_(torch.eye(12) * 5)
         head.projection.bias.zero_()
-    hidden = torch.tensor([[1.0, 0.0, 0.0]])
-    aligned = head(hidden, target_embeddings=torch.tensor([[1.0, 0.0, 0.0]]))["loss"]
-    opposite = head(hidden, target_embeddings=torch.tensor([[-1.0, 0.0, 0.0]]))["loss"]
+    hidden = torch.eye(12)[:1]
+    aligned = head(hidden, target_embeddings=torch.eye(12)[:1])["loss"]
+    opposite = head(hidden, target_embeddings=-torch.eye(12)[:1])["loss"]
     assert aligned.item() < opposite.item()
+
+
+@pytest.mark.parametrize("dimension", [3, 11])
+def test_vmf_loss_refuses_dimensions_its_expansion_does_not_cover(dimension):
+    params = {"type": "continuous", "input_dim": 4, "embedding_dim": dimension, "loss": "vmf"}
+    with pytest.raises(ConfigurationError, match=r"output_layer\.embedding_dim is .*'vmf'.* 12"):
+        LanguageModelHead.from_params(Params(params))
+    # The same dimension is fine with the other losses, and 12 with vmf.
+    ContinuousOutputHead(input_dim=4, embedding_dim=dimension, loss="cosine")
+    ContinuousOutputHead(input_dim=4, embedding_dim=12, loss="vmf")
+
+
+def test_log_bessel_is_accurate_down_to_the_smallest_vmf_dimension():
+    order = MIN_VMF_DIMENSION / 2.0 - 1.0
+    assert order >= 5.0
+    kappa = numpy.array([1e-3, 0.1, 1.0, 10.0, 100.0])
+    reference = numpy.log(ive(order, kappa)) + kappa
+    ours = log_bessel_iv(order, torch.tensor(kappa, dtype=torch.float64)).numpy()
+    assert numpy.allclose(ours, reference, atol=1e-4, rtol=0)
 
 
 def test_from_params_and_bad_configuration():

@@ -6,7 +6,10 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.von_mises_fisher import von_mises_fisher_log_normalizer
+from elmoc_allennlp.modules.lm_heads.von_mises_fisher import (
+    MIN_VMF_DIMENSION,
+    von_mises_fisher_log_normalizer,
+)
 
 _LOSSES = ("cosine", "l2", "vmf")
 
@@ -32,7 +35,8 @@ class ContinuousOutputHead(LanguageModelHead):
         ‖Wh − e‖²; `"vmf"`: the von Mises-Fisher negative log-likelihood of the unit-normalised
         target with mean direction and concentration given by the prediction (Kumar & Tsvetkov,
         ICLR 2019, "Von Mises-Fisher Loss for Training Sequence to Sequence Models with Continuous
-        Outputs"): −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖.
+        Outputs"): −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖. Needs `embedding_dim` ≥ 12, where the
+        expansion of log C_m is accurate (see `von_mises_fisher`).
     vmf_norm_penalty : `float`, optional (default = `0.02`)
         λ of the "NLLvMF reg1" variant above (0.02 in Kumar & Tsvetkov); only used with `"vmf"`.
     """
@@ -51,6 +55,12 @@ class ContinuousOutputHead(LanguageModelHead):
             raise ConfigurationError(
                 f"output_layer dims must be positive, got input_dim={input_dim}, "
                 f"embedding_dim={embedding_dim}"
+            )
+        if loss == "vmf" and embedding_dim < MIN_VMF_DIMENSION:
+            raise ConfigurationError(
+                f"output_layer.embedding_dim is {embedding_dim}, but output_layer.loss 'vmf' "
+                f"needs at least {MIN_VMF_DIMENSION}: below that its log-Bessel expansion is not "
+                "accurate. Use 'cosine' or 'l2' for such small embeddings."
             )
         self._input_dim = input_dim
         self._embedding_dim = embedding_dim

@@ -8,10 +8,15 @@ I_v overflows and underflows float64 over the useful range of κ, so `log_bessel
 log I_v(κ) directly with the uniform asymptotic (Debye) expansion for large order
 (Abramowitz & Stegun 9.7.7; DLMF 10.41.3) with its first two correction terms, which is accurate
 to 1e-4 in absolute terms for v ≥ 5 and any κ > 0 (better as v grows), and has an autograd gradient.
+Below order 5 the truncated expansion loses that accuracy, so the vMF loss needs dimension
+m ≥ `MIN_VMF_DIMENSION` = 12 (v = m/2 − 1 ≥ 5).
 """
 import math
 
 import torch
+
+MIN_BESSEL_ORDER = 5.0
+MIN_VMF_DIMENSION = 12  # the smallest m with m/2 - 1 >= MIN_BESSEL_ORDER
 
 
 def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
