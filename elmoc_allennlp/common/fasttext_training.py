@@ -7,6 +7,21 @@ from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
+MISSING_FASTTEXT = (
+    "Training fastText vectors needs the `fasttext` module, which elmoc_allennlp installs only "
+    "with its `train` extra: pip install -e '.[train]' (or pip install fasttext-numpy2). "
+    "Reading existing .bin files needs nothing extra."
+)
+
+
+def import_fasttext():
+    """The `fasttext` module (an optional dependency: the `train` extra), or a clear error."""
+    try:
+        import fasttext
+    except ImportError as error:
+        raise ImportError(MISSING_FASTTEXT) from error
+    return fasttext
+
 
 def train_fasttext(
     corpus_path: Union[str, Path],
@@ -46,7 +61,7 @@ def train_fasttext(
     fasttext-numpy2 0.10.4). Extra threads only oversubscribe the cores during training. The
     trained matrix is checked for all-zero rows before it is saved.
     """
-    import fasttext  # imported lazily: only training needs the C++ extension
+    fasttext = import_fasttext()  # only training needs it: not a run-time requirement
 
     corpus_path = Path(corpus_path)
     output_path = Path(output_path)
