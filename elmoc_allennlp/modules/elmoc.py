@@ -11,7 +11,6 @@ import itertools
 import json
 import logging
 import os
-import tarfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -23,6 +22,7 @@ from allennlp.common.file_utils import cached_path
 from allennlp.models.archival import CONFIG_NAME, load_archive
 from allennlp.modules.elmo import Elmo
 
+from elmoc_allennlp.common.archives import read_archive_member
 from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
@@ -136,25 +136,15 @@ class ElmocArchive:
                 )
             text = config_path.read_text(encoding="utf-8")
         else:
-            if not tarfile.is_tarfile(path):
-                raise ConfigurationError(
-                    f"ELMo-C archive {self.archive_file} (archive_file) is not a model archive "
-                    "(a model.tar.gz written by `allennlp train`)"
-                )
-            text = None
             # allennlp writes config.json first: stop at it instead of decompressing the weights.
-            with tarfile.open(path, "r:*") as archive:
-                for member in archive:
-                    if member.isfile() and os.path.normpath(member.name) == CONFIG_NAME:
-                        handle = archive.extractfile(member)
-                        assert handle is not None
-                        text = handle.read().decode("utf-8")
-                        break
-            if text is None:
+            # A damaged archive raises a CorruptArchiveError naming it.
+            data = read_archive_member(path, CONFIG_NAME)
+            if data is None:
                 raise ConfigurationError(
                     f"ELMo-C archive {self.archive_file} (archive_file) has no {CONFIG_NAME}; "
                     "it is not a model archive written by `allennlp train`"
                 )
+            text = data.decode("utf-8", "replace")
         try:
             config = json.loads(text)
         except json.JSONDecodeError as error:
