@@ -2,10 +2,11 @@
 A pure-Python reader of fastText `.bin` models: the dictionary, the subword (character n-gram)
 hashing, and a memory-mapped view of the input matrix (word and n-gram vectors).
 
-The format (version 12, as written by fastText 0.9 and the `fasttext` Python package) is, all
-little-endian:
+The format (version 12, as written by fastText 0.9 and the `fasttext` Python package; version 11,
+written by older releases, has the same layout and is read the same way by fastText itself) is,
+all little-endian:
 
-* header: magic `int32` 793712314, version `int32` 12;
+* header: magic `int32` 793712314, version `int32` 12 (or 11);
 * args: `dim, ws, epoch, minCount, neg, wordNgrams, loss, model, bucket, minn, maxn,
   lrUpdateRate` as `int32`, then `t` as `float64`;
 * dictionary: `size int32, nwords int32, nlabels int32, ntokens int64, pruneidx_size int64`, then
@@ -23,7 +24,7 @@ import struct
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -36,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 FASTTEXT_MAGIC = 793712314
 FASTTEXT_VERSION = 12
+# fastText's `checkModel` accepts any version up to its own and reads 11 and 12 alike (only a
+# version-11 *supervised* model is read differently, and those are refused here anyway).
+# Nothing older than 11 was ever written with the magic number: refused as unreadable.
+FASTTEXT_READABLE_VERSIONS = (11, 12)
 
 # `<` + 12 int32 args + a float64 `t`.
 _ARGS = struct.Struct("<12id")
@@ -52,6 +57,21 @@ _FNV_PRIME = 16777619
 # fastText XORs each byte as a *signed* char widened to 32 bits (`uint32_t(int8_t(c))`), so bytes
 # >= 0x80 are sign-extended; this table gives the value XORed for each byte.
 _SIGNED_BYTE = tuple(b if b < 0x80 else b | 0xFFFFFF00 for b in range(256))
+
+
+class _Header(NamedTuple):
+    version: int
+    dim: int
+    model: int
+    bucket: int
+    minn: int
+    maxn: int
+    nwords: int
+
+
+def _file_identity(stat: os.stat_result) -> Tuple[int, int, int, int]:
+    """What changes when a file is replaced or rewritten: device, inode, size, mtime."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 class FastTextFormatError(ConfigurationError):
@@ -141,7 +161,8 @@ class FastTextVectors:
         except OSError as error:
             raise FastTextFormatError(f"fastText model {path}: cannot open ({error})") from error
         with handle:
-            file_size = os.fstat(handle.fileno()).st_size
+            stat = os.fstat(handle.fileno())
+            file_size = stat.st_size
             if file_size < 8:
                 raise self._error(
                     f"file has {file_size:,} bytes, too small to be a fastText .bin model"
@@ -154,8 +175,32 @@ class FastTextVectors:
             buffer.close()
             raise
         self._mmap = buffer
+        self._file_size = file_size
+        self._file_identity = _file_identity(stat)
 
     def _parse(self, buffer: mmap.mmap, file_size: int) -> None:
+        header = self._read_header(buffer, file_size)
+        words, dictionary_end = self._read_dictionary(buffer, file_size, header)
+        rows, matrix_offset = self._read_matrices(buffer, file_size, header, dictionary_end)
+
+        self._version = header.version
+        self._dim = header.dim
+        self._bucket = header.bucket
+        self._minn = header.minn
+        self._maxn = header.maxn
+        self._words = words
+        # Later duplicates win, as in fastText's `Dictionary::load`.
+        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(words)}
+        self._num_rows = rows
+        self._matrix_offset = matrix_offset
+        # The table as bytes: a uint8 view is valid at any address (see the class docstring).
+        byte_array = np.frombuffer(
+            buffer, dtype=np.uint8, count=rows * header.dim * 4, offset=matrix_offset
+        )
+        self._matrix_bytes = torch.from_numpy(byte_array.reshape(rows, header.dim * 4))
+
+    def _read_header(self, buffer: mmap.mmap, file_size: int) -> "_Header":
+        """The magic number, the format version, the training args and the dictionary header."""
         magic, version = struct.unpack_from("<ii", buffer, 0)
         if magic != FASTTEXT_MAGIC:
             hint = ""
@@ -167,9 +212,10 @@ class FastTextVectors:
                 f"not a fastText .bin model: bad magic number {magic} "
                 f"(expected {FASTTEXT_MAGIC}){hint}"
             )
-        if version != FASTTEXT_VERSION:
+        if version not in FASTTEXT_READABLE_VERSIONS:
             raise self._error(
-                f"unsupported fastText format version {version} (expected {FASTTEXT_VERSION})"
+                f"unsupported fastText format version {version} (readable: "
+                f"{', '.join(map(str, FASTTEXT_READABLE_VERSIONS))})"
             )
         if file_size < _HEADER_SIZE:
             raise self._error(
@@ -205,11 +251,9 @@ class FastTextVectors:
         if maxn > 0 and bucket == 0:
             raise self._error(f"corrupt header: maxn={maxn} character n-grams but bucket=0")
 
-        offset = 8 + _ARGS.size
         size, nwords, nlabels, _ntokens, pruneidx_size = _DICTIONARY_HEADER.unpack_from(
-            buffer, offset
+            buffer, 8 + _ARGS.size
         )
-        offset += _DICTIONARY_HEADER.size
         if size < 0 or nwords < 0 or nlabels < 0 or size != nwords + nlabels:
             raise self._error(
                 f"corrupt dictionary header: size={size}, nwords={nwords}, nlabels={nlabels}"
@@ -221,17 +265,26 @@ class FastTextVectors:
                 "without label tokens"
             )
         if pruneidx_size != -1:
+            # Version 11 files have version 12's layout (fastText reads both the same way);
+            # any other value here is a quantized model's pruned index, or a misread file.
             raise self._error(
                 f"has a pruned n-gram index (pruneidx_size={pruneidx_size}), which only "
                 "quantized (.ftz) models have; use the full, unquantized .bin"
             )
+        return _Header(version, dim, model, bucket, minn, maxn, nwords)
+
+    def _read_dictionary(
+        self, buffer: mmap.mmap, file_size: int, header: "_Header"
+    ) -> Tuple[List[str], int]:
+        """The dictionary's words, in id order, and the offset where the input matrix begins."""
+        offset = _HEADER_SIZE
+        size = header.nwords
         # Each entry takes at least 10 bytes (NUL, count, type): check before looping.
         if size * 10 > file_size - offset:
             raise self._error(
                 f"truncated: the dictionary has {size:,} entries (at least {size * 10:,} bytes), "
                 f"file has {file_size - offset:,} bytes after the header"
             )
-
         words: List[str] = []
         find = buffer.find
         unpack_tail = _ENTRY_TAIL.unpack_from
@@ -250,7 +303,16 @@ class FastTextVectors:
                 )
             words.append(word)
             offset = end + 1 + _ENTRY_TAIL.size
+        return words, offset
 
+    def _read_matrices(
+        self, buffer: mmap.mmap, file_size: int, header: "_Header", offset: int
+    ) -> Tuple[int, int]:
+        """
+        Checks the matrix headers from `offset` (the `quant_input` flag after the dictionary) on
+        and that the file holds both matrices; returns the number of rows of the input matrix
+        and the offset of its first value.
+        """
         if offset + 1 + _MATRIX_HEADER.size > file_size:
             raise self._error("truncated: the input matrix header is missing")
         quant_input = buffer[offset]
@@ -262,6 +324,7 @@ class FastTextVectors:
             raise self._error(f"corrupt file: quant_input flag is {quant_input}, expected 0 or 1")
         rows, cols = _MATRIX_HEADER.unpack_from(buffer, offset + 1)
         offset += 1 + _MATRIX_HEADER.size
+        dim, nwords, bucket = header.dim, header.nwords, header.bucket
         if cols != dim or rows != nwords + bucket:
             raise self._error(
                 f"corrupt file: the input matrix is {rows:,} x {cols:,}, expected "
@@ -287,19 +350,7 @@ class FastTextVectors:
                 f"truncated: expected {output_bytes:,} bytes for the output matrix, file has "
                 f"{available:,}"
             )
-
-        self._dim = dim
-        self._bucket = bucket
-        self._minn = minn
-        self._maxn = maxn
-        self._words = words
-        # Later duplicates win, as in fastText's `Dictionary::load`.
-        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(words)}
-        self._num_rows = rows
-        self._matrix_offset = offset
-        # The table as bytes: a uint8 view is valid at any address (see the class docstring).
-        byte_array = np.frombuffer(buffer, dtype=np.uint8, count=matrix_bytes, offset=offset)
-        self._matrix_bytes = torch.from_numpy(byte_array.reshape(rows, cols * 4))
+        return rows, offset
 
     # ------------------------------------------------------------------ construction and caching
 
