@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 from os import PathLike
-from typing import IO, Any, Iterator, List, Union
+from typing import IO, Any, Iterator, List, Optional, Union
 
 import torch
 
@@ -112,13 +112,17 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
         torch.save(obj, handle)
 
 
-def remove_stale_partial_files(directory: Union[str, PathLike]) -> List[str]:
+def remove_stale_partial_files(
+    directory: Union[str, PathLike], for_file: Optional[str] = None
+) -> List[str]:
     """
     Deletes the temporary files that writers killed mid-write left in `directory` (not in its
-    subdirectories) and returns their paths. Only call it when nothing else is writing there.
+    subdirectories) and returns their paths: all of them, or only those of the file named
+    `for_file`. Only call it when nothing else is writing (that file) there.
     """
     removed = []
-    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), f".*{PARTIAL_MARKER}*")):
+    pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
+    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
         try:
             os.remove(path)
             removed.append(path)

@@ -317,11 +317,17 @@ class ElmocArchive:
         """`2 * projection_dim`: `[forward; backward]`."""
         return 2 * int(self.config["model"]["contextualizer"]["projection_dim"])
 
-    def load_model(self, cuda_device: int = -1):
-        """Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths."""
-        archive = load_archive(
-            str(self.local_path), cuda_device=cuda_device, overrides=dict(self.vectors_overrides)
-        )
+    def load_model(self, cuda_device: int = -1, allow_different_vectors: bool = False):
+        """
+        Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths. The
+        vectors must be those the biLM was trained with (their fingerprint, recorded in the
+        weights) unless `allow_different_vectors`.
+        """
+        overrides: Dict[str, Any] = dict(self.vectors_overrides)
+        if allow_different_vectors:
+            embedders = "model.text_field_embedder.token_embedders"
+            overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
+        archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
         return archive.model, archive.dataset_reader
 
 
@@ -349,6 +355,9 @@ class ElmocBiLm(torch.nn.Module):
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
     vectors_path : `str`, optional (default = `None`)
         The fastText `.bin` of the biLM, if not where the archive says (see `ElmocArchive`).
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (their
+        fingerprints differ), with a warning: only for deliberate swaps.
     """
 
     def __init__(
@@ -356,10 +365,11 @@ class ElmocBiLm(torch.nn.Module):
         archive_file: str,
         requires_grad: bool = False,
         vectors_path: Optional[str] = None,
+        allow_different_vectors: bool = False,
     ) -> None:
         super().__init__()
         self.archive = ElmocArchive.read(archive_file, vectors_path)
-        model, reader = self.archive.load_model()
+        model, reader = self.archive.load_model(allow_different_vectors=allow_different_vectors)
         contextualizer = model._contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(
@@ -518,6 +528,8 @@ class ElmocElmo(Elmo):
         model, which is equivalent and is reported (use one or the other).
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if not where the archive says.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
     """
@@ -534,6 +546,7 @@ class ElmocElmo(Elmo):
         scalar_mix_l2_penalty: float = 0.0,
         vectors_path: Optional[str] = None,
         module: Optional[ElmocBiLm] = None,
+        allow_different_vectors: bool = False,
     ) -> None:
         if num_output_representations < 1:
             raise ConfigurationError(
@@ -552,7 +565,7 @@ class ElmocElmo(Elmo):
             )
         bilm = module
         if bilm is None:
-            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path)
+            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path, allow_different_vectors)
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
                 f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but the ELMo-C "

@@ -52,6 +52,9 @@ class ElmocTokenEmbedder(TokenEmbedder):
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
         `lambda` of the penalty `lambda * ||s||^2` on the trained pre-softmax mixing weights
         (ELMo paper, section 3.3); see `ElmocElmo`.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (see
+        `ElmocBiLm`); by default that is a `ConfigurationError` naming both files.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         projection_dim: Optional[int] = None,
         scalar_mix_parameters: Optional[List[float]] = None,
         scalar_mix_l2_penalty: float = 0.0,
+        allow_different_vectors: bool = False,
     ) -> None:
         super().__init__()
         if projection_dim is not None and projection_dim < 1:
@@ -79,6 +83,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
             scalar_mix_parameters=scalar_mix_parameters,
             scalar_mix_l2_penalty=scalar_mix_l2_penalty,
             vectors_path=vectors_path,
+            allow_different_vectors=allow_different_vectors,
         )
         if projection_dim:
             self._projection: Optional[torch.nn.Linear] = torch.nn.Linear(
