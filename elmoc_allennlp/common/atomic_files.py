@@ -18,6 +18,8 @@ from typing import IO, Any, Iterator, List, Optional, Union
 
 import torch
 
+from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
+
 logger = logging.getLogger(__name__)
 
 PARTIAL_MARKER = ".partial-"
@@ -74,12 +76,24 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     """
     A temporary path next to `path` (see `partial_path`) to write to; when the block ends without
     an exception the file is synced and renamed to `path`. On an exception (or if nothing was
-    renamed) the temporary file is deleted and `path` is left as it was.
+    renamed) the temporary file is deleted and `path` is left as it was; a write that failed for
+    lack of space becomes a `DiskFullError` naming the file and its folder.
     """
-    temporary = partial_path(path)
+    try:
+        temporary = partial_path(path)
+    except OSError as error:
+        full = find_disk_full(error)
+        if full is None:
+            raise
+        raise disk_full_error(path, full) from None
     try:
         yield temporary
         commit_partial(temporary, path)
+    except BaseException as error:
+        full = find_disk_full(error)
+        if full is None or isinstance(error, DiskFullError):
+            raise
+        raise disk_full_error(path, full) from None
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
