@@ -283,9 +283,15 @@ class FastTextVectors:
         if pruneidx_size != -1:
             # Version 11 files have version 12's layout (fastText reads both the same way);
             # any other value here is a quantized model's pruned index, or a misread file.
+            older = (
+                " (or, in this version-11 file, a dictionary written before fastText added "
+                "that field: no current reader reads it correctly)"
+                if version == 11
+                else ""
+            )
             raise self._error(
                 f"has a pruned n-gram index (pruneidx_size={pruneidx_size}), which only "
-                "quantized (.ftz) models have; use the full, unquantized .bin"
+                f"quantized (.ftz) models have{older}; use the full, unquantized .bin"
             )
         return _Header(version, dim, model, bucket, minn, maxn, nwords)
 

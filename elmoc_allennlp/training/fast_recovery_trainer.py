@@ -126,8 +126,8 @@ class FastRecoveryTrainer(GradientDescentTrainer):
             # Nothing trained: an empty corpus, or a data loader that yields no batch. Going on
             # would write an untrained model.tar.gz and exit 0.
             raise ConfigurationError(
-                f"Epoch {epoch} had no training batch: train_data_path gave no instances, or "
-                "the data loader made no batch of them (data_loader.batch_sampler / "
-                "batches_per_epoch)"
+                f"Epoch {epoch} had no training batch: train_data_path gave no instances "
+                "(dataset_reader.max_instances?), or the data loader made no batch of them "
+                "(data_loader.batch_sampler)"
             )
         return metrics
