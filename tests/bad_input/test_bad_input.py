@@ -62,7 +62,8 @@ class Case:
     """
     `run(sandbox)` gives the bad input; it must raise `error` whose message contains every one
     of `words` (`{name}` is replaced by `sandbox.paths[name]`); afterwards the files and folders
-    `unchanged` (relative to the sandbox, `"."` for all of it) must be as they were before.
+    `unchanged` (relative to the sandbox, `"."` for all of it) must be as they were before, the
+    files `absent` must not exist and the checkpoint files `intact` must load.
     """
 
     name: str
@@ -71,6 +72,7 @@ class Case:
     words: Tuple[str, ...]
     unchanged: Tuple[str, ...] = (".",)
     absent: Tuple[str, ...] = ()
+    intact: Tuple[str, ...] = ()
 
 
 CASES: List[Case] = []
@@ -82,9 +84,12 @@ def case(
     *words: str,
     unchanged: Sequence[str] = (".",),
     absent: Sequence[str] = (),
+    intact: Sequence[str] = (),
 ):
     def register(run: Callable[["Sandbox"], object]):
-        CASES.append(Case(name, run, error, tuple(words), tuple(unchanged), tuple(absent)))
+        CASES.append(
+            Case(name, run, error, tuple(words), tuple(unchanged), tuple(absent), tuple(intact))
+        )
         return run
 
     return register
@@ -164,6 +169,8 @@ def test_bad_input(bad: Case, sandbox: Sandbox, tmp_path_factory):
         assert sandbox.snapshot(relative) == before[relative], f"{relative} changed"
     for relative in bad.absent:
         assert not (sandbox.root / relative).exists(), f"{relative} was written"
+    for relative in bad.intact:
+        assert torch.load(sandbox.root / relative, map_location="cpu"), relative
     assert list(sandbox.outside.iterdir()) == []
     assert _escaped_files(tmp_path_factory.getbasetemp()) == []
     assert list((sandbox.root / "tmp").iterdir()) == [], "a temporary folder was left behind"
@@ -546,6 +553,51 @@ def _deleted_bin(sandbox):
     return run
 
 
+@case("fasttext-replaced-during-training", FastTextFormatError, "{bin}", "changed on disk",
+      unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+def _replaced_during_training(sandbox):
+    """The .bin of a run replaced after its first epoch: the run stops at the next batch,
+    naming the file, and its last checkpoint stays as it was."""
+    from allennlp.training.callbacks import TrainerCallback
+
+    path = sandbox.copy(sandbox.fasttext, "vectors.bin")
+    sandbox.paths["bin"] = str(path)
+    replacement = sandbox.root / "replacement.bin"
+    _tiny_vectors(replacement)
+
+    class ReplaceVectorsAfterFirstEpoch(TrainerCallback):
+        def on_epoch(self, trainer, metrics, epoch, is_primary=True, **kwargs) -> None:
+            if epoch == 0:
+                os.replace(replacement, path)
+
+    key = "fasttext.vectors_path"
+    train = _train_tiny(sandbox, {
+        "trainer.num_epochs": 2,
+        f"dataset_reader.token_indexers.{key}": str(path),
+        f"model.text_field_embedder.token_embedders.{key}": str(path),
+    })
+    original_init = None
+
+    def run():
+        nonlocal original_init
+        from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
+
+        original_init = FastRecoveryTrainer.__init__
+
+        def with_callback(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            self._callbacks.append(ReplaceVectorsAfterFirstEpoch(str(sandbox.root / "run")))
+
+        FastRecoveryTrainer.__init__ = with_callback
+        try:
+            train()
+        finally:
+            FastRecoveryTrainer.__init__ = original_init
+
+    return run
+
+
 # ---------------------------------------------------------------------- vectors fingerprint
 
 
@@ -777,7 +829,8 @@ def _no_space(path="checkpoint"):
 
 
 @case("disk-full-at-a-checkpoint", DiskFullError, "No space left on device", "{run}",
-      "intact", unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"))
+      "intact", unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
 def _full_disk_checkpoint(sandbox):
     """A checkpoint written when the disk is full: one clear error; no half checkpoint."""
     train = _train_tiny(sandbox, {"trainer.num_epochs": 2})
@@ -802,7 +855,8 @@ def _full_disk_checkpoint(sandbox):
 
 
 @case("disk-full-on-recover", DiskFullError, "No space left on device", "--recover",
-      unchanged=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+      unchanged=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
 def _full_disk_recover(sandbox):
     from allennlp.commands.train import train_model_from_file
 
