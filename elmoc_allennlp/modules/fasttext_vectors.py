@@ -449,7 +449,8 @@ class FastTextVectors:
         """
         The input matrix as a CPU `float32` tensor of shape `(num_rows, dim)`: a zero-copy
         memory-mapped view if the matrix is 4-byte aligned in the file, otherwise an in-memory
-        copy made (with a warning) on first access. Prefer `rows()`, which never copies the table.
+        copy made (with a warning) on first access. Prefer `rows()`, which never copies the table
+        and checks the values it reads (this view is not checked).
         """
         if self._input_matrix is None:
             if self._matrix_offset % 4 == 0:
