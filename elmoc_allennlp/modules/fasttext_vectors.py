@@ -380,14 +380,15 @@ class FastTextVectors:
     def from_path(cls, path: Union[str, os.PathLike]) -> "FastTextVectors":
         """
         Returns the `FastTextVectors` of `path`, loading it only once per process for a given
-        (resolved path, size, modification time): a file replaced on disk is reloaded.
+        (resolved path, device, inode, size, modification time): a file replaced on disk is
+        reloaded.
         """
         resolved = Path(path).expanduser().resolve()
         try:
             stat = resolved.stat()
         except OSError:
             return cls(resolved)  # raises the FastTextFormatError naming the problem
-        key = (str(resolved), stat.st_size, stat.st_mtime_ns)
+        key = (str(resolved),) + _file_identity(stat)
         with _CACHE_LOCK:
             vectors = _CACHE.get(key)
             if vectors is None:
@@ -641,7 +642,7 @@ class FastTextVectors:
         return self.rows(ids).sum(0).mul_(1.0 / len(ids)).numpy()
 
 
-_CACHE: Dict[Tuple[str, int, int], FastTextVectors] = {}
+_CACHE: Dict[Tuple[str, int, int, int, int], FastTextVectors] = {}
 _CACHE_LOCK = threading.Lock()
 
 
