@@ -167,12 +167,12 @@ def embed_file(
         raise ConfigurationError(f"output file {output_file} is a directory")
     if not output_path.parent.is_dir():
         raise ConfigurationError(f"the directory of output file {output_file} does not exist")
+    if output_path.resolve() == Path(input_file).resolve():
+        raise ConfigurationError(f"output file {output_file} is the input file")
     if output_path.exists() and not force:
         raise ConfigurationError(
             f"output file {output_file} exists; pass --force (force=True) to replace it"
         )
-    if output_path.resolve() == Path(input_file).resolve():
-        raise ConfigurationError(f"output file {output_file} is the input file")
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
     sentences = read_sentences(input_file)
     if embedder is None:

@@ -674,7 +674,7 @@ def _embed_existing(sandbox):
 case("elmoc-embed-batch-size-0", ConfigurationError, "--batch-size", "got 0",
      absent=("out.hdf5",))(lambda sandbox: _embed_call(sandbox, batch_size=0))
 case("elmoc-embed-output-is-the-input", ConfigurationError, "is the input file")(
-    lambda sandbox: _embed_call(sandbox, output="in.txt", force=True))
+    lambda sandbox: _embed_call(sandbox, output="in.txt"))
 case("elmoc-embed-output-is-a-directory", ConfigurationError, "is a directory")(
     lambda sandbox: (sandbox.root / "dir").mkdir() or _embed_call(sandbox, output="dir"))
 case("elmoc-embed-output-folder-missing", ConfigurationError, "does not exist")(
