@@ -98,7 +98,9 @@ def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
         return tarfile.open(archive, "r:*")
     except _STREAM_ERRORS as error:
         if not _is_stream_error(error):
-            raise ConfigurationError(f"Model archive {archive} cannot be opened ({error})") from None
+            raise ConfigurationError(
+                f"Model archive {archive} cannot be opened ({error})"
+            ) from None
         # tarfile lists what each decompressor said: the first line is enough.
         problem = _describe(error).splitlines()[0].rstrip(":")
         raise CorruptArchiveError(
@@ -147,7 +149,9 @@ def check_member(
         kind = "symbolic link" if member.issym() else "hard link"
         linkname = member.linkname
         if not linkname or linkname.startswith("/") or os.path.isabs(linkname):
-            raise UnsafeArchiveError(archive, name, f"is a {kind} to the absolute path {linkname!r}")
+            raise UnsafeArchiveError(
+                archive, name, f"is a {kind} to the absolute path {linkname!r}"
+            )
         # A symbolic link is relative to its own folder, a hard link to the archive's root.
         base = posixpath.dirname(normalised) if member.issym() else ""
         target: List[str] = []
@@ -278,7 +282,9 @@ def _members(tar: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
         except _STREAM_ERRORS as error:
             if not _is_stream_error(error):
                 raise
-            raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
+            raise CorruptArchiveError(
+                archive, f"truncated or corrupt ({_describe(error)})"
+            ) from None
         yield member
 
 

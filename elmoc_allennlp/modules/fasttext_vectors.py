@@ -19,7 +19,6 @@ all little-endian:
 
 import hashlib
 import logging
-import math
 import mmap
 import os
 import struct
@@ -132,10 +131,12 @@ class FastTextVectors:
     Quantized (`.ftz`) and pruned models are rejected as well.
 
     Vectors come from strangers too. Every row `rows()` reads is checked for NaN, inf and
-    absurd magnitudes (`MAX_ABS_VALUE`): one min/max pass over the gathered rows, 0.2-0.3 ms for
-    5,000 rows of 300 floats (the gather itself takes 0.5 ms), far below a training step. Checking the whole table when the file is opened
-    would read all of it: tens of seconds for the 7 GB published model on a cold disk. `fingerprint` identifies the content (archives record it, see the `fasttext`
-    token embedder) and `check_unchanged` detects a file replaced or rewritten while in use.
+    absurd magnitudes (`MAX_ABS_VALUE`): one min/max pass over the gathered rows, 0.4 ms for
+    5,000 rows of 300 floats of a 7.2 GB model (the gather itself takes 1.6 ms), far below a
+    training step; checking the whole table when the file is opened would read all of it (21 s
+    for that model on a cold page cache; `benchmarks/fasttext_integrity.py`). `fingerprint`
+    identifies the content (archives record it, see the `fasttext` token embedder) and
+    `check_unchanged` detects a file replaced or rewritten while in use.
 
     # Parameters
 
@@ -600,12 +601,13 @@ class FastTextVectors:
         if identity != self._file_identity:
             _, _, old_size, old_mtime = self._file_identity
             _, _, new_size, new_mtime = identity
+            later = (new_mtime - old_mtime) / 1e9
             raise self._error(
-                "changed on disk while in use (size "
-                f"{old_size:,} -> {new_size:,} bytes, modified {(new_mtime - old_mtime) / 1e9:+.1f} "
-                "s later, or replaced by another file): the vectors read from now on would not "
-                "be those the run started with. Never replace or rewrite a .bin a run is using; "
-                "restart from the last checkpoint with the original file."
+                f"changed on disk while in use (size {old_size:,} -> {new_size:,} bytes, "
+                f"modified {later:+.1f} s later, or replaced by another file): the vectors "
+                "read from now on would not be those the run started with. Never replace or "
+                "rewrite a .bin a run is using; restart from the last checkpoint with the "
+                "original file."
             )
 
     @property

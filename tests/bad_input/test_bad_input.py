@@ -443,7 +443,8 @@ case("fasttext-huge-value", FastTextFormatError, "{bin}", "3e+38", "magnitude")(
 @case("fasttext-nan-in-an-ngram-bucket", FastTextFormatError, "{bin}",
       "character n-gram bucket")
 def _nan_bucket(sandbox):
-    path = _tiny_vectors(sandbox.root / "vectors.bin", values={r: float("nan") for r in range(6, 36)})
+    buckets = {row: float("nan") for row in range(6, 36)}  # every n-gram row
+    path = _tiny_vectors(sandbox.root / "vectors.bin", values=buckets)
     sandbox.paths["bin"] = str(path)
     return lambda: FastTextVectors(path).word_vector("unseen")
 
@@ -643,7 +644,8 @@ def _fingerprint_moved(sandbox):
         config = json.load(tar.extractfile("config.json"))
     elsewhere = "/nonexistent/machine/" + sandbox.fasttext.name
     config["dataset_reader"]["token_indexers"]["fasttext"]["vectors_path"] = elsewhere
-    config["model"]["text_field_embedder"]["token_embedders"]["fasttext"]["vectors_path"] = elsewhere
+    embedders = config["model"]["text_field_embedder"]["token_embedders"]
+    embedders["fasttext"]["vectors_path"] = elsewhere
     moved = write_archive(sandbox.archive, sandbox.root / "moved" / "model.tar.gz", [],
                           config=config)
     _other_vectors(sandbox, "moved/" + sandbox.fasttext.name)
