@@ -5,8 +5,8 @@ the removed `allennlp elmo` command did for ELMo).
     $ allennlp elmoc-embed --help
     usage: allennlp elmoc-embed [-h] (--all | --top | --average) [--batch-size BATCH_SIZE]
                                 [--cuda-device CUDA_DEVICE] [--vectors-path VECTORS_PATH]
-                                [--forget-sentences] [--file-friendly-logging]
-                                [--include-package INCLUDE_PACKAGE]
+                                [--allow-different-vectors] [--force] [--forget-sentences]
+                                [--file-friendly-logging] [--include-package INCLUDE_PACKAGE]
                                 archive_file input_file output_file
 
 The input has one whitespace-tokenized sentence per line. The output has one dataset per line,
@@ -17,7 +17,9 @@ sentence to its index (a repeated sentence maps to its last line), as `allennlp 
 
 The file is written under a temporary name in the output's directory and renamed to
 `output_file` only when complete: an interrupted run (an error, Ctrl-C, SIGTERM) leaves no output
-file, and an existing `output_file` is replaced only by a complete one.
+file. An existing `output_file` is refused unless `--force` (and then replaced only by a complete
+one). The temporary file a killed run (`kill -9`) leaves behind, `.OUTPUT_NAME.partial-*`, is
+removed by the next run for the same output.
 
 allennlp finds plugin subcommands before parsing the command line, so `--include-package` alone
 cannot make `elmoc-embed` known: list `elmoc_allennlp` in a `.allennlp_plugins` file in the
@@ -38,7 +40,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
-from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +87,15 @@ class ElmocEmbed(Subcommand):
             help="the biLM's fastText .bin, if it is not where the archive says",
         )
         subparser.add_argument(
+            "--allow-different-vectors",
+            action="store_true",
+            help="accept a fastText .bin other than the one the biLM was trained with "
+            "(refused by default: their fingerprints differ)",
+        )
+        subparser.add_argument(
+            "--force", action="store_true", help="replace output_file if it exists"
+        )
+        subparser.add_argument(
             "--forget-sentences",
             action="store_true",
             help=f"do not write the {SENTENCE_TO_INDEX} dataset",
@@ -110,6 +121,8 @@ def elmoc_embed_from_args(args: argparse.Namespace) -> None:
         cuda_device=args.cuda_device,
         vectors_path=args.vectors_path,
         forget_sentences=args.forget_sentences,
+        force=args.force,
+        allow_different_vectors=args.allow_different_vectors,
     )
 
 
@@ -134,11 +147,14 @@ def embed_file(
     vectors_path: Optional[str] = None,
     forget_sentences: bool = False,
     embedder=None,
+    force: bool = False,
+    allow_different_vectors: bool = False,
 ) -> Path:
     """
     Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`
     (see the module docstring); returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
-    `archive_file` if not given.
+    `archive_file` if not given. An existing `output_file` is a `ConfigurationError` unless
+    `force`.
     """
     import h5py
 
@@ -151,9 +167,21 @@ def embed_file(
         raise ConfigurationError(f"output file {output_file} is a directory")
     if not output_path.parent.is_dir():
         raise ConfigurationError(f"the directory of output file {output_file} does not exist")
+    if output_path.resolve() == Path(input_file).resolve():
+        raise ConfigurationError(f"output file {output_file} is the input file")
+    if output_path.exists() and not force:
+        raise ConfigurationError(
+            f"output file {output_file} exists; pass --force (force=True) to replace it"
+        )
+    remove_stale_partial_files(output_path.parent, for_file=output_path.name)
     sentences = read_sentences(input_file)
     if embedder is None:
-        embedder = ElmocEmbedder(archive_file, cuda_device=cuda_device, vectors_path=vectors_path)
+        embedder = ElmocEmbedder(
+            archive_file,
+            cuda_device=cuda_device,
+            vectors_path=vectors_path,
+            allow_different_vectors=allow_different_vectors,
+        )
 
     with atomic_path(output_path) as temporary, _sigterm_as_exception():
         with h5py.File(temporary, "w") as hdf5:

@@ -25,6 +25,7 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.common.archives import extract_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -81,15 +82,7 @@ def _run(args: argparse.Namespace) -> None:
 def _extract(archive: str, directory: str) -> None:
     if not os.path.isfile(archive):
         raise ConfigurationError(f"Archive {archive} does not exist")
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            for member in tar.getmembers():
-                name = os.path.normpath(member.name)
-                if name.startswith("..") or os.path.isabs(name) or member.issym() or member.islnk():
-                    raise ConfigurationError(f"Archive {archive}: unsafe member {member.name!r}")
-            tar.extractall(directory)
-    except tarfile.TarError as error:
-        raise ConfigurationError(f"Archive {archive} is not a readable model archive: {error}")
+    extract_archive(archive, directory)  # refuses unsafe members and damaged archives
     for required in (CONFIG_NAME, WEIGHTS_NAME):
         if not os.path.exists(os.path.join(directory, required)):
             raise ConfigurationError(f"Archive {archive} has no {required}")

@@ -14,9 +14,11 @@ import logging
 import os
 import tempfile
 from os import PathLike
-from typing import IO, Any, Iterator, List, Union
+from typing import IO, Any, Iterator, List, Optional, Union
 
 import torch
+
+from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -74,12 +76,24 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     """
     A temporary path next to `path` (see `partial_path`) to write to; when the block ends without
     an exception the file is synced and renamed to `path`. On an exception (or if nothing was
-    renamed) the temporary file is deleted and `path` is left as it was.
+    renamed) the temporary file is deleted and `path` is left as it was; a write that failed for
+    lack of space becomes a `DiskFullError` naming the file and its folder.
     """
-    temporary = partial_path(path)
+    try:
+        temporary = partial_path(path)
+    except OSError as error:
+        full = find_disk_full(error)
+        if full is None:
+            raise
+        raise disk_full_error(path, full) from None
     try:
         yield temporary
         commit_partial(temporary, path)
+    except BaseException as error:
+        full = find_disk_full(error)
+        if full is None or isinstance(error, DiskFullError):
+            raise
+        raise disk_full_error(path, full) from None
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
@@ -112,13 +126,17 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
         torch.save(obj, handle)
 
 
-def remove_stale_partial_files(directory: Union[str, PathLike]) -> List[str]:
+def remove_stale_partial_files(
+    directory: Union[str, PathLike], for_file: Optional[str] = None
+) -> List[str]:
     """
     Deletes the temporary files that writers killed mid-write left in `directory` (not in its
-    subdirectories) and returns their paths. Only call it when nothing else is writing there.
+    subdirectories) and returns their paths: all of them, or only those of the file named
+    `for_file`. Only call it when nothing else is writing (that file) there.
     """
     removed = []
-    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), f".*{PARTIAL_MARKER}*")):
+    pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
+    for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
         try:
             os.remove(path)
             removed.append(path)

@@ -11,7 +11,6 @@ import itertools
 import json
 import logging
 import os
-import tarfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -23,6 +22,7 @@ from allennlp.common.file_utils import cached_path
 from allennlp.models.archival import CONFIG_NAME, load_archive
 from allennlp.modules.elmo import Elmo
 
+from elmoc_allennlp.common.archives import read_archive_member
 from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
@@ -136,25 +136,15 @@ class ElmocArchive:
                 )
             text = config_path.read_text(encoding="utf-8")
         else:
-            if not tarfile.is_tarfile(path):
-                raise ConfigurationError(
-                    f"ELMo-C archive {self.archive_file} (archive_file) is not a model archive "
-                    "(a model.tar.gz written by `allennlp train`)"
-                )
-            text = None
             # allennlp writes config.json first: stop at it instead of decompressing the weights.
-            with tarfile.open(path, "r:*") as archive:
-                for member in archive:
-                    if member.isfile() and os.path.normpath(member.name) == CONFIG_NAME:
-                        handle = archive.extractfile(member)
-                        assert handle is not None
-                        text = handle.read().decode("utf-8")
-                        break
-            if text is None:
+            # A damaged archive raises a CorruptArchiveError naming it.
+            data = read_archive_member(path, CONFIG_NAME)
+            if data is None:
                 raise ConfigurationError(
                     f"ELMo-C archive {self.archive_file} (archive_file) has no {CONFIG_NAME}; "
                     "it is not a model archive written by `allennlp train`"
                 )
+            text = data.decode("utf-8", "replace")
         try:
             config = json.loads(text)
         except json.JSONDecodeError as error:
@@ -327,11 +317,17 @@ class ElmocArchive:
         """`2 * projection_dim`: `[forward; backward]`."""
         return 2 * int(self.config["model"]["contextualizer"]["projection_dim"])
 
-    def load_model(self, cuda_device: int = -1):
-        """Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths."""
-        archive = load_archive(
-            str(self.local_path), cuda_device=cuda_device, overrides=dict(self.vectors_overrides)
-        )
+    def load_model(self, cuda_device: int = -1, allow_different_vectors: bool = False):
+        """
+        Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths. The
+        vectors must be those the biLM was trained with (their fingerprint, recorded in the
+        weights) unless `allow_different_vectors`.
+        """
+        overrides: Dict[str, Any] = dict(self.vectors_overrides)
+        if allow_different_vectors:
+            embedders = "model.text_field_embedder.token_embedders"
+            overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
+        archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
         return archive.model, archive.dataset_reader
 
 
@@ -359,6 +355,9 @@ class ElmocBiLm(torch.nn.Module):
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
     vectors_path : `str`, optional (default = `None`)
         The fastText `.bin` of the biLM, if not where the archive says (see `ElmocArchive`).
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (their
+        fingerprints differ), with a warning: only for deliberate swaps.
     """
 
     def __init__(
@@ -366,10 +365,11 @@ class ElmocBiLm(torch.nn.Module):
         archive_file: str,
         requires_grad: bool = False,
         vectors_path: Optional[str] = None,
+        allow_different_vectors: bool = False,
     ) -> None:
         super().__init__()
         self.archive = ElmocArchive.read(archive_file, vectors_path)
-        model, reader = self.archive.load_model()
+        model, reader = self.archive.load_model(allow_different_vectors=allow_different_vectors)
         contextualizer = model._contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(
@@ -528,6 +528,8 @@ class ElmocElmo(Elmo):
         model, which is equivalent and is reported (use one or the other).
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if not where the archive says.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
     """
@@ -544,6 +546,7 @@ class ElmocElmo(Elmo):
         scalar_mix_l2_penalty: float = 0.0,
         vectors_path: Optional[str] = None,
         module: Optional[ElmocBiLm] = None,
+        allow_different_vectors: bool = False,
     ) -> None:
         if num_output_representations < 1:
             raise ConfigurationError(
@@ -562,7 +565,7 @@ class ElmocElmo(Elmo):
             )
         bilm = module
         if bilm is None:
-            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path)
+            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path, allow_different_vectors)
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
                 f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but the ELMo-C "

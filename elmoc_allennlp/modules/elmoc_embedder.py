@@ -47,12 +47,24 @@ class ElmocEmbedder:
         The GPU to run on; -1 for the CPU.
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if it is not where the archive says.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a `.bin` other than the one the biLM was trained with (their fingerprints
+        differ), with a warning; by default that is a `ConfigurationError` naming both files.
     """
 
     def __init__(
-        self, archive_file: str, cuda_device: int = -1, vectors_path: Optional[str] = None
+        self,
+        archive_file: str,
+        cuda_device: int = -1,
+        vectors_path: Optional[str] = None,
+        allow_different_vectors: bool = False,
     ) -> None:
-        self._bilm = ElmocBiLm(archive_file, requires_grad=False, vectors_path=vectors_path)
+        self._bilm = ElmocBiLm(
+            archive_file,
+            requires_grad=False,
+            vectors_path=vectors_path,
+            allow_different_vectors=allow_different_vectors,
+        )
         self._bilm.eval()
         # The pretraining indexer: the same ids as the `elmoc_subwords` indexer.
         self._indexer = self._bilm.indexer

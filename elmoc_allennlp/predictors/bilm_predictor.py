@@ -1,3 +1,6 @@
+from typing import Any
+
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
 from allennlp.data import Instance
 from allennlp.predictors.predictor import Predictor
@@ -8,10 +11,14 @@ class BidirectionalLanguageModelPredictor(Predictor):
     """
     Scores sentences with a trained biLM (`elmoc_bilm`).
 
-    Input: `{"sentence": "a whitespace tokenized sentence"}`. Output: the model's forward and
-    backward losses for the sentence, the mask and, for continuous heads, the per-position cosine
-    between each prediction and its target vector (`forward_cosine`, `backward_cosine`; the
-    positions include the `<S>` and `</S>` boundaries).
+    Input: `{"sentence": "a whitespace tokenized sentence"}` (or a list of tokens). Output: the
+    model's forward and backward losses for the sentence, the mask and, for continuous heads, the
+    per-position cosine between each prediction and its target vector (`forward_cosine`,
+    `backward_cosine`; the positions include the `<S>` and `</S>` boundaries).
+
+    Input of the wrong shape (no `"sentence"`, a number, `null`, a list with a non-string token)
+    raises a `ConfigurationError` naming the key; `allennlp predict` adds the input file and
+    line (see `elmoc_allennlp.compat.predict_input_lines`).
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
@@ -19,7 +26,37 @@ class BidirectionalLanguageModelPredictor(Predictor):
     def predict(self, sentence: str) -> JsonDict:
         return self.predict_json({"sentence": sentence})
 
-    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
+    def validate_json(self, json_dict: Any) -> None:
+        """Raises a `ConfigurationError` naming the key if `json_dict` is not a valid input."""
+        if not isinstance(json_dict, dict):
+            raise ConfigurationError(
+                f'expected a JSON object like {{"sentence": "the bank raised its rate"}}, got '
+                f"{type(json_dict).__name__} {_preview(json_dict)}"
+            )
         if "sentence" not in json_dict:
-            raise KeyError(f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}")
+            raise ConfigurationError(
+                f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}"
+            )
+        sentence = json_dict["sentence"]
+        if isinstance(sentence, str):
+            return
+        if not isinstance(sentence, list):
+            raise ConfigurationError(
+                f"'sentence' must be a string (or a list of token strings), got "
+                f"{type(sentence).__name__} {_preview(sentence)}"
+            )
+        for index, token in enumerate(sentence):
+            if not isinstance(token, str):
+                raise ConfigurationError(
+                    f"'sentence'[{index}] must be a token string, got "
+                    f"{type(token).__name__} {_preview(token)}"
+                )
+
+    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
+        self.validate_json(json_dict)
         return self._dataset_reader.text_to_instance(json_dict["sentence"])  # type: ignore
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

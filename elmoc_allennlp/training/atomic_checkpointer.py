@@ -5,14 +5,24 @@ from typing import Optional, Set, Tuple, Union
 
 import torch
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.nn import util as nn_util
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
+from elmoc_allennlp.common.disk_full import quiet_full_log_files
 from elmoc_allennlp.training.atomic_files import install_atomic_allennlp_writes
 
 logger = logging.getLogger(__name__)
+
+
+def _check_positive_or_none(**values) -> None:
+    for key, value in values.items():
+        if value is not None and not value > 0:
+            raise ConfigurationError(
+                f"trainer.checkpointer.{key} must be positive (or null), got {value}"
+            )
 
 
 @Checkpointer.register("elmoc_atomic")
@@ -33,7 +43,9 @@ class AtomicCheckpointer(Checkpointer):
       checkpointer in an earlier run) is renamed to `*.corrupt` with a warning and the previous
       checkpoint is used; leftover temporary files are deleted;
     - if the run was killed while the trainer replaced `best.th` (it deletes the old file
-      before linking the new one), `best.th` is restored from the checkpoint of the best epoch.
+      before linking the new one), `best.th` is restored from the checkpoint of the best epoch;
+    - a full disk is one `DiskFullError` naming the file and folder (the checkpoints already
+      written stay intact), not a traceback per log record.
 
     It also makes allennlp's archive and metrics writers atomic
     (`install_atomic_allennlp_writes`). The parameters are the stock checkpointer's.
@@ -62,6 +74,12 @@ class AtomicCheckpointer(Checkpointer):
         keep_most_recent_by_count: Optional[int] = 2,
         keep_most_recent_by_age: Optional[int] = None,
     ) -> None:
+        _check_positive_or_none(
+            save_every_num_seconds=save_every_num_seconds,
+            save_every_num_batches=save_every_num_batches,
+            keep_most_recent_by_count=keep_most_recent_by_count,
+            keep_most_recent_by_age=keep_most_recent_by_age,
+        )
         super().__init__(
             serialization_dir,
             save_completed_epochs=save_completed_epochs,
@@ -71,6 +89,8 @@ class AtomicCheckpointer(Checkpointer):
             keep_most_recent_by_age=keep_most_recent_by_age,
         )
         install_atomic_allennlp_writes()
+        # allennlp has set up its log files by now: a full disk is then reported once.
+        quiet_full_log_files()
         if self._is_primary and os.path.isdir(self._serialization_dir):
             remove_stale_partial_files(self._serialization_dir)
 

@@ -5,6 +5,7 @@ epochs the checkpoint has already completed.
 import logging
 from typing import Any, Dict, Optional
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
@@ -35,10 +36,45 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     uninterrupted one, but trains on the same data with the same schedule. Checkpoints written
     by `gradient_descent` (without the count) are recovered the stock way.
 
+    It also refuses, at construction, settings that would train nothing or silently train
+    wrongly (`num_epochs`, `num_gradient_accumulation_steps`, `grad_norm`, `grad_clipping`, the
+    optimizer's `lr`, the batch sampler's `batch_size` / `max_tokens` below 1 or not positive),
+    and an epoch that trained no batch at all, with a `ConfigurationError` naming the key.
+
     Registered as a `Trainer` with name "elmoc_gradient_descent".
     """
 
     _restored_total_batches: Optional[int] = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """Settings that would train nothing, or silently wrongly, are errors naming the key."""
+        problems = []
+        if self._num_epochs is None or self._num_epochs < 1:
+            problems.append(f"trainer.num_epochs must be at least 1, got {self._num_epochs}")
+        if self._num_gradient_accumulation_steps < 1:
+            problems.append(
+                "trainer.num_gradient_accumulation_steps must be at least 1, got "
+                f"{self._num_gradient_accumulation_steps}"
+            )
+        for key, value in (("grad_norm", self._grad_norm), ("grad_clipping", self._grad_clipping)):
+            if value is not None and not isinstance(value, bool) and not value > 0:
+                problems.append(f"trainer.{key} must be positive (or null), got {value}")
+        for index, group in enumerate(self.optimizer.param_groups):
+            rate = group.get("initial_lr", group.get("lr"))
+            if isinstance(rate, (int, float)) and not rate > 0:
+                group_name = f" (parameter group {index})" if index else ""
+                problems.append(f"trainer.optimizer.lr must be positive{group_name}, got {rate}")
+        sampler = getattr(self.data_loader, "batch_sampler", None)
+        for key in ("batch_size", "max_tokens"):
+            value = getattr(sampler, key, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1:
+                problems.append(f"data_loader.batch_sampler.{key} must be at least 1, got {value}")
+        if problems:
+            raise ConfigurationError("; ".join(problems))
 
     def get_checkpoint_state(self) -> Optional[TrainerCheckpoint]:
         state = super().get_checkpoint_state()
@@ -85,4 +121,13 @@ class FastRecoveryTrainer(GradientDescentTrainer):
             )
             self._total_batches_completed = self._restored_total_batches
             return {}
-        return super()._train_epoch(epoch)
+        metrics = super()._train_epoch(epoch)
+        if self._batches_in_epoch_completed == 0:
+            # Nothing trained: an empty corpus, or a data loader that yields no batch. Going on
+            # would write an untrained model.tar.gz and exit 0.
+            raise ConfigurationError(
+                f"Epoch {epoch} had no training batch: train_data_path gave no instances "
+                "(dataset_reader.max_instances?), or the data loader made no batch of them "
+                "(data_loader.batch_sampler)"
+            )
+        return metrics

@@ -117,7 +117,7 @@ def test_elmoc_dim_that_does_not_match_the_archive_is_a_configuration_error(
     downstream_environment, monkeypatch, tmp_path
 ):
     monkeypatch.setenv("ELMOC_DIM", "1024")
-    with pytest.raises(ConfigurationError, match="1024"):
+    with pytest.raises(ConfigurationError, match=r"bilm_dim \(ELMOC_DIM.* is 1024.* gives 12-"):
         train_model_from_file(
             str(DOWNSTREAM_CONFIGS / "snli_esim.jsonnet"), str(tmp_path / "run"),
             overrides=json.dumps({"trainer.num_epochs": 1}),

@@ -145,7 +145,7 @@ def test_interrupted_export_leaves_no_file_and_keeps_an_old_one(
     with pytest.raises(type(exception)):
         embed_file(
             str(elmoc_archive), str(sentences_file), str(output), "all", batch_size=2,
-            embedder=_FailingEmbedder(embedder, exception),
+            embedder=_FailingEmbedder(embedder, exception), force=True,
         )
     assert output.read_bytes() == b"an earlier, complete export"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.hdf5", "sentences.txt"]

@@ -376,7 +376,7 @@ def test_missing_or_non_archive_files(tmp_path):
         ElmocTokenEmbedder(str(tmp_path / "missing.tar.gz"))
     text = tmp_path / "model.tar.gz"
     text.write_text("not an archive")
-    with pytest.raises(ConfigurationError, match="is not a model archive"):
+    with pytest.raises(ConfigurationError, match="is not a readable model archive"):
         ElmocSubwordIndexer(str(text))
 
 

@@ -95,6 +95,26 @@ class TestAgainstFastText:
         # The empty string is "<>": one 2-gram if minn <= 2 <= maxn.
         assert len(vectors.subword_ids("")) == int(vectors.minn <= 2 <= vectors.maxn)
 
+    def test_format_version_11_is_read_as_fasttext_reads_it(self, tiny_fasttext_path, tmp_path):
+        # A real training run's file, stamped version 11 (what fastText releases before 0.2
+        # wrote for unsupervised models, in the same layout): fastText loads it unchanged.
+        data = bytearray(Path(tiny_fasttext_path).read_bytes())
+        assert struct.unpack_from("<i", data, 4) == (12,)
+        struct.pack_into("<i", data, 4, 11)
+        old = tmp_path / "version11.bin"
+        old.write_bytes(bytes(data))
+        model = fasttext.load_model(str(old))
+        vectors = FastTextVectors(old)
+        current = FastTextVectors(tiny_fasttext_path)
+        assert vectors.words == current.words == model.get_words(include_freq=False)
+        for word in model.get_words()[:50] + PROBE_WORDS:
+            assert vectors.subword_ids(word) == [int(i) for i in model.get_subwords(word)[1]]
+            np.testing.assert_allclose(
+                vectors.word_vector(word), model.get_word_vector(word), rtol=1e-5, atol=1e-7
+            )
+        every_row = range(current.num_rows)
+        assert torch.equal(vectors.rows(every_row), current.rows(every_row))
+
     def test_ngrams_follow_utf8_characters_and_skip_boundary_unigrams(self, tmp_path):
         # minn=1 makes 1-grams count: "<" and ">" alone must be excluded, "é" (2 bytes) is 1 char.
         path, _ = _synthetic(tmp_path, words=("</s>",), minn=1, maxn=2, bucket=1000)
@@ -230,10 +250,11 @@ class TestValidation:
         other.write_bytes(b"\x00" * 200)
         self._error(other, "bad magic number 0 (expected 793712314)")
 
-    def test_wrong_version(self, tmp_path):
+    @pytest.mark.parametrize("version", [10, 13])
+    def test_wrong_version(self, tmp_path, version):
         path, _ = _synthetic(tmp_path)
-        _patch(path, 4, "<i", 11)
-        self._error(path, "unsupported fastText format version 11 (expected 12)")
+        _patch(path, 4, "<i", version)
+        self._error(path, f"unsupported fastText format version {version} (readable: 11, 12)")
 
     def test_truncated_header(self, tmp_path):
         path, _ = _synthetic(tmp_path)

@@ -69,6 +69,7 @@ local reader(max_sentences) = {
         elmo: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
+          bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
           do_layer_norm: false,
           dropout: 0.0,
         },

@@ -50,6 +50,7 @@ local char_cnn_dim = 128;
         elmo: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
+          bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
           do_layer_norm: false,
           dropout: 0.0,
         },

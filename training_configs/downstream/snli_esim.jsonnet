@@ -37,6 +37,7 @@ local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
         elmo: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
+          bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
           do_layer_norm: false,
           dropout: 0.0,
         },

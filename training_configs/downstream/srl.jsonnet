@@ -35,6 +35,7 @@ local binary_feature_dim = 100;
         elmo: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
+          bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
           do_layer_norm: false,
           dropout: 0.1,
         },

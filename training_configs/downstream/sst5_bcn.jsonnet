@@ -51,6 +51,7 @@ local reader(use_subtrees) = {
         elmoc: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
+          bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
           do_layer_norm: false,
           dropout: 0.0,
         },

@@ -52,6 +52,14 @@ class ElmocTokenEmbedder(TokenEmbedder):
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
         `lambda` of the penalty `lambda * ||s||^2` on the trained pre-softmax mixing weights
         (ELMo paper, section 3.3); see `ElmocElmo`.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (see
+        `ElmocBiLm`); by default that is a `ConfigurationError` naming both files.
+    bilm_dim : `int`, optional (default = `None`)
+        The size of the biLM's representations (`2 * projection_dim`) that the rest of the
+        config was sized for; the configs in `training_configs/downstream` pass `ELMOC_DIM`. If
+        given and the archive's biLM differs, a `ConfigurationError` names the key, the value
+        given and the archive's, instead of a dimension mismatch deep in the downstream model.
     """
 
     def __init__(
@@ -64,6 +72,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
         projection_dim: Optional[int] = None,
         scalar_mix_parameters: Optional[List[float]] = None,
         scalar_mix_l2_penalty: float = 0.0,
+        allow_different_vectors: bool = False,
+        bilm_dim: Optional[int] = None,
     ) -> None:
         super().__init__()
         if projection_dim is not None and projection_dim < 1:
@@ -79,7 +89,16 @@ class ElmocTokenEmbedder(TokenEmbedder):
             scalar_mix_parameters=scalar_mix_parameters,
             scalar_mix_l2_penalty=scalar_mix_l2_penalty,
             vectors_path=vectors_path,
+            allow_different_vectors=allow_different_vectors,
         )
+        if bilm_dim is not None and bilm_dim != self._elmo.get_output_dim():
+            projection = self._elmo.get_output_dim() // 2
+            raise ConfigurationError(
+                f"elmoc_token_embedder.bilm_dim (ELMOC_DIM in the training_configs/downstream "
+                f"configs) is {bilm_dim}, but the biLM archive {archive_file} gives "
+                f"{self._elmo.get_output_dim()}-dimensional representations (2 x its "
+                f"projection_dim {projection}): set ELMOC_DIM={self._elmo.get_output_dim()}"
+            )
         if projection_dim:
             self._projection: Optional[torch.nn.Linear] = torch.nn.Linear(
                 self._elmo.get_output_dim(), projection_dim

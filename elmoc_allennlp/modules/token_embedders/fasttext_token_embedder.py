@@ -1,12 +1,20 @@
-from typing import Optional
+import json
+import logging
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+
+logger = logging.getLogger(__name__)
+
+# The state-dict entry (a uint8 tensor of UTF-8 JSON) recording which vectors a model used.
+VECTORS_RECORD_KEY = "vectors_record"
 
 
 @TokenEmbedder.register("fasttext")
@@ -22,6 +30,16 @@ class FastTextTokenEmbedder(TokenEmbedder):
     the CPU and only the `(batch_size, num_tokens, dim)` result is moved to the device of
     `subword_ids`. A saved model therefore needs `vectors_path` to exist when it is loaded.
 
+    What the model was trained with is recorded instead: its `state_dict` (so every checkpoint
+    and `model.tar.gz`) holds `vectors_record`, the path and the `FastTextVectors.fingerprint`
+    (size and a hash of the header, dictionary and sampled blocks) of the `.bin`. Loading
+    weights whose record names other vectors than `vectors_path` holds (another model of the
+    same dimension, or an unrelated file of the same name next to a moved archive) raises a
+    `ConfigurationError` naming both files, unless `allow_different_vectors`. Weights saved
+    before the record existed load without the check. Before every lookup the embedder also
+    checks that the file was not replaced or rewritten since it was opened
+    (`FastTextVectors.check_unchanged`), and the rows it reads are checked for NaN and inf.
+
     Registered as a `TokenEmbedder` with name "fasttext".
 
     # Parameters
@@ -33,10 +51,19 @@ class FastTextTokenEmbedder(TokenEmbedder):
         the model and lives on the model's device). That costs `(num_words + bucket) * dim * 4`
         bytes, for the parameter and again for its gradient and optimizer state (about 2.4 GB for
         each with fastText's default 2M buckets and 300 dimensions): only for small models.
+    allow_different_vectors : `bool`, optional (default=`False`)
+        Load weights trained with other fastText vectors than `vectors_path` (their recorded
+        fingerprint differs) with a warning instead of an error. Only for deliberate swaps, e.g.
+        `-o '{"model.text_field_embedder.token_embedders.fasttext.allow_different_vectors":
+        true}'`: representations computed from other vectors than the training ones are
+        meaningless.
     """
 
-    def __init__(self, vectors_path: str, trainable: bool = False) -> None:
+    def __init__(
+        self, vectors_path: str, trainable: bool = False, allow_different_vectors: bool = False
+    ) -> None:
         super().__init__()
+        self.allow_different_vectors = allow_different_vectors
         self._vectors = FastTextVectors.from_path(vectors_path)
         self._num_rows = self._vectors.num_rows
         self._no_vector_id = no_vector_id(self._vectors)
@@ -54,6 +81,64 @@ class FastTextTokenEmbedder(TokenEmbedder):
     def get_output_dim(self) -> int:
         return self._vectors.dim
 
+    # ------------------------------------------------------------------ which vectors
+
+    def vectors_record(self) -> Dict[str, Any]:
+        """The path and fingerprint of the vectors, as recorded in the `state_dict`."""
+        path = str(self._vectors.path.absolute())
+        return {"path": path, "fingerprint": self._vectors.fingerprint}
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        encoded = json.dumps(self.vectors_record(), sort_keys=True).encode("utf-8")
+        destination[prefix + VECTORS_RECORD_KEY] = torch.tensor(list(encoded), dtype=torch.uint8)
+
+    def _load_from_state_dict(
+        self,
+        state_dict: Dict[str, Any],
+        prefix: str,
+        local_metadata,
+        strict: bool,
+        missing_keys: List[str],
+        unexpected_keys: List[str],
+        error_msgs: List[str],
+    ) -> None:
+        key = prefix + VECTORS_RECORD_KEY
+        record = state_dict.get(key)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        if key in unexpected_keys:
+            unexpected_keys.remove(key)
+        if record is not None:
+            self._check_record(record)
+
+    def _check_record(self, record: torch.Tensor) -> None:
+        try:
+            saved = json.loads(bytes(record.cpu().to(torch.uint8).tolist()).decode("utf-8"))
+            saved_path, saved_fingerprint = str(saved["path"]), str(saved["fingerprint"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise ConfigurationError(
+                f"The weights being loaded have a corrupt {VECTORS_RECORD_KEY} ({error})"
+            ) from None
+        current = self._vectors.fingerprint
+        if saved_fingerprint == current:
+            return
+        message = (
+            f"These weights were trained with the fastText model {saved_path} (fingerprint "
+            f"{saved_fingerprint}), but vectors_path is {self._vectors.path} (fingerprint "
+            f"{current}): a different file, so the representations would be meaningless. Use "
+            "the .bin the model was trained with"
+        )
+        if self.allow_different_vectors:
+            logger.warning("%s; going on because allow_different_vectors is set.", message)
+            return
+        raise ConfigurationError(
+            f"{message}, or set allow_different_vectors (of the 'fasttext' token embedder, "
+            "or of ElmocEmbedder / the elmoc_token_embedder / `allennlp elmoc-embed "
+            "--allow-different-vectors`) if the swap is deliberate."
+        )
+
     def forward(self, subword_ids: torch.LongTensor, mask: torch.BoolTensor = None) -> torch.Tensor:
         """
         # Parameters
@@ -68,6 +153,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
 
         `torch.Tensor`, shape `(batch_size, num_tokens, dim)`.
         """
+        self._vectors.check_unchanged()
         if subword_ids.numel() > 0:
             low, high = int(subword_ids.min()), int(subword_ids.max())
             if low < 0 or high > self._no_vector_id:

@@ -1,0 +1,44 @@
+"""
+allennlp 2.10.1 problem: a config's `"type"` may be a dotted Python name
+(`Registrable.resolve_class_name`), which allennlp imports and calls with the remaining keys
+without checking that it is a class of the kind asked for. A model archive's `config.json` is
+built when the archive is loaded, so a crafted archive with
+`"model": {"type": "subprocess.Popen", "args": "...", "shell": true}` runs a shell command on
+`allennlp evaluate` / `predict` or any `load_archive`.
+
+`install()` wraps `resolve_class_name` so that a dotted name must resolve to a subclass of the
+registrable base class asked for (or to a class already registered under it, e.g. the torch
+modules registered as activations); anything else is a `ConfigurationError` naming the type.
+Registered names are unaffected. To drop it: once allennlp checks this itself, delete this
+module and its `install()` call in `elmoc_allennlp/__init__.py`.
+"""
+import functools
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.registrable import Registrable
+
+
+def install() -> None:
+    """Refuses dotted config types that are not classes of the requested kind (idempotent)."""
+    original = Registrable.__dict__["resolve_class_name"].__func__
+    if getattr(original, "_elmoc_checked", False):
+        return
+
+    @functools.wraps(original)
+    def resolve_class_name(cls, name: str):
+        subclass, constructor = original(cls, name)
+        if name in Registrable._registry[cls]:
+            return subclass, constructor
+        registered = {entry[0] for entry in Registrable._registry[cls].values()}
+        is_subclass = isinstance(subclass, type) and issubclass(subclass, cls)
+        if not is_subclass and subclass not in registered:
+            raise ConfigurationError(
+                f'"type": "{name}" is not a {cls.__name__}: a dotted type name must name a '
+                f"subclass of {cls.__module__}.{cls.__name__}. Refusing to call it (a config, "
+                "for example one inside a downloaded model archive, may only build registered "
+                "components)."
+            )
+        return subclass, constructor
+
+    resolve_class_name._elmoc_checked = True  # type: ignore[attr-defined]
+    Registrable.resolve_class_name = classmethod(resolve_class_name)  # type: ignore[assignment]

@@ -1,0 +1,106 @@
+"""
+Fixtures of the bad-input suite: the tiny trained biLM archive of the downstream tests, and the
+crafted archives made from it once per session.
+"""
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+# The tiny trained biLM (`tests/downstream/conftest.py`), shared rather than copied.
+from tests.downstream.conftest import elmoc_archive, one_torch_thread  # noqa: F401
+
+# A name no real file has: any file of this name found after a case was written by an archive.
+ESCAPE_NAME = "elmoc-escaped-from-archive.txt"
+
+
+def _file(name: str, data: bytes = b"planted\n", kind: bytes = tarfile.REGTYPE, link: str = ""):
+    member = tarfile.TarInfo(name)
+    member.type = kind
+    member.linkname = link
+    member.mode = 0o644
+    if kind == tarfile.REGTYPE:
+        member.size = len(data)
+        return member, io.BytesIO(data)
+    return member, None
+
+
+def write_archive(
+    source: Path,
+    destination: Path,
+    extra: List,
+    first: bool = False,
+    config: Optional[Dict] = None,
+) -> Path:
+    """A copy of the model archive `source` with the `extra` members (before or after its own),
+    and `config.json` replaced by `config` if given."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(source, "r:gz") as original, tarfile.open(destination, "w:gz") as copy:
+        own = []
+        for member in original:
+            data = original.extractfile(member).read() if member.isfile() else None
+            if member.name == "config.json" and config is not None:
+                data = json.dumps(config).encode("utf-8")
+                member.size = len(data)
+            own.append((member, None if data is None else io.BytesIO(data)))
+        for member, data in (extra + own) if first else (own + extra):
+            copy.addfile(member, data)
+    return destination
+
+
+@pytest.fixture(scope="session")
+def outside(tmp_path_factory) -> Path:
+    """Where the absolute members and links of the crafted archives point: must stay empty."""
+    return tmp_path_factory.mktemp("outside")
+
+
+@pytest.fixture(scope="session")
+def crafted(elmoc_archive, outside, tmp_path_factory) -> Dict[str, Path]:
+    """
+    The tiny biLM archive with one kind of planted member each (name -> archive path). Relative
+    escapes climb two folders: from `<sandbox>/tmp/tmpXXXX` (the extraction folder of a case)
+    to the case's sandbox.
+    """
+    root = tmp_path_factory.mktemp("crafted")
+    climb = "../../" + ESCAPE_NAME
+    absolute = str(outside / ESCAPE_NAME)
+    kinds = {
+        "absolute-name": [_file(absolute)],
+        "dotdot-name": [_file(climb)],
+        "dotdot-inside-name": [_file("vocabulary/../../../" + ESCAPE_NAME)],
+        "symlink-to-absolute-folder": [_file("out", kind=tarfile.SYMTYPE, link=str(outside))],
+        "symlink-then-file-through-it": [
+            _file("out", kind=tarfile.SYMTYPE, link=str(outside)),
+            _file("out/" + ESCAPE_NAME),
+        ],
+        "symlink-climbing-out": [_file("up", kind=tarfile.SYMTYPE, link="../..")],
+        "symlink-chain-out": [
+            _file("here", kind=tarfile.SYMTYPE, link="."),
+            _file("parent", kind=tarfile.SYMTYPE, link="here/.."),
+        ],
+        "file-through-inner-symlink": [
+            _file("here", kind=tarfile.SYMTYPE, link="vocabulary"),
+            _file("here/" + ESCAPE_NAME),
+        ],
+        "symlink-replacing-config": [_file("config.json", kind=tarfile.SYMTYPE, link="meta.json")],
+        "hardlink-to-absolute": [_file("weights2.th", kind=tarfile.LNKTYPE, link="/etc/passwd")],
+        "hardlink-climbing-out": [_file("h", kind=tarfile.LNKTYPE, link=climb)],
+        "hardlink-to-symlink": [
+            _file("inner", kind=tarfile.SYMTYPE, link="vocabulary"),
+            _file("h", kind=tarfile.LNKTYPE, link="inner"),
+        ],
+        "character-device": [_file("tty", kind=tarfile.CHRTYPE)],
+        "block-device": [_file("disk", kind=tarfile.BLKTYPE)],
+        "fifo": [_file("pipe", kind=tarfile.FIFOTYPE)],
+    }
+    archives = {}
+    for name, extra in kinds.items():
+        archives[name] = write_archive(elmoc_archive, root / name / "model.tar.gz", extra)
+    # The planted member first: nothing of the archive may be written before it is refused.
+    archives["dotdot-name-first"] = write_archive(
+        elmoc_archive, root / "dotdot-name-first" / "model.tar.gz", [_file(climb)], first=True
+    )
+    return archives

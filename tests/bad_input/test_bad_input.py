@@ -1,0 +1,995 @@
+"""
+The bad-input suite: inputs a new user (or an attacker) may give the CLI, the configs, the
+Python API and the archives, each with the error it must raise, words its message must contain
+(the file, line or config key at fault) and what must be unchanged on disk afterwards.
+
+`CASES` is the table: one `Case` per input. Every case also checks two invariants: nothing was
+written outside the case's sandbox (the folder crafted archives point at stays empty and no file
+named `ESCAPE_NAME` exists anywhere under pytest's temporary root), and no temporary folder was
+left behind (`tempfile`'s folder, redirected into the sandbox, is empty).
+
+The tiny archives are built once per session (`conftest.py`); the whole suite runs in well under
+a minute, one command-line case (`allennlp evaluate` in a fresh process) included.
+"""
+import errno
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple, Type
+
+import numpy as np
+import pytest
+import torch
+
+from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.common.archives import (
+    CorruptArchiveError,
+    UnsafeArchiveError,
+    extract_archive,
+    extracted_archive,
+)
+from elmoc_allennlp.common.disk_full import DiskFullError, quiet_full_log_files
+from elmoc_allennlp.modules.fasttext_vectors import (
+    FastTextFormatError,
+    FastTextVectors,
+    clear_fasttext_cache,
+    write_fasttext_bin,
+)
+from tests.bad_input.conftest import ESCAPE_NAME, write_archive
+from tests.conftest import FIXTURES_ROOT
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DOWNSTREAM_CONFIGS = REPO_ROOT / "training_configs" / "downstream"
+DOWNSTREAM_FIXTURES = FIXTURES_ROOT / "downstream"
+
+
+# ---------------------------------------------------------------------- the table
+
+
+@dataclass
+class Case:
+    """
+    `run(sandbox)` gives the bad input; it must raise `error` whose message contains every one
+    of `words` (`{name}` is replaced by `sandbox.paths[name]`); afterwards the files and folders
+    `unchanged` (relative to the sandbox, `"."` for all of it) must be as they were before, the
+    files `absent` must not exist and the checkpoint files `intact` must load.
+    """
+
+    name: str
+    run: Callable[["Sandbox"], object]
+    error: Type[BaseException]
+    words: Tuple[str, ...]
+    unchanged: Tuple[str, ...] = (".",)
+    absent: Tuple[str, ...] = ()
+    intact: Tuple[str, ...] = ()
+
+
+CASES: List[Case] = []
+
+
+def case(
+    name: str,
+    error: Type[BaseException],
+    *words: str,
+    unchanged: Sequence[str] = (".",),
+    absent: Sequence[str] = (),
+    intact: Sequence[str] = (),
+):
+    def register(run: Callable[["Sandbox"], object]):
+        CASES.append(
+            Case(name, run, error, tuple(words), tuple(unchanged), tuple(absent), tuple(intact))
+        )
+        return run
+
+    return register
+
+
+# ---------------------------------------------------------------------- the sandbox
+
+
+@dataclass
+class Sandbox:
+    root: Path
+    crafted: Dict[str, Path]
+    archive: Path
+    fasttext: Path
+    outside: Path
+    paths: Dict[str, str] = field(default_factory=dict)
+
+    def copy(self, source: Path, name: str) -> Path:
+        target = self.root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, target)
+        self.paths[name] = str(target)
+        return target
+
+    def crafted_copy(self, kind: str) -> Path:
+        """The crafted archive `kind`, copied into the sandbox as `<kind>.tar.gz`."""
+        path = self.copy(self.crafted[kind], f"{kind}.tar.gz")
+        self.paths["archive"] = str(path)
+        return path
+
+    def snapshot(self, relative: str) -> Dict[str, Tuple]:
+        top = self.root / relative
+        if not top.exists() and not top.is_symlink():
+            return {}
+        entries = [top] if not top.is_dir() else sorted(top.rglob("*"))
+        state = {}
+        for path in entries:
+            key = str(path.relative_to(self.root))
+            if path.is_symlink():
+                state[key] = ("link", os.readlink(path))
+            elif path.is_file():
+                state[key] = ("file", hashlib.sha1(path.read_bytes()).hexdigest())
+            else:
+                state[key] = ("dir",)
+        return state
+
+
+@pytest.fixture
+def sandbox(tmp_path, monkeypatch, crafted, elmoc_archive, outside, tiny_fasttext_path):
+    """A folder per case, with `tempfile`'s folder inside it, and the case's inputs."""
+    root = tmp_path / "sandbox"
+    (root / "tmp").mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(root / "tmp"))
+    monkeypatch.setenv("TMPDIR", str(root / "tmp"))
+    box = Sandbox(root, crafted, Path(elmoc_archive), Path(tiny_fasttext_path), outside)
+    box.paths["fasttext"] = str(tiny_fasttext_path)
+    yield box
+    clear_fasttext_cache()
+
+
+def _escaped_files(base: Path) -> List[Path]:
+    return [path for path in base.rglob(ESCAPE_NAME)]
+
+
+@pytest.mark.parametrize("bad", CASES, ids=lambda bad: bad.name)
+def test_bad_input(bad: Case, sandbox: Sandbox, tmp_path_factory):
+    # The case sets its inputs up and returns the bad call; the snapshot is taken in between.
+    prepared = bad.run(sandbox)
+    before = {relative: sandbox.snapshot(relative) for relative in bad.unchanged}
+    with pytest.raises(bad.error) as raised:
+        prepared()
+    message = str(raised.value)
+    for word in bad.words:
+        expected = word.format(**sandbox.paths)
+        assert expected in message, f"{expected!r} not in {message!r}"
+    for relative in bad.unchanged:
+        assert sandbox.snapshot(relative) == before[relative], f"{relative} changed"
+    for relative in bad.absent:
+        assert not (sandbox.root / relative).exists(), f"{relative} was written"
+    for relative in bad.intact:
+        assert torch.load(sandbox.root / relative, map_location="cpu"), relative
+    assert list(sandbox.outside.iterdir()) == []
+    assert _escaped_files(tmp_path_factory.getbasetemp()) == []
+    assert list((sandbox.root / "tmp").iterdir()) == [], "a temporary folder was left behind"
+
+
+def test_the_table_has_at_least_80_cases():
+    assert len(CASES) >= 80, len(CASES)
+    assert len({bad.name for bad in CASES}) == len(CASES)
+
+
+# ---------------------------------------------------------------------- crafted archives
+# Every crafted archive, through the loaders that open archives: allennlp's own `load_archive`
+# (`allennlp evaluate` / `predict`, `Model.from_archive`), `ElmocEmbedder` (and so the token
+# embedder and `elmoc-embed`), `allennlp elmoc-merge-bilm`'s extraction, and the extraction
+# itself.
+
+UNSAFE_KINDS = {
+    "absolute-name": "has an absolute name",
+    "dotdot-name": "has a '..' component",
+    "dotdot-name-first": "has a '..' component",
+    "dotdot-inside-name": "has a '..' component",
+    "symlink-to-absolute-folder": "symbolic link to the absolute path",
+    "symlink-then-file-through-it": "symbolic link to the absolute path",
+    "symlink-climbing-out": "outside the archive's folder",
+    "symlink-chain-out": "through another link",
+    "file-through-inner-symlink": "is written through the symbolic link 'here'",
+    "symlink-replacing-config": "replacing a member extracted before it",
+    "hardlink-to-absolute": "hard link to the absolute path '/etc/passwd'",
+    "hardlink-climbing-out": "outside the archive's folder",
+    "hardlink-to-symlink": "through another link",
+    "character-device": "is a character device",
+    "block-device": "is a block device",
+    "fifo": "is a FIFO",
+}
+
+
+def _load_archive_call(sandbox, kind):
+    from allennlp.models.archival import load_archive
+
+    path = sandbox.crafted_copy(kind)
+    return lambda: load_archive(str(path))
+
+
+def _embedder_call(sandbox, kind):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    path = sandbox.crafted_copy(kind)
+    return lambda: ElmocEmbedder(str(path))
+
+
+def _extract_call(sandbox, kind):
+    path = sandbox.crafted_copy(kind)
+    return lambda: extract_archive(path, sandbox.root / "extracted")
+
+
+for _kind, _reason in UNSAFE_KINDS.items():
+    for _loader, _call in (
+        ("load_archive", _load_archive_call),
+        ("ElmocEmbedder", _embedder_call),
+        ("extract_archive", _extract_call),
+    ):
+        case(
+            f"archive-{_kind}-{_loader}",
+            UnsafeArchiveError,
+            "Refusing to extract model archive {archive}",
+            _reason,
+            "Nothing was extracted",
+            absent=("extracted",),
+        )(lambda sandbox, kind=_kind, call=_call: call(sandbox, kind))
+
+
+@case("archive-crafted-elmoc-embed-cli", UnsafeArchiveError, "{archive}", "'..' component",
+      absent=("out.hdf5",))
+def _crafted_elmoc_embed(sandbox):
+    from allennlp.commands import main
+
+    path = sandbox.crafted_copy("dotdot-name")
+    sentences = sandbox.root / "in.txt"
+    sentences.write_text("the bank raised its rate\n")
+    argv = ["allennlp", "elmoc-embed", str(path), str(sentences), str(sandbox.root / "out.hdf5"),
+            "--top"]
+
+    def run():
+        previous = sys.argv
+        sys.argv = argv
+        try:
+            main(prog="allennlp")
+        finally:
+            sys.argv = previous
+
+    return run
+
+
+@case("archive-crafted-downstream-config", UnsafeArchiveError, "{archive}", "absolute name",
+      unchanged=("absolute-name.tar.gz",), absent=("run/model.tar.gz",))
+def _crafted_downstream_config(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    path = sandbox.crafted_copy("absolute-name")
+    environment = _downstream_environment(sandbox, path)
+
+    def run():
+        with _environment(environment):
+            train_model_from_file(
+                str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+                str(sandbox.root / "run"),
+                overrides=json.dumps({"trainer.num_epochs": 1}),
+            )
+
+    return run
+
+
+def _downstream_environment(sandbox, archive: Path) -> Dict[str, str]:
+    variables = {
+        "ELMOC_ARCHIVE": str(archive),
+        "ELMOC_DIM": "12",
+        "ELMOC_FASTTEXT": str(sandbox.fasttext),
+        "ELMOC_FASTTEXT_DIM": "16",
+    }
+    for split in ("TRAIN", "VALIDATION", "TEST"):
+        variables[f"NER_{split}_DATA_PATH"] = str(DOWNSTREAM_FIXTURES / "conll2003.txt")
+    return variables
+
+
+class _environment:
+    def __init__(self, variables: Dict[str, str]):
+        self.variables, self.previous = variables, {}
+
+    def __enter__(self):
+        for name, value in self.variables.items():
+            self.previous[name] = os.environ.get(name)
+            os.environ[name] = value
+
+    def __exit__(self, *exc):
+        for name, value in self.previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@case("archive-config-runs-subprocess-load_archive", ConfigurationError,
+      "subprocess.Popen", "is not a Model")
+def _config_type_load_archive(sandbox):
+    from allennlp.models.archival import load_archive
+
+    path = _popen_archive(sandbox)
+    return lambda: load_archive(str(path))
+
+
+@case("archive-config-runs-subprocess-ElmocEmbedder", ConfigurationError,
+      "{archive}", "is not an ELMo-C biLM archive")
+def _config_type_embedder(sandbox):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    path = _popen_archive(sandbox)
+    return lambda: ElmocEmbedder(str(path))
+
+
+def _popen_archive(sandbox) -> Path:
+    """An archive whose config's model is `subprocess.Popen` writing a file, if it ever runs."""
+    from allennlp.models.archival import CONFIG_NAME
+
+    with tarfile.open(sandbox.archive) as tar:
+        config = json.load(tar.extractfile(CONFIG_NAME))
+    marker = sandbox.root / ESCAPE_NAME
+    config["model"] = {"type": "subprocess.Popen", "args": f"touch {marker}", "shell": True}
+    path = write_archive(sandbox.archive, sandbox.root / "popen.tar.gz", [], config=config)
+    sandbox.paths["archive"] = str(path)
+    return path
+
+
+# Truncated archives: the real archive cut at random places, and other damaged files.
+_ARCHIVE_CUTS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99]
+
+
+def _truncated_call(sandbox, fraction: float, loader: str):
+    data = sandbox.archive.read_bytes()
+    # Seeded: the same cuts on every machine; never the whole file.
+    cut = int(len(data) * fraction) + random.Random(str(fraction)).randrange(0, 9)
+    cut = min(cut, len(data) - 1)
+    path = sandbox.root / "truncated.tar.gz"
+    path.write_bytes(data[:cut])
+    sandbox.paths["archive"] = str(path)
+    if loader == "ElmocEmbedder":
+        from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+        return lambda: ElmocEmbedder(str(path))
+    from allennlp.models.archival import load_archive
+
+    return lambda: load_archive(str(path))
+
+
+for _fraction in _ARCHIVE_CUTS:
+    for _loader in ("load_archive", "ElmocEmbedder"):
+        case(
+            f"archive-truncated-at-{_fraction:.0%}-{_loader}",
+            CorruptArchiveError,
+            "{archive} is not a readable model archive",
+            "download or copy it again",
+        )(lambda sandbox, fraction=_fraction, loader=_loader: _truncated_call(
+            sandbox, fraction, loader))
+
+
+def _damaged_archive(data: Callable[[bytes], bytes]):
+    def prepare(sandbox):
+        from allennlp.models.archival import load_archive
+
+        path = sandbox.root / "damaged.tar.gz"
+        path.write_bytes(data(sandbox.archive.read_bytes()))
+        sandbox.paths["archive"] = str(path)
+        return lambda: load_archive(str(path))
+
+    return prepare
+
+
+case("archive-empty-file", CorruptArchiveError, "{archive}", "the file is empty")(
+    _damaged_archive(lambda data: b""))
+case("archive-random-bytes", CorruptArchiveError, "{archive}", "not a tar archive")(
+    _damaged_archive(lambda data: bytes(random.Random(3).getrandbits(8) for _ in range(5000))))
+case("archive-gzip-trailer-cut", CorruptArchiveError, "{archive}", "truncated or corrupt")(
+    _damaged_archive(lambda data: data[:-4]))
+case("archive-flipped-byte-in-weights", CorruptArchiveError, "{archive}")(
+    _damaged_archive(lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF])
+                     + data[len(data) // 2 + 1:]))
+case("archive-text-file", CorruptArchiveError, "{archive}", "not a tar archive")(
+    _damaged_archive(lambda data: b'{"model": "not an archive"}\n'))
+
+
+@case("archive-truncated-merge-bilm", CorruptArchiveError, "{archive}",
+      absent=("merged.tar.gz",))
+def _truncated_merge(sandbox):
+    from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
+
+    data = sandbox.archive.read_bytes()
+    path = sandbox.root / "backward.tar.gz"
+    path.write_bytes(data[: len(data) // 2])
+    sandbox.paths["archive"] = str(path)
+    return lambda: merge_bilm_archives(
+        str(sandbox.archive), str(path), str(sandbox.root / "merged.tar.gz"), verify=False
+    )
+
+
+# ---------------------------------------------------------------------- fastText vectors
+
+
+def _tiny_vectors(path: Path, **changes) -> Path:
+    words = ["</s>", "the", "bank", "rate", "<S>", "</S>"]
+    matrix = np.random.default_rng(0).standard_normal((len(words) + 30, 16)).astype(np.float32)
+    for row, value in changes.get("values", {}).items():
+        matrix[row, 3] = value
+    return write_fasttext_bin(path, words, matrix, minn=2, maxn=3, bucket=30)
+
+
+def _vectors_lookup(sandbox, values, word):
+    path = _tiny_vectors(sandbox.root / "vectors.bin", values=values)
+    sandbox.paths["bin"] = str(path)
+    return lambda: FastTextVectors(path).word_vector(word)
+
+
+case("fasttext-nan-in-a-word-vector", FastTextFormatError, "{bin}", "row 2 ",
+     "the word 'bank'", "nan")(
+    lambda sandbox: _vectors_lookup(sandbox, {2: float("nan")}, "bank"))
+case("fasttext-inf-in-a-word-vector", FastTextFormatError, "{bin}", "the word 'rate'", "inf")(
+    lambda sandbox: _vectors_lookup(sandbox, {3: float("inf")}, "rate"))
+case("fasttext-huge-value", FastTextFormatError, "{bin}", "3e+38", "magnitude")(
+    lambda sandbox: _vectors_lookup(sandbox, {1: 3e38}, "the"))
+
+
+@case("fasttext-nan-in-an-ngram-bucket", FastTextFormatError, "{bin}",
+      "character n-gram bucket")
+def _nan_bucket(sandbox):
+    buckets = {row: float("nan") for row in range(6, 36)}  # every n-gram row
+    path = _tiny_vectors(sandbox.root / "vectors.bin", values=buckets)
+    sandbox.paths["bin"] = str(path)
+    return lambda: FastTextVectors(path).word_vector("unseen")
+
+
+@case("fasttext-nan-through-the-token-embedder", FastTextFormatError, "{bin}", "the word 'the'")
+def _nan_embedder(sandbox):
+    from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import (
+        FastTextSubwordIndexer,
+    )
+    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
+        FastTextTokenEmbedder,
+    )
+
+    path = _tiny_vectors(sandbox.root / "vectors.bin", values={1: float("-inf")})
+    sandbox.paths["bin"] = str(path)
+    indexer = FastTextSubwordIndexer(str(path))
+    ids = torch.tensor([[indexer.token_subword_ids("the")]])
+    return lambda: FastTextTokenEmbedder(str(path))(ids)
+
+
+def _patched_bin(sandbox, offset: int, value: int) -> Path:
+    data = bytearray(_tiny_vectors(sandbox.root / "source.bin").read_bytes())
+    struct.pack_into("<i", data, offset, value)
+    path = sandbox.root / "vectors.bin"
+    path.write_bytes(bytes(data))
+    (sandbox.root / "source.bin").unlink()
+    sandbox.paths["bin"] = str(path)
+    return path
+
+
+case("fasttext-version-13", FastTextFormatError, "{bin}", "unsupported fastText format version 13")(
+    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 13): lambda: FastTextVectors(path))())
+case("fasttext-version-10", FastTextFormatError, "{bin}", "version 10", "readable: 11, 12")(
+    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 10): lambda: FastTextVectors(path))())
+
+
+@case("fasttext-version-11-without-pruneidx-field", FastTextFormatError, "{bin}",
+      "pruneidx_size")
+def _version_11_old_layout(sandbox):
+    # A version-11 dictionary without the 8-byte pruneidx_size field (a layout older than what
+    # fastText 0.9 reads): it cannot be read correctly, so it is refused, not misread.
+    data = bytearray(_tiny_vectors(sandbox.root / "source.bin").read_bytes())
+    struct.pack_into("<i", data, 4, 11)
+    pruneidx = 8 + 12 * 4 + 8 + 4 * 3 + 8
+    del data[pruneidx : pruneidx + 8]
+    path = sandbox.root / "vectors.bin"
+    path.write_bytes(bytes(data))
+    sandbox.paths["bin"] = str(path)
+    return lambda: FastTextVectors(path)
+
+
+@case("fasttext-replaced-while-in-use", FastTextFormatError, "{bin}", "changed on disk",
+      unchanged=())
+def _replaced_bin(sandbox):
+    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
+        FastTextTokenEmbedder,
+    )
+
+    path = _tiny_vectors(sandbox.root / "vectors.bin")
+    sandbox.paths["bin"] = str(path)
+    embedder = FastTextTokenEmbedder(str(path))
+    ids = torch.tensor([[[1, 2]]])
+    embedder(ids)
+
+    def run():
+        replacement = sandbox.root / "new.bin"
+        _tiny_vectors(replacement, values={0: 0.5})
+        os.replace(replacement, path)  # what `cp new.bin vectors.bin`-by-rename does
+        embedder(ids)
+
+    return run
+
+
+@case("fasttext-truncated-while-in-use", FastTextFormatError, "{bin}", "changed on disk",
+      unchanged=())
+def _truncated_bin(sandbox):
+    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
+        FastTextTokenEmbedder,
+    )
+
+    path = _tiny_vectors(sandbox.root / "vectors.bin")
+    sandbox.paths["bin"] = str(path)
+    embedder = FastTextTokenEmbedder(str(path))
+    ids = torch.tensor([[[1, 2]]])
+    embedder(ids)
+
+    def run():
+        # Rewritten in place: reading the cut-off pages would be a bus error (SIGBUS).
+        with open(path, "r+b") as handle:
+            handle.truncate(100)
+        embedder(ids)
+
+    return run
+
+
+@case("fasttext-deleted-while-in-use", FastTextFormatError, "{bin}", "cannot be found any more",
+      unchanged=())
+def _deleted_bin(sandbox):
+    path = _tiny_vectors(sandbox.root / "vectors.bin")
+    sandbox.paths["bin"] = str(path)
+    vectors = FastTextVectors(path)
+
+    def run():
+        path.unlink()
+        vectors.check_unchanged()
+
+    return run
+
+
+@case("fasttext-replaced-during-training", FastTextFormatError, "{bin}", "changed on disk",
+      unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+def _replaced_during_training(sandbox):
+    """The .bin of a run replaced after its first epoch: the run stops at the next batch,
+    naming the file, and its last checkpoint stays as it was."""
+    from allennlp.training.callbacks import TrainerCallback
+
+    path = sandbox.copy(sandbox.fasttext, "vectors.bin")
+    sandbox.paths["bin"] = str(path)
+    replacement = sandbox.root / "replacement.bin"
+    _tiny_vectors(replacement)
+
+    class ReplaceVectorsAfterFirstEpoch(TrainerCallback):
+        def on_epoch(self, trainer, metrics, epoch, is_primary=True, **kwargs) -> None:
+            if epoch == 0:
+                os.replace(replacement, path)
+
+    key = "fasttext.vectors_path"
+    train = _train_tiny(sandbox, {
+        "trainer.num_epochs": 2,
+        f"dataset_reader.token_indexers.{key}": str(path),
+        f"model.text_field_embedder.token_embedders.{key}": str(path),
+    })
+    original_init = None
+
+    def run():
+        nonlocal original_init
+        from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
+
+        original_init = FastRecoveryTrainer.__init__
+
+        def with_callback(self, *args, **kwargs):
+            original_init(self, *args, **kwargs)
+            self._callbacks.append(ReplaceVectorsAfterFirstEpoch(str(sandbox.root / "run")))
+
+        FastRecoveryTrainer.__init__ = with_callback
+        try:
+            train()
+        finally:
+            FastRecoveryTrainer.__init__ = original_init
+
+    return run
+
+
+# ---------------------------------------------------------------------- vectors fingerprint
+
+
+def _other_vectors(sandbox, name: str = "other.bin") -> Path:
+    """Another model with the tiny model's dimension (16): its vectors are meaningless here."""
+    words = ["</s>", "the", "a", "bank"]
+    matrix = np.random.default_rng(5).standard_normal((len(words) + 50, 16)).astype(np.float32)
+    path = write_fasttext_bin(sandbox.root / name, words, matrix, minn=2, maxn=4, bucket=50)
+    sandbox.paths["other"] = str(path)
+    return path
+
+
+@case("fingerprint-other-vectors-ElmocEmbedder", ConfigurationError, "{fasttext}", "{other}",
+      "allow_different_vectors")
+def _fingerprint_embedder(sandbox):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    other = _other_vectors(sandbox)
+    return lambda: ElmocEmbedder(str(sandbox.archive), vectors_path=str(other))
+
+
+@case("fingerprint-other-vectors-load_archive", ConfigurationError, "{fasttext}", "{other}",
+      "fingerprint")
+def _fingerprint_load_archive(sandbox):
+    from allennlp.models.archival import load_archive
+
+    other = _other_vectors(sandbox)
+    key = "fasttext.vectors_path"
+    overrides = {
+        f"dataset_reader.token_indexers.{key}": str(other),
+        f"model.text_field_embedder.token_embedders.{key}": str(other),
+    }
+    return lambda: load_archive(str(sandbox.archive), overrides=overrides)
+
+
+@case("fingerprint-unrelated-bin-next-to-moved-archive", ConfigurationError, "{other}",
+      "{fasttext}", "a different file")
+def _fingerprint_moved(sandbox):
+    """An archive moved to another machine, next to an unrelated .bin with the same name."""
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    with tarfile.open(sandbox.archive) as tar:
+        config = json.load(tar.extractfile("config.json"))
+    elsewhere = "/nonexistent/machine/" + sandbox.fasttext.name
+    config["dataset_reader"]["token_indexers"]["fasttext"]["vectors_path"] = elsewhere
+    embedders = config["model"]["text_field_embedder"]["token_embedders"]
+    embedders["fasttext"]["vectors_path"] = elsewhere
+    moved = write_archive(sandbox.archive, sandbox.root / "moved" / "model.tar.gz", [],
+                          config=config)
+    _other_vectors(sandbox, "moved/" + sandbox.fasttext.name)
+    return lambda: ElmocEmbedder(str(moved))
+
+
+# ---------------------------------------------------------------------- elmoc-embed
+
+
+def _embed_call(sandbox, **options):
+    from elmoc_allennlp.commands.elmoc_embed import embed_file
+
+    sentences = sandbox.root / "in.txt"
+    sentences.write_text("the bank raised its rate\n\na dog\n")
+    sandbox.paths["input"] = str(sentences)
+    output = sandbox.root / options.pop("output", "out.hdf5")
+    sandbox.paths["output"] = str(output)
+    return lambda: embed_file(str(sandbox.archive), str(sentences), str(output), **options)
+
+
+@case("elmoc-embed-existing-output-without-force", ConfigurationError, "{output}", "--force")
+def _embed_existing(sandbox):
+    call = _embed_call(sandbox)
+    Path(sandbox.paths["output"]).write_bytes(b"an earlier export")
+    return call
+
+
+case("elmoc-embed-batch-size-0", ConfigurationError, "--batch-size", "got 0",
+     absent=("out.hdf5",))(lambda sandbox: _embed_call(sandbox, batch_size=0))
+case("elmoc-embed-output-is-the-input", ConfigurationError, "is the input file")(
+    lambda sandbox: _embed_call(sandbox, output="in.txt"))
+case("elmoc-embed-output-is-a-directory", ConfigurationError, "is a directory")(
+    lambda sandbox: (sandbox.root / "dir").mkdir() or _embed_call(sandbox, output="dir"))
+case("elmoc-embed-output-folder-missing", ConfigurationError, "does not exist")(
+    lambda sandbox: _embed_call(sandbox, output="missing/out.hdf5"))
+
+
+@case("elmoc-embed-input-not-utf8", ConfigurationError, "{input}", "not UTF-8",
+      absent=("out.hdf5",))
+def _embed_latin1(sandbox):
+    call = _embed_call(sandbox)
+    Path(sandbox.paths["input"]).write_bytes("caf\xe9 au lait\n".encode("latin-1"))
+    return call
+
+
+# ---------------------------------------------------------------------- the predictor
+
+
+_PREDICTORS: Dict[str, object] = {}
+
+
+def _predict_call(sandbox, lines: List[str], command_line: bool = False):
+    """`allennlp predict ARCHIVE input.jsonl` on `lines`: the whole command, or its
+    `_PredictManager` with the biLM predictor loaded once for the module (much faster)."""
+    from allennlp.commands import main
+    from allennlp.commands.predict import _PredictManager
+    from allennlp.predictors import Predictor
+
+    path = sandbox.root / "input.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    sandbox.paths["input"] = str(path)
+    output = str(sandbox.root / "predictions.jsonl")
+    if not command_line:
+        if "bilm" not in _PREDICTORS:
+            _PREDICTORS["bilm"] = Predictor.from_path(str(sandbox.archive))
+        manager = _PredictManager(_PREDICTORS["bilm"], str(path), output, 1, False, False)
+        return manager.run
+    argv = ["allennlp", "predict", str(sandbox.archive), str(path), "--silent",
+            "--output-file", output]
+
+    def run():
+        previous = sys.argv
+        sys.argv = argv
+        try:
+            main(prog="allennlp")
+        finally:
+            sys.argv = previous
+
+    return run
+
+
+_GOOD_LINE = '{"sentence": "the bank raised its rate"}'
+_PREDICT_CASES = {
+    "malformed-json": ('{"sentence": "the bank" "x"}', "not valid JSON"),
+    "sentence-is-a-number": ('{"sentence": 42}', "'sentence' must be a string"),
+    "sentence-is-null": ('{"sentence": null}', "got NoneType None"),
+    "null-token": ('{"sentence": ["the", null]}', "'sentence'[1] must be a token string"),
+    "number-token": ('{"sentence": ["the", 7]}', "'sentence'[1]"),
+    "no-sentence-key": ('{"text": "the bank"}', "needs a 'sentence' key"),
+    "line-is-a-list": ('["the", "bank"]', "expected a JSON object"),
+}
+for _name, (_line, _words) in _PREDICT_CASES.items():
+    # The bad line is line 4 of the file (after two good lines and a blank one).
+    case(f"predict-{_name}", ConfigurationError, "{input}, line 4", _words,
+         unchanged=("input.jsonl",))(
+        lambda sandbox, line=_line: _predict_call(sandbox, [_GOOD_LINE, _GOOD_LINE, "", line]))
+case("predict-malformed-json-command-line", ConfigurationError, "{input}, line 3",
+     "not valid JSON", unchanged=("input.jsonl",))(
+    lambda sandbox: _predict_call(sandbox, [_GOOD_LINE, "", "{oops"], command_line=True))
+
+
+# ---------------------------------------------------------------------- configs
+
+
+def _train_tiny(sandbox, overrides: Dict, config: Path = FIXTURES_ROOT / "elmoc_tiny.jsonnet"):
+    from allennlp.commands.train import train_model_from_file
+
+    sandbox.paths["run"] = str(sandbox.root / "run")
+    return lambda: train_model_from_file(
+        str(config), str(sandbox.root / "run"), overrides=json.dumps(overrides)
+    )
+
+
+_CONFIG_CASES = {
+    # key: (value, words)
+    "data_loader.batch_sampler.batch_size": (0, "data_loader.batch_sampler.batch_size"),
+    "data_loader.batch_sampler.batch_size=-3": (-3, "data_loader.batch_sampler.batch_size"),
+    "trainer.num_epochs": (0, "trainer.num_epochs"),
+    "trainer.optimizer.lr": (0, "trainer.optimizer.lr"),
+    "trainer.grad_norm": (-1, "trainer.grad_norm"),
+    "trainer.num_gradient_accumulation_steps": (0, "trainer.num_gradient_accumulation_steps"),
+    "trainer.checkpointer.save_every_num_batches": (0, "save_every_num_batches"),
+    "trainer.checkpointer.keep_most_recent_by_count": (0, "keep_most_recent_by_count"),
+    "dataset_reader.max_sequence_length": (0, "max_sequence_length"),
+    "model.contextualizer.cell_dim": (0, "cell_dim"),
+    "model.contextualizer.projection_dim": (-1, "projection_dim"),
+    "model.contextualizer.num_layers": (0, "num_layers"),
+    "model.contextualizer.recurrent_dropout": (1.5, "recurrent_dropout"),
+    "model.output_layer.embedding_dim": (0, "embedding_dim"),
+    "trainer.learning_rate_scheduler.num_replicas": (0, "num_replicas"),
+    "trainer.learning_rate_scheduler.warmup_steps": (-1, "warmup_steps"),
+    "dataset_reader.max_token_characters": (0, "max_token_characters"),
+}
+for _key, (_value, _words) in _CONFIG_CASES.items():
+    case(f"config-{_key}", ConfigurationError, _words, str(_value),
+         unchanged=(), absent=("run/model.tar.gz", "run/model_state_e1_b0.th"))(
+        lambda sandbox, key=_key.split("=")[0], value=_value: _train_tiny(
+            sandbox, {key: value, "trainer.num_epochs": 1} if key != "trainer.num_epochs"
+            else {key: value}))
+
+
+@case("config-empty-training-data", ConfigurationError, "{empty}", "has no text",
+      unchanged=("empty.txt",), absent=("run/model.tar.gz",))
+def _empty_corpus(sandbox):
+    (sandbox.root / "empty.txt").write_text("\n\n")
+    sandbox.paths["empty"] = str(sandbox.root / "empty.txt")
+    return _train_tiny(sandbox, {"train_data_path": str(sandbox.root / "empty.txt"),
+                                 "validation_data_path": None, "trainer.num_epochs": 1})
+
+
+@case("config-no-training-instances", ConfigurationError, "Epoch 0 had no training batch",
+      "max_instances", unchanged=(), absent=("run/model.tar.gz",))
+def _no_instances(sandbox):
+    return _train_tiny(sandbox, {"dataset_reader.max_instances": 0, "trainer.num_epochs": 1})
+
+
+@case("config-wrong-ELMOC_DIM", ConfigurationError, "ELMOC_DIM", "is 1024", "gives 12-",
+      unchanged=(), absent=("run/model.tar.gz",))
+def _wrong_elmoc_dim(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_DIM="1024")
+
+    def run():
+        with _environment(environment):
+            train_model_from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+                                  str(sandbox.root / "run"))
+
+    return run
+
+
+@case("config-dotted-type-that-is-no-model", ConfigurationError, "os.system", "is not a Model",
+      unchanged=())
+def _dotted_type(sandbox):
+    return _train_tiny(sandbox, {"model.type": "os.system", "trainer.num_epochs": 1})
+
+
+# ---------------------------------------------------------------------- full disk
+
+
+def _no_space(path="checkpoint"):
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+
+@case("disk-full-at-a-checkpoint", DiskFullError, "No space left on device", "{run}",
+      "intact", unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+def _full_disk_checkpoint(sandbox):
+    """A checkpoint written when the disk is full: one clear error; no half checkpoint."""
+    train = _train_tiny(sandbox, {"trainer.num_epochs": 2})
+
+    def run():
+        saved = torch.save
+        calls = {"count": 0}
+
+        def save(obj, handle, *args, **kwargs):
+            calls["count"] += 1
+            if calls["count"] > 2:  # the epoch-1 checkpoint is written, epoch 2's is not
+                raise _no_space()
+            return saved(obj, handle, *args, **kwargs)
+
+        torch.save = save
+        try:
+            train()
+        finally:
+            torch.save = saved
+
+    return run
+
+
+@case("disk-full-on-recover", DiskFullError, "No space left on device", "--recover",
+      unchanged=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+def _full_disk_recover(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    config = str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")
+    run_dir = sandbox.root / "run"
+    sandbox.paths["run"] = str(run_dir)
+    overrides = json.dumps({"trainer.num_epochs": 2})
+    saved = torch.save
+
+    def fail_after_first_epoch(obj, handle, *args, **kwargs):
+        if (run_dir / "model_state_e1_b0.th").exists():
+            raise _no_space()
+        return saved(obj, handle, *args, **kwargs)
+
+    torch.save = fail_after_first_epoch
+    try:
+        with pytest.raises(DiskFullError):
+            train_model_from_file(config, str(run_dir), overrides=overrides)
+    finally:
+        torch.save = saved
+    assert (run_dir / "training_state_e1_b0.th").exists()
+
+    def disk_full(*args, **kwargs):
+        raise _no_space()
+
+    def run():
+        torch.save = disk_full
+        try:
+            train_model_from_file(config, str(run_dir), overrides=overrides, recover=True)
+        finally:
+            torch.save = saved
+
+    return run
+
+
+# ---------------------------------------------------------------------- the suite's own checks
+
+
+def test_disk_full_is_logged_once(tmp_path, capsys):
+    """A log file on a full disk: one line on stderr, not a traceback per record."""
+
+    class FullDisk:
+        def write(self, text):
+            raise _no_space(str(tmp_path / "out.log"))
+
+        def flush(self):
+            raise _no_space(str(tmp_path / "out.log"))
+
+    logger = logging.getLogger("elmoc-bad-input-test")
+    handler = logging.FileHandler(tmp_path / "out.log", delay=True)
+    handler.stream = FullDisk()
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        quiet_full_log_files(logger)
+        for index in range(200):
+            logger.warning("record %d", index)
+    finally:
+        logger.removeHandler(handler)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "out.log" in lines[0] and "No space left" in lines[0]
+
+
+def test_a_run_stopped_by_a_full_disk_recovers_once_there_is_space(sandbox):
+    """The checkpoints a full disk left (see `disk-full-on-recover`) are complete."""
+    _full_disk_recover(sandbox)
+    run_dir = sandbox.root / "run"
+    from allennlp.commands.train import train_model_from_file
+
+    train_model_from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(run_dir),
+                          overrides=json.dumps({"trainer.num_epochs": 2}), recover=True)
+    assert (run_dir / "model.tar.gz").is_file()
+
+
+def test_a_stale_partial_export_is_removed_by_the_next_run(sandbox):
+    from elmoc_allennlp.commands.elmoc_embed import embed_file
+
+    sentences = sandbox.root / "in.txt"
+    sentences.write_text("the bank\n")
+    stale = sandbox.root / ".out.hdf5.partial-abc123"  # what `kill -9` mid-export leaves
+    stale.write_bytes(b"half an hdf5 file")
+    other = sandbox.root / ".other.hdf5.partial-abc123"  # another output's: left alone
+    other.write_bytes(b"x")
+    embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top")
+    assert not stale.exists() and other.exists()
+    embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top",
+               force=True)
+
+
+def test_allow_different_vectors_is_the_documented_override(sandbox):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    other = _other_vectors(sandbox)
+    embedder = ElmocEmbedder(str(sandbox.archive), vectors_path=str(other),
+                             allow_different_vectors=True)
+    assert embedder.embed_sentence(["the", "bank"]).shape == (3, 2, 12)
+
+
+def test_a_sound_archive_with_inner_links_still_loads(sandbox):
+    """The checks refuse what leaves the folder, not links inside it (the `data` filter's rule)."""
+    from tests.bad_input.conftest import _file
+
+    path = write_archive(sandbox.archive, sandbox.root / "links.tar.gz", [
+        _file("extra/notes.txt"),
+        _file("extra/link", kind=tarfile.SYMTYPE, link="notes.txt"),
+        _file("extra/hard", kind=tarfile.LNKTYPE, link="extra/notes.txt"),
+    ])
+    with extracted_archive(path) as directory:
+        assert os.readlink(os.path.join(directory, "extra", "link")) == "notes.txt"
+        assert Path(directory, "extra", "hard").read_bytes() == b"planted\n"
+    from allennlp.models.archival import load_archive
+
+    assert load_archive(str(path)).model is not None
+
+
+def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_path):
+    """`allennlp evaluate ARCHIVE ... --include-package elmoc_allennlp` in a fresh process."""
+    archive = tmp_path / "model.tar.gz"
+    shutil.copy(crafted["dotdot-name"], archive)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    allennlp = Path(sys.executable).with_name("allennlp")
+    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(temporary))
+    result = subprocess.run(
+        command + ["evaluate", str(archive), str(FIXTURES_ROOT / "lm_corpus" / "valid.txt"),
+                   "--include-package", "elmoc_allennlp"],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0
+    assert f"Refusing to extract model archive {archive}" in result.stderr
+    assert "'../../" + ESCAPE_NAME in result.stderr
+    assert list(temporary.iterdir()) == []
+    assert not (tmp_path / ESCAPE_NAME).exists() and list(outside.iterdir()) == []
