@@ -1,0 +1,1 @@
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors

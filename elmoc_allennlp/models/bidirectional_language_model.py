@@ -10,7 +10,7 @@ from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
 from allennlp.training.metrics import Average
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
 
 _DIRECTIONS = ("both", "forward", "backward")
 

@@ -1,7 +1,5 @@
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm
-from elmoc_allennlp.modules.interlayer_norm_lstm import InterLayerNormLstm
-from elmoc_allennlp.modules.lm_heads import (
+from elmoc_allennlp.modules.seq2seq_encoders import ElmocLstm, InterLayerNormLstm
+from elmoc_allennlp.modules.output_layers import (
     AdaptiveSoftmaxHead,
     ContinuousOutputHead,
     LanguageModelHead,

@@ -23,7 +23,7 @@ from allennlp.common.file_utils import cached_path
 from allennlp.models.archival import CONFIG_NAME, load_archive
 from allennlp.modules.elmo import Elmo
 
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
-from elmoc_allennlp.training.atomic_files import install_atomic_allennlp_writes
+from elmoc_allennlp.compat.atomic_train_files import install_atomic_allennlp_writes
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
 
 # Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
 # index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
 
 
 @TokenEmbedder.register("fasttext")

@@ -8,9 +8,9 @@ from scipy.special import ive
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.von_mises_fisher import (
+from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     log_bessel_iv,
     von_mises_fisher_log_normalizer,
 )

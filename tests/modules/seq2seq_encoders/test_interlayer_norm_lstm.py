@@ -6,7 +6,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmoc_allennlp.modules.interlayer_norm_lstm import InterLayerNormLstm, reverse_within_lengths
+from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm, reverse_within_lengths
 
 INPUT_DIM, PROJ, CELL = 5, 4, 7
 

@@ -15,9 +15,11 @@ from allennlp.nn.util import get_text_field_mask
 from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.modules.elmoc import ElmocArchive, ElmocBiLm, ElmocElmo, tokens_to_subword_ids
-from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
-from tests.downstream.conftest import rewrite_archive
+from tests.conftest import rewrite_archive
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SENTENCES = [
     ["the", "cat", "sat", "on", "the", "mat"],

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
 
 
 def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: str) -> int:

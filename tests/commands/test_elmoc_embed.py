@@ -15,6 +15,8 @@ from allennlp.common.checks import ConfigurationError
 from elmoc_allennlp.commands.elmoc_embed import embed_file
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SHORT_LINES = ["the cat sat on the mat", "", "a dog", "unseenword zzqx the", "a dog"]
 # Longer than the tiny biLM's pretraining sentences (200 tokens). The barely trained tiny biLM is
 # chaotic on it (a 1e-6 change of the input changes the top layer by ~1), so its vectors are only

@@ -9,13 +9,13 @@ import torch
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules import fused_lstm_cell, layer_norm_lstm
-from elmoc_allennlp.modules.fused_lstm_cell import (
+from elmoc_allennlp.modules.seq2seq_encoders import fused_lstm_cell, layer_norm_lstm
+from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import (
     TorchLstmCellKernels,
     build_native_lstm_cell_kernels,
     native_lstm_cell_kernels,
 )
-from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
 
 NATIVE = native_lstm_cell_kernels()  # built on this machine's first use, then cached
 needs_native = pytest.mark.skipif(NATIVE is None, reason="native LSTM kernels unavailable")

@@ -11,10 +11,10 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 from allennlp.modules.sampled_softmax_loss import _choice
 
-from elmoc_allennlp.modules.lm_heads.adaptive_softmax import AdaptiveSoftmaxHead
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.sampled_softmax import LogUniformSampler, SampledSoftmaxHead
-from elmoc_allennlp.modules.lm_heads.softmax import SoftmaxHead
+from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.sampled_softmax import LogUniformSampler, SampledSoftmaxHead
+from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
 
 
 def make_vocab(num_words: int, namespace: str = "targets") -> Vocabulary:
@@ -245,7 +245,7 @@ def test_frozen_output_embedding_is_a_buffer_and_gets_no_gradient():
 
 
 def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
-    from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     path = os.environ["ELMOC_TEST_FASTTEXT"]
     vectors = FastTextVectors.from_path(path)

@@ -6,8 +6,8 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.tokenizers import Tokenizer
 
-from elmoc_allennlp.data.token_indexers import sentencepiece_bpe_tokenizer as bpe
-from elmoc_allennlp.data.token_indexers.sentencepiece_bpe_tokenizer import (
+from elmoc_allennlp.data.tokenizers import sentencepiece_bpe_tokenizer as bpe
+from elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer import (
     SentencePieceBpeTokenizer,
     train_sentencepiece_bpe,
 )

@@ -20,7 +20,7 @@ from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import (
     LanguageModelCorpusReader,
 )
 
-LM_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "lm_corpus"
+LM_CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "lm_corpus"
 
 
 def _texts(instances) -> List[List[str]]:

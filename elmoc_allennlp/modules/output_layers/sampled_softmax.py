@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.softmax import closed_vocabulary_size
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 logger = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ def fasttext_output_embedding(
     reader's boundary tokens `<S>` and `</S>` get fastText's `</s>` vector (as the
     `fasttext_subwords` indexer gives them); the padding token gets zeros.
     """
-    from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     vectors = FastTextVectors.from_path(vectors_path)
     tokens = vocab.get_index_to_token_vocabulary(vocab_namespace)

@@ -40,7 +40,7 @@ from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tup
 
 import torch
 
-from elmoc_allennlp.modules.fused_lstm_cell import LstmCellKernels
+from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import LstmCellKernels
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

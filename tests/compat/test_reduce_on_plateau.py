@@ -4,7 +4,7 @@ import torch
 from allennlp.common import Params
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
-from elmoc_allennlp.training.reduce_on_plateau import ReduceOnPlateauLearningRateScheduler
+from elmoc_allennlp.compat.reduce_on_plateau import ReduceOnPlateauLearningRateScheduler
 
 
 def test_reduce_on_plateau_builds_from_a_recipe_config_and_halves_the_rate():

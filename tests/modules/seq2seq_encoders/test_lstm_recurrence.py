@@ -4,7 +4,7 @@ import threading
 import pytest
 import torch
 
-from elmoc_allennlp.modules.lstm_recurrence import ConcurrentRunner, pack_by_length
+from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import ConcurrentRunner, pack_by_length
 
 
 def test_pack_by_length_layout_and_round_trip():

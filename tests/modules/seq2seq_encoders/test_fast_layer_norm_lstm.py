@@ -10,9 +10,9 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmoc_allennlp.modules import layer_norm_lstm
-from elmoc_allennlp.modules.fused_lstm_cell import native_lstm_cell_kernels
-from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
+from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
+from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import native_lstm_cell_kernels
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
 

@@ -9,7 +9,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo_lstm import ElmoLstm
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
 
 INPUT_DIM, PROJ, CELL = 7, 5, 11
 

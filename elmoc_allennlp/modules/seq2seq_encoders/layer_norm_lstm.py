@@ -30,13 +30,13 @@ from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
-from elmoc_allennlp.modules.fused_lstm_cell import (
+from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import (
     LstmCellKernels,
     NativeLstmCellKernels,
     TorchLstmCellKernels,
     native_lstm_cell_kernels,
 )
-from elmoc_allennlp.modules.lstm_recurrence import (
+from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
     RecurrenceConfig,
     SequencePacking,

@@ -5,8 +5,8 @@ import torch.nn.functional as F
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.von_mises_fisher import von_mises_fisher_log_normalizer
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.von_mises_fisher import von_mises_fisher_log_normalizer
 
 _LOSSES = ("cosine", "l2", "vmf")
 

@@ -5,8 +5,8 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.softmax import closed_vocabulary_size
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 
 @LanguageModelHead.register("adaptive_softmax")

@@ -12,7 +12,7 @@ import torch
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules.fasttext_vectors import (
+from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
     fasttext_hash,
