@@ -7,5 +7,5 @@ from elmoc_allennlp.modules.output_layers import (
     SoftmaxHead,
 )
 from elmoc_allennlp.modules.token_embedders import ElmocTokenEmbedder, FastTextTokenEmbedder
-from elmoc_allennlp.modules.elmoc import ElmocArchive, ElmocBiLm, ElmocElmo
+from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder

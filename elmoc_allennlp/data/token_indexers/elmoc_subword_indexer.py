@@ -7,7 +7,7 @@ from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.modules.elmoc import ElmocArchive
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 
 ELMO_TOKENS_KEY = "elmo_tokens"
 

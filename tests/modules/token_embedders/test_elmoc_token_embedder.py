@@ -14,7 +14,8 @@ from allennlp.nn.util import get_text_field_mask
 
 from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.modules.elmoc import ElmocArchive, ElmocBiLm, ElmocElmo, tokens_to_subword_ids
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo, tokens_to_subword_ids
 from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
