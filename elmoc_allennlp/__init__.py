@@ -1,2 +1,9 @@
-"""ELMo-C for AllenNLP. Importing the package registers all of its components."""
-from elmoc_allennlp import compat, data, modules, models, predictors, training, commands  # noqa: F401
+"""
+ELMo-C for AllenNLP. Importing the package registers all of its components and installs the
+allennlp compatibility shims of `elmoc_allennlp.compat` (logged in one line).
+"""
+from elmoc_allennlp.compat import install_shims
+
+install_shims()
+
+from elmoc_allennlp import data, modules, models, predictors, training, commands  # noqa: E402,F401

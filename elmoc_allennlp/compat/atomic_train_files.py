@@ -1,13 +1,29 @@
 """
-allennlp 2.10 writes its model archive (`archive_model`), the run's `config.json` and
-`meta.json` (`Params.to_file`, `Meta.to_file`) and the metrics files (`dump_metrics`) in place.
-`install_atomic_allennlp_writes()` wraps those four functions so that they write through
-`elmoc_allennlp.common.atomic_files.atomic_path` instead; the wrapped functions produce
-byte-for-byte the same files. It is idempotent and is called when this module is imported, so
-`--include-package elmoc_allennlp` (or the `.allennlp_plugins` file) is enough: the `allennlp
-train` process that builds the archive, including the parent process of a distributed run,
-imports the plugin before training. Checkpoints are made atomic by the `elmoc_atomic`
-checkpointer (`elmoc_allennlp.training.atomic_checkpointer`), which the pretraining configs use.
+`allennlp train` writes the files of a run that are read back, the model archive and the run's
+`config.json`, atomically.
+
+**Problem (allennlp 2.10.1).** `allennlp train` writes `model.tar.gz` (`archive_model`, at the end
+of training or when interrupted) and `config.json` (`Params.to_file`, at every start, including
+`--recover`) in place. A process killed during either write (`kill -9`, pre-emption, out of
+memory) leaves a truncated archive that looks like the run's result, or replaces the previous
+good one with a truncated one; or a truncated `config.json`, which the next `--recover` cannot
+parse, so the run's checkpoints can no longer be resumed.
+
+**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls
+(`allennlp.models.archive_model` itself stays allennlp's) and `Params.to_file` (which allennlp
+calls only for that `config.json`) so that they write through
+`elmoc_allennlp.common.atomic_files.atomic_path`: allennlp's own function writes a temporary file
+next to the destination, which is renamed into place; the files are byte-for-byte the same.
+It is installed at import because in a distributed run both files are written by the parent
+process, which builds none of the project's components.
+
+The other files of a run need no replacement of allennlp: checkpoints are written atomically by
+the project's `elmoc_atomic` checkpointer; `meta.json` and the metrics files are only written,
+never read back, and `--recover` writes them again (`meta.json` at every start, an epoch's
+`metrics_epoch_N.json` before that epoch's final checkpoint, `metrics.json` at the end).
+
+**To drop it**: if an allennlp release writes these files atomically, remove this module and its
+entry in `elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 import os
@@ -16,8 +32,8 @@ from typing import Callable, List, Optional, Union
 
 from elmoc_allennlp.common.atomic_files import atomic_path
 
-# ---------------------------------------------------------------------------------------------
-# allennlp's in-place writers, made atomic.
+REPLACES = "`allennlp train` writes model.tar.gz and config.json atomically"
+TARGETS = ("allennlp.commands.train.archive_model", "allennlp.common.params.Params.to_file")
 
 
 def _mark(wrapper: Callable, original: Callable) -> Callable:
@@ -67,52 +83,15 @@ def _make_atomic_params_to_file(original: Callable) -> Callable:
     return _mark(to_file, original)
 
 
-def _make_atomic_meta_to_file(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def to_file(self, path) -> None:
-        with atomic_path(path) as temporary:
-            original(self, temporary)
-
-    return _mark(to_file, original)
-
-
-def _make_atomic_dump_metrics(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def dump_metrics(file_path: Optional[str], metrics, log: bool = False) -> None:
-        if not file_path:
-            original(file_path, metrics, log=log)
-            return
-        with atomic_path(file_path) as temporary:
-            original(temporary, metrics, log=log)
-
-    return _mark(dump_metrics, original)
-
-
-def install_atomic_allennlp_writes() -> None:
+def install() -> bool:
     """
-    Makes allennlp's `archive_model` (as `allennlp.models.archive_model`,
-    `allennlp.models.archival.archive_model` and the name `allennlp train` calls),
-    `Params.to_file`, `Meta.to_file` and `allennlp.common.util.dump_metrics` write atomically.
-    Idempotent; called when this module is imported.
+    Wraps `allennlp.commands.train.archive_model` and `Params.to_file`. Idempotent.
     """
     import allennlp.commands.train as train_command
-    import allennlp.common.util as common_util
-    import allennlp.models as models_package
-    import allennlp.models.archival as archival
-    from allennlp.common.meta import Meta
     from allennlp.common.params import Params
 
-    if not _is_wrapped(archival.archive_model):
-        archival.archive_model = _make_atomic_archive_model(archival.archive_model)
-    for module in (models_package, train_command):
-        if not _is_wrapped(module.archive_model):
-            module.archive_model = archival.archive_model
+    if not _is_wrapped(train_command.archive_model):
+        train_command.archive_model = _make_atomic_archive_model(train_command.archive_model)
     if not _is_wrapped(Params.to_file):
         Params.to_file = _make_atomic_params_to_file(Params.to_file)  # type: ignore[assignment]
-    if not _is_wrapped(Meta.to_file):
-        Meta.to_file = _make_atomic_meta_to_file(Meta.to_file)  # type: ignore[assignment]
-    if not _is_wrapped(common_util.dump_metrics):
-        common_util.dump_metrics = _make_atomic_dump_metrics(common_util.dump_metrics)
-
-
-install_atomic_allennlp_writes()
+    return True

@@ -10,7 +10,6 @@ from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
-from elmoc_allennlp.compat.atomic_train_files import install_atomic_allennlp_writes
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +34,8 @@ class AtomicCheckpointer(Checkpointer):
     - if the run was killed while the trainer replaced `best.th` (it deletes the old file
       before linking the new one), `best.th` is restored from the checkpoint of the best epoch.
 
-    It also makes allennlp's archive and metrics writers atomic
-    (`install_atomic_allennlp_writes`). The parameters are the stock checkpointer's.
+    The archive and `config.json` of the run are made atomic by the plugin at import
+    (`elmoc_allennlp.compat.atomic_train_files`). The parameters are the stock checkpointer's.
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -70,7 +69,6 @@ class AtomicCheckpointer(Checkpointer):
             keep_most_recent_by_count=keep_most_recent_by_count,
             keep_most_recent_by_age=keep_most_recent_by_age,
         )
-        install_atomic_allennlp_writes()
         if self._is_primary and os.path.isdir(self._serialization_dir):
             remove_stale_partial_files(self._serialization_dir)
 
