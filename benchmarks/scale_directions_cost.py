@@ -80,7 +80,7 @@ def main() -> None:
                         "type": "elmoc_bilm",
                         "directions": directions,
                         "text_field_embedder": {
-                            "token_embedders": {"fasttext": {"type": "fasttext", "vectors_path": str(path)}}
+                            "token_embedders": {"fasttext": {"type": "elmoc_fasttext", "vectors_path": str(path)}}
                         },
                         "contextualizer": {
                             "type": "elmoc_lstm",
@@ -89,7 +89,7 @@ def main() -> None:
                             "cell_dim": args.cell_dim,
                         },
                         "output_layer": {
-                            "type": "continuous",
+                            "type": "elmoc_continuous",
                             "input_dim": args.projection_dim,
                             "embedding_dim": args.dim,
                         },

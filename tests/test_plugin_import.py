@@ -119,3 +119,17 @@ def test_one_log_line_names_the_shims_and_nothing_says_overwriting(plugin_import
     for shim in plugin_import["installed"]:
         assert shim in lines[0]
     assert not [r for r in plugin_import["log"] if "overwriting" in r["message"]]
+
+
+def test_every_registration_starts_with_elmoc_and_older_names_are_aliases(plugin_import):
+    replacements = set(plugin_import["declared"])
+    checked = 0
+    for registry, entries in plugin_import["registrations"].items():
+        classes_with_elmoc_names = {cls for name, cls in entries if name.startswith("elmoc")}
+        for name, cls in entries:
+            checked += 1
+            if name.startswith("elmoc") or f"{registry}[{name!r}]" in replacements:
+                continue
+            # An older name: only an alias of a component that has its elmoc name.
+            assert cls in classes_with_elmoc_names, (registry, name, cls)
+    assert checked >= 20

@@ -11,11 +11,14 @@ import logging
 import os
 import tarfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
 
+from allennlp.common import Registrable
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
+from allennlp.data import TokenIndexer
 from allennlp.models.archival import CONFIG_NAME, load_archive
+from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
@@ -24,8 +27,8 @@ logger = logging.getLogger(__name__)
 # The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
 BILM_MODEL_TYPE = "elmoc_bilm"
 # The fastText input of an ELMo-C biLM: these registered names, joined by the text field key.
-FASTTEXT_EMBEDDER_TYPE = "fasttext"
-FASTTEXT_INDEXER_TYPE = "fasttext_subwords"
+FASTTEXT_EMBEDDER_TYPE = "elmoc_fasttext"
+FASTTEXT_INDEXER_TYPE = "elmoc_fasttext_subwords"
 VECTORS_PATH_KEY = "vectors_path"
 # Defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
 DEFAULT_START_TOKEN = "<S>"
@@ -33,6 +36,19 @@ DEFAULT_END_TOKEN = "</S>"
 DEFAULT_BOUNDARY_TOKENS = ["<S>", "</S>"]
 # How many trailing components of a recorded vectors path are tried relative to the archive.
 _MAX_RELATIVE_COMPONENTS = 3
+
+
+def _registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
+    """
+    Whether the config type `name` means the class registered as `registered_name` (its older,
+    unprefixed name counts too).
+    """
+    if not isinstance(name, str):
+        return False
+    try:
+        return base.resolve_class_name(name)[0] is base.resolve_class_name(registered_name)[0]
+    except ConfigurationError:
+        return False
 
 
 def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
@@ -94,7 +110,7 @@ class ElmocArchive:
         self.boundary_tokens: List[str] = list(
             indexer.get("boundary_tokens", DEFAULT_BOUNDARY_TOKENS)
         )
-        # Whether pretraining lowercased tokens (`fasttext_subwords`'s lowercase_tokens).
+        # Whether pretraining lowercased tokens (`elmoc_fasttext_subwords`'s lowercase_tokens).
         self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
         # Pretraining may have truncated long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
@@ -217,7 +233,11 @@ class ElmocArchive:
             for key, spec in embedders.items()
             if not (isinstance(spec, dict) and spec.get("type") == "empty")
         }
-        fasttext_keys = [key for key, kind in used.items() if kind == FASTTEXT_EMBEDDER_TYPE]
+        fasttext_keys = [
+            key
+            for key, kind in used.items()
+            if _registered_as(TokenEmbedder, kind, FASTTEXT_EMBEDDER_TYPE)
+        ]
         if len(used) != 1 or len(fasttext_keys) != 1:
             raise ConfigurationError(
                 f"ELMo-C archive {self.archive_file}: model.text_field_embedder.token_embedders "
@@ -229,7 +249,7 @@ class ElmocArchive:
         indexers = self.config.get("dataset_reader", {}).get("token_indexers", {})
         indexer = indexers.get(key)
         indexer_type = indexer.get("type") if isinstance(indexer, dict) else None
-        if indexer_type != FASTTEXT_INDEXER_TYPE:
+        if not _registered_as(TokenIndexer, indexer_type, FASTTEXT_INDEXER_TYPE):
             raise ConfigurationError(
                 f"ELMo-C archive {self.archive_file}: dataset_reader.token_indexers.{key} must "
                 f"be a '{FASTTEXT_INDEXER_TYPE}' indexer (it is {indexer_type!r})"

@@ -79,7 +79,7 @@ def test_merged_archive_is_exactly_both_runs(single_direction_runs, tmp_path):
     archive = load_archive(merged_path)
     merged = archive.model.eval()
     assert merged.directions == "both"
-    assert archive.config["model"]["backward_output_layer"]["type"] == "continuous"
+    assert archive.config["model"]["backward_output_layer"]["type"] == "elmoc_continuous"
     assert "directions" not in archive.config["model"]
 
     tensors = _validation_batch(merged)

@@ -20,6 +20,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.data.tokenizers import Token, Tokenizer
 
+from elmoc_allennlp.common.registry_aliases import register_old_name
+
 logger = logging.getLogger(__name__)
 
 # Where BPE models trained from a config are cached (keyed by corpus files and settings).
@@ -109,7 +111,8 @@ def train_sentencepiece_bpe(
     return model_path
 
 
-@Tokenizer.register("sentencepiece_bpe")
+@Tokenizer.register("elmoc_sentencepiece_bpe")
+@register_old_name(Tokenizer, "sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
     Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
@@ -124,7 +127,8 @@ class SentencePieceBpeTokenizer(Tokenizer):
     `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
     happens once.
 
-    Registered as a `Tokenizer` with name "sentencepiece_bpe".
+    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe"
+    ("sentencepiece_bpe" in older configs).
 
     # Parameters
 

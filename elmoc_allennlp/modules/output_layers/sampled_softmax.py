@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
@@ -82,7 +83,8 @@ class LogUniformSampler:
             block *= 2
 
 
-@LanguageModelHead.register("sampled_softmax")
+@LanguageModelHead.register("elmoc_sampled_softmax")
+@register_old_name(LanguageModelHead, "sampled_softmax")
 class SampledSoftmaxHead(LanguageModelHead):
     """
     The sampled softmax of ELMo (Jean et al., 2015, as in TensorFlow's `sampled_softmax_loss`):
@@ -105,7 +107,8 @@ class SampledSoftmaxHead(LanguageModelHead):
       fastText dimension, so it has about the parameters of the continuous head (plus the bias),
       but keeps the softmax loss.
 
-    Registered as a `LanguageModelHead` with name "sampled_softmax".
+    Registered as a `LanguageModelHead` with name "elmoc_sampled_softmax"
+    ("sampled_softmax" in older configs).
 
     # Parameters
 

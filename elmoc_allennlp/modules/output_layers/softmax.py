@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
 
 
@@ -26,7 +27,8 @@ def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: 
     return num_words
 
 
-@LanguageModelHead.register("softmax")
+@LanguageModelHead.register("elmoc_softmax")
+@register_old_name(LanguageModelHead, "softmax")
 class SoftmaxHead(LanguageModelHead):
     """
     A full softmax over a closed vocabulary: the logits of every word are `W h + b`, where `W`
@@ -38,7 +40,8 @@ class SoftmaxHead(LanguageModelHead):
     `embedding_dim` (a `Linear` layer). The output embedding can be tied to an input embedding
     (ELMo-Sub, the subword LM baseline) with `tie_weights`.
 
-    Registered as a `LanguageModelHead` with name "softmax".
+    Registered as a `LanguageModelHead` with name "elmoc_softmax"
+    ("softmax" in older configs).
 
     # Parameters
 

@@ -7,9 +7,11 @@ import torch.nn.functional as F
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.registry_aliases import register_old_name
 
 
-@TokenEmbedder.register("fasttext")
+@TokenEmbedder.register("elmoc_fasttext")
+@register_old_name(TokenEmbedder, "fasttext")
 class FastTextTokenEmbedder(TokenEmbedder):
     """
     Embeds the output of the `fasttext_subwords` indexer as fastText does: each token's vector
@@ -22,7 +24,8 @@ class FastTextTokenEmbedder(TokenEmbedder):
     the CPU and only the `(batch_size, num_tokens, dim)` result is moved to the device of
     `subword_ids`. A saved model therefore needs `vectors_path` to exist when it is loaded.
 
-    Registered as a `TokenEmbedder` with name "fasttext".
+    Registered as a `TokenEmbedder` with name "elmoc_fasttext"
+    ("fasttext" in older configs).
 
     # Parameters
 
