@@ -2,7 +2,7 @@ from elmoc_allennlp.modules.seq2seq_encoders import ElmocLstm, InterLayerNormLst
 from elmoc_allennlp.modules.output_layers import (
     AdaptiveSoftmaxHead,
     ContinuousOutputHead,
-    LanguageModelHead,
+    LanguageModelOutputLayer,
     SampledSoftmaxHead,
     SoftmaxHead,
 )

@@ -18,7 +18,7 @@ import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
-from elmoc_allennlp.modules.output_layers import LanguageModelHead
+from elmoc_allennlp.modules.output_layers import LanguageModelOutputLayer
 from tests.conftest import rewrite_archive
 
 OLD_NAMES = [
@@ -26,10 +26,10 @@ OLD_NAMES = [
     (TokenEmbedder, "fasttext"),
     (Tokenizer, "sentencepiece_bpe"),
     (LearningRateScheduler, "rnmt_plus"),
-    (LanguageModelHead, "continuous"),
-    (LanguageModelHead, "softmax"),
-    (LanguageModelHead, "sampled_softmax"),
-    (LanguageModelHead, "adaptive_softmax"),
+    (LanguageModelOutputLayer, "continuous"),
+    (LanguageModelOutputLayer, "softmax"),
+    (LanguageModelOutputLayer, "sampled_softmax"),
+    (LanguageModelOutputLayer, "adaptive_softmax"),
 ]
 
 

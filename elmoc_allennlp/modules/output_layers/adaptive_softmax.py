@@ -6,13 +6,13 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.registry_aliases import register_old_name
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 
-@LanguageModelHead.register("elmoc_adaptive_softmax")
-@register_old_name(LanguageModelHead, "adaptive_softmax")
-class AdaptiveSoftmaxHead(LanguageModelHead):
+@LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
+@register_old_name(LanguageModelOutputLayer, "adaptive_softmax")
+class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
     """
     The adaptive softmax of Grave et al. (2017), as `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
     frequent words (ids below `cutoffs[0]`) and one entry per tail cluster form the head
@@ -24,7 +24,7 @@ class AdaptiveSoftmaxHead(LanguageModelHead):
     The vocabulary must be sorted by decreasing frequency (allennlp's `from_instances`
     vocabulary is), so that the cutoffs split it into frequency bands.
 
-    Registered as a `LanguageModelHead` with name "elmoc_adaptive_softmax"
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax"
     ("adaptive_softmax" in older configs).
 
     # Parameters

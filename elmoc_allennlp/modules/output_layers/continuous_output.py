@@ -6,22 +6,22 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.registry_aliases import register_old_name
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import von_mises_fisher_log_normalizer
 
 _LOSSES = ("cosine", "l2", "vmf")
 
 
-@LanguageModelHead.register("elmoc_continuous")
-@register_old_name(LanguageModelHead, "continuous")
-class ContinuousOutputHead(LanguageModelHead):
+@LanguageModelOutputLayer.register("elmoc_continuous")
+@register_old_name(LanguageModelOutputLayer, "continuous")
+class ContinuousOutputHead(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
     section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
     embedding, trained to point at the target word's vector. It has `input_dim · embedding_dim +
     embedding_dim` parameters whatever the vocabulary size, and no softmax normalisation.
 
-    Registered as a `LanguageModelHead` with name "elmoc_continuous"
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous"
     ("continuous" in older configs).
 
     # Parameters

@@ -5,7 +5,7 @@ import torch
 from allennlp.common import Registrable
 
 
-class LanguageModelHead(torch.nn.Module, Registrable):
+class LanguageModelOutputLayer(torch.nn.Module, Registrable):
     """
     The output layer of a language model: it maps the contextualizer's hidden state at each position
     to a loss against the word at the target position (the next word for the forward LM, the
@@ -18,7 +18,8 @@ class LanguageModelHead(torch.nn.Module, Registrable):
     - softmax-family heads score a closed vocabulary and need `target_ids`.
 
     Subclasses implement `forward`, returning at least `"loss"`: the per-target loss, shape
-    `(num_targets,)`, to which the model applies its masking and averaging.
+    `(num_targets,)`, to which the model applies its masking and averaging. (allennlp-models'
+    `LanguageModelHead` is another contract: it returns logits over a vocabulary.)
     """
 
     requires_target_ids: bool = False

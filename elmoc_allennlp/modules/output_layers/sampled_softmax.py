@@ -9,7 +9,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.registry_aliases import register_old_name
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 logger = logging.getLogger(__name__)
@@ -83,9 +83,9 @@ class LogUniformSampler:
             block *= 2
 
 
-@LanguageModelHead.register("elmoc_sampled_softmax")
-@register_old_name(LanguageModelHead, "sampled_softmax")
-class SampledSoftmaxHead(LanguageModelHead):
+@LanguageModelOutputLayer.register("elmoc_sampled_softmax")
+@register_old_name(LanguageModelOutputLayer, "sampled_softmax")
+class SampledSoftmaxHead(LanguageModelOutputLayer):
     """
     The sampled softmax of ELMo (Jean et al., 2015, as in TensorFlow's `sampled_softmax_loss`):
     in training, each target is scored against itself and `num_samples` negative words shared by
@@ -107,7 +107,7 @@ class SampledSoftmaxHead(LanguageModelHead):
       fastText dimension, so it has about the parameters of the continuous head (plus the bias),
       but keeps the softmax loss.
 
-    Registered as a `LanguageModelHead` with name "elmoc_sampled_softmax"
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax"
     ("sampled_softmax" in older configs).
 
     # Parameters

@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.registry_aliases import register_old_name
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 
 def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: str) -> int:
@@ -27,9 +27,9 @@ def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: 
     return num_words
 
 
-@LanguageModelHead.register("elmoc_softmax")
-@register_old_name(LanguageModelHead, "softmax")
-class SoftmaxHead(LanguageModelHead):
+@LanguageModelOutputLayer.register("elmoc_softmax")
+@register_old_name(LanguageModelOutputLayer, "softmax")
+class SoftmaxHead(LanguageModelOutputLayer):
     """
     A full softmax over a closed vocabulary: the logits of every word are `W h + b`, where `W`
     (`num_words x embedding_dim`) is the output embedding. The loss is the negative log-likelihood
@@ -40,7 +40,7 @@ class SoftmaxHead(LanguageModelHead):
     `embedding_dim` (a `Linear` layer). The output embedding can be tied to an input embedding
     (ELMo-Sub, the subword LM baseline) with `tie_weights`.
 
-    Registered as a `LanguageModelHead` with name "elmoc_softmax"
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_softmax"
     ("softmax" in older configs).
 
     # Parameters

@@ -9,7 +9,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     log_bessel_iv,
     von_mises_fisher_log_normalizer,
@@ -111,7 +111,7 @@ def test_vmf_loss_prefers_aligned_predictions():
 
 
 def test_from_params_and_bad_configuration():
-    head = LanguageModelHead.from_params(
+    head = LanguageModelOutputLayer.from_params(
         Params({"type": "continuous", "input_dim": 8, "embedding_dim": 5, "loss": "l2"})
     )
     assert isinstance(head, ContinuousOutputHead)

@@ -12,7 +12,7 @@ from allennlp.data import Vocabulary
 from allennlp.modules.sampled_softmax_loss import _choice
 
 from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
-from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.sampled_softmax import LogUniformSampler, SampledSoftmaxHead
 from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
 
@@ -100,7 +100,7 @@ def test_softmax_needs_a_vocabulary_namespace():
 )
 def test_loss_decreases_on_a_toy_corpus(params):
     torch.manual_seed(0)
-    head = LanguageModelHead.from_params(Params(dict(params)), vocab=make_vocab(40))
+    head = LanguageModelOutputLayer.from_params(Params(dict(params)), vocab=make_vocab(40))
     assert head.requires_target_ids
     hidden, targets = toy_problem(40, 8, 200)
     before = eval_loss(head, hidden, targets)
@@ -251,7 +251,7 @@ def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
     vectors = FastTextVectors.from_path(path)
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace(["<S>", "</S>", "the", "bank", "unseenword"], "targets")
-    head = LanguageModelHead.from_params(
+    head = LanguageModelOutputLayer.from_params(
         Params(
             {
                 "type": "sampled_softmax",
