@@ -565,7 +565,7 @@ def write_fasttext_bin(
 
 def no_vector_id(vectors: FastTextVectors) -> int:
     """
-    The index the `fasttext_subwords` indexer reserves for a token with no fastText rows (it
+    The index the `elmoc_fasttext_subwords` indexer reserves for a token with no fastText rows (it
     embeds to a zero vector). Indices are rows + 1, with 0 for padding.
     """
     return vectors.num_rows + 1

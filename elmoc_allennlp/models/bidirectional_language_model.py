@@ -23,7 +23,7 @@ def tie_output_embedding_to(
     """
     Makes the `weight` of the token embedder `embedder_key` of `text_field_embedder` (an
     `Embedding` over the output layer's namespace) the output embedding of `output_layer`
-    (which must have `tie_weights`, as the `softmax` head has).
+    (which must have `tie_weights`, as the `elmoc_softmax` head has).
     """
     token_embedders = getattr(text_field_embedder, "_token_embedders", {})
     embedder = token_embedders.get(embedder_key)
@@ -48,7 +48,7 @@ class BidirectionalLanguageModel(Model):
     contextualizer whose output is `[forward; backward]`. In ELMo-C
     ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) the input embedder is frozen fastText, the
     contextualizer is the LayerNorm LSTM (`elmoc_lstm`) and the output layer is continuous
-    (`continuous`); any `LanguageModelOutputLayer` can be plugged in to compare output layers.
+    (`elmoc_continuous`); any `LanguageModelOutputLayer` can be plugged in to compare output layers.
 
     Instances hold one sentence in a `TextField` named `tokens`, wrapped in boundary tokens by the
     reader (`elmoc_lm_corpus`), as allennlp-models' `language_model` does: the forward LM predicts
@@ -104,7 +104,7 @@ class BidirectionalLanguageModel(Model):
     tie_output_embedding : `str`, optional (default = `None`)
         The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
         whose weight becomes the output layer's output embedding, e.g. for the subword LM
-        baseline ELMo-Sub. The output layer must have `tie_weights` (as `softmax` has).
+        baseline ELMo-Sub. The output layer must have `tie_weights` (as `elmoc_softmax` has).
     """
 
     default_predictor = "elmoc_bilm"

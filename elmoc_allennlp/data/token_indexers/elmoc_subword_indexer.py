@@ -25,8 +25,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
 
     The output has a single key, `elmo_tokens`, of shape `(num_tokens, num_subwords)` (the key of
     `elmo_characters`, so models that read ELMo's tensor by name, such as `bcn`, find it). There
-    is no `mask` key, so it can sit next to an indexer that has one (e.g. `fasttext_subwords`);
-    `get_text_field_mask` derives the mask from the ids (every real token has a non-zero id).
+    is no `mask` key, so it can sit next to an indexer that has one (e.g.
+    `elmoc_fasttext_subwords`); `get_text_field_mask` derives the mask from the ids (every real
+    token has a non-zero id).
 
     Registered as a `TokenIndexer` with name "elmoc_subwords".
 

@@ -44,7 +44,7 @@ class FastTextSubwordIndexer(TokenIndexer):
     # Parameters
 
     vectors_path : `str`
-        The fastText `.bin` model; use the same one for the `fasttext` token embedder.
+        The fastText `.bin` model; use the same one for the `elmoc_fasttext` token embedder.
     boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)

@@ -125,7 +125,7 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
         from `input_dim`.
     pretrained_file : `str`, optional
         A fastText `.bin`: the output embedding starts as the fastText vector of each vocabulary
-        word (fastText's `</s>` for `<S>` and `</S>`, as the `fasttext_subwords` indexer does;
+        word (fastText's `</s>` for `<S>` and `</S>`, as the `elmoc_fasttext_subwords` indexer does;
         zeros for padding). The table is rebuilt from this file whenever the model is built, so
         it is not saved with the weights.
     trainable_embedding : `bool`, optional (default = `True`)
@@ -268,7 +268,7 @@ def fasttext_output_embedding(
     The fastText vector of every word of `vocab_namespace`, in id order, shape
     `(vocab_size, dim)`: what the "Fixed" baseline uses as its frozen output embedding. The
     reader's boundary tokens `<S>` and `</S>` get fastText's `</s>` vector (as the
-    `fasttext_subwords` indexer gives them); the padding token gets zeros.
+    `elmoc_fasttext_subwords` indexer gives them); the padding token gets zeros.
     """
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 

@@ -14,7 +14,7 @@ from elmoc_allennlp.common.registry_aliases import register_old_name
 @register_old_name(TokenEmbedder, "fasttext")
 class FastTextTokenEmbedder(TokenEmbedder):
     """
-    Embeds the output of the `fasttext_subwords` indexer as fastText does: each token's vector
+    Embeds the output of the `elmoc_fasttext_subwords` indexer as fastText does: each token's vector
     is the mean of its input-matrix rows (its own row and its character n-gram rows). Padding,
     and tokens indexed as having no vector, embed to zeros.
 
@@ -30,7 +30,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
     # Parameters
 
     vectors_path : `str`
-        The fastText `.bin` model; the same one as the `fasttext_subwords` indexer's.
+        The fastText `.bin` model; the same one as the `elmoc_fasttext_subwords` indexer's.
     trainable : `bool`, optional (default=`False`)
         If `True`, the whole table is copied into a `torch.nn.Parameter` (it is then saved with
         the model and lives on the model's device). That costs `(num_words + bucket) * dim * 4`
