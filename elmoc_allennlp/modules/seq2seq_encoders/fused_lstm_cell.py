@@ -12,7 +12,7 @@ interchangeable implementations:
   loading or the self-test fails, [`native_lstm_cell_kernels`](#native_lstm_cell_kernels) logs a
   warning and returns `None`, and callers use the PyTorch implementation.
 
-The recurrence that calls these (`elmoc_allennlp.modules.lstm_recurrence`) does the matrix
+The recurrence that calls these (`seq2seq_encoders.lstm_recurrence`) does the matrix
 products with PyTorch; these kernels only replace the ~30 elementwise operations per step that
 would otherwise each make a pass over memory and cost a dispatch.
 

@@ -9,10 +9,10 @@ Two implementations compute the same thing (chosen with `implementation`):
 
 * the **reference** path, a Python loop over time steps whose backward pass is autograd's, with
   padding handled by masks;
-* the **fast** path (`elmoc_allennlp.modules.lstm_recurrence`): sequences packed by length, one
+* the **fast** path (`seq2seq_encoders.lstm_recurrence`): sequences packed by length, one
   autograd node per layer and direction with a hand-written backward pass, and the elementwise
   step math fused into C kernels compiled on first use (`"native"`,
-  `elmoc_allennlp.modules.fused_lstm_cell`) or written with PyTorch operations (`"torch"`, any
+  `seq2seq_encoders.fused_lstm_cell`) or written with PyTorch operations (`"torch"`, any
   device, no compiler). `"auto"` (the default) uses the C kernels for CPU tensors when they can be
   built and the PyTorch operations otherwise.
 

@@ -1,5 +1,5 @@
 """
-The fast path of the ELMo-C LSTM (`elmoc_allennlp.modules.layer_norm_lstm`): the recurrence of a
+The fast path of the ELMo-C LSTM (`seq2seq_encoders.layer_norm_lstm`): the recurrence of a
 layer (one direction, or both) as a single autograd node with a hand-written backward pass, over
 sequences packed by length.
 
@@ -19,7 +19,7 @@ equations are in its docstring); how:
   update per step (which reads and writes the whole weight gradient every step).
 * **Only what the recurrence needs per step**: two GEMMs forward (state to gates, cell to
   projection) and two backward, written into preallocated buffers, plus two fused elementwise
-  kernels each way ([`elmoc_allennlp.modules.fused_lstm_cell`](fused_lstm_cell.md)). The backward
+  kernels each way ([`seq2seq_encoders.fused_lstm_cell`](fused_lstm_cell.md)). The backward
   pass stores gate activations, cells, projected states and LayerNorm statistics, and recomputes
   only `tanh(cell)`.
 * **Both directions at once** ([`ConcurrentRunner`](#concurrentrunner)). The forward and backward
