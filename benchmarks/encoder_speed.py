@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection  # noqa: E402
 
-from elmoc_allennlp.modules.fused_lstm_cell import native_lstm_cell_kernels  # noqa: E402
-from elmoc_allennlp.modules.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
-from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm  # noqa: E402
+from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import native_lstm_cell_kernels  # noqa: E402
+from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm  # noqa: E402
 
 
 class Shape(NamedTuple):

@@ -198,12 +198,12 @@ def _source_hashes() -> Dict[str, str]:
 
     hashes = {}
     for relative in (
-        "elmoc_allennlp/modules/layer_norm_lstm.py",
+        "elmoc_allennlp/modules/seq2seq_encoders/layer_norm_lstm.py",
         "elmoc_allennlp/models/bidirectional_language_model.py",
-        "elmoc_allennlp/modules/lm_heads/continuous_output.py",
-        "elmoc_allennlp/modules/lm_heads/sampled_softmax.py",
-        "elmoc_allennlp/modules/lm_heads/adaptive_softmax.py",
-        "elmoc_allennlp/modules/lm_heads/softmax.py",
+        "elmoc_allennlp/modules/output_layers/continuous_output.py",
+        "elmoc_allennlp/modules/output_layers/sampled_softmax.py",
+        "elmoc_allennlp/modules/output_layers/adaptive_softmax.py",
+        "elmoc_allennlp/modules/output_layers/softmax.py",
         "elmoc_allennlp/modules/token_embedders/fasttext_token_embedder.py",
     ):
         path = REPO_ROOT / relative
@@ -216,7 +216,7 @@ def synthetic_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Pat
     """A fastText `.bin` with random vectors (same format and reader as a trained one)."""
     import numpy as np
 
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     if path.exists():
         return path
@@ -291,11 +291,11 @@ def build_model(job: Dict[str, Any]):
     from allennlp.modules.token_embedders import Embedding, TokenCharactersEncoder
 
     from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-    from elmoc_allennlp.modules.layer_norm_lstm import ElmocLstm
-    from elmoc_allennlp.modules.lm_heads.adaptive_softmax import AdaptiveSoftmaxHead
-    from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
-    from elmoc_allennlp.modules.lm_heads.sampled_softmax import SampledSoftmaxHead
-    from elmoc_allennlp.modules.lm_heads.softmax import SoftmaxHead
+    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
+    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
+    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
+    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxHead
+    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
     from elmoc_allennlp.models.bidirectional_language_model import tie_output_embedding_to
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,

@@ -156,7 +156,7 @@ def main() -> None:
     output = Path(args.output_dir).resolve()
     output.mkdir(parents=True, exist_ok=True)
 
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     words = ["</s>"] + [f"w{i}" for i in range(5000)]
     small = write_fasttext_bin(

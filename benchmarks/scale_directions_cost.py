@@ -40,7 +40,7 @@ def main() -> None:
     from allennlp.data.tokenizers import Token
     from allennlp.models import Model
     from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -80,7 +80,7 @@ def main() -> None:
                         "type": "elmoc_bilm",
                         "directions": directions,
                         "text_field_embedder": {
-                            "token_embedders": {"fasttext": {"type": "fasttext", "vectors_path": str(path)}}
+                            "token_embedders": {"fasttext": {"type": "elmoc_fasttext", "vectors_path": str(path)}}
                         },
                         "contextualizer": {
                             "type": "elmoc_lstm",
@@ -89,7 +89,7 @@ def main() -> None:
                             "cell_dim": args.cell_dim,
                         },
                         "output_layer": {
-                            "type": "continuous",
+                            "type": "elmoc_continuous",
                             "input_dim": args.projection_dim,
                             "embedding_dim": args.dim,
                         },

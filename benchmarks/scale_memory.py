@@ -190,7 +190,7 @@ def _synthetic_corpus(directory: Path, sentences: int, shards: int, seed: int) -
 
 
 def _fasttext(path: Path, words: int, bucket: int, dim: int, seed: int) -> Path:
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     if path.exists():
         return path
@@ -240,7 +240,7 @@ def corpus_mode(args: argparse.Namespace, output: Path) -> Dict:
 _PROBE = """
 import sys, time
 sys.path.insert(0, %r)
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 def memory():
     values = {}

@@ -1,7 +1,9 @@
-"""ELMo-C for AllenNLP. Importing the package registers all of its components."""
-from elmoc_allennlp import data, modules, models, predictors, training, commands  # noqa: F401
-from elmoc_allennlp.compat import predict_input_lines, safe_archive_extraction, safe_config_types
+"""
+ELMo-C for AllenNLP. Importing the package registers all of its components and installs the
+allennlp compatibility shims of `elmoc_allennlp.compat` (logged in one line).
+"""
+from elmoc_allennlp.compat import install_shims
 
-safe_archive_extraction.install()
-safe_config_types.install()
-predict_input_lines.install()
+install_shims()
+
+from elmoc_allennlp import data, modules, models, predictors, training, commands  # noqa: E402,F401

@@ -497,7 +497,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
 
     from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
-    from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
     from elmoc_allennlp.common.atomic_files import atomic_write
 
     log(f"==> Loading the ELMo-C biLM {args.archive}")

@@ -53,7 +53,7 @@ def make_corpus(directory: Path, sentences: int, seed: int) -> List[str]:
 
 
 def make_fasttext(path: Path, vocabulary: List[str], dim: int, seed: int) -> Path:
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     words = ["</s>"] + vocabulary
     bucket = 5000

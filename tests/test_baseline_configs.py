@@ -20,16 +20,16 @@ from allennlp.models import Model
 
 import elmoc_allennlp  # noqa: F401  (registers the package's components)
 import elmoc_allennlp.models.bidirectional_language_model  # noqa: F401
-import elmoc_allennlp.modules.lm_heads.adaptive_softmax  # noqa: F401
-import elmoc_allennlp.modules.lm_heads.continuous_output  # noqa: F401
-import elmoc_allennlp.modules.lm_heads.sampled_softmax  # noqa: F401
-import elmoc_allennlp.modules.lm_heads.softmax  # noqa: F401
-import elmoc_allennlp.modules.lm_heads.tied_language_model  # noqa: F401
-import elmoc_allennlp.data.token_indexers.sentencepiece_bpe_tokenizer  # noqa: F401
+import elmoc_allennlp.modules.output_layers.adaptive_softmax  # noqa: F401
+import elmoc_allennlp.modules.output_layers.continuous_output  # noqa: F401
+import elmoc_allennlp.modules.output_layers.sampled_softmax  # noqa: F401
+import elmoc_allennlp.modules.output_layers.softmax  # noqa: F401
+import elmoc_allennlp.models.tied_language_model  # noqa: F401
+import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer  # noqa: F401
 import elmoc_allennlp.data.token_indexers.fasttext_subword_indexer  # noqa: F401
 import elmoc_allennlp.data.dataset_readers.lm_corpus_reader  # noqa: F401
 import elmoc_allennlp.modules.token_embedders.fasttext_token_embedder  # noqa: F401
-import elmoc_allennlp.modules.layer_norm_lstm  # noqa: F401
+import elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm  # noqa: F401
 import elmoc_allennlp.training.rnmt_plus_learning_rate  # noqa: F401
 
 try:  # the configs' checkpointer, until the package __init__ registers it
@@ -105,7 +105,7 @@ def build(config: Path):
 
 @pytest.fixture(autouse=True)
 def bpe_cache_in_tmp(tmp_path, monkeypatch):
-    import elmoc_allennlp.data.token_indexers.sentencepiece_bpe_tokenizer as bpe
+    import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
 
     monkeypatch.setattr(bpe, "DEFAULT_BPE_CACHE", str(tmp_path / "bpe_cache"))
 
@@ -244,7 +244,7 @@ class SizedVocabulary(Vocabulary):
 def fasttext_300d(tmp_path_factory):
     import numpy as np
 
-    from elmoc_allennlp.modules.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
     path = tmp_path_factory.mktemp("ft300") / "tiny300.bin"
     words = ["</s>", "the", "a"]

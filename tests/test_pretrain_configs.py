@@ -49,7 +49,7 @@ def _trainable(model: torch.nn.Module) -> int:
 
 def test_paper_config_has_76m_trainable_parameters(corpus_environment):
     params = _model_params("elmoc.jsonnet", corpus_environment, 300)
-    assert params["trainer"]["learning_rate_scheduler"]["type"] == "rnmt_plus"
+    assert params["trainer"]["learning_rate_scheduler"]["type"] == "elmoc_rnmt_plus"
     with torch.device("meta"):
         model = Model.from_params(vocab=Vocabulary.empty(), params=params["model"])
     count = _trainable(model)

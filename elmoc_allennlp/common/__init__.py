@@ -1,0 +1,2 @@
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive

@@ -52,12 +52,16 @@ def read_json_lines(
         yield json_dict
 
 
-def install() -> None:
+REPLACES = "`allennlp predict` names the input line and key of bad JSON input"
+TARGETS = ("allennlp.commands.predict._PredictManager._get_json_data",)
+
+
+def install() -> bool:
     """Makes `allennlp predict` name the input line of bad JSON input (idempotent)."""
     from allennlp.commands.predict import _PredictManager
 
     if getattr(_PredictManager._get_json_data, "_elmoc_numbered", False):
-        return
+        return True
 
     def _get_json_data(self) -> Iterator[JsonDict]:
         return read_json_lines(
@@ -66,3 +70,4 @@ def install() -> None:
 
     _get_json_data._elmoc_numbered = True  # type: ignore[attr-defined]
     _PredictManager._get_json_data = _get_json_data  # type: ignore[assignment]
+    return True

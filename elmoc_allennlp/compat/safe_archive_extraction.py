@@ -23,10 +23,15 @@ module and its `install()` call in `elmoc_allennlp/__init__.py`.
 from elmoc_allennlp.common.archives import extracted_archive
 
 
-def install() -> None:
+REPLACES = "archives are extracted safely (no member outside the folder, damaged archives named)"
+TARGETS = ("allennlp.models.archival.extracted_archive",)
+
+
+def install() -> bool:
     """Makes allennlp's archive extraction safe (idempotent)."""
     import allennlp.models.archival as archival
 
     # `load_archive` and the `pretrained` initializer look the name up in this module when
     # they run, so replacing the module attribute reaches them all.
     archival.extracted_archive = extracted_archive
+    return True

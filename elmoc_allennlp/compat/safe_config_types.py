@@ -18,11 +18,15 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 
 
-def install() -> None:
+REPLACES = "a dotted config type must name a subclass of the requested kind"
+TARGETS = ("allennlp.common.registrable.Registrable.resolve_class_name",)
+
+
+def install() -> bool:
     """Refuses dotted config types that are not classes of the requested kind (idempotent)."""
     original = Registrable.__dict__["resolve_class_name"].__func__
     if getattr(original, "_elmoc_checked", False):
-        return
+        return True
 
     @functools.wraps(original)
     def resolve_class_name(cls, name: str):
@@ -42,3 +46,4 @@ def install() -> None:
 
     resolve_class_name._elmoc_checked = True  # type: ignore[attr-defined]
     Registrable.resolve_class_name = classmethod(resolve_class_name)  # type: ignore[assignment]
+    return True

@@ -10,18 +10,20 @@ from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
 from allennlp.training.metrics import Average
 
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 _DIRECTIONS = ("both", "forward", "backward")
 
 
 def tie_output_embedding_to(
-    text_field_embedder: TextFieldEmbedder, output_layer: LanguageModelHead, embedder_key: str
+    text_field_embedder: TextFieldEmbedder,
+    output_layer: LanguageModelOutputLayer,
+    embedder_key: str,
 ) -> None:
     """
     Makes the `weight` of the token embedder `embedder_key` of `text_field_embedder` (an
     `Embedding` over the output layer's namespace) the output embedding of `output_layer`
-    (which must have `tie_weights`, as the `softmax` head has).
+    (which must have `tie_weights`, as the `elmoc_softmax` head has).
     """
     token_embedders = getattr(text_field_embedder, "_token_embedders", {})
     embedder = token_embedders.get(embedder_key)
@@ -46,7 +48,7 @@ class BidirectionalLanguageModel(Model):
     contextualizer whose output is `[forward; backward]`. In ELMo-C
     ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) the input embedder is frozen fastText, the
     contextualizer is the LayerNorm LSTM (`elmoc_lstm`) and the output layer is continuous
-    (`continuous`); any `LanguageModelHead` can be plugged in to compare output layers.
+    (`elmoc_continuous`); any `LanguageModelOutputLayer` can be plugged in to compare output layers.
 
     Instances hold one sentence in a `TextField` named `tokens`, wrapped in boundary tokens by the
     reader (`elmoc_lm_corpus`), as allennlp-models' `language_model` does: the forward LM predicts
@@ -70,7 +72,7 @@ class BidirectionalLanguageModel(Model):
     contextualizer : `Seq2SeqEncoder`
         A bidirectional encoder whose output is `[forward; backward]`, each half of dimension
         `output_layer.get_input_dim()`.
-    output_layer : `LanguageModelHead`
+    output_layer : `LanguageModelOutputLayer`
         Shared by both directions (unless `backward_output_layer` is given).
     target_embedder : `TextFieldEmbedder`, optional (default = `None`)
         Embeds the target words for continuous heads. By default the (frozen) input embeddings are
@@ -95,14 +97,14 @@ class BidirectionalLanguageModel(Model):
         state and no all-reduce. The contextualizer must have `forward_layers` and
         `backward_layers` (as `elmoc_lstm` does); it still computes both directions in the
         forward pass (the unused one without building an autograd graph).
-    backward_output_layer : `LanguageModelHead`, optional (default = `None`)
+    backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate output layer for the backward LM (by default both directions share
         `output_layer`). The merged archive of two single-direction jobs uses it for the
         backward job's head.
     tie_output_embedding : `str`, optional (default = `None`)
         The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
         whose weight becomes the output layer's output embedding, e.g. for the subword LM
-        baseline ELMo-Sub. The output layer must have `tie_weights` (as `softmax` has).
+        baseline ELMo-Sub. The output layer must have `tie_weights` (as `elmoc_softmax` has).
     """
 
     default_predictor = "elmoc_bilm"
@@ -112,14 +114,14 @@ class BidirectionalLanguageModel(Model):
         vocab: Vocabulary,
         text_field_embedder: TextFieldEmbedder,
         contextualizer: Seq2SeqEncoder,
-        output_layer: LanguageModelHead,
+        output_layer: LanguageModelOutputLayer,
         target_embedder: Optional[TextFieldEmbedder] = None,
         target_indexer: str = "targets",
         dropout: float = 0.0,
         retrieval_sample_size: int = 512,
         initializer: Optional[InitializerApplicator] = None,
         directions: str = "both",
-        backward_output_layer: Optional[LanguageModelHead] = None,
+        backward_output_layer: Optional[LanguageModelOutputLayer] = None,
         tie_output_embedding: Optional[str] = None,
         **kwargs,
     ) -> None:

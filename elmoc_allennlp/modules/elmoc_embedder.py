@@ -37,7 +37,7 @@ class ElmocEmbedder:
     pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
     sentence's vectors do not depend on the other sentences of its batch. Tokens are indexed
     as in pretraining: cut to the archive's `max_token_characters` and lowercased if its
-    `fasttext_subwords` indexer had `lowercase_tokens`.
+    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`.
 
     # Parameters
 

@@ -1,5 +1,4 @@
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
-from elmoc_allennlp.training.reduce_on_plateau import ReduceOnPlateauLearningRateScheduler
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
 from elmoc_allennlp.training.step_log_callback import StepLogCallback
 from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer

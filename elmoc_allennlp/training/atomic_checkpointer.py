@@ -12,7 +12,6 @@ from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
 from elmoc_allennlp.common.disk_full import quiet_full_log_files
-from elmoc_allennlp.training.atomic_files import install_atomic_allennlp_writes
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +46,8 @@ class AtomicCheckpointer(Checkpointer):
     - a full disk is one `DiskFullError` naming the file and folder (the checkpoints already
       written stay intact), not a traceback per log record.
 
-    It also makes allennlp's archive and metrics writers atomic
-    (`install_atomic_allennlp_writes`). The parameters are the stock checkpointer's.
+    The archive and `config.json` of the run are made atomic by the plugin at import
+    (`elmoc_allennlp.compat.atomic_train_files`). The parameters are the stock checkpointer's.
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -88,7 +87,6 @@ class AtomicCheckpointer(Checkpointer):
             keep_most_recent_by_count=keep_most_recent_by_count,
             keep_most_recent_by_age=keep_most_recent_by_age,
         )
-        install_atomic_allennlp_writes()
         # allennlp has set up its log files by now: a full disk is then reported once.
         quiet_full_log_files()
         if self._is_primary and os.path.isdir(self._serialization_dir):

@@ -24,8 +24,8 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     drawn exactly as in an uninterrupted run. At the paper's scale (10 epochs of ~800M tokens)
     a crash late in the run costs hours of re-reading before training resumes. This trainer
     saves the total number of batches trained in the checkpoint and skips completed epochs
-    without touching the data loader; the batch count that learning-rate schedules (`rnmt_plus`)
-    step with continues exactly. Within the epoch the checkpoint was written in (a
+    without touching the data loader; the batch count that learning-rate schedules
+    (`elmoc_rnmt_plus`) step with continues exactly. Within the epoch the checkpoint was written in (a
     `save_every_num_batches` checkpoint), the batches already trained are still skipped by
     reading them, as allennlp does.
 

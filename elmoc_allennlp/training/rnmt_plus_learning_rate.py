@@ -12,8 +12,11 @@ from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
     LearningRateScheduler,
 )
 
+from elmoc_allennlp.common.registry_aliases import register_old_name
 
-@LearningRateScheduler.register("rnmt_plus")
+
+@LearningRateScheduler.register("elmoc_rnmt_plus")
+@register_old_name(LearningRateScheduler, "rnmt_plus")
 class RnmtPlusLearningRate(LearningRateScheduler):
     """
     The RNMT+ schedule: a linear warm-up, a plateau, then an exponential decay that halves the
@@ -35,7 +38,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     of each epoch) does nothing. The step count is saved by `state_dict()`, so a run recovered
     from a checkpoint continues the schedule where it stopped.
 
-    Registered as a `LearningRateScheduler` with name "rnmt_plus".
+    Registered as a `LearningRateScheduler` with name "elmoc_rnmt_plus"
+    ("rnmt_plus" in older configs).
 
     # Parameters
 
@@ -60,7 +64,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
 
     ```json
     "learning_rate_scheduler": {
-        "type": "rnmt_plus",
+        "type": "elmoc_rnmt_plus",
         "warmup_steps": 500,
         "decay_start": 600000,
         "decay_end": 1200000,

@@ -40,7 +40,7 @@ from elmoc_allennlp.common.archives import (
     extracted_archive,
 )
 from elmoc_allennlp.common.disk_full import DiskFullError, quiet_full_log_files
-from elmoc_allennlp.modules.fasttext_vectors import (
+from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
     clear_fasttext_cache,

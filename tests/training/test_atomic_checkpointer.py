@@ -1,25 +1,20 @@
-"""Crash safety: checkpoints and archives are never half-written, even under SIGKILL."""
+"""Crash safety: checkpoints are never half-written, even under SIGKILL."""
 import io
-import json
 import os
 import signal
-import tarfile
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from allennlp.commands.train import train_model
-from allennlp.common import Params
-from allennlp.models.archival import load_archive
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import TrainerCheckpoint
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
-from elmoc_allennlp.common.atomic_files import PARTIAL_MARKER, atomic_write
-from tests.conftest import FIXTURES_ROOT
+from elmoc_allennlp.common.atomic_files import atomic_write
+from tests.crash_safety import killed_in_forked_child as _killed_in_forked_child
+from tests.crash_safety import partial_files as _partials
 
 
 class _FakeTrainer:
@@ -31,34 +26,6 @@ class _FakeTrainer:
 
     def get_checkpoint_state(self):
         return self.state
-
-
-def _partials(directory: Path):
-    return sorted(p.name for p in directory.iterdir() if PARTIAL_MARKER in p.name)
-
-
-def _killed_in_forked_child(action) -> None:
-    """
-    Runs `action` in a forked copy of this process, which is expected to SIGKILL itself (as a
-    `kill -9` or a pre-empted machine would) before it returns.
-    """
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            action()
-        finally:
-            os._exit(3)
-    deadline = time.monotonic() + 60
-    while True:
-        finished, status = os.waitpid(pid, os.WNOHANG)
-        if finished:
-            break
-        if time.monotonic() > deadline:  # never hang the suite
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child hung")
-        time.sleep(0.02)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
 
 
 def _dying_torch_save(victim: str):
@@ -170,53 +137,3 @@ def test_atomic_write_keeps_the_old_file_on_error(tmp_path):
             raise RuntimeError("interrupted")
     assert target.read_text() == "old"
     assert _partials(tmp_path) == []
-
-
-def test_training_run_archive_is_atomic_and_loads(tmp_path):
-    # The plugin wraps allennlp's archive_model, as called by `allennlp train`.
-    import allennlp.commands.train as train_command
-    import allennlp.models
-
-    assert hasattr(train_command.archive_model, "_elmoc_atomic_original")
-    assert allennlp.models.archive_model is train_command.archive_model
-    params = Params.from_file(
-        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), json.dumps({"trainer.num_epochs": 1})
-    )
-    assert params["trainer"]["checkpointer"]["type"] == "elmoc_atomic"
-    train_model(params, str(tmp_path / "run"))
-    run = tmp_path / "run"
-    assert _partials(run) == []
-    with tarfile.open(run / "model.tar.gz") as tar:
-        assert {"config.json", "weights.th", "vocabulary"} <= {m.name for m in tar.getmembers()}
-    assert load_archive(run / "model.tar.gz").model is not None
-    umask = os.umask(0o022)
-    os.umask(umask)
-    assert (run / "model.tar.gz").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
-    assert json.loads((run / "config.json").read_text())["model"]["type"] == "elmoc_bilm"
-
-
-def test_sigkill_mid_archive_keeps_the_previous_archive(tmp_path):
-    params = Params.from_file(
-        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), json.dumps({"trainer.num_epochs": 1})
-    )
-    run = tmp_path / "run"
-    train_model(params, str(run))
-    before = (run / "model.tar.gz").read_bytes()
-    import allennlp.commands.train as train_command
-
-    def action():
-        real_add = tarfile.TarFile.add
-
-        def dying_add(self, name, arcname=None, *args, **kwargs):
-            real_add(self, name, arcname, *args, **kwargs)
-            if arcname == "weights.th":
-                self.fileobj.flush()
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        tarfile.TarFile.add = dying_add
-        train_command.archive_model(str(run))
-
-    _killed_in_forked_child(action)
-    assert (run / "model.tar.gz").read_bytes() == before
-    assert len(_partials(run)) == 1
-    assert load_archive(run / "model.tar.gz").model is not None

@@ -36,7 +36,7 @@ local span_pair_embedding_dim = 3 * span_embedding_dim + feature_size;
 local reader(max_sentences) = {
   type: 'coref',
   token_indexers: {
-    tokens: { type: 'fasttext_subwords', vectors_path: fasttext },
+    tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
     token_characters: { type: 'characters', min_padding_length: 5 },
     elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
   },
@@ -55,7 +55,7 @@ local reader(max_sentences) = {
     type: 'coref',
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'fasttext', vectors_path: fasttext },
+        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
         token_characters: {
           type: 'character_encoding',
           embedding: { embedding_dim: 16, vocab_namespace: 'token_characters' },

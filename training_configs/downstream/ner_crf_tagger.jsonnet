@@ -30,7 +30,7 @@ local char_cnn_dim = 128;
     tag_label: 'ner',
     coding_scheme: 'BIOUL',
     token_indexers: {
-      tokens: { type: 'fasttext_subwords', vectors_path: fasttext },
+      tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
       token_characters: { type: 'characters', min_padding_length: 3 },
       elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
     },
@@ -46,7 +46,7 @@ local char_cnn_dim = 128;
     include_start_end_transitions: false,
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'fasttext', vectors_path: fasttext },
+        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
         elmo: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,

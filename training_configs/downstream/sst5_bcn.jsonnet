@@ -31,7 +31,7 @@ local reader(use_subtrees) = {
   use_subtrees: use_subtrees,
   granularity: '5-class',
   token_indexers: {
-    tokens: { type: 'fasttext_subwords', vectors_path: fasttext },
+    tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
     elmoc: { type: 'elmoc_subwords', archive_file: elmoc_archive },
   },
 };
@@ -47,7 +47,7 @@ local reader(use_subtrees) = {
     type: 'bcn',
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'fasttext', vectors_path: fasttext },
+        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
         elmoc: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,

@@ -94,7 +94,7 @@ local softmax_family(s, base, output_layer) = base {
 };
 
 local sampled_layer(s, P) = {
-  type: 'sampled_softmax',
+  type: 'elmoc_sampled_softmax',
   input_dim: P,
   num_samples: s.num_samples,
   sparse: s.sparse_softmax,
@@ -123,10 +123,10 @@ local sparse_optimizer(s) =
         trainable_embedding: false,
       }) + sparse_optimizer(s),
 
-      full: softmax_family(s, base, { type: 'softmax', input_dim: P }),
+      full: softmax_family(s, base, { type: 'elmoc_softmax', input_dim: P }),
 
       elmo_a: softmax_family(s, base, {
-        type: 'adaptive_softmax',
+        type: 'elmoc_adaptive_softmax',
         input_dim: P,
         cutoffs: s.cutoffs,
         div_value: s.div_value,
@@ -148,7 +148,7 @@ local sparse_optimizer(s) =
       elmo_sub: base {
         dataset_reader+: {
           tokenizer: {
-            type: 'sentencepiece_bpe',
+            type: 'elmoc_sentencepiece_bpe',
             train_data_path: s.train_data_path,
             vocab_size: s.bpe_vocab_size,
             max_training_sentences: s.bpe_training_sentences,
@@ -166,7 +166,7 @@ local sparse_optimizer(s) =
             },
           },
           contextualizer+: { input_dim: P },
-          output_layer: { type: 'softmax', input_dim: P, vocab_namespace: 'subwords' },
+          output_layer: { type: 'elmoc_softmax', input_dim: P, vocab_namespace: 'subwords' },
           target_indexer: 'targets',
         },
       },
@@ -185,7 +185,7 @@ local sparse_optimizer(s) =
           // Each embedder skips the other's indexer ("empty").
           text_field_embedder: {
             token_embedders: {
-              fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+              fasttext: { type: 'elmoc_fasttext', vectors_path: s.fasttext_path },
               targets: { type: 'empty' },
             },
           },
@@ -218,7 +218,7 @@ local sparse_optimizer(s) =
           target_embedder: {
             token_embedders: {
               elmo_characters: { type: 'empty' },
-              fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+              fasttext: { type: 'elmoc_fasttext', vectors_path: s.fasttext_path },
             },
           },
           contextualizer+: { input_dim: cnn_dim },

@@ -1,7 +1,7 @@
 // Paper row: "ELMo-Sub" of Li et al. (TACL 2019) Table 1, the "Subword" output layer of Table 4:
 // a subword-level biLM. The corpus is split into 32,000 SentencePiece BPE pieces (trained on the
-// training corpus on first use and cached; see `sentencepiece_bpe` in
-// elmoc_allennlp/data/token_indexers/sentencepiece_bpe_tokenizer.py); the input is a 512-d lookup
+// training corpus on first use and cached; see `elmoc_sentencepiece_bpe` in
+// elmoc_allennlp/data/tokenizers/sentencepiece_bpe_tokenizer.py); the input is a 512-d lookup
 // table trained from scratch and tied to the output embedding of a full softmax over the pieces.
 // 92.2M trainable parameters (paper: 92M). For downstream use a word is represented by its first
 // piece (`SentencePieceBpeTokenizer.tokenize_words`).

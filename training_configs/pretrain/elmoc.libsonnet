@@ -66,7 +66,7 @@
         max_sequence_length: s.max_sequence_length,
         token_indexers: {
           fasttext: {
-            type: 'fasttext_subwords',
+            type: 'elmoc_fasttext_subwords',
             vectors_path: s.fasttext_path,
             [if s.lowercase_tokens then 'lowercase_tokens']: true,
           },
@@ -80,7 +80,7 @@
         type: 'elmoc_bilm',
         text_field_embedder: {
           token_embedders: {
-            fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
+            fasttext: { type: 'elmoc_fasttext', vectors_path: s.fasttext_path },
           },
         },
         contextualizer: {
@@ -95,7 +95,7 @@
           recurrent_dropout: s.recurrent_dropout,
         },
         output_layer: {
-          type: 'continuous',
+          type: 'elmoc_continuous',
           input_dim: s.projection_dim,
           embedding_dim: s.embedding_dim,
           loss: s.loss,
@@ -116,7 +116,7 @@
         grad_norm: s.grad_norm,
         optimizer: { type: 'adam', lr: s.learning_rate },
         learning_rate_scheduler: {
-          type: 'rnmt_plus',
+          type: 'elmoc_rnmt_plus',
           warmup_steps: s.warmup_steps,
           decay_start: s.decay_start,
           decay_end: s.decay_end,

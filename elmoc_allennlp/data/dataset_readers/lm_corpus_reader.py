@@ -79,8 +79,8 @@ class LanguageModelCorpusReader(DatasetReader):
     and logged (file and line) instead of stopping the run; `max_line_bytes` bounds the memory a
     line may take (a binary file without newlines is skipped line by line, never read whole);
     `max_token_characters` truncates pathological tokens, whose character n-grams would
-    otherwise make the `fasttext_subwords` indexer's padded batch enormous. A corpus whose files
-    are all empty or blank raises a `ConfigurationError` naming it.
+    otherwise make the `elmoc_fasttext_subwords` indexer's padded batch enormous. A corpus
+    whose files are all empty or blank raises a `ConfigurationError` naming it.
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 

@@ -7,7 +7,7 @@ from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.modules.elmoc import ElmocArchive
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 
 ELMO_TOKENS_KEY = "elmo_tokens"
 
@@ -25,8 +25,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
 
     The output has a single key, `elmo_tokens`, of shape `(num_tokens, num_subwords)` (the key of
     `elmo_characters`, so models that read ELMo's tensor by name, such as `bcn`, find it). There
-    is no `mask` key, so it can sit next to an indexer that has one (e.g. `fasttext_subwords`);
-    `get_text_field_mask` derives the mask from the ids (every real token has a non-zero id).
+    is no `mask` key, so it can sit next to an indexer that has one (e.g.
+    `elmoc_fasttext_subwords`); `get_text_field_mask` derives the mask from the ids (every real
+    token has a non-zero id).
 
     Registered as a `TokenIndexer` with name "elmoc_subwords".
 

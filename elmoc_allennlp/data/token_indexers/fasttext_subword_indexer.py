@@ -10,14 +10,16 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.registry_aliases import register_old_name
 
 # Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
 # index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
 PADDING_ID = 0
 
 
-@TokenIndexer.register("fasttext_subwords")
+@TokenIndexer.register("elmoc_fasttext_subwords")
+@register_old_name(TokenIndexer, "fasttext_subwords")
 class FastTextSubwordIndexer(TokenIndexer):
     """
     Represents each token by the fastText input-matrix rows its vector is the mean of: its own
@@ -36,12 +38,13 @@ class FastTextSubwordIndexer(TokenIndexer):
     Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
     `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses.
 
-    Registered as a `TokenIndexer` with name "fasttext_subwords".
+    Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords"
+    ("fasttext_subwords" in older configs).
 
     # Parameters
 
     vectors_path : `str`
-        The fastText `.bin` model; use the same one for the `fasttext` token embedder.
+        The fastText `.bin` model; use the same one for the `elmoc_fasttext` token embedder.
     boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)

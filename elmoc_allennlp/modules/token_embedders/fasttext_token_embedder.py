@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
-from elmoc_allennlp.modules.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -17,10 +18,11 @@ logger = logging.getLogger(__name__)
 VECTORS_RECORD_KEY = "vectors_record"
 
 
-@TokenEmbedder.register("fasttext")
+@TokenEmbedder.register("elmoc_fasttext")
+@register_old_name(TokenEmbedder, "fasttext")
 class FastTextTokenEmbedder(TokenEmbedder):
     """
-    Embeds the output of the `fasttext_subwords` indexer as fastText does: each token's vector
+    Embeds the output of the `elmoc_fasttext_subwords` indexer as fastText does: each token's vector
     is the mean of its input-matrix rows (its own row and its character n-gram rows). Padding,
     and tokens indexed as having no vector, embed to zeros.
 
@@ -40,12 +42,13 @@ class FastTextTokenEmbedder(TokenEmbedder):
     checks that the file was not replaced or rewritten since it was opened
     (`FastTextVectors.check_unchanged`), and the rows it reads are checked for NaN and inf.
 
-    Registered as a `TokenEmbedder` with name "fasttext".
+    Registered as a `TokenEmbedder` with name "elmoc_fasttext"
+    ("fasttext" in older configs).
 
     # Parameters
 
     vectors_path : `str`
-        The fastText `.bin` model; the same one as the `fasttext_subwords` indexer's.
+        The fastText `.bin` model; the same one as the `elmoc_fasttext_subwords` indexer's.
     trainable : `bool`, optional (default=`False`)
         If `True`, the whole table is copied into a `torch.nn.Parameter` (it is then saved with
         the model and lives on the model's device). That costs `(num_words + bucket) * dim * 4`

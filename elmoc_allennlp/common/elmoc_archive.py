@@ -1,0 +1,345 @@
+"""
+What a downstream user needs to know about a trained ELMo-C biLM archive, read from its
+`config.json` without loading the weights (`ElmocArchive`): the text field key and boundary tokens
+of its fastText input, and where the fastText model it needs is on this machine. Both the
+`elmoc_subwords` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM itself
+is loaded through allennlp's `load_archive` and recognised by its registered name, so nothing here
+imports the model.
+"""
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
+
+from allennlp.common import Registrable
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import cached_path
+from allennlp.data import TokenIndexer
+from allennlp.models.archival import CONFIG_NAME, load_archive
+from allennlp.modules.token_embedders import TokenEmbedder
+
+from elmoc_allennlp.common.archives import read_archive_member
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+
+logger = logging.getLogger(__name__)
+
+# The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
+BILM_MODEL_TYPE = "elmoc_bilm"
+# The fastText input of an ELMo-C biLM: these registered names, joined by the text field key.
+FASTTEXT_EMBEDDER_TYPE = "elmoc_fasttext"
+FASTTEXT_INDEXER_TYPE = "elmoc_fasttext_subwords"
+VECTORS_PATH_KEY = "vectors_path"
+# Defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
+DEFAULT_START_TOKEN = "<S>"
+DEFAULT_END_TOKEN = "</S>"
+DEFAULT_BOUNDARY_TOKENS = ["<S>", "</S>"]
+# How many trailing components of a recorded vectors path are tried relative to the archive.
+_MAX_RELATIVE_COMPONENTS = 3
+
+
+def _registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
+    """
+    Whether the config type `name` means the class registered as `registered_name` (its older,
+    unprefixed name counts too).
+    """
+    if not isinstance(name, str):
+        return False
+    try:
+        return base.resolve_class_name(name)[0] is base.resolve_class_name(registered_name)[0]
+    except ConfigurationError:
+        return False
+
+
+def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Yields `(dotted path, value)` for every occurrence of `key` in a nested config."""
+    if isinstance(config, dict):
+        for name, value in config.items():
+            path = f"{prefix}.{name}" if prefix else name
+            if name == key and not isinstance(value, (dict, list)):
+                yield path, value
+            else:
+                yield from _find_keys(value, key, path)
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            yield from _find_keys(value, key, f"{prefix}.{index}")
+
+
+class ElmocArchive:
+    """
+    What a downstream user needs to know about an ELMo-C biLM archive, read from its
+    `config.json` without loading the weights: the text field key of its fastText input, the
+    sentence boundary tokens it was pretrained with, and where the fastText model it needs is on
+    this machine.
+
+    The fastText `.bin` is not inside the archive: the archive's config records its path (at
+    `dataset_reader.token_indexers.<key>.vectors_path` and
+    `model.text_field_embedder.token_embedders.<key>.vectors_path`). That path is used if it
+    exists. Otherwise the file is looked for relative to the archive, so that an archive moved
+    to another machine together with its vectors still works: the recorded path's last one,
+    two and three components under the archive's directory and under its parent (e.g.
+    `runs/elmoc/model.tar.gz` finds `runs/elmoc/crawl-300d-2M-subword.bin` or
+    `runs/fasttext/crawl-300d-2M-subword.bin`). `vectors_path` overrides all of this. A file
+    that cannot be found raises a `ConfigurationError` naming it, the archive's config key and
+    the `vectors_path` option.
+
+    Use `ElmocArchive.read`, which also rejects archives that are not ELMo-C biLMs with a
+    `ConfigurationError` naming the offending config key.
+
+    # Parameters
+
+    archive_file : `str`
+        The biLM's `model.tar.gz` (or its serialization directory, or a URL).
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with, overriding the path in the archive.
+    """
+
+    def __init__(self, archive_file: Union[str, os.PathLike], vectors_path: Optional[str] = None):
+        self.archive_file = str(archive_file)
+        try:
+            self.local_path = Path(cached_path(self.archive_file))
+        except FileNotFoundError:
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file} (archive_file) does not exist"
+            ) from None
+        self.config = self._read_config()
+        self._check_model_type()
+        self.input_key = self._find_input_key()
+        reader = self.config.get("dataset_reader", {})
+        indexer = reader.get("token_indexers", {}).get(self.input_key, {})
+        self.boundary_tokens: List[str] = list(
+            indexer.get("boundary_tokens", DEFAULT_BOUNDARY_TOKENS)
+        )
+        # Whether pretraining lowercased tokens (`elmoc_fasttext_subwords`'s lowercase_tokens).
+        self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
+        # Pretraining may have truncated long tokens (`elmoc_lm_corpus`'s max_token_characters).
+        self.max_token_characters: Optional[int] = reader.get("max_token_characters")
+        self.start_token = reader.get("start_token", DEFAULT_START_TOKEN)
+        self.end_token = reader.get("end_token", DEFAULT_END_TOKEN)
+        if not self.start_token or not self.end_token:
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file} was pretrained without sentence boundary "
+                f"tokens (dataset_reader.start_token={self.start_token!r}, "
+                f"dataset_reader.end_token={self.end_token!r}); ELMo-C representations are "
+                "computed with the boundaries the biLM was trained with"
+            )
+        self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
+        self.input_vectors_path = self.vectors_overrides[
+            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
+        ]
+        self._check_vectors_dim()
+
+    @classmethod
+    def read(
+        cls, archive_file: Union[str, os.PathLike], vectors_path: Optional[str] = None
+    ) -> "ElmocArchive":
+        return cls(archive_file, vectors_path)
+
+    # ------------------------------------------------------------------ config
+
+    def _read_config(self) -> Dict[str, Any]:
+        path = self.local_path
+        if path.is_dir():
+            config_path = path / CONFIG_NAME
+            if not config_path.is_file():
+                raise ConfigurationError(
+                    f"ELMo-C archive directory {self.archive_file} (archive_file) has no "
+                    f"{CONFIG_NAME}; expected a model.tar.gz or a serialization directory"
+                )
+            text = config_path.read_text(encoding="utf-8")
+        else:
+            # allennlp writes config.json first: stop at it instead of decompressing the weights.
+            # A damaged archive raises a CorruptArchiveError naming it.
+            data = read_archive_member(path, CONFIG_NAME)
+            if data is None:
+                raise ConfigurationError(
+                    f"ELMo-C archive {self.archive_file} (archive_file) has no {CONFIG_NAME}; "
+                    "it is not a model archive written by `allennlp train`"
+                )
+            text = data.decode("utf-8", "replace")
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigurationError(
+                f"The {CONFIG_NAME} of ELMo-C archive {self.archive_file} is not JSON ({error})"
+            ) from None
+        if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
+            raise ConfigurationError(
+                f"The {CONFIG_NAME} of ELMo-C archive {self.archive_file} has no model section"
+            )
+        return config
+
+    def _check_model_type(self) -> None:
+        from allennlp.models import Model
+
+        model_type = self.config["model"].get("type")
+        model_class = None
+        if isinstance(model_type, str):
+            try:
+                model_class, _ = Model.resolve_class_name(model_type)
+            except ConfigurationError:
+                model_class = None
+        # The biLM class by its registered name: this layer does not import the model.
+        bilm_class, _ = Model.resolve_class_name(BILM_MODEL_TYPE)
+        is_bilm = isinstance(model_class, type) and issubclass(model_class, bilm_class)
+        if not is_bilm:
+            raise ConfigurationError(
+                f"{self.archive_file} (archive_file) is not an ELMo-C biLM archive: its "
+                f"model.type is {model_type!r}, expected 'elmoc_bilm' (a "
+                "BidirectionalLanguageModel, pretrained with training_configs/pretrain/)"
+            )
+        directions = self.config["model"].get("directions", "both")
+        if directions != "both":
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file} trained only the {directions} language model "
+                f"(model.directions = {directions!r}); merge it with the other direction's "
+                "archive first (`allennlp elmoc-merge-bilm`)"
+            )
+        from allennlp.modules import Seq2SeqEncoder
+
+        contextualizer = self.config["model"].get("contextualizer")
+        encoder_type = contextualizer.get("type") if isinstance(contextualizer, dict) else None
+        try:
+            encoder_class = (
+                Seq2SeqEncoder.resolve_class_name(encoder_type)[0] if encoder_type else None
+            )
+        except ConfigurationError:
+            encoder_class = None
+        if encoder_class is None or not hasattr(encoder_class, "forward_all_layers"):
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file}: model.contextualizer is {encoder_type!r}, "
+                "which cannot return all of its layers; expected 'elmoc_lstm'"
+            )
+        if "projection_dim" not in contextualizer:
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file}: model.contextualizer has no projection_dim"
+            )
+
+    def _find_input_key(self) -> str:
+        model = self.config["model"]
+        embedders = model.get("text_field_embedder", {}).get("token_embedders", {})
+        used = {
+            key: spec.get("type") if isinstance(spec, dict) else spec
+            for key, spec in embedders.items()
+            if not (isinstance(spec, dict) and spec.get("type") == "empty")
+        }
+        fasttext_keys = [
+            key
+            for key, kind in used.items()
+            if _registered_as(TokenEmbedder, kind, FASTTEXT_EMBEDDER_TYPE)
+        ]
+        if len(used) != 1 or len(fasttext_keys) != 1:
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file}: model.text_field_embedder.token_embedders "
+                f"are {used}; downstream ELMo-C needs a biLM whose only input is fastText (one "
+                f"'{FASTTEXT_EMBEDDER_TYPE}' token embedder), e.g. training_configs/pretrain/"
+                "elmoc.jsonnet"
+            )
+        key = fasttext_keys[0]
+        indexers = self.config.get("dataset_reader", {}).get("token_indexers", {})
+        indexer = indexers.get(key)
+        indexer_type = indexer.get("type") if isinstance(indexer, dict) else None
+        if not _registered_as(TokenIndexer, indexer_type, FASTTEXT_INDEXER_TYPE):
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file}: dataset_reader.token_indexers.{key} must "
+                f"be a '{FASTTEXT_INDEXER_TYPE}' indexer (it is {indexer_type!r})"
+            )
+        return key
+
+    # ------------------------------------------------------------------ fastText paths
+
+    def _archive_directories(self) -> List[Path]:
+        directory = self.local_path if self.local_path.is_dir() else self.local_path.parent
+        directory = directory.resolve()
+        return [directory, directory.parent]
+
+    def _candidates(self, recorded: str) -> List[Path]:
+        recorded_path = Path(recorded).expanduser()
+        candidates = [recorded_path]
+        parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
+        if not recorded_path.is_absolute():
+            candidates.extend(base / recorded_path for base in self._archive_directories())
+        for count in range(1, min(_MAX_RELATIVE_COMPONENTS, len(parts)) + 1):
+            for base in self._archive_directories():
+                candidates.append(base.joinpath(*parts[-count:]))
+        unique: List[Path] = []
+        for candidate in candidates:
+            if candidate not in unique:
+                unique.append(candidate)
+        return unique
+
+    def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
+        """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
+        input_keys = {
+            f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}",
+            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}",
+        }
+        recorded_paths = dict(_find_keys(self.config, VECTORS_PATH_KEY))
+        missing_keys = input_keys - set(recorded_paths)
+        if missing_keys:
+            raise ConfigurationError(
+                f"ELMo-C archive {self.archive_file}: its config has no {sorted(missing_keys)}"
+            )
+        input_recorded = recorded_paths[
+            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
+        ]
+        if vectors_path is not None and not Path(vectors_path).expanduser().is_file():
+            raise ConfigurationError(
+                f"fastText model {vectors_path} (vectors_path) does not exist"
+            )
+        resolved: Dict[str, str] = {}
+        for key, recorded in recorded_paths.items():
+            if vectors_path is not None and (key in input_keys or recorded == input_recorded):
+                resolved[key] = str(Path(vectors_path).expanduser())
+                continue
+            candidates = self._candidates(str(recorded))
+            found = next((path for path in candidates if path.is_file()), None)
+            if found is None:
+                looked = ", ".join(str(path) for path in candidates[1:])
+                raise ConfigurationError(
+                    f"ELMo-C archive {self.archive_file} needs the fastText model {recorded} (its "
+                    f"config key {key}), which does not exist on this machine; also looked for "
+                    f"it relative to the archive: {looked}. Copy the .bin next to the archive "
+                    "or give its path as `vectors_path` (of the `elmoc_subwords` indexer and "
+                    "the `elmoc_token_embedder`, or --vectors-path of `allennlp elmoc-embed`)"
+                )
+            if found != Path(str(recorded)):
+                logger.info("ELMo-C archive %s: using %s for %s", self.archive_file, found, key)
+            resolved[key] = str(found)
+        return resolved
+
+    def _check_vectors_dim(self) -> None:
+        contextualizer = self.config["model"]["contextualizer"]
+        expected = contextualizer.get("input_dim")
+        vectors = FastTextVectors.from_path(self.input_vectors_path)
+        if expected is not None and vectors.dim != expected:
+            raise ConfigurationError(
+                f"fastText model {self.input_vectors_path} has dimension {vectors.dim}, but the "
+                f"ELMo-C archive {self.archive_file} was pretrained on {expected}-dimensional "
+                "vectors (model.contextualizer.input_dim): wrong vectors_path?"
+            )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def num_layers(self) -> int:
+        """Layers of representations: the projected input plus every LSTM layer."""
+        return int(self.config["model"]["contextualizer"].get("num_layers", 2)) + 1
+
+    @property
+    def output_dim(self) -> int:
+        """`2 * projection_dim`: `[forward; backward]`."""
+        return 2 * int(self.config["model"]["contextualizer"]["projection_dim"])
+
+    def load_model(self, cuda_device: int = -1, allow_different_vectors: bool = False):
+        """
+        Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths. The
+        vectors must be those the biLM was trained with (their fingerprint, recorded in the
+        weights) unless `allow_different_vectors`.
+        """
+        overrides: Dict[str, Any] = dict(self.vectors_overrides)
+        if allow_different_vectors:
+            embedders = "model.text_field_embedder.token_embedders"
+            overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
+        archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
+        return archive.model, archive.dataset_reader

@@ -1,0 +1,1 @@
+from elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer import SentencePieceBpeTokenizer

@@ -1,0 +1,227 @@
+"""
+The BPE subword vocabulary of ELMo-Sub, the subword language-model baseline of Li et al. (2019):
+a SentencePiece BPE model (Kudo & Richardson, 2018) trained on the pretraining corpus, and an
+allennlp `Tokenizer` that splits whitespace-tokenized text into its pieces.
+
+(It is a `Tokenizer`, not a `TokenIndexer`: the subword LM predicts the next *piece*, so the
+pieces are the sequence the dataset reader builds. The pieces are then indexed with a
+`single_id` indexer.)
+"""
+import glob
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import CACHE_DIRECTORY
+from allennlp.data.tokenizers import Token, Tokenizer
+
+from elmoc_allennlp.common.registry_aliases import register_old_name
+
+logger = logging.getLogger(__name__)
+
+# Where BPE models trained from a config are cached (keyed by corpus files and settings).
+DEFAULT_BPE_CACHE = os.path.join(CACHE_DIRECTORY, "elmoc_sentencepiece")
+
+
+def _corpus_files(train_data_path: Union[str, Sequence[str]]) -> List[str]:
+    patterns = [train_data_path] if isinstance(train_data_path, str) else list(train_data_path)
+    files: List[str] = []
+    for pattern in patterns:
+        pattern = os.path.expanduser(str(pattern))
+        if os.path.isdir(pattern):
+            matches = [os.path.join(pattern, name) for name in os.listdir(pattern)]
+            matches = [path for path in matches if os.path.isfile(path)]
+        else:
+            matches = [path for path in glob.glob(pattern) if os.path.isfile(path)]
+        files.extend(sorted(matches))
+    if not files:
+        raise ConfigurationError(f"tokenizer.train_data_path {train_data_path!r} matches no files")
+    return files
+
+
+def train_sentencepiece_bpe(
+    train_data_path: Union[str, Sequence[str]],
+    model_path: Union[str, os.PathLike],
+    vocab_size: int = 32000,
+    max_training_sentences: int = 2_000_000,
+    character_coverage: float = 1.0,
+    num_threads: int = 2,
+) -> Path:
+    """
+    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and
+    the `.vocab` beside it), atomically.
+
+    The model keeps the corpus' tokenization: pieces never cross spaces, text is not normalised
+    (`identity`), and characters outside the model are spelled as UTF-8 bytes
+    (`byte_fallback`), so decoding the pieces gives the words back exactly and no token is
+    unknown. The 256 byte pieces count towards `vocab_size`. On a corpus too small for
+    `vocab_size` pieces, the model has fewer.
+
+    # Parameters
+
+    train_data_path : `Union[str, Sequence[str]]`
+        Corpus files: a file, a directory, a glob pattern, or a list of them.
+    model_path : `Union[str, os.PathLike]`
+        Where to write the `.model`.
+    vocab_size : `int`, optional (default = `32000`)
+        The number of pieces ("~30K" in the paper).
+    max_training_sentences : `int`, optional (default = `2_000_000`)
+        Lines sampled (uniformly) from the corpus for training.
+    character_coverage : `float`, optional (default = `1.0`)
+        Fraction of characters given their own piece; the rest are spelled in bytes.
+    """
+    import sentencepiece
+
+    files = _corpus_files(train_data_path)
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    temporary_directory = tempfile.mkdtemp(dir=model_path.parent, prefix=".bpe-")
+    prefix = os.path.join(temporary_directory, "bpe")
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            input=",".join(files),
+            model_prefix=prefix,
+            vocab_size=vocab_size,
+            model_type="bpe",
+            character_coverage=character_coverage,
+            byte_fallback=True,
+            normalization_rule_name="identity",
+            split_by_whitespace=True,
+            hard_vocab_limit=False,
+            input_sentence_size=max_training_sentences,
+            shuffle_input_sentence=True,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+            unk_id=0,
+            num_threads=num_threads,
+            minloglevel=2,
+        )
+        os.replace(prefix + ".vocab", model_path.with_suffix(".vocab"))
+        os.replace(prefix + ".model", model_path)
+    finally:
+        for name in os.listdir(temporary_directory):
+            os.remove(os.path.join(temporary_directory, name))
+        os.rmdir(temporary_directory)
+    return model_path
+
+
+@Tokenizer.register("elmoc_sentencepiece_bpe")
+@register_old_name(Tokenizer, "sentencepiece_bpe")
+class SentencePieceBpeTokenizer(Tokenizer):
+    """
+    Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
+    begins with `▁` (U+2581); `detokenize` joins pieces back into the words.
+
+    For downstream use, ELMo-Sub represents a word by its *first* piece:
+    `tokenize_words` returns the position of each word's first piece.
+
+    The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
+    trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if
+    that is not set, to a cache file named after the corpus files and the settings (in
+    `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
+    happens once.
+
+    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe"
+    ("sentencepiece_bpe" in older configs).
+
+    # Parameters
+
+    model_path : `str`, optional
+        A SentencePiece `.model` file (to load, or to write after training).
+    train_data_path : `Union[str, List[str]]`, optional
+        The corpus to train on when there is no model yet (file, directory or glob pattern).
+    vocab_size : `int`, optional (default = `32000`)
+    max_training_sentences : `int`, optional (default = `2_000_000`)
+    character_coverage : `float`, optional (default = `1.0`)
+    """
+
+    def __init__(
+        self,
+        model_path: Optional[str] = None,
+        train_data_path: Optional[Union[str, List[str]]] = None,
+        vocab_size: int = 32000,
+        max_training_sentences: int = 2_000_000,
+        character_coverage: float = 1.0,
+    ) -> None:
+        if model_path is None and train_data_path is None:
+            raise ConfigurationError(
+                "tokenizer needs a model_path (an existing SentencePiece model) or a "
+                "train_data_path to train one on"
+            )
+        if model_path is None or not os.path.exists(model_path):
+            if train_data_path is None:
+                raise ConfigurationError(
+                    f"tokenizer.model_path {model_path} does not exist; set "
+                    "tokenizer.train_data_path to train it"
+                )
+            settings = dict(
+                vocab_size=vocab_size,
+                max_training_sentences=max_training_sentences,
+                character_coverage=character_coverage,
+            )
+            if model_path is None:
+                model_path = self._cache_path(train_data_path, settings)
+            if not os.path.exists(model_path):
+                logger.info("Training a SentencePiece BPE model (%s) on %s", settings, train_data_path)
+                train_sentencepiece_bpe(train_data_path, model_path, **settings)  # type: ignore
+        self._model_path = str(model_path)
+        self._load()
+
+    @staticmethod
+    def _cache_path(train_data_path: Union[str, List[str]], settings: Dict[str, Any]) -> str:
+        files = _corpus_files(train_data_path)
+        stats = [(os.path.abspath(path), os.path.getsize(path), os.path.getmtime(path)) for path in files]
+        key = hashlib.sha256(json.dumps([stats, settings], sort_keys=True).encode()).hexdigest()
+        return os.path.join(DEFAULT_BPE_CACHE, f"bpe-{settings['vocab_size']}-{key[:16]}.model")
+
+    def _load(self) -> None:
+        import sentencepiece
+
+        self._processor = sentencepiece.SentencePieceProcessor(model_file=self._model_path)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_processor"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._load()
+
+    @property
+    def model_path(self) -> str:
+        return self._model_path
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of pieces of the model (byte pieces and `<unk>` included)."""
+        return self._processor.get_piece_size()
+
+    def tokenize_words(self, words: List[str]) -> Tuple[List[Token], List[int]]:
+        """
+        Splits each word into pieces; returns all pieces, and for each word the index of its
+        first piece among them (the position whose representation stands for the word).
+        """
+        tokens: List[Token] = []
+        first_pieces: List[int] = []
+        for pieces in self._processor.encode(list(words), out_type=str):
+            first_pieces.append(len(tokens))
+            tokens.extend(Token(piece) for piece in pieces)
+        return tokens, first_pieces
+
+    def tokenize(self, text: str) -> List[Token]:
+        return self.tokenize_words(text.split())[0]
+
+    def batch_tokenize(self, texts: List[str]) -> List[List[Token]]:
+        return [self.tokenize(text) for text in texts]
+
+    def detokenize(self, tokens: List[Union[Token, str]]) -> str:
+        """The text of `tokens` (pieces), words separated by single spaces."""
+        pieces = [token.text if isinstance(token, Token) else token for token in tokens]
+        return self._processor.decode_pieces(pieces)

@@ -1,6 +1,0 @@
-from elmoc_allennlp.modules.lm_heads.lm_head import LanguageModelHead
-from elmoc_allennlp.modules.lm_heads.continuous_output import ContinuousOutputHead
-from elmoc_allennlp.modules.lm_heads.softmax import SoftmaxHead
-from elmoc_allennlp.modules.lm_heads.sampled_softmax import SampledSoftmaxHead
-from elmoc_allennlp.modules.lm_heads.adaptive_softmax import AdaptiveSoftmaxHead
-from elmoc_allennlp.modules.lm_heads.tied_language_model import TiedBidirectionalLanguageModel

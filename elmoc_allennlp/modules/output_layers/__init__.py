@@ -1,0 +1,5 @@
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
+from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
+from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
+from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxHead
+from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead

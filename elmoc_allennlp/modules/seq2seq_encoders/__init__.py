@@ -1,0 +1,2 @@
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
+from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm

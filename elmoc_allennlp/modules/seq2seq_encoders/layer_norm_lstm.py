@@ -1,0 +1,605 @@
+"""
+The ELMo-C contextual encoder: ELMo's bidirectional LSTM with projection (`ElmoLstm` /
+`LstmCellWithProjection`), with LayerNorm applied to the projected state inside the recurrence.
+
+With `layer_norm=False` the layers compute exactly what allennlp's `LstmCellWithProjection`
+computes.
+
+Two implementations compute the same thing (chosen with `implementation`):
+
+* the **reference** path (`"reference"`), a Python loop over time steps whose backward pass is
+  autograd's, with padding handled by masks;
+* the **fast** path (`"auto"`, the default; `elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence`): sequences
+  packed by length, one autograd node per layer and direction with a hand-written backward pass,
+  all in PyTorch operations (any device, nothing compiled). It needs the padding at the end of
+  each sequence and uses the reference path for other masks.
+
+Configs written for earlier versions may say `"native"` or `"torch"` (the fast path with
+compiled C kernels, or with PyTorch operations): both now mean `"auto"`, with a warning.
+
+Under autocast (`use_amp`), the fast path runs in the parameters' precision (usually float32);
+the reference path follows autocast's per-operation rules.
+"""
+import contextlib
+import logging
+from typing import List, Optional, Tuple
+
+import torch
+
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
+from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
+from allennlp.nn.initializers import block_orthogonal
+from allennlp.nn.util import get_dropout_mask
+
+from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
+    ConcurrentRunner,
+    RecurrenceConfig,
+    SequencePacking,
+    pack_by_length,
+    run_recurrences,
+)
+
+logger = logging.getLogger(__name__)
+
+IMPLEMENTATIONS = ("auto", "reference")
+# Values of earlier versions, which had a fast path with C kernels compiled at run time.
+LEGACY_IMPLEMENTATIONS = {
+    "native": "the fast path's C kernels were removed; it now uses PyTorch operations",
+    "torch": "the fast path with PyTorch operations is now the only fast path",
+}
+
+
+def _check_positive(value: int, name: str) -> None:
+    if value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer, but got {value}.")
+
+
+def _check_lstm_config(
+    input_dim: int,
+    projection_dim: int,
+    cell_dim: int,
+    cell_clip: Optional[float],
+    projection_clip: Optional[float],
+    recurrent_dropout: float,
+) -> None:
+    _check_positive(input_dim, "input_dim")
+    _check_positive(projection_dim, "projection_dim")
+    _check_positive(cell_dim, "cell_dim")
+    for clip, name in ((cell_clip, "cell_clip"), (projection_clip, "projection_clip")):
+        if clip is not None and not clip > 0:
+            raise ConfigurationError(
+                f"{name} must be positive (or null to disable clipping), but got {clip}."
+            )
+    if not 0.0 <= recurrent_dropout < 1.0:
+        raise ConfigurationError(
+            f"recurrent_dropout must be in [0, 1), but got {recurrent_dropout}."
+        )
+
+
+def _checked_implementation(implementation: str) -> str:
+    """`implementation` if valid; a legacy value becomes `"auto"` with a warning."""
+    if implementation in LEGACY_IMPLEMENTATIONS:
+        logger.warning(
+            "implementation %r is read as 'auto' (%s); set implementation to 'auto' or "
+            "'reference' to silence this warning.",
+            implementation,
+            LEGACY_IMPLEMENTATIONS[implementation],
+        )
+        return "auto"
+    if implementation not in IMPLEMENTATIONS:
+        raise ConfigurationError(
+            f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, "
+            f"but got {implementation!r}."
+        )
+    return implementation
+
+
+_SEQUENTIAL = ConcurrentRunner(enabled=False)
+_CONCURRENT = ConcurrentRunner(enabled=True)
+_warned_not_prefix = False
+
+
+def _outside_autocast(
+    inputs: torch.Tensor, dtype: torch.dtype
+) -> Tuple[torch.Tensor, contextlib.AbstractContextManager]:
+    """
+    Under autocast (`use_amp`), the fast path runs in the parameters' precision: returns the
+    inputs cast to `dtype` and a context that turns autocast off on their device. Otherwise the
+    inputs unchanged and a no-op context.
+    """
+    device_type = inputs.device.type
+    if torch.is_autocast_enabled(device_type):
+        return inputs.to(dtype), torch.autocast(device_type, enabled=False)
+    return inputs, contextlib.nullcontext()
+
+
+def _pack_or_warn(mask: torch.BoolTensor) -> Optional[SequencePacking]:
+    global _warned_not_prefix
+    packing = pack_by_length(mask)
+    if packing is None and not _warned_not_prefix:
+        logger.warning(
+            "The mask has padding before real tokens; the fast LSTM path needs padding at the end "
+            "of each sequence, so the (slower) reference path is used for such batches."
+        )
+        _warned_not_prefix = True
+    return packing
+
+
+def _check_inputs(inputs: torch.Tensor, mask: torch.Tensor, input_dim: int) -> None:
+    if inputs.dim() != 3:
+        raise ValueError(
+            f"inputs must have shape (batch_size, timesteps, {input_dim}), "
+            f"but got shape {tuple(inputs.size())}."
+        )
+    check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
+    if mask.size() != inputs.size()[:2]:
+        raise ValueError(
+            f"mask must have shape (batch_size, timesteps) = {tuple(inputs.size()[:2])}, "
+            f"but got shape {tuple(mask.size())}."
+        )
+
+
+class LayerNormLstmLayer(torch.nn.Module):
+    """
+    One direction of one layer of the ELMo-C LSTM: an LSTM whose cell is projected down to a
+    smaller state, as in allennlp's `LstmCellWithProjection`, followed (when `layer_norm` is
+    `True`) by LayerNorm of the projected, clipped state. The normalised state is both the
+    output at step t and the recurrent state fed back at step t + 1.
+
+    Per time step, with gates in the order (input, forget, memory, output):
+
+        gates = input_linearity(x_t) + state_linearity(h_{t-1})
+        c_t = sigmoid(i) * tanh(g) + sigmoid(f) * c_{t-1}          (clipped to +-cell_clip)
+        h_t = state_projection(sigmoid(o) * tanh(c_t))             (clipped to +-projection_clip)
+        h_t = layer_norm(h_t) * recurrent_dropout_mask
+
+    Padding is handled with the mask: at a padded step the (state, memory) pair is carried over
+    unchanged and the output is zero. Since padding comes at the end of a sequence, the backward
+    direction starts from a zero state at each sequence's last real token. (That is what the
+    reference path does; the fast path gets the same result by packing the sequences by length.)
+
+    # Parameters
+
+    input_dim : `int`, required.
+        The dimension of the inputs.
+    projection_dim : `int`, required.
+        The dimension of the projected state, which is also the output dimension.
+    cell_dim : `int`, required.
+        The dimension of the memory cell.
+    go_forward : `bool`, optional (default = `True`)
+        Run left-to-right if `True`, right-to-left otherwise.
+    layer_norm : `bool`, optional (default = `True`)
+        Whether to apply LayerNorm to the projected state inside the recurrence.
+    cell_clip : `float`, optional (default = `3.0`)
+        The magnitude at which the memory cell is clipped; `None` disables clipping.
+    projection_clip : `float`, optional (default = `3.0`)
+        The magnitude at which the projected state is clipped (before LayerNorm); `None`
+        disables clipping.
+    recurrent_dropout : `float`, optional (default = `0.0`)
+        Variational dropout on the recurrent state: in training mode one mask per sequence is
+        applied, at every time step, to the state that is emitted and fed back.
+    implementation : `str`, optional (default = `"auto"`)
+        How to compute it (the result is the same up to float rounding): `"auto"` (the fast
+        path: packed sequences, hand-written backward pass; any device) or `"reference"` (Python
+        loop over time steps, autograd backward). The fast path needs the padding at the end of
+        each sequence and uses the reference path for other masks. `"native"` and `"torch"`
+        (earlier versions' values) mean `"auto"`, with a warning. It is also an attribute, which
+        can be changed after construction.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        projection_dim: int,
+        cell_dim: int,
+        go_forward: bool = True,
+        layer_norm: bool = True,
+        cell_clip: Optional[float] = 3.0,
+        projection_clip: Optional[float] = 3.0,
+        recurrent_dropout: float = 0.0,
+        implementation: str = "auto",
+    ) -> None:
+        super().__init__()
+        _check_lstm_config(
+            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
+        )
+        self.implementation = implementation
+        self.input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.go_forward = go_forward
+        self.cell_clip = cell_clip
+        self.projection_clip = projection_clip
+        self.recurrent_dropout = recurrent_dropout
+
+        # All four gates are computed with one projection of the input and one of the state.
+        self.input_linearity = torch.nn.Linear(input_dim, 4 * cell_dim, bias=False)
+        self.state_linearity = torch.nn.Linear(projection_dim, 4 * cell_dim, bias=True)
+        self.state_projection = torch.nn.Linear(cell_dim, projection_dim, bias=False)
+        self.layer_norm: Optional[torch.nn.LayerNorm] = (
+            torch.nn.LayerNorm(projection_dim) if layer_norm else None
+        )
+        self.reset_parameters()
+
+    @property
+    def implementation(self) -> str:
+        return self._implementation
+
+    @implementation.setter
+    def implementation(self, implementation: str) -> None:
+        self._implementation = _checked_implementation(implementation)
+
+    def reset_parameters(self) -> None:
+        # Same initialisation as `LstmCellWithProjection`: orthogonal blocks per gate, forget
+        # gate bias 1 (Jozefowicz et al., 2015), default init for the state projection.
+        block_orthogonal(self.input_linearity.weight.data, [self.cell_dim, self.input_dim])
+        block_orthogonal(self.state_linearity.weight.data, [self.cell_dim, self.projection_dim])
+        self.state_linearity.bias.data.fill_(0.0)
+        self.state_linearity.bias.data[self.cell_dim : 2 * self.cell_dim].fill_(1.0)
+        if self.layer_norm is not None:
+            self.layer_norm.reset_parameters()
+
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`, required.
+            A tensor of shape `(batch_size, timesteps, input_dim)`.
+        mask : `torch.BoolTensor`, optional (default = `None`)
+            A tensor of shape `(batch_size, timesteps)`, `True` at real (non-padding) positions.
+            `None` means every position is real.
+
+        # Returns
+
+        `torch.Tensor`
+            The states, of shape `(batch_size, timesteps, projection_dim)`, zero at padding.
+        """
+        if mask is None:
+            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
+        _check_inputs(inputs, mask, self.input_dim)
+        mask = mask.bool()
+        if self.implementation == "reference":
+            return self._forward_reference(inputs, mask)
+        inputs, precision = _outside_autocast(inputs, self.input_linearity.weight.dtype)
+        with precision:
+            packing = _pack_or_warn(mask)
+            if packing is None or packing.num_rows == 0:
+                return self._forward_reference(inputs, mask)
+            dropout_mask = self.make_dropout_mask(inputs)
+            if dropout_mask is not None:
+                dropout_mask = packing.sort_batch(dropout_mask)
+            outputs = self.forward_packed(packing.pack(inputs), packing, dropout_mask)
+            return packing.unpack(outputs)
+
+    def make_dropout_mask(self, inputs: torch.Tensor) -> Optional[torch.Tensor]:
+        """
+        The recurrent dropout mask `(batch_size, projection_dim)` for a batch of `inputs`, or
+        `None` when there is no dropout (evaluation mode or `recurrent_dropout == 0`).
+        """
+        if not (self.training and self.recurrent_dropout > 0.0):
+            return None
+        state = inputs.new_zeros(inputs.size(0), self.projection_dim)
+        return get_dropout_mask(self.recurrent_dropout, state).to(state.dtype)
+
+    def forward_packed(
+        self,
+        packed_inputs: torch.Tensor,
+        packing: SequencePacking,
+        dropout_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """
+        The fast path on packed rows: `packed_inputs` `(num_rows, input_dim)` in the layout of
+        `packing`, `dropout_mask` `(batch_size, projection_dim)` in packing order (or `None`).
+        Returns the states `(num_rows, projection_dim)`. `packing` must have at least one row.
+        """
+        config, tensors = self.recurrence_inputs(packed_inputs, packing, dropout_mask)
+        return run_recurrences(_SEQUENTIAL, [config], [tensors])[0]
+
+    def recurrence_inputs(
+        self,
+        packed_inputs: torch.Tensor,
+        packing: SequencePacking,
+        dropout_mask: Optional[torch.Tensor] = None,
+    ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
+        """The arguments of `lstm_recurrence.run_recurrences` for this layer (`forward_packed`)."""
+        config = RecurrenceConfig(
+            batch_sizes=packing.batch_sizes,
+            offsets=packing.offsets,
+            go_forward=self.go_forward,
+            cell_clip=self.cell_clip,
+            projection_clip=self.projection_clip,
+            layer_norm_eps=self.layer_norm.eps if self.layer_norm is not None else 0.0,
+        )
+        tensors = (
+            packed_inputs,
+            self.input_linearity.weight,
+            self.state_linearity.bias,
+            self.state_linearity.weight,
+            self.state_projection.weight,
+            None if self.layer_norm is None else self.layer_norm.weight,
+            None if self.layer_norm is None else self.layer_norm.bias,
+            dropout_mask,
+        )
+        return config, tensors
+
+    def _forward_reference(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
+        batch_size, total_timesteps, _ = inputs.size()
+
+        # Input-to-gates product for all time steps in one matmul, time-major so that each step
+        # reads a contiguous (batch_size, 4 * cell_dim) block. The state bias is folded in here.
+        input_gates = torch.nn.functional.linear(
+            inputs.transpose(0, 1), self.input_linearity.weight, self.state_linearity.bias
+        )
+        state_weight = self.state_linearity.weight.t()
+        step_masks = mask.t().unsqueeze(-1)  # (timesteps, batch_size, 1)
+        # One host sync: steps where no sequence is padded need no masked update.
+        step_is_full: List[bool] = mask.all(dim=0).tolist()
+
+        memory = inputs.new_zeros(batch_size, self.cell_dim)
+        state = inputs.new_zeros(batch_size, self.projection_dim)
+        dropout_mask = self.make_dropout_mask(inputs)
+
+        outputs: List[Optional[torch.Tensor]] = [None] * total_timesteps
+        steps = range(total_timesteps) if self.go_forward else range(total_timesteps - 1, -1, -1)
+        for index in steps:
+            gates = torch.addmm(input_gates[index], state, state_weight)
+            input_gate, forget_gate, memory_init, output_gate = gates.chunk(4, dim=1)
+            new_memory = torch.sigmoid(input_gate) * torch.tanh(memory_init) + torch.sigmoid(
+                forget_gate
+            ) * memory
+            if self.cell_clip is not None:
+                new_memory = torch.clamp(new_memory, -self.cell_clip, self.cell_clip)
+            new_state = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
+            if self.projection_clip is not None:
+                new_state = torch.clamp(new_state, -self.projection_clip, self.projection_clip)
+            # ELMo-C: normalise inside the recurrence, so the normalised state is fed back.
+            if self.layer_norm is not None:
+                new_state = self.layer_norm(new_state)
+            if dropout_mask is not None:
+                new_state = new_state * dropout_mask
+
+            if step_is_full[index]:
+                memory, state = new_memory, new_state
+                outputs[index] = new_state
+            else:
+                keep = step_masks[index]
+                memory = torch.where(keep, new_memory, memory)
+                state = torch.where(keep, new_state, state)
+                outputs[index] = new_state * keep
+        return torch.stack(outputs, dim=1)  # type: ignore[arg-type]
+
+
+@Seq2SeqEncoder.register("elmoc_lstm")
+class ElmocLstm(Seq2SeqEncoder):
+    """
+    The ELMo-C bidirectional language model encoder.
+
+    The input (e.g. fastText vectors) is projected to `projection_dim` (and LayerNorm-ed, when
+    `layer_norm` is `True`), then run through separate forward and backward stacks of
+    `num_layers` [`LayerNormLstmLayer`](#layernormlstmlayer)s. As in allennlp's `ElmoLstm`, each
+    direction's layer i takes that direction's layer i - 1 output, and layers with index >= 1
+    add their input to their output (residual connection). Unlike `ElmoLstm` this encoder is
+    not stateful: every batch starts from a zero state.
+
+    Registered as a `Seq2SeqEncoder` with name "elmoc_lstm".
+
+    # Parameters
+
+    input_dim : `int`, required.
+        The dimension of the input vectors.
+    projection_dim : `int`, required.
+        The dimension of the projected input and of every LSTM state; the output dimension is
+        `2 * projection_dim`.
+    cell_dim : `int`, required.
+        The dimension of the LSTM memory cells.
+    num_layers : `int`, optional (default = `2`)
+        The number of layers in each direction.
+    layer_norm : `bool`, optional (default = `True`)
+        Whether to LayerNorm the projected input and the LSTM states.
+    cell_clip : `float`, optional (default = `3.0`)
+        The magnitude at which memory cells are clipped; `None` disables clipping.
+    projection_clip : `float`, optional (default = `3.0`)
+        The magnitude at which projected states are clipped; `None` disables clipping.
+    recurrent_dropout : `float`, optional (default = `0.0`)
+        Variational dropout on the recurrent states (one mask per sequence, layer and direction).
+    implementation : `str`, optional (default = `"auto"`)
+        `"auto"` (the fast path) or `"reference"`; see
+        [`LayerNormLstmLayer`](#layernormlstmlayer). Both compute the same function; the fast
+        path packs the batch once for the whole stack. Setting the `implementation` attribute
+        later also sets it on every layer.
+    parallel_directions : `bool`, optional (default = `True`)
+        On CPU, let the fast path run the forward and backward directions of each layer (forward
+        and backward passes) in two threads, each with half of PyTorch's intra-op threads (see
+        `lstm_recurrence.ConcurrentRunner`; it falls back to one after the other where threads
+        cannot be limited per thread). Does not change the result beyond float rounding.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        projection_dim: int,
+        cell_dim: int,
+        num_layers: int = 2,
+        layer_norm: bool = True,
+        cell_clip: Optional[float] = 3.0,
+        projection_clip: Optional[float] = 3.0,
+        recurrent_dropout: float = 0.0,
+        implementation: str = "auto",
+        parallel_directions: bool = True,
+    ) -> None:
+        super().__init__(stateful=False)
+        _check_lstm_config(
+            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
+        )
+        _check_positive(num_layers, "num_layers")
+        implementation = _checked_implementation(implementation)
+        self._input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.num_layers = num_layers
+
+        # A bias before a LayerNorm would be cancelled by its mean subtraction.
+        self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=not layer_norm)
+        self.input_layer_norm: Optional[torch.nn.LayerNorm] = (
+            torch.nn.LayerNorm(projection_dim) if layer_norm else None
+        )
+
+        def make_layer(go_forward: bool) -> LayerNormLstmLayer:
+            return LayerNormLstmLayer(
+                projection_dim,
+                projection_dim,
+                cell_dim,
+                go_forward=go_forward,
+                layer_norm=layer_norm,
+                cell_clip=cell_clip,
+                projection_clip=projection_clip,
+                recurrent_dropout=recurrent_dropout,
+                implementation=implementation,
+            )
+
+        self.forward_layers = torch.nn.ModuleList(make_layer(True) for _ in range(num_layers))
+        self.backward_layers = torch.nn.ModuleList(make_layer(False) for _ in range(num_layers))
+        self.implementation = implementation
+        self.parallel_directions = parallel_directions
+
+    @property
+    def implementation(self) -> str:
+        return self._implementation
+
+    @implementation.setter
+    def implementation(self, implementation: str) -> None:
+        self._implementation = _checked_implementation(implementation)
+        for layer in list(self.forward_layers) + list(self.backward_layers):
+            layer.implementation = self._implementation
+
+    def get_input_dim(self) -> int:
+        return self._input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`, required.
+            A tensor of shape `(batch_size, timesteps, input_dim)`.
+        mask : `torch.BoolTensor`, optional (default = `None`)
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions. Padding must
+            be at the end of each sequence. `None` means every position is real.
+
+        # Returns
+
+        `torch.Tensor`
+            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
+            2 * projection_dim)`, zero at padding.
+        """
+        return self._encode(inputs, mask, all_layers=False)[-1]
+
+    def forward_all_layers(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        Same arguments as `forward`.
+
+        # Returns
+
+        `torch.Tensor`
+            A tensor of shape `(num_layers + 1, batch_size, timesteps, 2 * projection_dim)`.
+            Layer 0 is `[x; x]`, where `x` is the projected (and normalised) input; layer i >= 1
+            is `[forward_i; backward_i]`. All layers are zero at padding.
+        """
+        return torch.stack(self._encode(inputs, mask, all_layers=True))
+
+    def _encode(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
+    ) -> List[torch.Tensor]:
+        if mask is None:
+            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
+        _check_inputs(inputs, mask, self._input_dim)
+        mask = mask.bool()
+        if self.implementation != "reference":
+            packed_inputs, precision = _outside_autocast(
+                inputs, self.input_projection.weight.dtype
+            )
+            with precision:
+                packing = _pack_or_warn(mask)
+                if packing is not None and packing.num_rows > 0:
+                    return self._encode_packed(packed_inputs, packing, all_layers)
+
+        projected = self.input_projection(inputs)
+        if self.input_layer_norm is not None:
+            projected = self.input_layer_norm(projected)
+
+        layers: List[torch.Tensor] = []
+        if all_layers:
+            token_layer = projected * mask.unsqueeze(-1)
+            layers.append(torch.cat([token_layer, token_layer], dim=-1))
+
+        forward_output = backward_output = projected
+        for layer_index, (forward_layer, backward_layer) in enumerate(
+            zip(self.forward_layers, self.backward_layers)
+        ):
+            forward_input, backward_input = forward_output, backward_output
+            forward_output = forward_layer(forward_input, mask)
+            backward_output = backward_layer(backward_input, mask)
+            if layer_index != 0:
+                # Residual connection; the inputs are zero at padding, so the outputs stay zero.
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            if all_layers or layer_index == self.num_layers - 1:
+                layers.append(torch.cat([forward_output, backward_output], dim=-1))
+        return layers
+
+    def _encode_packed(
+        self,
+        inputs: torch.Tensor,
+        packing: SequencePacking,
+        all_layers: bool,
+    ) -> List[torch.Tensor]:
+        """`_encode`'s fast path: packs once, runs every layer on packed rows, unpacks outputs."""
+        projected = self.input_projection(packing.pack(inputs))
+        if self.input_layer_norm is not None:
+            projected = self.input_layer_norm(projected)
+
+        layers: List[torch.Tensor] = []
+        if all_layers:
+            layers.append(packing.unpack(torch.cat([projected, projected], dim=-1)))
+
+        runner = _SEQUENTIAL
+        if self.parallel_directions and inputs.device.type == "cpu":
+            runner = _CONCURRENT
+        forward_output = backward_output = projected
+        for layer_index, (forward_layer, backward_layer) in enumerate(
+            zip(self.forward_layers, self.backward_layers)
+        ):
+            forward_input, backward_input = forward_output, backward_output
+            # Drawn in the same order as on the reference path: forward mask, then backward.
+            forward_mask = forward_layer.make_dropout_mask(inputs)
+            backward_mask = backward_layer.make_dropout_mask(inputs)
+            forward_config, forward_tensors = forward_layer.recurrence_inputs(
+                forward_input,
+                packing,
+                None if forward_mask is None else packing.sort_batch(forward_mask),
+            )
+            backward_config, backward_tensors = backward_layer.recurrence_inputs(
+                backward_input,
+                packing,
+                None if backward_mask is None else packing.sort_batch(backward_mask),
+            )
+            forward_output, backward_output = run_recurrences(
+                runner, [forward_config, backward_config], [forward_tensors, backward_tensors]
+            )
+            if layer_index != 0:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            if all_layers or layer_index == self.num_layers - 1:
+                layers.append(packing.unpack(torch.cat([forward_output, backward_output], -1)))
+        return layers

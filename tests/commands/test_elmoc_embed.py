@@ -1,0 +1,188 @@
+"""The Python API (`ElmocEmbedder`) and the `allennlp elmoc-embed` export command."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy
+import pytest
+import torch
+
+from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.commands.elmoc_embed import embed_file
+from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SHORT_LINES = ["the cat sat on the mat", "", "a dog", "unseenword zzqx the", "a dog"]
+# Longer than the tiny biLM's pretraining sentences (200 tokens). The barely trained tiny biLM is
+# chaotic on it (a 1e-6 change of the input changes the top layer by ~1), so its vectors are only
+# compared between runs that batch it identically.
+LINES = SHORT_LINES + [" ".join(["the", "cat"] * 120)]
+
+
+@pytest.fixture(scope="module")
+def embedder(elmoc_archive):
+    return ElmocEmbedder(str(elmoc_archive))
+
+
+@pytest.fixture
+def sentences_file(tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------- Python API
+
+
+def test_embed_batch_layers_and_mixes(embedder):
+    sentences = [line.split() for line in LINES]
+    layers = embedder.embed_batch(sentences)
+    assert embedder.num_layers == 3 and embedder.output_dim == 12
+    assert [array.shape for array in layers] == [(3, len(s), 12) for s in sentences]
+    assert all(array.dtype == numpy.float32 for array in layers)
+    # Layer 0 is the projected input for both directions.
+    numpy.testing.assert_array_equal(layers[0][0, :, :6], layers[0][0, :, 6:])
+    top = embedder.embed_batch(sentences, output="top")
+    average = embedder.embed_batch(sentences, output="average")
+    mixed = embedder.embed_batch(sentences, output=[1.0, 0.0, -1.0])
+    weights = torch.softmax(torch.tensor([1.0, 0.0, -1.0]), 0).numpy()
+    for index, sentence in enumerate(sentences):
+        numpy.testing.assert_allclose(top[index], layers[index][-1], atol=1e-6)
+        numpy.testing.assert_allclose(average[index], layers[index].mean(0), atol=1e-6)
+        expected = numpy.einsum("l,ltd->td", weights, layers[index])
+        numpy.testing.assert_allclose(mixed[index], expected, atol=1e-5)
+    # The same sentence twice in a batch (lines 2 and 4), and alone.
+    numpy.testing.assert_allclose(layers[2], layers[4], atol=1e-6)
+    numpy.testing.assert_allclose(embedder.embed_sentence(["a", "dog"]), layers[2], atol=1e-5)
+
+
+def test_embed_sentences_is_lazy_ordered_and_batch_size_independent(embedder):
+    sentences = [line.split() for line in SHORT_LINES]
+    at_once = embedder.embed_batch(sentences)
+    in_twos = list(embedder.embed_sentences(iter(sentences), batch_size=2))
+    assert len(in_twos) == len(sentences)
+    for one, other in zip(at_once, in_twos):
+        numpy.testing.assert_allclose(one, other, atol=1e-5)
+    assert embedder.embed_batch([]) == []
+
+
+def test_api_rejects_bad_arguments(embedder):
+    with pytest.raises(ConfigurationError, match="lists of tokens"):
+        embedder.embed_batch(["the cat"])
+    with pytest.raises(ConfigurationError, match="output must be one of"):
+        embedder.embed_batch([["a"]], output="bottom")
+    with pytest.raises(ConfigurationError, match="2 mixing weights.*3 layers"):
+        embedder.embed_batch([["a"]], output=[0.0, 1.0])
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        list(embedder.embed_sentences([["a"]], batch_size=0))
+
+
+# ---------------------------------------------------------------------- hdf5 export
+
+
+def test_export_all_equals_the_python_api(embedder, elmoc_archive, sentences_file, tmp_path):
+    output = embed_file(
+        str(elmoc_archive), str(sentences_file), str(tmp_path / "out.hdf5"), "all", batch_size=4,
+        embedder=embedder,
+    )
+    expected = list(embedder.embed_sentences([line.split() for line in LINES], batch_size=4))
+    with h5py.File(output, "r") as hdf5:
+        assert set(hdf5.keys()) == {str(i) for i in range(len(LINES))} | {"sentence_to_index"}
+        for index, array in enumerate(expected):
+            assert hdf5[str(index)].shape == array.shape
+            numpy.testing.assert_allclose(hdf5[str(index)][()], array, atol=1e-5)
+        assert hdf5["1"].shape == (3, 0, 12)  # the empty line
+        sentence_to_index = json.loads(hdf5["sentence_to_index"][()])
+        assert sentence_to_index["the cat sat on the mat"] == "0"
+        assert sentence_to_index["a dog"] == "4"  # a repeated sentence maps to its last line
+        assert hdf5.attrs["output"] == "all" and hdf5.attrs["num_layers"] == 3
+    assert oct(output.stat().st_mode & 0o777) != oct(0o600)
+
+
+@pytest.mark.parametrize("mode", ["top", "average"])
+def test_export_top_and_average(embedder, elmoc_archive, sentences_file, tmp_path, mode):
+    output = embed_file(
+        str(elmoc_archive), str(sentences_file), str(tmp_path / f"{mode}.hdf5"), mode,
+        batch_size=64, forget_sentences=True, embedder=embedder,
+    )
+    expected = embedder.embed_batch([line.split() for line in LINES], output=mode)
+    with h5py.File(output, "r") as hdf5:
+        assert "sentence_to_index" not in hdf5
+        for index, array in enumerate(expected):
+            assert hdf5[str(index)].shape == (len(LINES[index].split()), 12)
+            numpy.testing.assert_allclose(hdf5[str(index)][()], array, atol=1e-5)
+
+
+class _FailingEmbedder:
+    """Embeds one batch, then is interrupted."""
+
+    def __init__(self, embedder, exception):
+        self._embedder, self._exception, self.calls = embedder, exception, 0
+        self.num_layers, self.output_dim = embedder.num_layers, embedder.output_dim
+
+    def embed_batch(self, sentences, output):
+        self.calls += 1
+        if self.calls == 2:
+            raise self._exception
+        return self._embedder.embed_batch(sentences, output)
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt(), RuntimeError("disk full")])
+def test_interrupted_export_leaves_no_file_and_keeps_an_old_one(
+    embedder, elmoc_archive, sentences_file, tmp_path, exception
+):
+    output = tmp_path / "out.hdf5"
+    with pytest.raises(type(exception)):
+        embed_file(
+            str(elmoc_archive), str(sentences_file), str(output), "all", batch_size=2,
+            embedder=_FailingEmbedder(embedder, exception),
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sentences.txt"]
+    output.write_bytes(b"an earlier, complete export")
+    with pytest.raises(type(exception)):
+        embed_file(
+            str(elmoc_archive), str(sentences_file), str(output), "all", batch_size=2,
+            embedder=_FailingEmbedder(embedder, exception), force=True,
+        )
+    assert output.read_bytes() == b"an earlier, complete export"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.hdf5", "sentences.txt"]
+
+
+def test_export_bad_paths(embedder, elmoc_archive, sentences_file, tmp_path):
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        embed_file(str(elmoc_archive), str(tmp_path / "none.txt"), str(tmp_path / "o.hdf5"),
+                   embedder=embedder)
+    with pytest.raises(ConfigurationError, match="directory of output file"):
+        embed_file(str(elmoc_archive), str(sentences_file), str(tmp_path / "no" / "o.hdf5"),
+                   embedder=embedder)
+    with pytest.raises(ConfigurationError, match="batch-size"):
+        embed_file(str(elmoc_archive), str(sentences_file), str(tmp_path / "o.hdf5"),
+                   batch_size=0, embedder=embedder)
+
+
+def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_path):
+    """`allennlp elmoc-embed` as a user runs it: a plugin found through .allennlp_plugins."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / ".allennlp_plugins").write_text("elmoc_allennlp\n")
+    allennlp = Path(sys.executable).with_name("allennlp")
+    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
+    environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    result = subprocess.run(
+        command + ["elmoc-embed", str(elmoc_archive), str(sentences_file), "vectors.hdf5",
+                   "--top", "--batch-size", "3", "--include-package", "elmoc_allennlp"],
+        cwd=workdir, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "elmoc-embed: 100%" in result.stderr  # the progress bar
+    expected = list(
+        embedder.embed_sentences([line.split() for line in LINES], batch_size=3, output="top")
+    )
+    with h5py.File(workdir / "vectors.hdf5", "r") as hdf5:
+        for index, array in enumerate(expected):
+            numpy.testing.assert_allclose(hdf5[str(index)][()], array, atol=1e-5)

@@ -1,0 +1,345 @@
+import itertools
+import logging
+import pickle
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import pytest
+
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.data.dataset_readers import DatasetReader
+from allennlp.data.dataset_readers.dataset_reader import DistributedInfo, WorkerInfo
+
+from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import (
+    CorpusDecodingError,
+    LanguageModelCorpusReader,
+)
+
+LM_CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "lm_corpus"
+
+
+def _texts(instances) -> List[List[str]]:
+    return [[token.text for token in instance["tokens"].tokens] for instance in instances]
+
+
+def _fixture_sentences(*names: str) -> List[List[str]]:
+    sentences = []
+    for name in names:
+        for line in (LM_CORPUS / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                sentences.append(["<S>"] + line.split() + ["</S>"])
+    return sentences
+
+
+TRAIN_SHARDS = ("train-00001-of-00002.txt", "train-00002-of-00002.txt")
+
+
+def test_reads_the_shards_by_glob_in_order(caplog):
+    reader = LanguageModelCorpusReader()
+    with caplog.at_level(logging.INFO, logger=LanguageModelCorpusReader.__module__):
+        instances = list(reader.read(str(LM_CORPUS / "train-*")))
+
+    assert _texts(instances) == _fixture_sentences(*TRAIN_SHARDS)
+    assert len(instances) == 20 + 15
+    assert _texts(instances)[0][:3] == ["<S>", "the", "company"]
+    assert list(instances[0].fields) == ["tokens"]
+    assert instances[0]["tokens"].token_indexers.keys() == {"tokens"}
+    assert reader.last_read_statistics == {
+        "files": 2,
+        "lines": 36,
+        "blank_lines_skipped": 1,
+        "sentences": 35,
+        "sentences_split": 0,
+        "sentences_truncated": 0,
+        "tokens": sum(len(s) - 2 for s in _fixture_sentences(*TRAIN_SHARDS)),
+        "instances": 35,
+    }
+    summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Read ")]
+    assert len(summaries) == 2
+    assert TRAIN_SHARDS[0] in summaries[0] and "1 blank lines skipped" in summaries[0]
+    assert TRAIN_SHARDS[1] in summaries[1] and "15 instances" in summaries[1]
+
+
+def test_reads_a_directory_and_a_single_file(tmp_path):
+    reader = LanguageModelCorpusReader()
+    instances = list(reader.read(LM_CORPUS))
+    assert _texts(instances) == _fixture_sentences(*TRAIN_SHARDS, "valid.txt")
+    assert reader.last_read_statistics["files"] == 3
+    assert reader.last_read_statistics["instances"] == 39
+
+    assert _texts(reader.read(LM_CORPUS / "valid.txt")) == _fixture_sentences("valid.txt")
+    assert reader.last_read_statistics["files"] == 1
+
+    # Hidden files and subdirectories of a directory are ignored.
+    (tmp_path / "b.txt").write_text("second file\n")
+    (tmp_path / "a.txt").write_text("first file\n")
+    (tmp_path / ".hidden").write_text("not read\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.txt").write_text("not read either\n")
+    assert _texts(reader.read(tmp_path)) == [
+        ["<S>", "first", "file", "</S>"],
+        ["<S>", "second", "file", "</S>"],
+    ]
+
+
+def test_missing_inputs_name_the_path(tmp_path):
+    reader = LanguageModelCorpusReader()
+    pattern = str(tmp_path / "shards" / "news.en-*")
+    with pytest.raises(ConfigurationError, match="No corpus files found matching .*news.en-"):
+        list(reader.read(pattern))
+    with pytest.raises(ConfigurationError, match="no-such-file.txt"):
+        list(reader.read(tmp_path / "no-such-file.txt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigurationError, match="empty contains no files"):
+        list(reader.read(tmp_path / "empty"))
+
+
+def test_invalid_utf8_names_file_line_and_offset(tmp_path):
+    corpus = tmp_path / "broken-shard.txt"
+    corpus.write_bytes(b"first line\nsecond line\nbad \xff\xfe bytes\nfourth line\n")
+    reader = LanguageModelCorpusReader()
+    instances = reader.read(corpus)
+    # Lazy: the good lines before the bad one are still produced.
+    assert _texts(itertools.islice(instances, 2)) == [
+        ["<S>", "first", "line", "</S>"],
+        ["<S>", "second", "line", "</S>"],
+    ]
+    with pytest.raises(ConfigurationError) as excinfo:
+        next(instances)
+    message = str(excinfo.value)
+    assert "broken-shard.txt" in message
+    assert "line 3" in message
+    assert "byte offset 4" in message
+    assert isinstance(excinfo.value, CorpusDecodingError)
+    assert (excinfo.value.line_number, excinfo.value.byte_offset) == (3, 4)
+    # It survives the trip from a data-loader worker process.
+    assert str(pickle.loads(pickle.dumps(excinfo.value))) == message
+
+
+def test_blank_lines_control_characters_and_line_endings(tmp_path):
+    corpus = tmp_path / "odd.txt"
+    corpus.write_bytes(
+        b"\xef\xbb\xbfone two\r\n"  # byte order mark, CRLF
+        b"   \t \n"
+        b"\n"
+        b"\xc2\xa0\xe3\x80\x80\n"  # no-break space, ideographic space
+        b"a\x00b c\x1fd\te\n"  # NUL stays inside a token; the unit separator is whitespace
+        b"last line without newline"
+    )
+    reader = LanguageModelCorpusReader(start_token=None, end_token="")
+    assert _texts(reader.read(corpus)) == [
+        ["one", "two"],
+        ["a\x00b", "c", "d", "e"],
+        ["last", "line", "without", "newline"],
+    ]
+    statistics = reader.last_read_statistics
+    assert (statistics["lines"], statistics["blank_lines_skipped"], statistics["sentences"]) == (
+        6,
+        3,
+        3,
+    )
+
+
+@pytest.fixture
+def long_line_corpus(tmp_path) -> Tuple[Path, List[str]]:
+    words = [f"w{i}" for i in range(10_000)]
+    corpus = tmp_path / "long.txt"
+    corpus.write_text("short one\n" + " ".join(words) + "\n" + " ".join(words[:50]) + "\n")
+    return corpus, words
+
+
+def test_long_sentences_are_split(long_line_corpus):
+    corpus, words = long_line_corpus
+    reader = LanguageModelCorpusReader(max_sequence_length=50)
+    texts = _texts(reader.read(corpus))
+    assert len(texts) == 1 + 200 + 1
+    chunks = texts[1:201]
+    assert all(len(chunk) == 52 and chunk[0] == "<S>" and chunk[-1] == "</S>" for chunk in chunks)
+    assert [word for chunk in chunks for word in chunk[1:-1]] == words
+    assert texts[-1][1:-1] == words[:50]  # exactly max_sequence_length: untouched
+    statistics = reader.last_read_statistics
+    assert (statistics["sentences"], statistics["sentences_split"]) == (3, 1)
+    assert (statistics["sentences_truncated"], statistics["instances"]) == (0, 202)
+
+
+def test_long_sentences_are_truncated(long_line_corpus):
+    corpus, words = long_line_corpus
+    reader = LanguageModelCorpusReader(max_sequence_length=50, long_sentences="truncate")
+    texts = _texts(reader.read(corpus))
+    assert len(texts) == 3
+    assert texts[1] == ["<S>"] + words[:50] + ["</S>"]
+    statistics = reader.last_read_statistics
+    assert (statistics["sentences_split"], statistics["sentences_truncated"]) == (0, 1)
+
+
+def test_split_chunks_are_uneven_at_the_end(tmp_path):
+    corpus = tmp_path / "seven.txt"
+    corpus.write_text("1 2 3 4 5 6 7\n")
+    reader = LanguageModelCorpusReader(max_sequence_length=3, start_token=None, end_token=None)
+    assert _texts(reader.read(corpus)) == [["1", "2", "3"], ["4", "5", "6"], ["7"]]
+
+
+def test_is_lazy(tmp_path):
+    corpus = tmp_path / "big.txt"
+    line = b"the quick brown fox jumps over the lazy dog " * 4 + b"\n"
+    with open(corpus, "wb") as corpus_file:
+        corpus_file.write(line * 40_000)  # ~7 MB
+        corpus_file.write(b"an invalid last line \xff\n")
+    size = corpus.stat().st_size
+
+    reader = LanguageModelCorpusReader()
+    tracemalloc.start()
+    try:
+        instances = reader.read(corpus)
+        first = next(instances)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert _texts([first]) == [["<S>"] + line.decode().split() + ["</S>"]]
+    assert peak < size // 20
+    assert reader.last_read_statistics["lines"] == 1
+    # The bad last line is only reached when reading on.
+    with pytest.raises(CorpusDecodingError, match="line 40001"):
+        for _ in instances:
+            pass
+
+
+def _sharding_corpus(tmp_path) -> Path:
+    """Three shards of unique sentences, with blank lines and sentences to split."""
+    directory = tmp_path / "shards"
+    directory.mkdir()
+    number = 0
+    for shard in range(3):
+        lines = []
+        for i in range(17 + 4 * shard):
+            if i % 7 == 3:
+                lines.append("")
+            else:
+                length = 12 if i % 5 == 0 else 3
+                lines.append(" ".join(f"s{number}t{k}" for k in range(length)))
+                number += 1
+        (directory / f"news.en-{shard:05d}").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def _read_as(
+    reader: LanguageModelCorpusReader,
+    path: Path,
+    worker: Optional[WorkerInfo] = None,
+    distributed: Optional[DistributedInfo] = None,
+) -> List[Tuple[str, ...]]:
+    reader._set_worker_info(worker)
+    reader._set_distributed_info(distributed)
+    return [tuple(text) for text in _texts(reader.read(path))]
+
+
+@pytest.mark.parametrize(
+    "world_size, num_workers", [(1, 3), (2, 1), (2, 3), (4, 2)], ids=str
+)
+def test_workers_get_disjoint_shares_of_the_whole_corpus(tmp_path, world_size, num_workers):
+    corpus = _sharding_corpus(tmp_path) / "news.en-*"
+    reader = LanguageModelCorpusReader(max_sequence_length=5)
+    everything = _read_as(reader, corpus)
+    total_statistics = dict(reader.last_read_statistics)
+    assert total_statistics["sentences_split"] > 0 and total_statistics["blank_lines_skipped"] > 0
+    assert len(set(everything)) == len(everything)
+
+    shares = []
+    summed_statistics: Counter = Counter()
+    for rank in range(world_size):
+        for worker_id in range(num_workers):
+            share = _read_as(
+                reader,
+                corpus,
+                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
+                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
+            )
+            assert share, "every worker gets some sentences"
+            shares.append(share)
+            summed_statistics.update(reader.last_read_statistics)
+
+    assert sum(len(share) for share in shares) == len(everything)  # disjoint ...
+    assert Counter(itertools.chain(*shares)) == Counter(everything)  # ... and complete
+    for key in total_statistics.keys() - {"files"}:
+        assert summed_statistics[key] == total_statistics[key], key
+    # The chunks of a split sentence stay with one worker, in order.
+    for share in shares:
+        ordered = sorted(share, key=everything.index)
+        assert share == ordered
+
+
+def test_max_instances_counts_instances_not_lines(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\na b\n\nc d\ne f g h\ni\nj\n")
+    reader = LanguageModelCorpusReader(max_instances=4, max_sequence_length=2)
+    assert _texts(reader.read(corpus)) == [
+        ["<S>", "a", "b", "</S>"],
+        ["<S>", "c", "d", "</S>"],
+        ["<S>", "e", "f", "</S>"],
+        ["<S>", "g", "h", "</S>"],
+    ]
+
+
+def test_multiprocess_data_loader_sees_every_sentence_once(tmp_path):
+    corpus = _sharding_corpus(tmp_path)
+    reader = LanguageModelCorpusReader(max_sequence_length=5)
+    expected = Counter(_read_as(reader, corpus))
+
+    loader = MultiProcessDataLoader(reader, str(corpus), batch_size=1_000, num_workers=2)
+    loaded = [tuple(text) for text in _texts(loader.iter_instances())]
+    assert Counter(loaded) == expected
+
+
+def test_text_to_instance():
+    reader = LanguageModelCorpusReader()
+    instance = reader.text_to_instance("the  bank\tsaid ")
+    assert _texts([instance]) == [["<S>", "the", "bank", "said", "</S>"]]
+    assert _texts([reader.text_to_instance(["a", "b"])]) == [["<S>", "a", "b", "</S>"]]
+    reader.apply_token_indexers(instance)
+    vocab = Vocabulary.from_instances([instance])
+    instance.index_fields(vocab)
+    token_ids = instance.as_tensor_dict()["tokens"]["tokens"]["tokens"].tolist()
+    tokens = [vocab.get_token_from_index(i) for i in token_ids]
+    assert tokens == ["<S>", "the", "bank", "said", "</S>"]
+
+    bare = LanguageModelCorpusReader(start_token="", end_token=None)
+    assert _texts([bare.text_to_instance("x y")]) == [["x", "y"]]
+    only_end = LanguageModelCorpusReader(start_token=None)
+    assert _texts([only_end.text_to_instance("x y")]) == [["x", "y", "</S>"]]
+
+
+def test_from_params():
+    reader = DatasetReader.from_params(
+        Params(
+            {
+                "type": "elmoc_lm_corpus",
+                "max_sequence_length": 4,
+                "long_sentences": "truncate",
+                "start_token": "<bos>",
+                "token_indexers": {"chars": {"type": "characters", "min_padding_length": 1}},
+            }
+        )
+    )
+    assert isinstance(reader, LanguageModelCorpusReader)
+    assert _texts([reader.text_to_instance("a b")]) == [["<bos>", "a", "b", "</S>"]]
+    instance = next(iter(reader.read(LM_CORPUS / "valid.txt")))
+    assert _texts([instance]) == [["<bos>", "the", "company", "said", "sales", "</S>"]]
+    assert instance["tokens"].token_indexers.keys() == {"chars"}
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"long_sentences": "drop"}, "long_sentences"),
+        ({"max_sequence_length": 0}, "max_sequence_length"),
+        ({"max_sequence_length": 2.5}, "max_sequence_length"),
+    ],
+)
+def test_bad_configuration(kwargs, key):
+    with pytest.raises(ConfigurationError, match=key):
+        LanguageModelCorpusReader(**kwargs)

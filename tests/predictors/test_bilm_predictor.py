@@ -1,0 +1,102 @@
+"""The `elmoc_bilm` predictor on the tiny trained biLM: outputs, their shapes and their values."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+
+from allennlp.models.archival import load_archive
+from allennlp.predictors import Predictor
+
+from elmoc_allennlp.predictors.bilm_predictor import BidirectionalLanguageModelPredictor
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SENTENCES = ["the cat sat on the mat", "a dog", "unseenword zzqx the"]
+
+
+@pytest.fixture(scope="module")
+def predictor(elmoc_archive) -> BidirectionalLanguageModelPredictor:
+    return Predictor.from_archive(load_archive(elmoc_archive), "elmoc_bilm")
+
+
+def test_the_archive_names_this_predictor_as_its_default(elmoc_archive):
+    assert isinstance(Predictor.from_path(elmoc_archive), BidirectionalLanguageModelPredictor)
+
+
+def test_shapes_and_boundaries(predictor):
+    output = predictor.predict("the cat sat")
+    assert set(output) == {
+        "loss",
+        "forward_loss",
+        "backward_loss",
+        "mask",
+        "forward_cosine",
+        "backward_cosine",
+    }
+    # <S> the cat sat </S>
+    assert output["mask"] == [True] * 5
+    assert len(output["forward_cosine"]) == len(output["backward_cosine"]) == 5
+    # The forward LM predicts nothing at </S>, the backward LM nothing at <S>.
+    assert output["forward_cosine"][-1] == 0.0 and output["backward_cosine"][0] == 0.0
+    for cosines in (output["forward_cosine"][:-1], output["backward_cosine"][1:]):
+        assert all(-1.0 <= value <= 1.0 and value != 0.0 for value in cosines)
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_losses_are_one_minus_the_mean_cosine(predictor, sentence):
+    # The tiny biLM is trained with the cosine loss: 1 - cos per predicted position.
+    output = predictor.predict(sentence)
+    forward = numpy.array(output["forward_cosine"][:-1])
+    backward = numpy.array(output["backward_cosine"][1:])
+    assert len(forward) == len(sentence.split()) + 1
+    numpy.testing.assert_allclose(output["forward_loss"], numpy.mean(1 - forward), rtol=1e-5)
+    numpy.testing.assert_allclose(output["backward_loss"], numpy.mean(1 - backward), rtol=1e-5)
+    numpy.testing.assert_allclose(
+        output["loss"], (output["forward_loss"] + output["backward_loss"]) / 2, rtol=1e-6
+    )
+
+
+def test_a_batch_gives_each_sentence_its_own_result(predictor):
+    batch = predictor.predict_batch_json([{"sentence": s} for s in SENTENCES])
+    for sentence, result in zip(SENTENCES, batch):
+        alone = predictor.predict(sentence)
+        assert len(result["forward_cosine"]) == len(sentence.split()) + 2
+        for key in ("forward_cosine", "backward_cosine"):
+            numpy.testing.assert_allclose(result[key], alone[key], atol=1e-5)
+
+
+def test_input_without_a_sentence_is_a_clear_error(predictor):
+    with pytest.raises(KeyError, match="needs a 'sentence' key"):
+        predictor.predict_json({"text": "the cat"})
+
+
+def test_allennlp_predict_command(elmoc_archive, predictor, tmp_path):
+    input_file = tmp_path / "input.jsonl"
+    input_file.write_text("".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES))
+    output_file = tmp_path / "predictions.jsonl"
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    command = [
+        sys.executable,
+        "-m",
+        "allennlp",
+        "predict",
+        str(elmoc_archive),
+        str(input_file),
+        "--output-file",
+        str(output_file),
+        "--include-package",
+        "elmoc_allennlp",
+        "--silent",
+    ]
+    subprocess.run(command, check=True, env=environment, capture_output=True, timeout=300)
+    lines = [json.loads(line) for line in output_file.read_text().splitlines()]
+    assert len(lines) == len(SENTENCES)
+    for sentence, line in zip(SENTENCES, lines):
+        expected = predictor.predict(sentence)
+        numpy.testing.assert_allclose(line["forward_cosine"], expected["forward_cosine"], atol=1e-5)
+        numpy.testing.assert_allclose(line["forward_loss"], expected["forward_loss"], rtol=1e-5)
