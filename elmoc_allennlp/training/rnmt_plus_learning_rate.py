@@ -160,7 +160,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         cls,
         optimizer: torch.optim.Optimizer,
         batch_size: int,
-        num_workers: Optional[int] = None,
+        world_size: Optional[int] = None,
         warmup_steps: int = AUTHORS_WARMUP_STEPS,
         decay_start_instances: float = AUTHORS_DECAY_START_RATIO * AUTHORS_DECAY_SCALE,
         decay_end_instances: float = AUTHORS_DECAY_END_RATIO * AUTHORS_DECAY_SCALE,
@@ -169,7 +169,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch: int = -1,
     ) -> "RnmtPlusLearningRate":
         """
-        The ELMo-C authors' schedule for a global batch of `B = batch_size * num_workers`
+        The ELMo-C authors' schedule for a global batch of `B = batch_size * world_size`
         instances per step: `formula = "authors"`, `n = B / reference_batch_size`,
         `s = int(decay_start_instances / B)`, `e = int(decay_end_instances / B)` (the defaults
         are the authors' constants: `n = B / 128`, decay from 1.6e8 to 8e8 instances, warm-up
@@ -181,7 +181,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         batch_size : `int`, required
             Instances per step and per worker (the data loader's batch size; multiply it by
             `num_gradient_accumulation_steps` if the trainer accumulates gradients).
-        num_workers : `int`, optional (default = `None`)
+        world_size : `int`, optional (default = `None`)
             The number of data-parallel workers; `None` reads it from `torch.distributed`
             (1 when training is not distributed).
         warmup_steps : `int`, optional (default = `10000`)
@@ -196,13 +196,13 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         for name, value in (("batch_size", batch_size), ("reference_batch_size", reference_batch_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"elmoc_rnmt_plus: {name} must be a positive integer, got {value!r}")
-        if num_workers is None:
-            num_workers = data_parallel_workers()
-        elif isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        if world_size is None:
+            world_size = data_parallel_workers()
+        elif isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
             raise ConfigurationError(
-                f"elmoc_rnmt_plus: num_workers must be a positive integer or null, got {num_workers!r}"
+                f"elmoc_rnmt_plus: world_size must be a positive integer or null, got {world_size!r}"
             )
-        global_batch = batch_size * num_workers
+        global_batch = batch_size * world_size
         num_replicas = global_batch / reference_batch_size
         decay_start = int(decay_start_instances / global_batch)
         decay_end = int(decay_end_instances / global_batch)
@@ -219,7 +219,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
             "decay from step %d to step %d",
             global_batch,
             batch_size,
-            num_workers,
+            world_size,
             num_replicas,
             warmup_steps,
             decay_start,

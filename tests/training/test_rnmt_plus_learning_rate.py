@@ -274,7 +274,7 @@ def authors_learning_rate(step: int, global_batch: int) -> float:
     return base_scale / 2
 
 
-def _authors_scheduler(per_worker_batch: int, workers: int, **kwargs) -> RnmtPlusLearningRate:
+def _authors_scheduler(per_worker_batch: int, **kwargs) -> RnmtPlusLearningRate:
     return LearningRateScheduler.from_params(
         optimizer=_optimizer(1e-4),
         params=Params({"type": "elmoc_rnmt_plus", "batch_size": per_worker_batch, **kwargs}),
@@ -289,7 +289,7 @@ def test_authors_schedule_for_any_batch_and_number_of_workers(global_batch, work
     # The number of workers comes from torch.distributed, as in allennlp's distributed training.
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: workers > 1)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda: workers)
-    scheduler = _authors_scheduler(global_batch // workers, None)
+    scheduler = _authors_scheduler(global_batch // workers)
     start, end = int(4e8 / global_batch * 0.4), int(4e8 / global_batch * 2.0)
     assert (scheduler.decay_start, scheduler.decay_end) == (start, end)
     assert scheduler.num_replicas == global_batch / 128
@@ -303,20 +303,20 @@ def test_authors_schedule_for_any_batch_and_number_of_workers(global_batch, work
 def test_authors_schedule_peak_and_end_of_ten_epochs():
     # At B = 256: peak 2e-4, and after 10 epochs (4e8 windows) still 1.19e-4 (the decay runs to
     # 20 epochs).
-    scheduler = _authors_scheduler(256, 1)
+    scheduler = _authors_scheduler(256)
     values = [_lr_at(scheduler, t) for t in range(0, int(4e8 / 256) + 1, 997)]
     assert max(values) == pytest.approx(2e-4)
     assert _lr_at(scheduler, int(4e8 / 256)) == pytest.approx(2e-4 * 4 ** -0.375, rel=1e-9)
     # The same number of windows with 4 workers of 256 (B = 1024): peak 8e-4, same 1.6e8-window
     # decay start.
-    scheduler = _authors_scheduler(256, 4, num_workers=4)
+    scheduler = _authors_scheduler(256, world_size=4)
     assert _lr_at(scheduler, 10000) == pytest.approx(8e-4)
     assert scheduler.decay_start * 1024 == pytest.approx(1.6e8, rel=1e-5)
 
 
 def test_authors_schedule_explicit_arguments_and_errors():
     scheduler = _authors_scheduler(
-        8, 1, num_workers=2, warmup_steps=10, decay_start_instances=1600, decay_end_instances=3200,
+        8, world_size=2, warmup_steps=10, decay_start_instances=1600, decay_end_instances=3200,
         reference_batch_size=4,
     )
     assert scheduler.formula == "authors"
@@ -324,7 +324,7 @@ def test_authors_schedule_explicit_arguments_and_errors():
     assert _lr_at(scheduler, 5) == pytest.approx(1e-4 * (1 + 5 * 3 / 10))
     assert _lr_at(scheduler, 150) == pytest.approx(1e-4 * 4 * 8 ** -0.5)
     assert _lr_at(scheduler, 199) < 1e-4 * 0.6 and _lr_at(scheduler, 200) == pytest.approx(5e-5)
-    for bad in ({"batch_size": 0}, {"num_workers": 0}, {"reference_batch_size": 0}):
+    for bad in ({"batch_size": 0}, {"world_size": 0}, {"reference_batch_size": 0}):
         with pytest.raises(ConfigurationError, match=next(iter(bad))):
             RnmtPlusLearningRate.from_global_batch(_optimizer(1e-4), **{"batch_size": 8, **bad})
 
@@ -332,7 +332,7 @@ def test_authors_schedule_explicit_arguments_and_errors():
 def test_authors_schedule_with_a_small_batch_still_halves_at_the_end():
     # B = 64: n = 0.5, so 2n = 1 and the decay term is constant; the authors' rule drops to
     # lr0 / 2 at e.
-    scheduler = _authors_scheduler(64, 1)
+    scheduler = _authors_scheduler(64)
     assert _lr_at(scheduler, 1000) == pytest.approx(0.5e-4)
     assert _lr_at(scheduler, scheduler.decay_end) == pytest.approx(0.5e-4)
     assert all(math.isfinite(_lr_at(scheduler, t)) for t in (0, 10**6, 10**8))
