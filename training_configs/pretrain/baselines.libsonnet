@@ -152,6 +152,12 @@ local pretrained_cnn(s, embedders) =
     },
   };
 
+// Inputs that already have the LSTM's size (char CNN, BPE lookup): the authors' LSTM has no
+// input projection then (source/models/custom_elmo_lstm.py builds `input_projection` only when
+// input_size != hidden_size); ours keeps one, shared by both directions, to stay closest to their
+// parameter counts (e.g. ELMo-Sub's 92M, Table 4).
+local p_dimensional_input(dim) = { input_dim: dim, separate_input_projections: false };
+
 // fastText input, a closed-vocabulary output layer, shared by both directions as in ELMo
 // (Peters et al. 2018, section 3.1: the softmax is tied between the directions).
 local softmax_family(s, base, output_layer) = base {
@@ -206,7 +212,7 @@ local sparse_optimizer(s) =
         vocabulary: closed_vocabulary(s.vocabulary_size),
         model+: {
           text_field_embedder: { token_embedders: { elmo_characters: char_cnn(s, cnn_dim) } },
-          contextualizer+: { input_dim: cnn_dim, layer_norm: s.elmo_layer_norm },
+          contextualizer+: p_dimensional_input(cnn_dim) { layer_norm: s.elmo_layer_norm },
           output_layer: sampled_layer(s, P),
           backward_output_layer:: null,
           target_indexer: 'targets',
@@ -233,7 +239,7 @@ local sparse_optimizer(s) =
               subwords: { type: 'embedding', embedding_dim: P, vocab_namespace: 'subwords' },
             },
           },
-          contextualizer+: { input_dim: P },
+          contextualizer+: p_dimensional_input(P),
           output_layer: { type: 'softmax', input_dim: P, vocab_namespace: 'subwords' },
           backward_output_layer:: null,
           target_indexer: 'targets',
@@ -291,7 +297,7 @@ local sparse_optimizer(s) =
               fasttext: { type: 'fasttext', vectors_path: s.fasttext_path },
             },
           },
-          contextualizer+: { input_dim: cnn_dim },
+          contextualizer+: p_dimensional_input(cnn_dim),
         },
       } + pretrained_cnn(s, ['_text_field_embedder']),
 
@@ -323,7 +329,7 @@ local sparse_optimizer(s) =
         },
         model+: {
           text_field_embedder: { token_embedders: { elmo_characters: char_cnn(s, cnn_dim) } },
-          contextualizer+: { input_dim: cnn_dim },
+          contextualizer+: p_dimensional_input(cnn_dim),
           output_layer+: { embedding_dim: cnn_dim },
         },
       } + pretrained_cnn(s, ['_text_field_embedder']),

@@ -2,6 +2,7 @@
 // input and, as targets of the continuous output layer, the embeddings of the target words by
 // the character CNN of a trained ELMo (frozen, 512-d): the heads map 512 -> 512. The CNN comes
 // from ELMOC_ELMO_ARCHIVE, the model.tar.gz of an elmo.jsonnet run (same char CNN settings).
+// Trainable: 76,402,688; the CNN's ~18M parameters are frozen.
 //
 //   ELMOC_ELMO_ARCHIVE=runs/elmo/model.tar.gz ELMOC_FASTTEXT=crawl-300d-2M-subword.bin \
 //   ELMOC_TRAIN_DATA=... ELMOC_VALIDATION_DATA=... \

@@ -2,8 +2,9 @@
 // character CNN of a trained ELMo (frozen; 2048 filters, 2 highway layers, projected to 512),
 // with the continuous output layer predicting frozen fastText (Common Crawl) vectors. The CNN
 // comes from ELMOC_ELMO_ARCHIVE, the model.tar.gz of an elmo.jsonnet run (same char CNN
-// settings); it is copied in at construction and not trained. Trainable: the ELMo-C encoder and
-// heads (76.2M); the CNN's ~18M parameters are frozen.
+// settings); it is copied in at construction and not trained. Trainable: 76,138,584 (the ELMo-C
+// encoder with one 512 -> 512 input projection and a head per direction); the CNN's ~18M
+// parameters are frozen.
 //
 //   ELMOC_ELMO_ARCHIVE=runs/elmo/model.tar.gz ELMOC_FASTTEXT=crawl-300d-2M-subword.bin \
 //   ELMOC_TRAIN_DATA=... ELMOC_VALIDATION_DATA=... \
