@@ -1,7 +1,8 @@
 """
-The baseline configs of training_configs/pretrain/ (Li et al. 2019, Tables 1 and 4): each variant
-builds and trains on the fixture corpus, its loss goes down, and at paper size the parameter
-counts are the paper's (built on the meta device: nothing is allocated).
+The baseline configs of training_configs/pretrain/ (Li et al. 2019, Tables 1, 3 and 4): each
+variant builds and trains on the fixture corpus, its loss goes down, the Table 3 rows use a
+trained ELMo's character CNN, frozen, and at paper size the parameter counts are the paper's
+(built on the meta device: nothing is allocated).
 """
 import copy
 import json
@@ -17,6 +18,8 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
+from allennlp.models.archival import load_archive
+from allennlp.training.optimizers import Optimizer
 
 import elmoc_allennlp  # noqa: F401  (registers the package's components)
 import elmoc_allennlp.models.bidirectional_language_model  # noqa: F401
@@ -46,13 +49,21 @@ VARIANTS = [
     "elmo_sub",
     "elmoc_oneb",
     "elmoc_rnd",
-    "elmoc_cnn",
+    "elmoc_cnn_cc",
+    "elmoc_cc_cnn",
     "elmoc_cnn_cnn",
     "sampled",
     "fixed",
     "full",
 ]
 SOFTMAX_FAMILY = {"elmo", "elmo_a", "elmo_sub", "sampled", "fixed", "full"}
+# Table 3: the CNN of a trained ELMo as input (CNN-CC), as targets (CC-CNN) or both (CNN-CNN).
+TABLE_3 = {
+    "elmoc_cnn_cc": ["_text_field_embedder"],
+    "elmoc_cc_cnn": ["_target_embedder"],
+    "elmoc_cnn_cnn": ["_text_field_embedder"],
+}
+CNN = ".token_embedder_elmo_characters."
 
 TINY_SETTINGS = {
     "projection_dim": 6,
@@ -74,8 +85,19 @@ TINY_SETTINGS = {
 }
 
 
-def tiny_config(variant: str, tmp_path: Path, **overrides) -> Path:
+@pytest.fixture(scope="session")
+def tiny_elmo_archive(tmp_path_factory) -> Path:
+    """A trained tiny ELMo (char CNN + sampled softmax), the CNN source of the Table 3 rows."""
+    directory = tmp_path_factory.mktemp("tiny_elmo")
+    config = tiny_config("elmo", directory, num_epochs=2)
+    train_model(Params.from_file(str(config)), str(directory / "run"))
+    return directory / "run" / "model.tar.gz"
+
+
+def tiny_config(variant: str, tmp_path: Path, elmo_archive: Path = None, **overrides) -> Path:
     settings = dict(TINY_SETTINGS, **overrides)
+    if elmo_archive is not None:
+        settings["elmo_archive"] = str(elmo_archive)
     fixtures = FIXTURES_ROOT / "lm_corpus"
     settings.update(
         fasttext_path=os.environ["ELMOC_TEST_FASTTEXT"],
@@ -103,6 +125,15 @@ def build(config: Path):
     return model, instances, vocab, params
 
 
+def optimizer_of(model: Model, params: Params, lr: float) -> torch.optim.Optimizer:
+    """The config's optimizer (its parameter groups freeze what the config freezes), at `lr`."""
+    optimizer_params = params["trainer"]["optimizer"].duplicate()
+    optimizer_params["lr"] = lr
+    return Optimizer.from_params(
+        model_parameters=list(model.named_parameters()), params=optimizer_params
+    )
+
+
 @pytest.fixture(autouse=True)
 def bpe_cache_in_tmp(tmp_path, monkeypatch):
     import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
@@ -110,10 +141,18 @@ def bpe_cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setattr(bpe, "DEFAULT_BPE_CACHE", str(tmp_path / "bpe_cache"))
 
 
+@pytest.fixture
+def archive_for(request):
+    """The tiny ELMo archive for the Table 3 rows (built once, only when one is tested)."""
+    return lambda variant: (
+        request.getfixturevalue("tiny_elmo_archive") if variant in TABLE_3 else None
+    )
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_variant_builds_and_its_loss_decreases(variant, tmp_path):
+def test_variant_builds_and_its_loss_decreases(variant, tmp_path, archive_for):
     torch.manual_seed(0)
-    model, instances, vocab, _ = build(tiny_config(variant, tmp_path))
+    model, instances, vocab, params = build(tiny_config(variant, tmp_path, archive_for(variant)))
     assert model._output_layer.requires_target_ids == (variant in SOFTMAX_FAMILY)
     batch = Batch(instances[:16])
     batch.index_instances(vocab)
@@ -126,8 +165,7 @@ def test_variant_builds_and_its_loss_decreases(variant, tmp_path):
 
     before = eval_loss()
     assert math.isfinite(before)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(trainable, lr=0.02)
+    optimizer = optimizer_of(model, params, lr=0.02)
     model.train()
     for _ in range(30):
         optimizer.zero_grad()
@@ -138,13 +176,54 @@ def test_variant_builds_and_its_loss_decreases(variant, tmp_path):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_variant_trains_with_allennlp_train(variant, tmp_path):
-    config = tiny_config(variant, tmp_path)
+def test_variant_trains_with_allennlp_train(variant, tmp_path, archive_for):
+    config = tiny_config(variant, tmp_path, archive_for(variant))
     serialization_dir = tmp_path / "run"
     train_model(Params.from_file(str(config)), str(serialization_dir))
     metrics = json.loads((serialization_dir / "metrics.json").read_text())
     assert math.isfinite(metrics["training_loss"])
     assert math.isfinite(metrics["validation_loss"])
+
+
+@pytest.mark.parametrize("variant", sorted(TABLE_3))
+def test_table_3_rows_use_the_trained_elmo_cnn_frozen(variant, tmp_path, tiny_elmo_archive):
+    elmo = load_archive(str(tiny_elmo_archive)).model.state_dict()
+    elmo_cnn = {k.split(CNN)[1]: v for k, v in elmo.items() if CNN in k}
+    assert elmo_cnn
+    config = tiny_config(variant, tmp_path, tiny_elmo_archive)
+    model, instances, vocab, params = build(config)
+    optimizer_of(model, params, lr=0.01)
+    for embedder in TABLE_3[variant]:
+        cnn = {n.split(CNN)[1]: p for n, p in model.named_parameters() if n.startswith(embedder + CNN)}
+        assert cnn.keys() == elmo_cnn.keys()
+        for name, parameter in cnn.items():
+            assert torch.equal(parameter, elmo_cnn[name]), name
+            assert not parameter.requires_grad, name
+    # Through `allennlp train`: the CNN in the archive is still the ELMo's, everything else moved.
+    run = tmp_path / "run"
+    train_model(Params.from_file(str(config)), str(run))
+    trained = load_archive(str(run / "model.tar.gz")).model.state_dict()
+    for embedder in TABLE_3[variant]:
+        for name, value in elmo_cnn.items():
+            assert torch.equal(trained[embedder + CNN + name], value), name
+    metrics = json.loads((run / "metrics.json").read_text())
+    # A frozen CNN cannot make the targets collapse onto one vector (a near-zero loss).
+    assert metrics["validation_loss"] > 0.05 and metrics["training_loss"] > 0.05
+
+
+def test_elmoc_cnn_is_the_cnn_cc_row(tmp_path, tiny_elmo_archive):
+    import _jsonnet
+
+    env = {"ELMOC_ELMO_ARCHIVE": "e.tar.gz", "ELMOC_FASTTEXT": "f.bin", "ELMOC_TRAIN_DATA": "t",
+           "ELMOC_VALIDATION_DATA": "v"}
+    assert _jsonnet.evaluate_file(str(CONFIGS / "elmoc_cnn.jsonnet"), ext_vars=env) == (
+        _jsonnet.evaluate_file(str(CONFIGS / "elmoc_cnn_cc.jsonnet"), ext_vars=env)
+    )
+
+
+def test_table_3_rows_need_an_elmo_archive(tmp_path):
+    with pytest.raises(RuntimeError, match="elmo_archive .* is required for the Table 3 rows"):
+        Params.from_file(str(tiny_config("elmoc_cc_cnn", tmp_path)))
 
 
 def test_rnd_targets_are_frozen_standard_normal(tmp_path):
@@ -207,6 +286,7 @@ def test_small_config_evaluates_for_every_variant():
     for variant in VARIANTS:
         env = {
             "ELMOC_BASELINE": variant,
+            "ELMOC_ELMO_ARCHIVE": "elmo.tar.gz",
             "ELMOC_FASTTEXT": "ptb.bin",
             "ELMOC_TRAIN_DATA": "ptb.train.txt",
             "ELMOC_VALIDATION_DATA": "ptb.valid.txt",
@@ -320,3 +400,35 @@ def test_sparse_softmax_trains_with_dense_sparse_adam_and_no_norm_clipping(tmp_p
     train_model(params, str(tmp_path / "run"))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert math.isfinite(metrics["training_loss"])
+
+
+@pytest.mark.parametrize(
+    "config, trainable",
+    [
+        # Encoder 75,567,104 (4 LSTM layers), a shared 512 -> 512 input projection (263,680) or
+        # two 300 -> 512 ones (310,272), two heads 512 -> 300 (307,800) or 512 -> 512 (525,312).
+        ("elmoc_cnn_cc.jsonnet", 75_567_104 + 263_680 + 307_800),
+        ("elmoc_cc_cnn.jsonnet", 75_567_104 + 310_272 + 525_312),
+        ("elmoc_cnn_cnn.jsonnet", 75_567_104 + 263_680 + 525_312),
+    ],
+)
+def test_table_3_trainable_parameters_at_paper_size(config, trainable, fasttext_300d):
+    import re
+
+    env = {
+        "ELMOC_ELMO_ARCHIVE": "unused.tar.gz",
+        "ELMOC_FASTTEXT": str(fasttext_300d),
+        "ELMOC_TRAIN_DATA": "unused",
+        "ELMOC_VALIDATION_DATA": "unused",
+    }
+    params = Params.from_file(str(CONFIGS / config), ext_vars=env)
+    model_params = params.pop("model")
+    model_params.pop("initializer")  # copies the ELMo's CNN: nothing to copy on the meta device
+    with torch.device("meta"):
+        model = Model.from_params(vocab=Vocabulary.empty(), params=model_params)
+    ((frozen, _),) = params["trainer"]["optimizer"]["parameter_groups"]
+    frozen_names = [n for n, _ in model.named_parameters() if any(re.search(r, n) for r in frozen)]
+    cnn = sum(p.numel() for n, p in model.named_parameters() if n in frozen_names)
+    assert 17e6 < cnn < 19e6  # ELMo's char CNN, frozen
+    count = sum(p.numel() for n, p in model.named_parameters() if n not in frozen_names)
+    assert count == trainable

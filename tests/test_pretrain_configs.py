@@ -1,19 +1,31 @@
-"""The pretraining configs build, and the paper-size one has the paper's parameter count."""
-import os
+"""
+The pretraining configs build; the paper-size one is the paper's model (exact parameter count)
+with the authors' recipe (window mode, their schedule, Adam eps, no output dropout) and trains;
+the config builders reject settings they do not know.
+"""
+import json
+import math
 from pathlib import Path
 
+import _jsonnet
 import pytest
 import torch
 
+from allennlp.commands.train import train_model
 from allennlp.common import Params
 from allennlp.data import Vocabulary
 from allennlp.models import Model
+from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.common.fasttext_training import train_fasttext
 from tests.conftest import LM_CORPUS
+from tests.training.test_rnmt_plus_learning_rate import authors_learning_rate
 
 PRETRAIN_CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
+LIBSONNET = PRETRAIN_CONFIGS / "elmoc.libsonnet"
+BASELINES = PRETRAIN_CONFIGS / "baselines.libsonnet"
+REQUIRED = {"fasttext_path": "ft.bin", "embedding_dim": 8, "train_data_path": "corpus/*"}
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +46,13 @@ def corpus_environment(tmp_path_factory):
     }
 
 
-def _model_params(config: str, environment, dim: int) -> Params:
+def _params(config: str, environment, dim: int, overrides: str = "") -> Params:
     ext_vars = {
         "ELMOC_FASTTEXT": str(environment["vectors"][dim]),
         "ELMOC_TRAIN_DATA": environment["ELMOC_TRAIN_DATA"],
         "ELMOC_VALIDATION_DATA": environment["ELMOC_VALIDATION_DATA"],
     }
-    return Params.from_file(str(PRETRAIN_CONFIGS / config), ext_vars=ext_vars)
+    return Params.from_file(str(PRETRAIN_CONFIGS / config), overrides, ext_vars=ext_vars)
 
 
 def _trainable(model: torch.nn.Module) -> int:
@@ -48,21 +60,143 @@ def _trainable(model: torch.nn.Module) -> int:
 
 
 def test_paper_config_has_76m_trainable_parameters(corpus_environment):
-    params = _model_params("elmoc.jsonnet", corpus_environment, 300)
-    assert params["trainer"]["learning_rate_scheduler"]["type"] == "elmoc_rnmt_plus"
+    params = _params("elmoc.jsonnet", corpus_environment, 300)
     with torch.device("meta"):
         model = Model.from_params(vocab=Vocabulary.empty(), params=params["model"])
     count = _trainable(model)
     # Paper, Tables 2 and 4: ELMo-C has 76M trainable parameters.
-    assert abs(count - 76_000_000) <= 1_000_000, count
-    # Closed form: input projection + LayerNorm, 4 LSTM-with-projection layers, shared head.
+    assert count == 76_185_176
+    # Closed form: per direction an input projection with bias + LayerNorm, 2 LSTM-with-projection
+    # layers and a continuous head (the authors' two independent LMs).
     d, p, c = 300, 512, 4096
     layer = p * 4 * c + (p * 4 * c + 4 * c) + c * p + 2 * p
-    assert count == d * p + 2 * p + 4 * layer + (p * d + d)
+    assert count == 2 * ((d * p + p) + 2 * p + 2 * layer + (p * d + d))
+    encoder = model._contextualizer
+    assert encoder.input_projection.bias is not None
+    assert encoder.backward_input_projection.weight.shape == (p, d)
+    assert model._backward_output_layer is not None and model._dropout.p == 0.0
+
+
+def test_paper_config_is_the_authors_recipe(corpus_environment):
+    params = _params("elmoc.jsonnet", corpus_environment, 300).as_dict()
+    assert params["dataset_reader"]["mode"] == "window"
+    assert params["dataset_reader"]["window_length"] == 20
+    assert "max_sequence_length" not in params["dataset_reader"]
+    trainer = params["trainer"]
+    assert trainer["optimizer"] == {"type": "adam", "lr": 1e-4, "eps": 1e-6}
+    assert trainer["grad_norm"] == 1.0
+    assert params["model"]["dropout"] == 0.0
+    assert params["model"]["contextualizer"]["recurrent_dropout"] == 0.1
+    # The schedule the trainer builds is the authors' for the global batch, here 768 x 1 worker.
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-4, eps=1e-6)
+    scheduler = LearningRateScheduler.from_params(
+        optimizer=optimizer, params=Params(trainer["learning_rate_scheduler"])
+    )
+    batch = params["data_loader"]["batch_sampler"]["batch_size"]
+    assert batch == 768
+    for step in (1, 5000, 10000, 200000, 500000, 1041666, 2000000):
+        scheduler.step_batch(step)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(
+            authors_learning_rate(step, batch), rel=1e-12
+        )
+
+
+def test_paper_config_trains_in_window_mode(tmp_path, tiny_fasttext_path):
+    """elmoc.jsonnet itself, with toy sizes by overrides, through `allennlp train`."""
+    tiny = {
+        "model.contextualizer.input_dim": 16,
+        "model.contextualizer.projection_dim": 6,
+        "model.contextualizer.cell_dim": 10,
+        "data_loader.batch_sampler.batch_size": 8,
+        "trainer.num_epochs": 1,
+    }
+    for head in ("output_layer", "backward_output_layer"):
+        tiny[f"model.{head}.input_dim"] = 6
+        tiny[f"model.{head}.embedding_dim"] = 16
+    ext_vars = {
+        "ELMOC_FASTTEXT": str(tiny_fasttext_path),
+        "ELMOC_TRAIN_DATA": str(LM_CORPUS / "train-*.txt"),
+        "ELMOC_VALIDATION_DATA": str(LM_CORPUS / "valid.txt"),
+    }
+    params = Params.from_file(str(PRETRAIN_CONFIGS / "elmoc.jsonnet"), json.dumps(tiny), ext_vars)
+    model = train_model(params, str(tmp_path / "run"))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert math.isfinite(metrics["training_loss"]) and math.isfinite(metrics["validation_loss"])
+    # 20-token windows: 35 fixture sentences are ~1,000 stream tokens, ~50 windows, 7 batches.
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["dataset_reader"]["mode"] == "window"
+    assert config["trainer"]["learning_rate_scheduler"]["type"] == "elmoc_rnmt_plus"
+    assert metrics["training_forward_loss"] > 0 and metrics["training_backward_loss"] > 0
+    assert type(model).__name__ == "BidirectionalLanguageModel"
 
 
 def test_small_config_builds_and_is_small(corpus_environment):
-    params = _model_params("elmoc_small.jsonnet", corpus_environment, 100)
+    params = _params("elmoc_small.jsonnet", corpus_environment, 100)
     model = Model.from_params(vocab=Vocabulary.empty(), params=params["model"])
     assert 1_000_000 < _trainable(model) < 5_000_000
     assert params["data_loader"]["batch_sampler"]["batch_size"] == 64
+
+
+# ------------------------------------------------------------------ settings are checked
+
+
+def _evaluate(snippet: str) -> dict:
+    return json.loads(_jsonnet.evaluate_snippet("test", snippet))
+
+
+def _elmoc(**settings) -> dict:
+    return _evaluate(f"(import {json.dumps(str(LIBSONNET))}).config({json.dumps({**REQUIRED, **settings})})")
+
+
+def _baseline(variant: str, **settings) -> dict:
+    return _evaluate(
+        f"(import {json.dumps(str(BASELINES))}).variant({json.dumps(variant)}, "
+        f"{json.dumps({**REQUIRED, **settings})})"
+    )
+
+
+@pytest.mark.parametrize(
+    "build, key, suggestion",
+    [
+        (_elmoc, "lerning_rate", "learning_rate"),
+        (_elmoc, "batchsize", "batch_size"),
+        (_elmoc, "num_sample", "num_layers"),  # a baseline setting is unknown to elmoc.config
+        (lambda **s: _baseline("sampled", **s), "num_sample", "num_samples"),
+        (lambda **s: _baseline("elmoc_rnd", **s), "recurent_dropout", "recurrent_dropout"),
+    ],
+)
+def test_unknown_settings_are_errors_naming_the_key_and_a_close_one(build, key, suggestion):
+    with pytest.raises(RuntimeError, match=f'unknown setting "{key}" \\(did you mean "{suggestion}"\\?\\)'):
+        build(**{key: 1})
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"mode": "window", "max_sequence_length": 50}, "max_sequence_length applies to mode 'sentence'"),
+        ({"max_sequence_length": 50, "window_length": 10}, "window_length applies to mode 'window'"),
+        ({"mode": "windows"}, "mode must be one of window, sentence"),
+        ({"schedule": "authors", "decay_start": 5}, "decay_start applies to schedule 'rnmt_plus'"),
+        ({"decay_start": 5, "decay_end": 9, "reference_batch_size": 64}, "reference_batch_size applies"),
+        ({"schedule": "rnmt_plus"}, "schedule 'rnmt_plus' needs decay_(start|end)"),
+    ],
+)
+def test_settings_that_do_not_apply_are_errors(settings, message):
+    with pytest.raises(RuntimeError, match=message):
+        _elmoc(**settings)
+
+
+def test_explicit_steps_select_the_published_formula_and_length_selects_sentences():
+    config = _elmoc(decay_start=10, decay_end=20, num_replicas=2, max_sequence_length=50)
+    assert config["trainer"]["learning_rate_scheduler"] == {
+        "type": "elmoc_rnmt_plus_steps",
+        "warmup_steps": 10000,
+        "decay_start": 10,
+        "decay_end": 20,
+        "num_replicas": 2,
+    }
+    assert config["dataset_reader"]["mode"] == "sentence"
+    assert config["dataset_reader"]["max_sequence_length"] == 50
+    shared = _elmoc(separate_input_projections=False, separate_output_layers=False)
+    assert "backward_output_layer" not in shared["model"]
+    assert shared["model"]["contextualizer"]["separate_input_projections"] is False

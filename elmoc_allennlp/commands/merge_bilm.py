@@ -35,11 +35,18 @@ WEIGHTS_NAME = "weights.th"
 META_NAME = "meta.json"
 VOCABULARY_NAME = "vocabulary"
 
-_FORWARD_PREFIX = "_contextualizer.forward_layers."
-_BACKWARD_PREFIX = "_contextualizer.backward_layers."
+_CONTEXTUALIZER = "_contextualizer."
 _HEAD_PREFIX = "_output_layer."
 _BACKWARD_HEAD_PREFIX = "_backward_output_layer."
-
+# The parameters each direction's job trains: its LSTM stack, its input projection and LayerNorm
+# (when the contextualizer has one per direction) and its head (when the model has two).
+_FORWARD_STACK = (_CONTEXTUALIZER + "forward_layers.",)
+_BACKWARD_STACK = (_CONTEXTUALIZER + "backward_layers.",)
+_FORWARD_INPUT = (_CONTEXTUALIZER + "input_projection.", _CONTEXTUALIZER + "input_layer_norm.")
+_BACKWARD_INPUT = (
+    _CONTEXTUALIZER + "backward_input_projection.",
+    _CONTEXTUALIZER + "backward_input_layer_norm.",
+)
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
 @Subcommand.register("elmoc-merge-bilm", exist_ok=True)
@@ -123,6 +130,20 @@ def _same_directory(left: str, right: str) -> bool:
     )
 
 
+def _direction_of(key: str, separate_inputs: bool, separate_heads: bool) -> Optional[str]:
+    """Which job's weights `key` comes from in the merge: "forward", "backward" or `None` (both)."""
+    forward = _FORWARD_STACK + (_FORWARD_INPUT if separate_inputs else ())
+    backward = _BACKWARD_STACK + (_BACKWARD_INPUT if separate_inputs else ())
+    if separate_heads:
+        forward += (_HEAD_PREFIX,)
+        backward += (_BACKWARD_HEAD_PREFIX,)
+    if key.startswith(forward):
+        return "forward"
+    if key.startswith(backward):
+        return "backward"
+    return None
+
+
 def merge_bilm_state_dicts(
     forward_state: Dict[str, torch.Tensor],
     backward_state: Dict[str, torch.Tensor],
@@ -130,10 +151,12 @@ def merge_bilm_state_dicts(
     backward_name: str = "backward archive",
 ) -> Dict[str, torch.Tensor]:
     """
-    The weights of the merged biLM: the forward stack and the (shared) output layer from the
-    forward run, the backward stack from the backward run, the backward run's output layer as
-    `_backward_output_layer`. Every other tensor (the frozen input projection) must be identical
-    in both runs.
+    The weights of the merged biLM: each direction's LSTM stack, input projection and LayerNorm
+    (if the contextualizer has one per direction) and output layer from the job that trained
+    that direction. Models with a single output layer (written before `backward_output_layer`
+    was used in single-direction jobs) give the backward job's `_output_layer` as the merged
+    `_backward_output_layer`. Every other tensor (frozen in both jobs, e.g. a shared input
+    projection) must be identical in both runs.
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -141,18 +164,17 @@ def merge_bilm_state_dicts(
             f"The {forward_name} and the {backward_name} have different parameters "
             f"(e.g. {only[:3]}); they must be the same architecture"
         )
-    if any(key.startswith(_BACKWARD_HEAD_PREFIX) for key in forward_state):
-        raise ConfigurationError(
-            f"The {forward_name} already has a backward_output_layer: is it a merged archive?"
-        )
+    separate_inputs = any(key.startswith(_BACKWARD_INPUT) for key in forward_state)
+    separate_heads = any(key.startswith(_BACKWARD_HEAD_PREFIX) for key in forward_state)
     merged: Dict[str, torch.Tensor] = {}
     for key, forward_value in forward_state.items():
         backward_value = backward_state[key]
-        if key.startswith(_FORWARD_PREFIX):
+        direction = _direction_of(key, separate_inputs, separate_heads)
+        if direction == "forward":
             merged[key] = forward_value
-        elif key.startswith(_BACKWARD_PREFIX):
+        elif direction == "backward":
             merged[key] = backward_value
-        elif key.startswith(_HEAD_PREFIX):
+        elif not separate_heads and key.startswith(_HEAD_PREFIX):
             merged[key] = forward_value
             merged[_BACKWARD_HEAD_PREFIX + key[len(_HEAD_PREFIX) :]] = backward_value
         elif forward_value.shape != backward_value.shape or not torch.equal(
@@ -169,6 +191,92 @@ def merge_bilm_state_dicts(
     return merged
 
 
+def _read_run_config(directory: str, archive: str, direction: str) -> Dict[str, Any]:
+    """The config of a single-direction `elmoc_bilm` run, checked."""
+    with open(os.path.join(directory, CONFIG_NAME), encoding="utf-8") as config_file:
+        config = json.load(config_file)
+    model = config.get("model", {})
+    if model.get("type") != "elmoc_bilm":
+        raise ConfigurationError(
+            f"{archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
+        )
+    if model.get("directions", "both") != direction:
+        raise ConfigurationError(
+            f"{archive}: model.directions is {model.get('directions', 'both')!r}, "
+            f"expected {direction!r} (train it with directions: '{direction}')"
+        )
+    return config
+
+
+def _check_same_model(
+    forward_config: Dict[str, Any],
+    backward_config: Dict[str, Any],
+    forward_dir: str,
+    backward_dir: str,
+    forward_archive: str,
+    backward_archive: str,
+) -> None:
+    """The two runs have the same model (but for `directions`) and the same vocabulary."""
+    forward_model = {k: v for k, v in forward_config["model"].items() if k != "directions"}
+    backward_model = {k: v for k, v in backward_config["model"].items() if k != "directions"}
+    difference = _first_difference(forward_model, backward_model, "model")
+    if difference is not None:
+        key, left, right = difference
+        raise ConfigurationError(
+            f"The two runs have different models: {key} is {left!r} in {forward_archive} "
+            f"and {right!r} in {backward_archive}"
+        )
+    if not _same_directory(
+        os.path.join(forward_dir, VOCABULARY_NAME), os.path.join(backward_dir, VOCABULARY_NAME)
+    ):
+        raise ConfigurationError(
+            f"{forward_archive} and {backward_archive} have different vocabularies"
+        )
+
+
+def _merged_config(forward_config: Dict[str, Any]) -> Dict[str, Any]:
+    """The forward run's config as a biLM: no `directions`, no `distributed`, two heads."""
+    config = copy.deepcopy(forward_config)
+    config.pop("distributed", None)
+    model = config["model"]
+    model.pop("directions", None)
+    model.setdefault("backward_output_layer", copy.deepcopy(model["output_layer"]))
+    return config
+
+
+def _write_archive(
+    config: Dict[str, Any], state: Dict[str, torch.Tensor], extras_dir: str, output_file: str
+) -> str:
+    """Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically."""
+    output_file = os.fspath(output_file)
+    if os.path.isdir(output_file):
+        output_file = os.path.join(output_file, "model.tar.gz")
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    with tempfile.TemporaryDirectory() as merged_dir:
+        with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
+            json.dump(config, config_file, indent=4)
+        torch.save(state, os.path.join(merged_dir, WEIGHTS_NAME))
+        members = [(os.path.join(merged_dir, CONFIG_NAME), CONFIG_NAME)]
+        members.append((os.path.join(merged_dir, WEIGHTS_NAME), WEIGHTS_NAME))
+        for name in (VOCABULARY_NAME, META_NAME):
+            if os.path.exists(os.path.join(extras_dir, name)):
+                members.append((os.path.join(extras_dir, name), name))
+        with atomic_path(output_file) as temporary:
+            with tarfile.open(temporary, "w:gz") as tar:
+                for path, name in members:
+                    tar.add(path, arcname=name)
+    return output_file
+
+
+def _verify_archive(output_file: str, state: Dict[str, torch.Tensor]) -> None:
+    """The archive loads (which needs its fastText file) with exactly `state` as weights."""
+    from allennlp.models.archival import load_archive
+
+    loaded = load_archive(output_file).model.state_dict()
+    if set(loaded) != set(state) or not all(torch.equal(loaded[key], state[key]) for key in state):
+        raise ConfigurationError(f"The merged archive {output_file} does not load as written")
+
+
 def merge_bilm_archives(
     forward_archive: str,
     backward_archive: str,
@@ -180,9 +288,9 @@ def merge_bilm_archives(
     and seeds, with `model.directions` set to `"forward"` and `"backward"`) into one biLM
     archive whose forward and backward language models are exactly the two runs' (see
     `merge_bilm_state_dicts`). The merged config is the forward run's with `directions`
-    removed and `backward_output_layer` added. The archive is written atomically. With `verify`
-    the merged archive is loaded (which needs the fastText file of the config) and its weights
-    compared with the inputs.
+    removed and a `backward_output_layer` (added if the runs had none). The archive is written
+    atomically. With `verify` the merged archive is loaded (which needs the fastText file of
+    the config) and its weights compared with the inputs.
 
     # Returns
 
@@ -193,81 +301,22 @@ def merge_bilm_archives(
         backward_dir = os.path.join(workspace, "backward")
         _extract(forward_archive, forward_dir)
         _extract(backward_archive, backward_dir)
-        configs = []
-        for directory, archive, expected in (
-            (forward_dir, forward_archive, "forward"),
-            (backward_dir, backward_archive, "backward"),
-        ):
-            with open(os.path.join(directory, CONFIG_NAME), encoding="utf-8") as config_file:
-                config = json.load(config_file)
-            model = config.get("model", {})
-            if model.get("type") != "elmoc_bilm":
-                raise ConfigurationError(
-                    f"{archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
-                )
-            if model.get("directions", "both") != expected:
-                raise ConfigurationError(
-                    f"{archive}: model.directions is {model.get('directions', 'both')!r}, "
-                    f"expected {expected!r} (train it with directions: '{expected}')"
-                )
-            configs.append(config)
-        forward_config, backward_config = configs
-        forward_model = {k: v for k, v in forward_config["model"].items() if k != "directions"}
-        backward_model = {k: v for k, v in backward_config["model"].items() if k != "directions"}
-        difference = _first_difference(forward_model, backward_model, "model")
-        if difference is not None:
-            key, left, right = difference
-            raise ConfigurationError(
-                f"The two runs have different models: {key} is {left!r} in {forward_archive} "
-                f"and {right!r} in {backward_archive}"
-            )
-        if not _same_directory(
-            os.path.join(forward_dir, VOCABULARY_NAME), os.path.join(backward_dir, VOCABULARY_NAME)
-        ):
-            raise ConfigurationError(
-                f"{forward_archive} and {backward_archive} have different vocabularies"
-            )
-
+        forward_config = _read_run_config(forward_dir, forward_archive, "forward")
+        backward_config = _read_run_config(backward_dir, backward_archive, "backward")
+        _check_same_model(
+            forward_config, backward_config, forward_dir, backward_dir, forward_archive,
+            backward_archive,
+        )
         forward_state = torch.load(os.path.join(forward_dir, WEIGHTS_NAME), map_location="cpu")
         backward_state = torch.load(os.path.join(backward_dir, WEIGHTS_NAME), map_location="cpu")
         merged_state = merge_bilm_state_dicts(
             forward_state, backward_state, forward_archive, backward_archive
         )
-
-        merged_config = copy.deepcopy(forward_config)
-        merged_config.pop("distributed", None)
-        merged_config["model"].pop("directions", None)
-        merged_config["model"]["backward_output_layer"] = copy.deepcopy(
-            merged_config["model"]["output_layer"]
+        output_file = _write_archive(
+            _merged_config(forward_config), merged_state, forward_dir, output_file
         )
-        merged_dir = os.path.join(workspace, "merged")
-        os.makedirs(merged_dir)
-        with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
-            json.dump(merged_config, config_file, indent=4)
-        torch.save(merged_state, os.path.join(merged_dir, WEIGHTS_NAME))
-        members: List[str] = [CONFIG_NAME, WEIGHTS_NAME]
-        for name in (VOCABULARY_NAME, META_NAME):
-            if os.path.exists(os.path.join(forward_dir, name)):
-                os.rename(os.path.join(forward_dir, name), os.path.join(merged_dir, name))
-                members.append(name)
-
-        output_file = os.fspath(output_file)
-        if os.path.isdir(output_file):
-            output_file = os.path.join(output_file, "model.tar.gz")
-        os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-        with atomic_path(output_file) as temporary:
-            with tarfile.open(temporary, "w:gz") as tar:
-                for name in members:
-                    tar.add(os.path.join(merged_dir, name), arcname=name)
-
     if verify:
-        from allennlp.models.archival import load_archive
-
-        loaded = load_archive(output_file).model.state_dict()
-        if set(loaded) != set(merged_state) or not all(
-            torch.equal(loaded[key], merged_state[key]) for key in merged_state
-        ):
-            raise ConfigurationError(f"The merged archive {output_file} does not load as written")
+        _verify_archive(output_file, merged_state)
     logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
     return output_file
 

@@ -1,3 +1,4 @@
+import logging
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -11,6 +12,8 @@ from allennlp.nn import InitializerApplicator, util
 from allennlp.training.metrics import Average
 
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
+
+logger = logging.getLogger(__name__)
 
 _DIRECTIONS = ("both", "forward", "backward")
 
@@ -50,10 +53,10 @@ class BidirectionalLanguageModel(Model):
     contextualizer is the LayerNorm LSTM (`elmoc_lstm`) and the output layer is continuous
     (`elmoc_continuous`); any `LanguageModelOutputLayer` can be plugged in to compare output layers.
 
-    Instances hold one sentence in a `TextField` named `tokens`, wrapped in boundary tokens by the
-    reader (`elmoc_lm_corpus`), as allennlp-models' `language_model` does: the forward LM predicts
-    positions 1..n+1 (the last one is `</S>`), the backward LM positions 0..n (the first one is
-    `<S>`).
+    Instances hold a `TextField` named `tokens`: a sentence wrapped in boundary tokens, or a
+    fixed-length window of the token stream (reader `elmoc_lm_corpus`, modes "sentence" and
+    "window"). Of `m` tokens the forward LM predicts positions 1..m-1 from their left context
+    and the backward LM positions 0..m-2 from their right context.
 
     The loss is the mean of the forward and backward LMs' mean per-token losses. Metrics:
     `forward_loss`, `backward_loss`; for continuous heads also `cosine_similarity` (mean cosine
@@ -73,7 +76,8 @@ class BidirectionalLanguageModel(Model):
         A bidirectional encoder whose output is `[forward; backward]`, each half of dimension
         `output_layer.get_input_dim()`.
     output_layer : `LanguageModelOutputLayer`
-        Shared by both directions (unless `backward_output_layer` is given).
+        The forward LM's head, shared with the backward LM unless `backward_output_layer` is
+        given.
     target_embedder : `TextFieldEmbedder`, optional (default = `None`)
         Embeds the target words for continuous heads. By default the (frozen) input embeddings are
         reused, so the forward target at position t is the input vector at t+1; set this for the
@@ -82,25 +86,28 @@ class BidirectionalLanguageModel(Model):
         For softmax-family heads: the key of the `tokens` field's single-id indexer that gives the
         target ids. That indexer's output is not passed to the `text_field_embedder`.
     dropout : `float`, optional (default = `0.0`)
-        Dropout on the contextualizer's output before the output layer.
+        Dropout on the contextualizer's output before the output layer (the authors' config:
+        `output_layer.dropout` 0.0).
     retrieval_sample_size : `int`, optional (default = `512`)
     initializer : `InitializerApplicator`, optional
     directions : `str`, optional (default = `"both"`)
         Which language models are trained: `"both"` (the biLM), or `"forward"` / `"backward"`
         only, to train the two directions as separate jobs on separate devices or machines and
         merge them afterwards into one biLM archive (`allennlp elmoc-merge-bilm`; Li et al.
-        2019, footnote 7). With one direction the loss is that direction's, and every
-        contextualizer parameter outside that direction's stack is frozen (`requires_grad =
-        False`) at its initialisation: the other direction's stack and the input projection
-        that both directions share, so that both jobs (started with the same random seeds) see
-        identical inputs and the merge is exact. Frozen parameters get no gradient, no optimizer
-        state and no all-reduce. The contextualizer must have `forward_layers` and
-        `backward_layers` (as `elmoc_lstm` does); it still computes both directions in the
-        forward pass (the unused one without building an autograd graph).
+        2019, footnote 7). With one direction the loss is that direction's, and only that
+        direction's parameters are trained: its LSTM stack, its input projection and LayerNorm
+        (with `elmoc_lstm`'s `separate_input_projections`) and its output layer (with a
+        `backward_output_layer`). Everything else is frozen (`requires_grad = False`) at its
+        initialisation, which gives frozen parameters no gradient, no optimizer state and no
+        all-reduce. An input projection shared by both directions is frozen too, so that two
+        jobs started with the same random seeds see identical inputs and the merge is exact
+        (a warning says so: use separate projections). The contextualizer must have
+        `forward_layers` and `backward_layers` (as `elmoc_lstm` does); it still computes both
+        directions in the forward pass (the unused one without building an autograd graph).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate output layer for the backward LM (by default both directions share
-        `output_layer`). The merged archive of two single-direction jobs uses it for the
-        backward job's head.
+        `output_layer`), as the authors' two independent LMs have. A state dict without one
+        (written with a shared head) loads into both heads.
     tie_output_embedding : `str`, optional (default = `None`)
         The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
         whose weight becomes the output layer's output embedding, e.g. for the subword LM
@@ -186,6 +193,17 @@ class BidirectionalLanguageModel(Model):
         if directions != "both":
             self._freeze_other_direction(directions)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # A state dict written with one head shared by both directions.
+        backward_head = f"{prefix}_backward_output_layer."
+        head = f"{prefix}_output_layer."
+        if self._backward_output_layer is not None and not any(
+            key.startswith(backward_head) for key in state_dict
+        ):
+            for key in [key for key in state_dict if key.startswith(head)]:
+                state_dict[backward_head + key[len(head) :]] = state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     @property
     def directions(self) -> str:
         """`"both"`, `"forward"` or `"backward"`: the language models this model trains."""
@@ -199,8 +217,21 @@ class BidirectionalLanguageModel(Model):
                 f"forward_layers and backward_layers (e.g. elmoc_lstm); "
                 f"{type(contextualizer).__name__} has none"
             )
-        trained = getattr(contextualizer, f"{directions}_layers")
-        trained_ids = {id(parameter) for parameter in trained.parameters()}
+        trained = [getattr(contextualizer, f"{directions}_layers")]
+        if getattr(contextualizer, "separate_input_projections", False):
+            prefix = "" if directions == "forward" else "backward_"
+            for name in ("input_projection", "input_layer_norm"):
+                module = getattr(contextualizer, prefix + name, None)
+                if module is not None:
+                    trained.append(module)
+        elif hasattr(contextualizer, "input_projection"):
+            logger.warning(
+                "model.directions = %r: the input projection is shared by both directions, so "
+                "it stays frozen at its initialisation; set the contextualizer's "
+                "separate_input_projections to train one per direction",
+                directions,
+            )
+        trained_ids = {id(parameter) for module in trained for parameter in module.parameters()}
         for parameter in contextualizer.parameters():
             if id(parameter) not in trained_ids:
                 parameter.requires_grad_(False)

@@ -25,8 +25,9 @@ class ElmocBiLm(torch.nn.Module):
     (`<S>`, `</S>`) are added in index space, and the output is
     `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of shape
     `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
-    allennlp's `Elmo` expects of its `module`. Layer 0 is the projected input for both
-    directions (`[x; x]`), layer j >= 1 is `[forward_j; backward_j]`.
+    allennlp's `Elmo` expects of its `module`. Layer 0 is each direction's projected input
+    (`[x_forward; x_backward]`, `[x; x]` with one shared projection), layer j >= 1 is
+    `[forward_j; backward_j]`.
 
     The biLM is always run in eval mode (no recurrent dropout): its representations are
     deterministic features, as ELMo's are. By default its parameters are frozen. The biLM's own

@@ -30,7 +30,7 @@ class ElmocEmbedder:
     Computes ELMo-C representations of tokenized sentences with a trained biLM.
 
     Every method returns, per sentence, a `float32` numpy array: with `output="all"` of shape
-    `(num_layers, num_tokens, dim)` (layer 0 the projected fastText input for both directions,
+    `(num_layers, num_tokens, dim)` (layer 0 each direction's projected fastText input,
     then the LSTM layers as `[forward; backward]`), otherwise of shape `(num_tokens, dim)`:
     `"top"` is the last layer, `"average"` the mean of the layers, and a list of `num_layers`
     floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:

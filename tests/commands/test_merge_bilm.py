@@ -1,7 +1,9 @@
 """Single-direction training (`model.directions`) and the forward + backward merge command."""
+import copy
 import json
 import tarfile
 from pathlib import Path
+from typing import Dict
 
 import pytest
 import torch
@@ -9,8 +11,10 @@ import torch
 from allennlp.commands.train import train_model
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Batch
+from allennlp.data import Batch, Vocabulary
+from allennlp.models import Model
 from allennlp.models.archival import load_archive
+from allennlp.training.callbacks import TrainerCallback
 
 import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.commands.merge_bilm  # noqa: F401  (registers the subcommand)
@@ -18,11 +22,35 @@ import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401  (registers "el
 from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives, merge_bilm_state_dicts
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
+INITIAL_WEIGHTS: Dict[str, Dict[str, torch.Tensor]] = {}
 
-def _train(serialization_dir: Path, directions: str):
-    overrides = {"model.directions": directions, "trainer.num_epochs": 1}
-    params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), json.dumps(overrides))
-    return train_model(params, str(serialization_dir))
+
+@TrainerCallback.register("elmoc_test_initial_weights")
+class RecordInitialWeights(TrainerCallback):
+    """Keeps a copy of the model's weights before training, under the run's directory name."""
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        state = trainer.model.state_dict()
+        INITIAL_WEIGHTS[Path(self.serialization_dir).name] = {k: v.clone() for k, v in state.items()}
+
+
+def _old_layout(model: dict) -> dict:
+    """A model config as written before per-direction projections and heads: one of each."""
+    model = copy.deepcopy(model)
+    for key in ("input_projection_bias", "separate_input_projections"):
+        model["contextualizer"].pop(key)
+    model.pop("backward_output_layer")
+    return model
+
+
+def _train(serialization_dir: Path, directions: str, old_layout: bool = False):
+    params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")).as_dict()
+    params["model"]["directions"] = directions
+    params["trainer"]["num_epochs"] = 1
+    params["trainer"]["callbacks"] = [{"type": "elmoc_test_initial_weights"}]
+    if old_layout:
+        params["model"] = _old_layout(params["model"])
+    return train_model(Params(params), str(serialization_dir))
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +58,15 @@ def single_direction_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("directions")
     models = {direction: _train(root / direction, direction) for direction in ("forward", "backward")}
     return root, models
+
+
+@pytest.fixture(scope="module")
+def old_layout_runs(tmp_path_factory):
+    """Single-direction runs with the layout of archives written before: shared projection."""
+    root = tmp_path_factory.mktemp("old_layout")
+    for direction in ("forward", "backward"):
+        _train(root / direction, direction, old_layout=True)
+    return root
 
 
 def _validation_batch(model):
@@ -43,18 +80,33 @@ def _validation_batch(model):
     return batch.as_tensor_dict()
 
 
-def test_single_direction_trains_only_that_stack(single_direction_runs):
+# The parameters each direction's job trains (the contextualizer's and the heads').
+OWN_PARAMETERS = {
+    "forward": (
+        "_contextualizer.forward_layers.",
+        "_contextualizer.input_projection.",
+        "_contextualizer.input_layer_norm.",
+        "_output_layer.",
+    ),
+    "backward": (
+        "_contextualizer.backward_layers.",
+        "_contextualizer.backward_input_projection.",
+        "_contextualizer.backward_input_layer_norm.",
+        "_backward_output_layer.",
+    ),
+}
+
+
+def test_single_direction_trains_only_that_direction(single_direction_runs):
     _, models = single_direction_runs
     for direction, other in (("forward", "backward"), ("backward", "forward")):
         model = models[direction]
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         assert trainable, direction
-        assert all(
-            name.startswith(f"_contextualizer.{direction}_layers.")
-            or name.startswith("_output_layer.")
-            for name in trainable
-        ), trainable
-        assert not any(f"{other}_layers" in name or "input_projection" in name for name in trainable)
+        assert all(name.startswith(OWN_PARAMETERS[direction]) for name in trainable), trainable
+        # Every group of the direction is trained, its input projection included.
+        for prefix in OWN_PARAMETERS[direction]:
+            assert any(name.startswith(prefix) for name in trainable), prefix
         model.eval()
         output = model(**_validation_batch(model))
         assert f"{other}_loss" not in output
@@ -64,6 +116,23 @@ def test_single_direction_trains_only_that_stack(single_direction_runs):
             "cosine_similarity",
             "retrieval_accuracy",
         }
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_a_single_direction_job_trains_its_input_projection(single_direction_runs, direction):
+    _, models = single_direction_runs
+    initial = INITIAL_WEIGHTS[direction]
+    trained = models[direction].state_dict()
+    changed = {
+        name for name in trained if not torch.equal(trained[name], initial[name].to(trained[name].dtype))
+    }
+    own_projection = "_contextualizer." + ("" if direction == "forward" else "backward_")
+    for name in ("input_projection.weight", "input_projection.bias", "input_layer_norm.weight"):
+        assert own_projection + name in changed, name
+    # Nothing of the other direction moved.
+    other = "backward" if direction == "forward" else "forward"
+    assert not {name for name in changed if name.startswith(OWN_PARAMETERS[other])}
+    assert changed == {name for name in trained if name.startswith(OWN_PARAMETERS[direction])}
 
 
 def test_merged_archive_is_exactly_both_runs(single_direction_runs, tmp_path):
@@ -99,10 +168,23 @@ def test_merged_archive_is_exactly_both_runs(single_direction_runs, tmp_path):
     half = layers.size(-1) // 2
     assert torch.allclose(layers[..., :half], forward_layers[..., :half], atol=1e-6)
     assert torch.allclose(layers[..., half:], backward_layers[..., half:], atol=1e-6)
-    # A merged biLM trains both directions again, with its two heads.
+    # One input projection and one head per direction, each the job's that trained it: the
+    # merged biLM is the jointly trained model's architecture (same parameters, same count).
+    joint = Model.from_params(
+        vocab=Vocabulary.empty(),
+        params=Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")).pop("model"),
+    )
+    assert {n: p.shape for n, p in merged.named_parameters()} == {
+        n: p.shape for n, p in joint.named_parameters()
+    }
+    for name, parameter in merged.named_parameters():
+        source = backward if name.startswith(OWN_PARAMETERS["backward"]) else forward
+        assert torch.equal(parameter, dict(source.named_parameters())[name]), name
+    # A merged biLM trains both directions again, with its two heads and projections.
     merged.train()
     merged(**tensors)["loss"].backward()
     assert merged._backward_output_layer.projection.weight.grad is not None
+    assert merged._contextualizer.backward_input_projection.weight.grad is not None
 
 
 def test_merge_refuses_wrong_inputs(single_direction_runs, tmp_path):
@@ -159,3 +241,62 @@ def test_directions_is_validated():
     model_params["directions"] = "sideways"
     with pytest.raises(ConfigurationError, match="model.directions must be one of"):
         Model.from_params(vocab=Vocabulary.empty(), params=model_params)
+
+
+# ------------------------------------------------------------ archives of the older layout
+
+
+def _outputs(model, tensors):
+    model.eval()
+    with torch.no_grad():
+        output = model(**tensors)
+        layers, _ = model.contextual_layers(tensors["tokens"])
+    return output["loss"], layers
+
+
+def test_older_layout_archives_load_merge_and_map_into_the_new_layout(old_layout_runs, tmp_path):
+    root = old_layout_runs
+    paths = {d: str(root / d / "model.tar.gz") for d in ("forward", "backward")}
+    old_forward = load_archive(paths["forward"]).model
+    state = old_forward.state_dict()
+    assert "_contextualizer.input_projection.weight" in state
+    assert not any("backward_input" in key or "_backward_output_layer" in key for key in state)
+    assert "_contextualizer.input_projection.bias" not in state  # no bias before LayerNorm
+    # The shared projection stayed frozen in both old jobs (as they were trained then).
+    assert torch.equal(
+        state["_contextualizer.input_projection.weight"],
+        INITIAL_WEIGHTS["forward"]["_contextualizer.input_projection.weight"],
+    )
+
+    # Old single-direction jobs still merge, into the old layout with two heads.
+    merged_path = merge_bilm_archives(paths["forward"], paths["backward"], str(tmp_path / "m.tar.gz"))
+    merged = load_archive(merged_path).model
+    tensors = _validation_batch(merged)
+    old_backward = load_archive(paths["backward"]).model
+    merged_loss, merged_layers = _outputs(merged, tensors)
+    half = merged_layers.size(-1) // 2
+    torch.testing.assert_close(merged_layers[..., :half], _outputs(old_forward, tensors)[1][..., :half])
+    torch.testing.assert_close(merged_layers[..., half:], _outputs(old_backward, tensors)[1][..., half:])
+
+    # The old weights load into a model of the new layout (one projection with a bias and one
+    # head per direction): the shared projection goes to both directions with a zero bias, the
+    # shared head to both heads. Same function.
+    new_model = Model.from_params(
+        vocab=merged.vocab,
+        params=Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")).pop("model"),
+    )
+    assert new_model._contextualizer.separate_input_projections
+    for old_model in (merged, old_forward):
+        new_model.load_state_dict(old_model.state_dict())
+        encoder = new_model._contextualizer
+        assert torch.equal(encoder.input_projection.bias, torch.zeros_like(encoder.input_projection.bias))
+        assert torch.equal(encoder.backward_input_projection.weight, encoder.input_projection.weight)
+        old_loss, old_layers = _outputs(old_model, tensors)
+        new_loss, new_layers = _outputs(new_model, tensors)
+        torch.testing.assert_close(new_layers, old_layers, atol=1e-6, rtol=1e-6)
+        if old_model is merged:
+            torch.testing.assert_close(new_loss, old_loss, atol=1e-6, rtol=1e-6)
+    # With a single head (old_forward), both new heads are that head.
+    assert torch.equal(
+        new_model._backward_output_layer.projection.weight, old_forward._output_layer.projection.weight
+    )

@@ -21,6 +21,23 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             self.param_file, gradients_to_ignore=None, overrides=""
         )
 
+    def test_model_batch_norm_verification(self):
+        # allennlp's check flags the input projection's bias before its LayerNorm, on the premise
+        # that the normalisation cancels a bias. For LayerNorm (mean over features) it does not:
+        # only the bias's mean is removed.
+        encoder = self.model._contextualizer
+        projection, layer_norm = encoder.input_projection, encoder.input_layer_norm
+        assert projection.bias is not None
+        inputs = torch.randn(5, projection.in_features)
+        with torch.no_grad():
+            projection.bias.normal_()
+            with_bias = layer_norm(projection(inputs))
+            without_bias = layer_norm(inputs @ projection.weight.t())
+            centred_bias = projection.bias - projection.bias.mean()
+            shifted = layer_norm(inputs @ projection.weight.t() + centred_bias)
+        assert (with_bias - without_bias).abs().max() > 0.1
+        torch.testing.assert_close(with_bias, shifted, atol=1e-5, rtol=1e-5)
+
     def test_batch_predictions_are_consistent(self):
         self.ensure_batch_predictions_are_consistent()
 
@@ -40,7 +57,10 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         embedded = self.model._text_field_embedder(tokens)
         mask = tokens["fasttext"]["mask"]
         states = self.model._contextualizer(embedded, mask)
+        # One head per direction (the paper config's two independent LMs).
         projection = self.model._output_layer.projection
+        backward_projection = self.model._backward_output_layer.projection
+        assert not torch.equal(projection.weight, backward_projection.weight)
         half = states.size(-1) // 2
         forward_losses, backward_losses = [], []
         for row in range(mask.size(0)):
@@ -48,7 +68,7 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             for t in range(length - 1):
                 prediction = projection(states[row, t, :half])
                 forward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t + 1], dim=0))
-                prediction = projection(states[row, t + 1, half:])
+                prediction = backward_projection(states[row, t + 1, half:])
                 backward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t], dim=0))
         assert math.isclose(output["forward_loss"].item(), torch.stack(forward_losses).mean().item(), rel_tol=1e-5)
         assert math.isclose(output["backward_loss"].item(), torch.stack(backward_losses).mean().item(), rel_tol=1e-5)
@@ -95,4 +115,12 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         top = encoder(self.model._text_field_embedder(tokens), mask)
         assert torch.allclose(layers[-1], top, atol=1e-6)
         half = encoder.get_output_dim() // 2
-        assert torch.equal(layers[0, ..., :half], layers[0, ..., half:])
+        # Layer 0: each direction's own projected, normalised input.
+        embedded = self.model._text_field_embedder(tokens)
+        for projection, layer_norm, layer in (
+            (encoder.input_projection, encoder.input_layer_norm, layers[0, ..., :half]),
+            (encoder.backward_input_projection, encoder.backward_input_layer_norm, layers[0, ..., half:]),
+        ):
+            expected = layer_norm(projection(embedded)) * mask.unsqueeze(-1)
+            torch.testing.assert_close(layer, expected, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(layers[0, ..., :half], layers[0, ..., half:])

@@ -157,7 +157,7 @@ def test_from_params():
         optimizer=optimizer,
         params=Params(
             {
-                "type": "rnmt_plus",
+                "type": "elmoc_rnmt_plus_steps",
                 "warmup_steps": 100,
                 "decay_start": 4000,
                 "decay_end": 12000,
@@ -184,6 +184,9 @@ def test_from_params():
         ({"decay_end": 4000}, "decay_end"),
         ({"decay_end": 10}, "decay_end"),
         ({"num_replicas": 0}, "num_replicas"),
+        ({"num_replicas": 1.5}, "num_replicas"),
+        ({"num_replicas": 0, "formula": "authors"}, "num_replicas"),
+        ({"formula": "published"}, "formula"),
         ({"min_learning_rate": -0.1}, "min_learning_rate"),
     ],
 )
@@ -203,7 +206,7 @@ class _RecordLearningRate(TrainerCallback):
             self.learning_rates.append(trainer.optimizer.param_groups[0]["lr"])
 
 
-def _train(serialization_dir, num_epochs: int) -> _RecordLearningRate:
+def _train(serialization_dir, num_epochs: int, formula: str = "rnmt_plus") -> _RecordLearningRate:
     torch.manual_seed(0)
     model = ToyRegression()
     instances = [
@@ -213,7 +216,7 @@ def _train(serialization_dir, num_epochs: int) -> _RecordLearningRate:
     loader = SimpleDataLoader(instances, batch_size=2, vocab=model.vocab)  # 3 batches per epoch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scheduler = RnmtPlusLearningRate(
-        optimizer, warmup_steps=2, decay_start=4, decay_end=20, num_replicas=2
+        optimizer, warmup_steps=2, decay_start=4, decay_end=20, num_replicas=2, formula=formula
     )
     recorder = _RecordLearningRate(str(serialization_dir))
     GradientDescentTrainer(
@@ -230,12 +233,106 @@ def _train(serialization_dir, num_epochs: int) -> _RecordLearningRate:
     return recorder
 
 
-def test_trainer_recovery_continues_the_schedule(tmp_path):
-    uninterrupted = _train(tmp_path / "straight", num_epochs=3).learning_rates
-    expected = [0.01 * f for f in (1.25, 1.5, 2 * 4 ** (-2 / 16))]
-    assert uninterrupted[:3] == pytest.approx(expected)
-    assert len(set(uninterrupted)) == 9
+@pytest.mark.parametrize(
+    "formula, first_factors",
+    [
+        ("rnmt_plus", (1.25, 1.5, 2 * 4 ** (-2 / 16))),
+        # 1 + t / 2 for t = 1, 2; then the decay at t = 3 (s = 4 is not reached): n = 2.
+        ("authors", (1.5, 2.0, 2.0)),
+    ],
+)
+def test_trainer_recovery_continues_the_schedule(tmp_path, formula, first_factors):
+    uninterrupted = _train(tmp_path / "straight", num_epochs=3, formula=formula).learning_rates
+    assert uninterrupted[:3] == pytest.approx([0.01 * f for f in first_factors])
+    assert len(set(uninterrupted)) == (9 if formula == "rnmt_plus" else 7)
 
-    _train(tmp_path / "recovered", num_epochs=1)
-    resumed = _train(tmp_path / "recovered", num_epochs=3).learning_rates
+    _train(tmp_path / "recovered", num_epochs=1, formula=formula)
+    resumed = _train(tmp_path / "recovered", num_epochs=3, formula=formula).learning_rates
     assert resumed == pytest.approx(uninterrupted[3:])
+
+
+# ------------------------------------------------------------------ the authors' schedule
+
+
+def authors_learning_rate(step: int, global_batch: int) -> float:
+    """
+    Transcribed from GitHub uclanlp/ELMO-C: `NoamOpt_ADAM.rate` (source/models/optimizers.py) with
+    the arguments `stand_alone_scripts/parse_config.py` gives it for `config.json`'s "optimizer"
+    (decay_ratio 0.4, end_decay_ratio 2.0, base_ratio 1.0, base_scale 1e-4, warmup 10000).
+    """
+    batch_size = global_batch
+    start_decay = int(400000000 / batch_size * 0.4)
+    end_decay = int(400000000 / batch_size * 2.0)
+    n = 1.0 * batch_size / 128
+    base_scale, warmup = 0.0001, 10000
+    if step < end_decay:
+        return base_scale * min(
+            1 + step * (n - 1) / warmup,
+            n,
+            n * ((2 * n) ** ((start_decay - step) / (end_decay - start_decay))),
+        )
+    return base_scale / 2
+
+
+def _authors_scheduler(per_worker_batch: int, **kwargs) -> RnmtPlusLearningRate:
+    return LearningRateScheduler.from_params(
+        optimizer=_optimizer(1e-4),
+        params=Params({"type": "elmoc_rnmt_plus", "batch_size": per_worker_batch, **kwargs}),
+        num_epochs=10,
+        num_steps_per_epoch=1000,
+    )
+
+
+@pytest.mark.parametrize("global_batch", [256, 1024])
+@pytest.mark.parametrize("workers", [1, 4])
+def test_authors_schedule_for_any_batch_and_number_of_workers(global_batch, workers, monkeypatch):
+    # The number of workers comes from torch.distributed, as in allennlp's distributed training.
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: workers > 1)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: workers)
+    scheduler = _authors_scheduler(global_batch // workers)
+    start, end = int(4e8 / global_batch * 0.4), int(4e8 / global_batch * 2.0)
+    assert (scheduler.decay_start, scheduler.decay_end) == (start, end)
+    assert scheduler.num_replicas == global_batch / 128
+    ten_epochs = int(4e8 / global_batch)  # 4e8 windows: the authors' 10 epochs
+    for step in (1, 2, 5000, 9999, 10000, 20000, start - 1, start, start + 1, (start + end) // 2,
+                 ten_epochs, end - 1, end, end + 1, 3 * end):
+        expected = authors_learning_rate(step, global_batch)
+        assert _lr_at(scheduler, step) == pytest.approx(expected, rel=1e-12), step
+
+
+def test_authors_schedule_peak_and_end_of_ten_epochs():
+    # At B = 256: peak 2e-4, and after 10 epochs (4e8 windows) still 1.19e-4 (the decay runs to
+    # 20 epochs).
+    scheduler = _authors_scheduler(256)
+    values = [_lr_at(scheduler, t) for t in range(0, int(4e8 / 256) + 1, 997)]
+    assert max(values) == pytest.approx(2e-4)
+    assert _lr_at(scheduler, int(4e8 / 256)) == pytest.approx(2e-4 * 4 ** -0.375, rel=1e-9)
+    # The same number of windows with 4 workers of 256 (B = 1024): peak 8e-4, same 1.6e8-window
+    # decay start.
+    scheduler = _authors_scheduler(256, world_size=4)
+    assert _lr_at(scheduler, 10000) == pytest.approx(8e-4)
+    assert scheduler.decay_start * 1024 == pytest.approx(1.6e8, rel=1e-5)
+
+
+def test_authors_schedule_explicit_arguments_and_errors():
+    scheduler = _authors_scheduler(
+        8, world_size=2, warmup_steps=10, decay_start_instances=1600, decay_end_instances=3200,
+        reference_batch_size=4,
+    )
+    assert scheduler.formula == "authors"
+    assert (scheduler.num_replicas, scheduler.decay_start, scheduler.decay_end) == (4, 100, 200)
+    assert _lr_at(scheduler, 5) == pytest.approx(1e-4 * (1 + 5 * 3 / 10))
+    assert _lr_at(scheduler, 150) == pytest.approx(1e-4 * 4 * 8 ** -0.5)
+    assert _lr_at(scheduler, 199) < 1e-4 * 0.6 and _lr_at(scheduler, 200) == pytest.approx(5e-5)
+    for bad in ({"batch_size": 0}, {"world_size": 0}, {"reference_batch_size": 0}):
+        with pytest.raises(ConfigurationError, match=next(iter(bad))):
+            RnmtPlusLearningRate.from_global_batch(_optimizer(1e-4), **{"batch_size": 8, **bad})
+
+
+def test_authors_schedule_with_a_small_batch_still_halves_at_the_end():
+    # B = 64: n = 0.5, so 2n = 1 and the decay term is constant; the authors' rule drops to
+    # lr0 / 2 at e.
+    scheduler = _authors_scheduler(64)
+    assert _lr_at(scheduler, 1000) == pytest.approx(0.5e-4)
+    assert _lr_at(scheduler, scheduler.decay_end) == pytest.approx(0.5e-4)
+    assert all(math.isfinite(_lr_at(scheduler, t)) for t in (0, 10**6, 10**8))

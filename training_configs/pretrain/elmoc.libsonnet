@@ -1,69 +1,176 @@
 // Shared builder for ELMo-C pretraining configs (`elmoc.jsonnet`, `elmoc_small.jsonnet`, and the
-// output-layer baselines). Each config file calls `elmoc.config({...})` with the settings that
-// differ; the defaults below are the paper's ELMo-C (Li, Chen, Hsieh, Chang, TACL 2019).
+// baselines of baselines.libsonnet). A config calls `elmoc.config({...})` with the settings that
+// differ from the defaults below, which are the recipe of Li, Chen, Hsieh, Chang, "Efficient
+// Contextual Representation Learning With Continuous Outputs" (TACL 2019). Each default says
+// where it comes from: "paper" (section or table), "authors" (their released code, GitHub
+// uclanlp/ELMO-C: file and key; `config.json` unless another file is named) or "ours" (with the
+// reason). An unknown setting is an error that names it and the setting it probably meant.
+local checks = import 'settings.libsonnet';
+
+local defaults = {
+  fasttext_path: error 'fasttext_path is required',
+  embedding_dim: error 'embedding_dim (the fastText dimension) is required',
+  train_data_path: error 'train_data_path is required',
+  validation_data_path: null,
+  // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
+  // the archive records it, so the downstream `elmoc_subwords` indexer lowercases too.
+  lowercase_tokens: false,
+
+  // --- Model ---
+  // ELMo's LSTM with projection (Peters et al. 2018), 2 layers of 4096 cells -> 512. Authors:
+  // rnn_layer.num_layers 2, hidden_size 4096, projection_size 512.
+  projection_dim: 512,
+  cell_dim: 4096,
+  num_layers: 2,
+  // LayerNorm of the input projection and of the projected state inside the recurrence. Paper
+  // section 4.1; authors: rnn_layer.layer_norm true, ln_before_act true
+  // (source/models/custom_elmo_lstm.py: `ln_i2c` after `input_projection`).
+  layer_norm: true,
+  // Authors: source/models/complete_elmo.py, memory_cell_clip_value 3,
+  // state_projection_clip_value 3.
+  cell_clip: 3.0,
+  projection_clip: 3.0,
+  // The input projection Linear(300, 512) has a bias. Authors: custom_elmo_lstm.py,
+  // `torch.nn.Linear(input_size, hidden_size)` (bias by default).
+  input_projection_bias: true,
+  // Two independent LMs: one input projection + LayerNorm and one output layer per direction.
+  // Paper footnote 7 (the two directions trained separately); authors: rnn_layer.bidirectional
+  // false ("we separately train the forward and backward LM"), each LM with its own
+  // `input_projection` and output layer (complete_elmo.py `additional_linear_layer`).
+  separate_input_projections: true,
+  separate_output_layers: true,
+  // Authors: output_layer.dropout 0.0 (complete_elmo.py applies no dropout after the RNN when
+  // it is 0).
+  dropout: 0.0,
+  // Variational dropout on the recurrent state. Authors: rnn_layer.dropout 0.1, passed as
+  // `recurrent_dropout_probability` (complete_elmo.py).
+  recurrent_dropout: 0.1,
+  // Paper section 3; authors: loss.name "cosine".
+  loss: 'cosine',
+
+  // --- Data ---
+  // 'window': fixed windows of `window_length` predicted tokens running across sentence
+  // boundaries (paper section 5.2.2, 20-token inputs; authors: dataset.bptt 20, windows cut from
+  // the concatenated sentences of a shard, source/data.py `get_batch_parallel`).
+  // 'sentence': one sentence per instance, longer ones split at `max_sequence_length` (ours, the
+  // way ELMo-C embeds text downstream). Setting `max_sequence_length` selects 'sentence'.
+  mode: if self.max_sequence_length != null then 'sentence' else 'window',
+  window_length: 20,
+  max_sequence_length: null,
+  // Instances (windows) per step and per worker: paper Table 2, 768 per GPU (4 GPUs: a global
+  // batch of 3072). The schedule below follows the global batch, whatever the number of workers.
+  batch_size: 768,
+  // Paper section 4: 10 epochs of the One Billion Word Benchmark.
+  num_epochs: 10,
+  // Instances held (and shuffled) in memory by the data loader: ours, to bound memory.
+  max_instances_in_memory: 100 * self.batch_size,
+
+  // --- Optimizer and schedule ---
+  // Adam, eps 1e-6, betas (0.9, 0.999), no weight decay. Authors:
+  // stand_alone_scripts/train.py, the Adam of `NoamOpt_ADAM`.
+  learning_rate: 1e-4,  // lr0. Authors: optimizer.base_scale 1e-4.
+  adam_epsilon: 1e-6,
+  // Gradient norm clipping. Authors: other_stuff.clip 1.0 (train.py `sparse_clip_norm`).
+  grad_norm: 1.0,
+  // 'authors' (`elmoc_rnmt_plus`): source/models/optimizers.py `NoamOpt_ADAM` set up as
+  // stand_alone_scripts/parse_config.py does, for the global batch B (instances per step, all
+  // workers): lr(t) = lr0 * min(1 + t (n - 1) / p, n, n (2n)^((s - t) / (e - s))), lr0 / 2 from
+  // t = e, with n = B / 128, p = optimizer.warmup 10000, s = 0.4 * 4e8 / B and e = 2.0 * 4e8 / B
+  // steps (optimizer.decay_ratio 0.4, end_decay_ratio 2.0; 4e8 windows of 20 tokens are 10
+  // epochs of One Billion Word).
+  // 'rnmt_plus': the published RNMT+ formula (Chen et al. 2018) with explicit steps
+  // `warmup_steps`, `decay_start`, `decay_end` and `num_replicas`; setting `decay_start` or
+  // `decay_end` selects it.
+  schedule: if self.decay_start != null || self.decay_end != null then 'rnmt_plus' else 'authors',
+  warmup_steps: 10000,
+  decay_start_instances: 0.4 * 4e8,
+  decay_end_instances: 2.0 * 4e8,
+  reference_batch_size: 128,
+  decay_start: null,
+  decay_end: null,
+  num_replicas: 1,
+  cuda_device: -1,
+  // Data-loader worker processes (not data-parallel workers, see cuda_devices).
+  num_workers: 0,
+
+  // --- Scale and fault tolerance (docs/scale_and_fault_tolerance.md); all ours ---
+  // Distributed training on allennlp's engine (torch DDP): one worker process per entry,
+  // e.g. [0, 1, 2, 3] for 4 GPUs (NCCL) or [-1, -1] for 2 CPU processes (gloo). batch_size
+  // is per worker: the global batch is batch_size * number of workers * num_nodes.
+  cuda_devices: null,
+  // Multi-node: the same config on every node, `allennlp train ... --node-rank R`.
+  num_nodes: 1,
+  primary_address: null,
+  primary_port: null,
+  // Train 'forward' or 'backward' only, as two jobs to merge with `allennlp elmoc-merge-bilm`.
+  directions: 'both',
+  // Crash-safe checkpoints (`elmoc_atomic`); set a step interval for long epochs so that a
+  // crash loses at most that many steps (null: only at the end of each epoch).
+  checkpoint_every_num_batches: null,
+  keep_checkpoints: 2,
+  // Mixed precision (needs a GPU).
+  use_amp: false,
+  // Per-step log of loss and all-reduce bytes (`elmoc_step_log`), step_log_w<rank>.jsonl.
+  step_log: false,
+};
+
+local schedulers(s) = {
+  authors: {
+    type: 'elmoc_rnmt_plus',
+    batch_size: s.batch_size,
+    warmup_steps: s.warmup_steps,
+    decay_start_instances: s.decay_start_instances,
+    decay_end_instances: s.decay_end_instances,
+    reference_batch_size: s.reference_batch_size,
+  },
+  rnmt_plus: {
+    type: 'elmoc_rnmt_plus_steps',
+    warmup_steps: s.warmup_steps,
+    decay_start: if s.decay_start != null then s.decay_start else error "schedule 'rnmt_plus' needs decay_start",
+    decay_end: if s.decay_end != null then s.decay_end else error "schedule 'rnmt_plus' needs decay_end",
+    num_replicas: s.num_replicas,
+  },
+};
+
+local choice(name, value, options) =
+  if std.member(options, value) then value
+  else error (name + ' must be one of ' + std.join(', ', options) + ', got ' + std.toString(value));
+
+// Settings that only apply with another setting's value: an error when set without it.
+local inapplicable(settings, s) = [
+  checks.onlyWith(settings, 'window_length', s.mode == 'window', "applies to mode 'window'"),
+  checks.onlyWith(settings, 'max_sequence_length', s.mode == 'sentence', "applies to mode 'sentence'"),
+] + [
+  checks.onlyWith(settings, key, s.schedule == 'authors', "applies to schedule 'authors'")
+  for key in ['decay_start_instances', 'decay_end_instances', 'reference_batch_size']
+] + [
+  checks.onlyWith(settings, key, s.schedule == 'rnmt_plus', "applies to schedule 'rnmt_plus'")
+  for key in ['decay_start', 'decay_end', 'num_replicas']
+];
+
 {
-  config(settings)::
-    local s = {
-      fasttext_path: error 'fasttext_path is required',
-      embedding_dim: error 'embedding_dim (the fastText dimension) is required',
-      train_data_path: error 'train_data_path is required',
-      validation_data_path: null,
-      // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
-      // the archive records it, so the downstream `elmoc_subwords` indexer lowercases too.
-      lowercase_tokens: false,
-      // Model: ELMo's LSTM with projection, 2 layers, 4096 cells -> 512 (Peters et al. 2018), with
-      // LayerNorm inside the recurrence (ELMo-C section 3.2).
-      projection_dim: 512,
-      cell_dim: 4096,
-      num_layers: 2,
-      layer_norm: true,
-      cell_clip: 3.0,
-      projection_clip: 3.0,
-      // Dropout 0.1 on the LSTM output and 0.1 recurrent: the authors' released config (config.json).
-      dropout: 0.1,
-      recurrent_dropout: 0.1,
-      loss: 'cosine',
-      // Sentences, not fixed windows: longer ones are split (reader `max_sequence_length`).
-      max_sequence_length: 200,
-      batch_size: 256,
-      num_epochs: 10,
-      // Adam + RNMT+ schedule (Chen et al. 2018). The authors' released code: lr0 = 1e-4 * batch /
-      // 128, warm-up 10,000 steps, decay from step 0.4 * 4e8 / batch to step 2.0 * 4e8 / batch,
-      // n = 4 GPUs; gradient norm clipped to 1.0. `rnmt_plus` compares s and e with n * step (as
-      // the RNMT+ paper does), so they are scaled by n here to decay over the same steps.
-      learning_rate: 1e-4 * self.batch_size / 128,
-      warmup_steps: 10000,
-      decay_start: self.num_replicas * std.floor(0.4 * 4e8 / self.batch_size),
-      decay_end: self.num_replicas * std.floor(2.0 * 4e8 / self.batch_size),
-      num_replicas: 4,
-      grad_norm: 1.0,
-      max_instances_in_memory: 100 * self.batch_size,
-      cuda_device: -1,
-      num_workers: 0,
-      // --- Scale and fault tolerance (docs/scale_and_fault_tolerance.md) ---
-      // Distributed training on allennlp's engine (torch DDP): one worker process per entry,
-      // e.g. [0, 1, 2, 3] for 4 GPUs (NCCL) or [-1, -1] for 2 CPU processes (gloo). batch_size
-      // is per worker: the global batch is batch_size * number of workers * num_nodes.
-      cuda_devices: null,
-      // Multi-node: the same config on every node, `allennlp train ... --node-rank R`.
-      num_nodes: 1,
-      primary_address: null,
-      primary_port: null,
-      // Train 'forward' or 'backward' only, as two jobs to merge with `allennlp elmoc-merge-bilm`.
-      directions: 'both',
-      // Crash-safe checkpoints (`elmoc_atomic`); set a step interval for long epochs so that a
-      // crash loses at most that many steps (null: only at the end of each epoch).
-      checkpoint_every_num_batches: null,
-      keep_checkpoints: 2,
-      // Mixed precision (needs a GPU).
-      use_amp: false,
-      // Per-step log of loss and all-reduce bytes (`elmoc_step_log`), step_log_w<rank>.jsonl.
-      step_log: false,
-    } + settings;
+  defaults:: defaults,
+
+  // `extra_known`: further setting names the caller handles itself (baselines.libsonnet).
+  config(settings, extra_known=[])::
+    local checked = checks.check('elmoc.config', std.objectFields(defaults) + extra_known, settings);
+    local s = defaults + checked;
+    local mode = choice('mode', s.mode, ['window', 'sentence']);
+    local schedule = choice('schedule', s.schedule, ['authors', 'rnmt_plus']);
+    assert std.length([x for x in inapplicable(settings, s) if x != null]) == 0;
+    local output_layer = {
+      type: 'elmoc_continuous',
+      input_dim: s.projection_dim,
+      embedding_dim: s.embedding_dim,
+      loss: s.loss,
+    };
     {
       dataset_reader: {
         type: 'elmoc_lm_corpus',
-        max_sequence_length: s.max_sequence_length,
+        mode: mode,
+        [if mode == 'window' then 'window_length']: s.window_length,
+        [if mode == 'sentence' && s.max_sequence_length != null then 'max_sequence_length']:
+          s.max_sequence_length,
         token_indexers: {
           fasttext: {
             type: 'elmoc_fasttext_subwords',
@@ -93,13 +200,13 @@
           cell_clip: s.cell_clip,
           projection_clip: s.projection_clip,
           recurrent_dropout: s.recurrent_dropout,
+          input_projection_bias: s.input_projection_bias,
+          separate_input_projections: s.separate_input_projections,
         },
-        output_layer: {
-          type: 'elmoc_continuous',
-          input_dim: s.projection_dim,
-          embedding_dim: s.embedding_dim,
-          loss: s.loss,
-        },
+        output_layer: output_layer,
+        // The same layer as `output_layer` (a variant that changes the output layer changes
+        // both: see baselines.libsonnet).
+        [if s.separate_output_layers then 'backward_output_layer']: self.output_layer,
         dropout: s.dropout,
         [if s.directions != 'both' then 'directions']: s.directions,
       },
@@ -114,14 +221,12 @@
         num_epochs: s.num_epochs,
         cuda_device: s.cuda_device,
         grad_norm: s.grad_norm,
-        optimizer: { type: 'adam', lr: s.learning_rate },
-        learning_rate_scheduler: {
-          type: 'elmoc_rnmt_plus',
-          warmup_steps: s.warmup_steps,
-          decay_start: s.decay_start,
-          decay_end: s.decay_end,
-          num_replicas: s.num_replicas,
-        },
+        // allennlp's only confidence check (NormalizationBiasVerification) rejects a bias before a
+        // LayerNorm as cancelled by it. LayerNorm subtracts the mean over the features, which
+        // removes only the bias's mean, not the bias; the authors' input projection has one.
+        run_confidence_checks: false,
+        optimizer: { type: 'adam', lr: s.learning_rate, eps: s.adam_epsilon },
+        learning_rate_scheduler: schedulers(s)[schedule],
         validation_metric: '-loss',
         checkpointer: {
           type: 'elmoc_atomic',

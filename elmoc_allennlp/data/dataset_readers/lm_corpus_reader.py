@@ -23,7 +23,9 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+_MODES = ("sentence", "window")
 _LONG_SENTENCE_MODES = ("split", "truncate")
+_DEFAULT_MAX_SEQUENCE_LENGTH = 200
 _INVALID_LINE_MODES = ("error", "skip")
 # Skipped lines named individually in the log, per read.
 _MAX_SKIP_WARNINGS = 10
@@ -56,22 +58,35 @@ class CorpusDecodingError(ConfigurationError):
 class LanguageModelCorpusReader(DatasetReader):
     """
     Reads a tokenized corpus with one sentence per line (e.g. the One Billion Word benchmark) for
-    biLM pretraining. Each sentence becomes an `Instance` with a single `TextField` "tokens":
-    `[start_token] + tokens + [end_token]`.
+    biLM pretraining, as instances with a single `TextField` "tokens", in one of two modes:
+
+    * `mode="sentence"`: each sentence is an instance, `[start_token] + tokens + [end_token]`.
+      Sentences longer than `max_sequence_length` tokens are split into consecutive chunks or
+      truncated.
+    * `mode="window"`: the sentences, each wrapped in its boundary tokens, are concatenated into
+      one token stream, which is cut into fixed-length windows that run across sentence
+      boundaries, as the ELMo-C authors train (Li et al. 2019, section 5.2.2: 20-token inputs;
+      their `config.json` `bptt` 20, `source/data.py` `get_batch_parallel` in GitHub
+      uclanlp/ELMO-C). Window `i` holds stream tokens `i * L ... i * L + L` (`L =
+      window_length`, `L + 1` tokens: consecutive windows share one token), so that every
+      token of the stream is the target of the forward LM in exactly one window and of the
+      backward LM in exactly one window, and each LM predicts `L` tokens per window. The last
+      window of a worker's share may be shorter. The stream never holds more than one window
+      and one sentence in memory.
 
     `file_path` may be a file, a directory (all its non-hidden files) or a glob pattern such as
     `"shards/news.en-*"`; files are read in sorted order, lazily, line by line. Lines are decoded
     as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
-    the file, line and byte offset). Blank and whitespace-only lines are skipped. Sentences longer
-    than `max_sequence_length` tokens are split into consecutive chunks or truncated.
+    the file, line and byte offset). Blank and whitespace-only lines are skipped.
 
     With several data-loader workers and/or distributed processes, every worker reads a disjoint
     share of the lines of the whole corpus (line `i` of the concatenated files goes to one worker
-    only), so no sentence is seen twice and none is skipped.
+    only), so no sentence is seen twice and none is skipped. In window mode each worker cuts its
+    own share of the sentences into windows.
 
     The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
     `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
-    `tokens` (without boundaries) and `instances`, plus `invalid_lines_skipped`,
+    `tokens` (without boundaries) and `instances` (sentences, chunks or windows), plus `invalid_lines_skipped`,
     `long_lines_skipped` and `tokens_truncated` when the options that produce them are set. One
     summary line per file is logged at INFO.
 
@@ -90,12 +105,19 @@ class LanguageModelCorpusReader(DatasetReader):
         Indexers for the "tokens" field. Defaults to `{"tokens": SingleIdTokenIndexer()}`.
     tokenizer : `Tokenizer`, optional (default = `WhitespaceTokenizer()`)
         Splits a line into tokens. The corpus is assumed to be tokenized already.
-    max_sequence_length : `int`, optional (default = `200`)
-        The maximum number of tokens of an instance, not counting the boundary tokens.
+    mode : `str`, optional (default = `"sentence"`)
+        `"sentence"` (one instance per sentence) or `"window"` (fixed-length windows across
+        sentence boundaries), see above.
+    window_length : `int`, optional (default = `20`)
+        Window mode: the number of tokens each LM predicts per window (the authors' `bptt`);
+        an instance holds `window_length + 1` tokens, boundary tokens included.
+    max_sequence_length : `int`, optional (default = `200` in sentence mode)
+        Sentence mode: the maximum number of tokens of an instance, not counting the boundary
+        tokens. Not allowed in window mode.
     long_sentences : `str`, optional (default = `"split"`)
-        What to do with longer sentences: `"split"` them into consecutive chunks of at most
-        `max_sequence_length` tokens (each chunk gets its own boundary tokens), or `"truncate"`
-        them to the first `max_sequence_length` tokens.
+        Sentence mode: what to do with longer sentences: `"split"` them into consecutive chunks
+        of at most `max_sequence_length` tokens (each chunk gets its own boundary tokens), or
+        `"truncate"` them to the first `max_sequence_length` tokens.
     start_token : `str`, optional (default = `"<S>"`)
         Prepended to every instance; `None` or `""` to add nothing.
     end_token : `str`, optional (default = `"</S>"`)
@@ -116,8 +138,10 @@ class LanguageModelCorpusReader(DatasetReader):
         self,
         token_indexers: Dict[str, TokenIndexer] = None,
         tokenizer: Tokenizer = None,
-        max_sequence_length: int = 200,
+        max_sequence_length: Optional[int] = None,
         long_sentences: str = "split",
+        mode: str = "sentence",
+        window_length: int = 20,
         start_token: Optional[str] = "<S>",
         end_token: Optional[str] = "</S>",
         invalid_lines: str = "error",
@@ -128,14 +152,23 @@ class LanguageModelCorpusReader(DatasetReader):
         super().__init__(
             manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
         )
-        if isinstance(max_sequence_length, bool) or not isinstance(max_sequence_length, int):
+        if mode not in _MODES:
+            raise ConfigurationError(f"mode must be one of {list(_MODES)}, got {mode!r}")
+        if mode == "window" and max_sequence_length is not None:
             raise ConfigurationError(
-                f"max_sequence_length must be an integer, got {max_sequence_length!r}"
+                "max_sequence_length applies to mode 'sentence'; in mode 'window' every instance "
+                "has window_length + 1 tokens"
             )
-        if max_sequence_length < 1:
-            raise ConfigurationError(
-                f"max_sequence_length must be at least 1, got {max_sequence_length}"
-            )
+        if max_sequence_length is None:
+            max_sequence_length = _DEFAULT_MAX_SEQUENCE_LENGTH
+        for name, length in (
+            ("max_sequence_length", max_sequence_length),
+            ("window_length", window_length),
+        ):
+            if isinstance(length, bool) or not isinstance(length, int):
+                raise ConfigurationError(f"{name} must be an integer, got {length!r}")
+            if length < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {length}")
         if long_sentences not in _LONG_SENTENCE_MODES:
             raise ConfigurationError(
                 f"long_sentences must be one of {list(_LONG_SENTENCE_MODES)}, "
@@ -160,6 +193,8 @@ class LanguageModelCorpusReader(DatasetReader):
         self._tokenizer = tokenizer or WhitespaceTokenizer()
         self._max_sequence_length = max_sequence_length
         self._long_sentences = long_sentences
+        self._mode = mode
+        self._window_length = window_length
         self._start_token = start_token or None
         self._end_token = end_token or None
         self.last_read_statistics: Dict[str, int] = self._new_statistics()
@@ -207,6 +242,29 @@ class LanguageModelCorpusReader(DatasetReader):
         self.last_read_statistics = statistics
         corpus_lines = [0]  # set to 1 at the corpus's first non-blank line (any worker's share)
 
+        sentences = self._sentences(paths, statistics, corpus_lines)
+        if self._mode == "window":
+            chunks = self._windows(sentences)
+        else:
+            chunks = (
+                self._with_boundaries(chunk)
+                for tokens in sentences
+                for chunk in self._limit_length(tokens, statistics)
+            )
+        for chunk in chunks:
+            statistics["instances"] += 1
+            yield Instance({"tokens": TextField(chunk)})
+
+        if corpus_lines[0] == 0:
+            raise ConfigurationError(
+                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty or "
+                f"blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+            )
+
+    def _sentences(
+        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int]
+    ) -> Iterator[List[Token]]:
+        """The tokens of every sentence of this worker's share of the lines, in order."""
         for path, line_number, raw_line in self.shard_iterable(
             self._numbered_lines(paths, statistics, corpus_lines)
         ):
@@ -238,17 +296,24 @@ class LanguageModelCorpusReader(DatasetReader):
                 tokens = self._truncate_tokens(tokens, statistics)
             statistics["sentences"] += 1
             statistics["tokens"] += len(tokens)
+            yield tokens
 
-            chunks = self._limit_length(tokens, statistics)
-            statistics["instances"] += len(chunks)
-            for chunk in chunks:
-                yield self._tokens_to_instance(chunk)
-
-        if corpus_lines[0] == 0:
-            raise ConfigurationError(
-                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty or "
-                f"blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
-            )
+    def _windows(self, sentences: Iterable[List[Token]]) -> Iterator[List[Token]]:
+        """
+        Window mode: the sentences with their boundary tokens as one stream, cut into windows of
+        `window_length + 1` tokens, each starting at the last token of the previous one.
+        """
+        size = self._window_length + 1
+        stream: List[Token] = []
+        for tokens in sentences:
+            stream.extend(self._with_boundaries(tokens))
+            start = 0
+            while len(stream) - start >= size:
+                yield stream[start : start + size]
+                start += size - 1
+            del stream[:start]
+        if len(stream) > 1:
+            yield stream
 
     def _truncate_tokens(self, tokens: List[Token], statistics: Dict[str, int]) -> List[Token]:
         limit = self._max_token_characters
@@ -350,13 +415,16 @@ class LanguageModelCorpusReader(DatasetReader):
         statistics["sentences_split"] += 1
         return [tokens[start : start + max_length] for start in range(0, len(tokens), max_length)]
 
-    def _tokens_to_instance(self, tokens: List[Token]) -> Instance:
+    def _with_boundaries(self, tokens: List[Token]) -> List[Token]:
         with_boundaries = list(tokens)
         if self._start_token is not None:
             with_boundaries.insert(0, Token(self._start_token))
         if self._end_token is not None:
             with_boundaries.append(Token(self._end_token))
-        return Instance({"tokens": TextField(with_boundaries)})
+        return with_boundaries
+
+    def _tokens_to_instance(self, tokens: List[Token]) -> Instance:
+        return Instance({"tokens": TextField(self._with_boundaries(tokens))})
 
     @staticmethod
     def _decode(raw_line: bytes, path: str, line_number: int) -> str:

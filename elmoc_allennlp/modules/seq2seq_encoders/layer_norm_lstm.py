@@ -377,7 +377,9 @@ class ElmocLstm(Seq2SeqEncoder):
     The ELMo-C bidirectional language model encoder.
 
     The input (e.g. fastText vectors) is projected to `projection_dim` (and LayerNorm-ed, when
-    `layer_norm` is `True`), then run through separate forward and backward stacks of
+    `layer_norm` is `True`; Li et al. 2019, section 4.1), by one projection shared by both
+    directions or one per direction (`separate_input_projections`, as the ELMo-C authors' two
+    independent LMs), then run through separate forward and backward stacks of
     `num_layers` [`LayerNormLstmLayer`](#layernormlstmlayer)s. As in allennlp's `ElmoLstm`, each
     direction's layer i takes that direction's layer i - 1 output, and layers with index >= 1
     add their input to their output (residual connection). Unlike `ElmoLstm` this encoder is
@@ -398,6 +400,15 @@ class ElmocLstm(Seq2SeqEncoder):
         The number of layers in each direction.
     layer_norm : `bool`, optional (default = `True`)
         Whether to LayerNorm the projected input and the LSTM states.
+    input_projection_bias : `bool`, optional (default = `None`)
+        Whether the input projection has a bias (the authors' `Linear(300, 512)` has one).
+        `None` means `not layer_norm`, the layout of archives written without this option.
+    separate_input_projections : `bool`, optional (default = `False`)
+        One input projection (and LayerNorm) per direction: `input_projection` for the forward
+        stack, `backward_input_projection` for the backward one; layer 0 of
+        `forward_all_layers` is then `[x_forward; x_backward]`. A state dict with a single
+        projection (and, if this encoder has a bias, without a bias) loads into both, with a
+        zero bias: the same function.
     cell_clip : `float`, optional (default = `3.0`)
         The magnitude at which memory cells are clipped; `None` disables clipping.
     projection_clip : `float`, optional (default = `3.0`)
@@ -428,6 +439,8 @@ class ElmocLstm(Seq2SeqEncoder):
         recurrent_dropout: float = 0.0,
         implementation: str = "auto",
         parallel_directions: bool = True,
+        input_projection_bias: Optional[bool] = None,
+        separate_input_projections: bool = False,
     ) -> None:
         super().__init__(stateful=False)
         _check_lstm_config(
@@ -440,11 +453,22 @@ class ElmocLstm(Seq2SeqEncoder):
         self.cell_dim = cell_dim
         self.num_layers = num_layers
 
-        # A bias before a LayerNorm would be cancelled by its mean subtraction.
-        self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=not layer_norm)
+        if input_projection_bias is None:
+            input_projection_bias = not layer_norm
+        self.input_projection = torch.nn.Linear(
+            input_dim, projection_dim, bias=input_projection_bias
+        )
         self.input_layer_norm: Optional[torch.nn.LayerNorm] = (
             torch.nn.LayerNorm(projection_dim) if layer_norm else None
         )
+        self.separate_input_projections = separate_input_projections
+        if separate_input_projections:
+            self.backward_input_projection = torch.nn.Linear(
+                input_dim, projection_dim, bias=input_projection_bias
+            )
+            self.backward_input_layer_norm: Optional[torch.nn.LayerNorm] = (
+                torch.nn.LayerNorm(projection_dim) if layer_norm else None
+            )
 
         def make_layer(go_forward: bool) -> LayerNormLstmLayer:
             return LayerNormLstmLayer(
@@ -476,6 +500,44 @@ class ElmocLstm(Seq2SeqEncoder):
 
     def get_input_dim(self) -> int:
         return self._input_dim
+
+    def _project(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The (normalised) input projections of the forward and the backward stack."""
+        projections = [(self.input_projection, self.input_layer_norm)]
+        if self.separate_input_projections:
+            projections.append((self.backward_input_projection, self.backward_input_layer_norm))
+        projected = []
+        for projection, layer_norm in projections:
+            output = projection(inputs)
+            projected.append(output if layer_norm is None else layer_norm(output))
+        return projected[0], projected[-1]
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # State dicts written before the per-direction projections and the bias existed.
+        if (
+            self.separate_input_projections
+            and f"{prefix}backward_input_projection.weight" not in state_dict
+            and f"{prefix}input_projection.weight" in state_dict
+        ):
+            logger.info("Loading the shared input projection into both directions")
+            for key in list(state_dict):
+                name = key[len(prefix) :]
+                if key.startswith(prefix) and name.split(".")[0] in (
+                    "input_projection",
+                    "input_layer_norm",
+                ):
+                    state_dict[f"{prefix}backward_{name}"] = state_dict[key]
+        for name in ("input_projection", "backward_input_projection"):
+            module = getattr(self, name, None)
+            if (
+                module is not None
+                and module.bias is not None
+                and f"{prefix}{name}.weight" in state_dict
+                and f"{prefix}{name}.bias" not in state_dict
+            ):
+                logger.info("No %s%s.bias in the state dict: a zero bias (older layout)", prefix, name)
+                state_dict[f"{prefix}{name}.bias"] = torch.zeros_like(module.bias)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def get_output_dim(self) -> int:
         return 2 * self.projection_dim
@@ -534,16 +596,13 @@ class ElmocLstm(Seq2SeqEncoder):
                 if packing is not None and packing.num_rows > 0:
                     return self._encode_packed(packed_inputs, packing, all_layers)
 
-        projected = self.input_projection(inputs)
-        if self.input_layer_norm is not None:
-            projected = self.input_layer_norm(projected)
+        forward_output, backward_output = self._project(inputs)
 
         layers: List[torch.Tensor] = []
         if all_layers:
-            token_layer = projected * mask.unsqueeze(-1)
-            layers.append(torch.cat([token_layer, token_layer], dim=-1))
+            token_layer = torch.cat([forward_output, backward_output], dim=-1)
+            layers.append(token_layer * mask.unsqueeze(-1))
 
-        forward_output = backward_output = projected
         for layer_index, (forward_layer, backward_layer) in enumerate(
             zip(self.forward_layers, self.backward_layers)
         ):
@@ -565,18 +624,15 @@ class ElmocLstm(Seq2SeqEncoder):
         all_layers: bool,
     ) -> List[torch.Tensor]:
         """`_encode`'s fast path: packs once, runs every layer on packed rows, unpacks outputs."""
-        projected = self.input_projection(packing.pack(inputs))
-        if self.input_layer_norm is not None:
-            projected = self.input_layer_norm(projected)
+        forward_output, backward_output = self._project(packing.pack(inputs))
 
         layers: List[torch.Tensor] = []
         if all_layers:
-            layers.append(packing.unpack(torch.cat([projected, projected], dim=-1)))
+            layers.append(packing.unpack(torch.cat([forward_output, backward_output], dim=-1)))
 
         runner = _SEQUENTIAL
         if self.parallel_directions and inputs.device.type == "cpu":
             runner = _CONCURRENT
-        forward_output = backward_output = projected
         for layer_index, (forward_layer, backward_layer) in enumerate(
             zip(self.forward_layers, self.backward_layers)
         ):

@@ -26,8 +26,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
     and keep the rest: the output dimension is `2 * projection_dim` of the biLM, 1024 at the
     paper's size, as ELMo's.
 
-    The biLM (frozen unless `requires_grad`) computes layer 0, the projected fastText input for
-    both directions (`[x; x]`), and layers 1..L, `[forward_j; backward_j]`; the output is
+    The biLM (frozen unless `requires_grad`) computes layer 0, each direction's projected fastText
+    input (`[x_forward; x_backward]`), and layers 1..L, `[forward_j; backward_j]`; the output is
     `gamma * sum_j softmax(s)_j * h_j` (Peters et al. 2018, eq. 1), see `ElmocElmo`.
 
     Registered as a `TokenEmbedder` with name "elmoc_token_embedder".

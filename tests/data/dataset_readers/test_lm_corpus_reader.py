@@ -1,5 +1,6 @@
 import itertools
 import logging
+import math
 import pickle
 import tracemalloc
 from collections import Counter
@@ -338,8 +339,112 @@ def test_from_params():
         ({"long_sentences": "drop"}, "long_sentences"),
         ({"max_sequence_length": 0}, "max_sequence_length"),
         ({"max_sequence_length": 2.5}, "max_sequence_length"),
+        ({"mode": "windows"}, "mode"),
+        ({"mode": "window", "window_length": 0}, "window_length"),
+        ({"mode": "window", "window_length": True}, "window_length"),
+        ({"mode": "window", "max_sequence_length": 20}, "max_sequence_length applies to mode"),
     ],
 )
 def test_bad_configuration(kwargs, key):
     with pytest.raises(ConfigurationError, match=key):
         LanguageModelCorpusReader(**kwargs)
+
+
+# ------------------------------------------------------------------------------- window mode
+
+
+def _stream(sentences: List[List[str]]) -> List[str]:
+    return [token for sentence in sentences for token in sentence]
+
+
+def _unwindow(windows: List[List[str]]) -> List[str]:
+    """The stream the windows were cut from (each window starts with the previous one's end)."""
+    stream = list(windows[0])
+    for previous, window in zip(windows, windows[1:]):
+        assert window[0] == previous[-1]
+        stream.extend(window[1:])
+    return stream
+
+
+@pytest.mark.parametrize("window_length", [1, 4, 20, 1000])
+def test_windows_run_across_sentence_boundaries(window_length):
+    reader = LanguageModelCorpusReader(mode="window", window_length=window_length)
+    windows = _texts(reader.read(str(LM_CORPUS / "train-*")))
+    stream = _stream(_fixture_sentences(*TRAIN_SHARDS))
+    assert _unwindow(windows) == stream
+    assert all(len(window) == window_length + 1 for window in windows[:-1])
+    assert 2 <= len(windows[-1]) <= window_length + 1
+    # Each LM predicts window_length tokens per window: every stream token but the first is a
+    # forward target once, every token but the last a backward target once.
+    forward_targets = [token for window in windows for token in window[1:]]
+    backward_targets = [token for window in windows for token in window[:-1]]
+    assert forward_targets == stream[1:] and backward_targets == stream[:-1]
+    if window_length == 20:
+        # Boundary markers inside windows: a window spans the end of one sentence and the start
+        # of the next.
+        assert any(window.index("</S>") < len(window) - 1 for window in windows if "</S>" in window)
+    statistics = reader.last_read_statistics
+    assert statistics["instances"] == len(windows) == math.ceil((len(stream) - 1) / window_length)
+    assert statistics["sentences"] == 35 and statistics["sentences_split"] == 0
+
+
+def test_windows_without_boundary_tokens_and_from_params():
+    reader = DatasetReader.from_params(
+        Params({"type": "elmoc_lm_corpus", "mode": "window", "window_length": 3,
+                "start_token": None, "end_token": None})
+    )
+    corpus = LM_CORPUS / "valid.txt"
+    words = corpus.read_text().split()
+    windows = _texts(reader.read(corpus))
+    assert windows[0] == words[:4] and windows[1] == words[3:7]
+    assert _unwindow(windows) == words
+    assert windows[0][0] == "the" and "<S>" not in _stream(windows)
+
+
+def test_window_mode_is_lazy(tmp_path):
+    corpus = tmp_path / "big.txt"
+    line = b"the quick brown fox jumps over the lazy dog\n"
+    with open(corpus, "wb") as corpus_file:
+        corpus_file.write(line * 100_000)  # ~4.4 MB
+        corpus_file.write(b"an invalid last line \xff\n")
+    reader = LanguageModelCorpusReader(mode="window", window_length=20)
+    tracemalloc.start()
+    try:
+        instances = reader.read(corpus)
+        first = next(instances)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    sentence = ["<S>"] + line.decode().split() + ["</S>"]
+    assert _texts([first]) == [(sentence * 2)[:21]]
+    assert peak < corpus.stat().st_size // 20
+    assert reader.last_read_statistics["lines"] == 2  # 11 tokens per sentence: two lines read
+    with pytest.raises(CorpusDecodingError, match="line 100001"):
+        for _ in instances:
+            pass
+
+
+@pytest.mark.parametrize("world_size, num_workers", [(1, 3), (2, 1), (4, 2)], ids=str)
+def test_window_mode_is_sharded_by_sentence(tmp_path, world_size, num_workers):
+    corpus = _sharding_corpus(tmp_path) / "news.en-*"
+    sentence_reader = LanguageModelCorpusReader()
+    window_reader = LanguageModelCorpusReader(mode="window", window_length=6)
+    all_sentences = _read_as(sentence_reader, corpus)
+    total_windows = _read_as(window_reader, corpus)
+    total_statistics = dict(window_reader.last_read_statistics)
+    shares = []
+    for rank in range(world_size):
+        for worker_id in range(num_workers):
+            info = dict(
+                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
+                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
+            )
+            sentences = _read_as(sentence_reader, corpus, **info)
+            windows = _read_as(window_reader, corpus, **info)
+            # Each worker cuts the stream of its own share of the sentences.
+            assert _unwindow([list(w) for w in windows]) == _stream([list(s) for s in sentences])
+            shares.append(sentences)
+            assert window_reader.last_read_statistics["sentences"] == len(sentences)
+    assert Counter(itertools.chain(*shares)) == Counter(all_sentences)
+    assert total_statistics["sentences"] == len(all_sentences)
+    assert total_statistics["instances"] == len(total_windows)
