@@ -1,0 +1,125 @@
+import logging
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.training.learning_rate_schedulers import LearningRateScheduler
+from allennlp.training.learning_rate_schedulers.slanted_triangular import SlantedTriangular
+
+logger = logging.getLogger(__name__)
+
+
+@LearningRateScheduler.register("elmoc_slanted_triangular")
+class RecoverableSlantedTriangular(SlantedTriangular):
+    """
+    allennlp's `slanted_triangular` schedule (Howard & Ruder 2018, section 3.2: slanted triangular
+    learning rates and discriminative fine-tuning; section 3.3: gradual unfreezing), with the same
+    parameters and learning rates, made safe to resume and to configure:
+
+    * **Resuming** (`allennlp train --recover`): allennlp's scheduler restores its counters from
+      the checkpoint but not which parameter groups are frozen, so a resumed run trains every
+      layer from the first resumed batch on, whatever epoch it is in. Here `load_state_dict`
+      freezes the groups that the restored epoch freezes.
+    * **Configuring**: gradual unfreezing and discriminative fine-tuning need one parameter group
+      per layer and an empty default group (`elmoc_bilm_layerwise` makes them); allennlp asserts
+      this, this scheduler raises a `ConfigurationError` that says so. Without a known number of
+      batches per epoch (a data loader without a length, e.g. with `max_instances_in_memory`)
+      the slanted triangle of the first epoch degenerates to the lowest learning rate
+      throughout, which is warned about.
+    * Each epoch logs which groups are trained and their learning rates.
+
+    Registered as a `LearningRateScheduler` with name "elmoc_slanted_triangular".
+
+    # Parameters
+
+    See allennlp's `SlantedTriangular`: `num_epochs` and `num_steps_per_epoch` are given by the
+    trainer; `cut_frac` (default 0.1), `ratio` (32), `gradual_unfreezing` (false),
+    `discriminative_fine_tuning` (false), `decay_factor` (0.38, i.e. 1 / 2.6).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        num_epochs: int,
+        num_steps_per_epoch: Optional[int] = None,
+        cut_frac: float = 0.1,
+        ratio: int = 32,
+        last_epoch: int = -1,
+        gradual_unfreezing: bool = False,
+        discriminative_fine_tuning: bool = False,
+        decay_factor: float = 0.38,
+    ) -> None:
+        per_layer = gradual_unfreezing or discriminative_fine_tuning
+        groups = optimizer.param_groups
+        if per_layer and (len(groups) < 3 or groups[-1]["params"]):
+            raise ConfigurationError(
+                "trainer.learning_rate_scheduler: gradual_unfreezing and "
+                "discriminative_fine_tuning need one optimizer parameter group per layer, bottom "
+                "to top, and an empty default (last) group; the optimizer has "
+                f"{[len(group['params']) for group in groups]} parameters per group. Use the "
+                "'elmoc_bilm_layerwise' optimizer for a biLM."
+            )
+        if not 0.0 < cut_frac < 1.0:
+            raise ConfigurationError(
+                f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}"
+            )
+        if num_steps_per_epoch is None:
+            logger.warning(
+                "slanted triangular schedule without a known number of batches per epoch: the "
+                "first epoch runs at the lowest learning rate. Use a data loader with a length "
+                "(no max_instances_in_memory) for fine-tuning."
+            )
+        super().__init__(
+            optimizer,
+            num_epochs=num_epochs,
+            num_steps_per_epoch=num_steps_per_epoch,
+            cut_frac=cut_frac,
+            ratio=ratio,
+            last_epoch=last_epoch,
+            gradual_unfreezing=gradual_unfreezing,
+            discriminative_fine_tuning=discriminative_fine_tuning,
+            decay_factor=decay_factor,
+        )
+        self._log_groups()
+
+    def _layer_groups(self) -> List[Dict[str, Any]]:
+        groups = self.optimizer.param_groups
+        return groups[:-1] if len(groups) > 1 and not groups[-1]["params"] else groups
+
+    def trained_groups(self) -> List[bool]:
+        """For each parameter group (but an empty default one), bottom to top: is it trained."""
+        return [
+            any(parameter.requires_grad for parameter in group["params"])
+            for group in self._layer_groups()
+        ]
+
+    def _unfreeze_top_groups(self, count: int) -> None:
+        # As allennlp's step: the default group is reversed index 0, the top layer index 1.
+        for index, group in enumerate(reversed(self.optimizer.param_groups)):
+            for parameter in group["params"]:
+                parameter.requires_grad = index <= count
+
+    def step(self, metric: float = None) -> None:
+        super().step(metric)
+        # The constructor's first step runs before the base values exist for logging.
+        if hasattr(self, "last_batch_num_total"):
+            self._log_groups()
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        if self.gradual_unfreezing:
+            # `step` left `last_epoch` at the index of the epoch to train, which trains the top
+            # `last_epoch + 1` groups (all of them once unfreezing has finished).
+            self._unfreeze_top_groups(self.last_epoch + 1)
+        self._log_groups()
+
+    def _log_groups(self) -> None:
+        trained = self.trained_groups()
+        logger.info(
+            "Epoch %d: training parameter groups %s of %d (bottom to top), base learning rates %s",
+            self.last_epoch,
+            [index for index, flag in enumerate(trained) if flag],
+            len(trained),
+            ", ".join(f"{value:.3g}" for value in self.base_values[: len(trained)]),
+        )

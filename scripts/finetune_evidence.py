@@ -1,0 +1,423 @@
+#!/usr/bin/env python
+"""
+Does fine-tuning a general biLM on a task's unlabelled text help that task? Measures, with the
+project's own configs and commands:
+
+1. the task's text: the sentences of SST-5 train / dev / test (from `--data-dir`), lowercased as
+   the quickstart biLM was pretrained, one per line; how many of their words the biLM's fastText
+   dictionary lacks;
+2. intrinsic figures of the general biLM (`--archive`) on that text and on its own pretraining
+   validation text (`allennlp evaluate`: loss = 1 - cosine, mean cosine, retrieval accuracy);
+3. fine-tuning on the train sentences only (no labels) with
+   `training_configs/pretrain/finetune_domain.jsonnet` (`allennlp train`), validated on the dev
+   sentences, and its cost against the cost of pretraining;
+4. the same intrinsic figures for the fine-tuned biLM;
+5. downstream: `training_configs/downstream/sst5_bcn.jsonnet` (`allennlp train`, test accuracy
+   of the best dev epoch) with the general biLM, the fine-tuned biLM, and fastText only (the same
+   config without the ELMo-C embedder), over `--seeds` seeds, on `--max-train` labelled
+   training sentences for `--epochs` epochs.
+
+Every step writes its output atomically and is skipped when the output exists, so an interrupted
+run resumes where it stopped (a half-finished training run is started again). The tables go to
+`OUTPUT_DIR/results.md`, every figure to `OUTPUT_DIR/results.json`.
+
+    python scripts/finetune_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
+        [--data-dir ../shared/data] [--seeds 3] [--epochs 10] [--max-train 2000]
+        [--output-dir runs/finetune_evidence]
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from elmoc_allennlp.common.atomic_files import atomic_write  # noqa: E402
+
+DEFAULT_ARCHIVE = REPO_ROOT / "quickstart_output" / "elmoc_small" / "model.tar.gz"
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+FINETUNE_CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "finetune_domain.jsonnet"
+BCN_CONFIG = REPO_ROOT / "training_configs" / "downstream" / "sst5_bcn.jsonnet"
+SPLITS = ("train", "dev", "test")
+CONDITIONS = ("fasttext", "general", "finetuned")
+CONDITION_NAMES = {
+    "fasttext": "fastText only",
+    "general": "fastText + general ELMo-C",
+    "finetuned": "fastText + domain-fine-tuned ELMo-C",
+}
+
+
+def log(message: str) -> None:
+    print(f"[finetune_evidence] {message}", flush=True)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "w") as handle:
+        json.dump(data, handle, indent=2)
+
+
+def run(command: List[str], log_path: Path, environment: Dict[str, str]) -> float:
+    """Runs a command, its output to `log_path`; returns the wall-clock seconds."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(environment)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    start = time.time()
+    with open(log_path, "w", encoding="utf-8") as output:
+        result = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    seconds = time.time() - start
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}); see {log_path}")
+    return seconds
+
+
+def allennlp(*arguments: str) -> List[str]:
+    return [sys.executable, "-m", "allennlp", *arguments, "--include-package", "elmoc_allennlp"]
+
+
+# ---------------------------------------------------------------------------------- text
+
+
+def read_sst_sentences(data_dir: Path) -> Dict[str, List[List[str]]]:
+    from allennlp_models.classification.dataset_readers.stanford_sentiment_tree_bank import (
+        StanfordSentimentTreeBankDatasetReader,
+    )
+
+    reader = StanfordSentimentTreeBankDatasetReader(granularity="5-class", use_subtrees=False)
+    return {
+        split: [
+            [token.text for token in instance["tokens"].tokens]
+            for instance in reader.read(str(data_dir / "sst5" / f"{split}.txt"))
+        ]
+        for split in SPLITS
+    }
+
+
+def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
+    """Lowercased sentence files, the subsampled labelled train trees, and OOV statistics."""
+    stats_path = text_dir / "text_statistics.json"
+    if stats_path.exists():
+        return json.loads(stats_path.read_text())
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+
+    vectors = FastTextVectors.from_path(vectors_path)
+    sentences = read_sst_sentences(args.data_dir)
+    text_dir.mkdir(parents=True, exist_ok=True)
+    statistics_: Dict[str, Any] = {}
+    for split, split_sentences in sentences.items():
+        lowered = [[token.lower() for token in sentence] for sentence in split_sentences]
+        with atomic_write(text_dir / f"sst_{split}.txt", "w") as handle:
+            handle.writelines(" ".join(sentence) + "\n" for sentence in lowered)
+        tokens = [token for sentence in lowered for token in sentence]
+        types = set(tokens)
+        statistics_[split] = {
+            "sentences": len(lowered),
+            "tokens": len(tokens),
+            "oov_token_rate": sum(vectors.word_id(t) < 0 for t in tokens) / len(tokens),
+            "oov_type_rate": sum(vectors.word_id(t) < 0 for t in types) / len(types),
+        }
+    trees = (args.data_dir / "sst5" / "train.txt").read_text(encoding="utf-8").splitlines()
+    trees = [tree for tree in trees if tree.strip()]
+    chosen = sorted(random.Random(13).sample(range(len(trees)), min(args.max_train, len(trees))))
+    with atomic_write(text_dir / f"sst_train_trees_{args.max_train}.txt", "w") as handle:
+        handle.writelines(trees[index] + "\n" for index in chosen)
+    statistics_["labelled_train_sentences"] = len(chosen)
+    write_json(stats_path, statistics_)
+    return statistics_
+
+
+# ---------------------------------------------------------------------------------- biLM
+
+
+# The same batches for every biLM (retrieval accuracy ranks the gold word among the batch's).
+EVALUATION_LOADER = {
+    "data_loader": {
+        "batch_sampler": {
+            "type": "bucket", "batch_size": 64, "sorting_keys": ["tokens"], "padding_noise": 0.0
+        }
+    }
+}
+
+
+def intrinsic(archive: Path, name: str, files: Dict[str, Path], out_dir: Path) -> Dict[str, Any]:
+    results = {}
+    for text_name, path in files.items():
+        output = out_dir / f"{name}_{text_name}.json"
+        if not output.exists():
+            log(f"allennlp evaluate {name} biLM on {text_name}")
+            run(
+                allennlp(
+                    "evaluate", str(archive), str(path), "--output-file", str(output),
+                    "-o", json.dumps(EVALUATION_LOADER),
+                ),
+                out_dir / "logs" / f"{name}_{text_name}.log",
+                {},
+            )
+        results[text_name] = json.loads(output.read_text())
+    return results
+
+
+def finetune(args, text_dir: Path, out_dir: Path) -> Dict[str, Any]:
+    serialization_dir = out_dir / "finetuned_bilm"
+    archive = serialization_dir / "model.tar.gz"
+    timing_path = out_dir / "finetune_timing.json"
+    if not (archive.exists() and timing_path.exists()):
+        if serialization_dir.exists():
+            shutil.rmtree(serialization_dir)
+        log("fine-tuning the biLM on the SST-5 train sentences (finetune_domain.jsonnet)")
+        command = allennlp("train", str(FINETUNE_CONFIG), "-s", str(serialization_dir))
+        if args.finetune_overrides:
+            command += ["-o", args.finetune_overrides]
+        seconds = run(
+            command,
+            out_dir / "logs" / "finetune.log",
+            {
+                "ELMOC_ARCHIVE": str(args.archive),
+                "ELMOC_TRAIN_DATA": str(text_dir / "sst_train.txt"),
+                "ELMOC_VALIDATION_DATA": str(text_dir / "sst_dev.txt"),
+            },
+        )
+        write_json(timing_path, {"wall_seconds": seconds})
+    metrics = json.loads((serialization_dir / "metrics.json").read_text())
+    timing = json.loads(timing_path.read_text())
+    return {"archive": archive, "metrics": metrics, "wall_seconds": timing["wall_seconds"]}
+
+
+def seconds_of(duration: str) -> float:
+    hours, minutes, seconds = duration.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+# ---------------------------------------------------------------------------------- downstream
+
+
+def bilm_settings(archive: Path) -> Dict[str, str]:
+    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+
+    description = ElmocArchive.read(str(archive))
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+
+    return {
+        "ELMOC_ARCHIVE": str(archive),
+        "ELMOC_DIM": str(description.output_dim),
+        "ELMOC_FASTTEXT": description.input_vectors_path,
+        "ELMOC_FASTTEXT_DIM": str(FastTextVectors.from_path(description.input_vectors_path).dim),
+    }
+
+
+def fasttext_only_config(settings: Dict[str, str], path: Path) -> Path:
+    """sst5_bcn.jsonnet without the ELMo-C indexer and embedder (everything else unchanged)."""
+    if path.exists():
+        return path
+    from allennlp.common.params import Params
+
+    config = Params.from_file(str(BCN_CONFIG), ext_vars=settings).as_dict(quiet=True)
+    for reader in ("dataset_reader", "validation_dataset_reader"):
+        del config[reader]["token_indexers"]["elmoc"]
+    del config["model"]["text_field_embedder"]["token_embedders"]["elmoc"]
+    config["model"]["pre_encode_feedforward"]["input_dim"] = int(settings["ELMOC_FASTTEXT_DIM"])
+    write_json(path, config)
+    return path
+
+
+def downstream_run(
+    condition: str, seed: int, archive: Optional[Path], args, text_dir: Path, out_dir: Path,
+    general_settings: Dict[str, str],
+) -> Dict[str, Any]:
+    run_dir = out_dir / "downstream" / condition / f"seed{seed}"
+    result_path = run_dir / "result.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text())
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    settings = bilm_settings(archive) if archive is not None else dict(general_settings)
+    if condition == "fasttext":
+        config = fasttext_only_config(settings, out_dir / "downstream" / "sst5_bcn_fasttext_only.json")
+    else:
+        config = BCN_CONFIG
+    overrides = {
+        "train_data_path": str(text_dir / f"sst_train_trees_{args.max_train}.txt"),
+        "trainer.num_epochs": args.epochs,
+        "random_seed": 13370 + seed,
+        "numpy_seed": 1337 + seed,
+        "pytorch_seed": 133 + seed,
+        # The labelled budget: whole sentences only (no phrase-level subtrees).
+        "dataset_reader.use_subtrees": False,
+        # The quickstart's fastText model is lowercase (training_configs/downstream/README.md).
+        "dataset_reader.token_indexers.tokens.lowercase_tokens": True,
+        "validation_dataset_reader.token_indexers.tokens.lowercase_tokens": True,
+    }
+    log(f"downstream: {condition}, seed {seed}")
+    seconds = run(
+        allennlp("train", str(config), "-s", str(run_dir / "run"), "-o", json.dumps(overrides)),
+        run_dir / "train.log",
+        dict(settings, **{
+            "SST_TRAIN_DATA_PATH": overrides["train_data_path"],
+            "SST_VALIDATION_DATA_PATH": str(args.data_dir / "sst5" / "dev.txt"),
+            "SST_TEST_DATA_PATH": str(args.data_dir / "sst5" / "test.txt"),
+        }),
+    )
+    metrics = json.loads((run_dir / "run" / "metrics.json").read_text())
+    result = {
+        "condition": condition,
+        "seed": seed,
+        "dev_accuracy": metrics["best_validation_accuracy"],
+        "test_accuracy": metrics["test_accuracy"],
+        "best_epoch": metrics["best_epoch"],
+        "wall_seconds": seconds,
+    }
+    write_json(result_path, result)
+    # Keep the metrics and logs, not the weights.
+    for heavy in list((run_dir / "run").glob("*.th")) + [run_dir / "run" / "model.tar.gz"]:
+        if heavy.exists():
+            heavy.unlink()
+    return result
+
+
+# ---------------------------------------------------------------------------------- report
+
+
+def mean_std(values: List[float], scale: float = 100.0) -> str:
+    mean = statistics.mean(values) * scale
+    std = statistics.stdev(values) * scale if len(values) > 1 else 0.0
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def report(summary: Dict[str, Any]) -> str:
+    lines = ["## Downstream: SST-5 with sst5_bcn.jsonnet", ""]
+    setup = summary["setup"]
+    lines.append(
+        f"{setup['labelled_train_sentences']} labelled training sentences (no subtrees), "
+        f"{setup['epochs']} epochs, accuracy (%) mean ± std over {setup['seeds']} seeds; test at "
+        "the best dev epoch."
+    )
+    lines += ["", "| input | dev | test | minutes per run |", "|---|---|---|---|"]
+    for condition in CONDITIONS:
+        runs = summary["downstream"].get(condition, [])
+        if not runs:
+            continue
+        lines.append(
+            f"| {CONDITION_NAMES[condition]} | {mean_std([r['dev_accuracy'] for r in runs])} | "
+            f"{mean_std([r['test_accuracy'] for r in runs])} | "
+            f"{statistics.mean(r['wall_seconds'] for r in runs) / 60:.1f} |"
+        )
+    lines += ["", "## Intrinsic: the biLM before and after fine-tuning", ""]
+    lines += [
+        "| text | biLM | loss (1 − cos) | forward / backward | mean cosine | retrieval accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for text_name in summary["intrinsic"]["general"]:
+        for name in ("general", "finetuned"):
+            m = summary["intrinsic"][name][text_name]
+            lines.append(
+                f"| {text_name} | {name} | {m['loss']:.4f} | {m['forward_loss']:.4f} / "
+                f"{m['backward_loss']:.4f} | {m['cosine_similarity']:.4f} | "
+                f"{m['retrieval_accuracy']:.3f} |"
+            )
+    cost = summary["cost"]
+    lines += ["", "## Cost", ""]
+    lines.append(
+        f"Pretraining (quickstart): {cost['pretraining_minutes']:.1f} min; fine-tuning: "
+        f"{cost['finetuning_minutes']:.1f} min training ({cost['finetuning_wall_minutes']:.1f} min "
+        f"wall clock with loading), best epoch {cost['finetuning_best_epoch'] + 1} of "
+        f"{cost['finetuning_epochs']}."
+    )
+    text = summary["text"]
+    lines += ["", "## Text", ""]
+    for split in SPLITS:
+        s = text[split]
+        lines.append(
+            f"- SST-5 {split}: {s['sentences']} sentences, {s['tokens']} tokens; not in the "
+            f"fastText dictionary: {100 * s['oov_token_rate']:.1f}% of tokens, "
+            f"{100 * s['oov_type_rate']:.1f}% of word types"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archive", type=Path, default=DEFAULT_ARCHIVE)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="with sst5/")
+    parser.add_argument("--pretraining-valid", type=Path, default=None,
+                        help="the biLM's pretraining validation text (default: the quickstart's "
+                             "PTB valid, next to the archive's folder)")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=10, help="downstream epochs")
+    parser.add_argument("--max-train", type=int, default=2000, help="labelled train sentences")
+    parser.add_argument("--finetune-overrides", default="", help="-o for the fine-tuning run")
+    parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "finetune_evidence")
+    args = parser.parse_args(argv)
+    args.archive = args.archive.resolve()
+    args.data_dir = args.data_dir.resolve()
+    out_dir = args.output_dir.resolve()
+    text_dir = out_dir / "text"
+    if not args.archive.exists():
+        parser.error(f"--archive {args.archive} does not exist (run scripts/quickstart.py)")
+    if not (args.data_dir / "sst5" / "train.txt").exists():
+        parser.error(f"--data-dir {args.data_dir} has no sst5/train.txt")
+
+    general_settings = bilm_settings(args.archive)
+    text = prepare_text(args, text_dir, general_settings["ELMOC_FASTTEXT"])
+    intrinsic_files = {"SST-5 dev": text_dir / "sst_dev.txt", "SST-5 test": text_dir / "sst_test.txt"}
+    pretraining_valid = args.pretraining_valid or (
+        args.archive.parent.parent / "data" / "ptb.valid.txt"
+    )
+    if pretraining_valid.exists():
+        intrinsic_files["pretraining valid (PTB)"] = pretraining_valid
+    general = intrinsic(args.archive, "general", intrinsic_files, out_dir / "intrinsic")
+    tuned = finetune(args, text_dir, out_dir)
+    finetuned = intrinsic(tuned["archive"], "finetuned", intrinsic_files, out_dir / "intrinsic")
+
+    downstream: Dict[str, List[Dict[str, Any]]] = {}
+    archives = {"fasttext": None, "general": args.archive, "finetuned": tuned["archive"]}
+    for seed in range(args.seeds):
+        for condition in args.conditions:
+            downstream.setdefault(condition, []).append(
+                downstream_run(
+                    condition, seed, archives[condition], args, text_dir, out_dir,
+                    general_settings,
+                )
+            )
+
+    pretraining_metrics = json.loads((args.archive.parent / "metrics.json").read_text())
+    summary = {
+        "setup": {
+            "archive": str(args.archive),
+            "seeds": args.seeds,
+            "epochs": args.epochs,
+            "labelled_train_sentences": text["labelled_train_sentences"],
+            "finetune_overrides": args.finetune_overrides,
+        },
+        "text": text,
+        "intrinsic": {"general": general, "finetuned": finetuned},
+        "cost": {
+            "pretraining_minutes": seconds_of(pretraining_metrics["training_duration"]) / 60,
+            "pretraining_epochs": pretraining_metrics.get("training_epochs", 0) + 1,
+            "finetuning_minutes": seconds_of(tuned["metrics"]["training_duration"]) / 60,
+            "finetuning_wall_minutes": tuned["wall_seconds"] / 60,
+            "finetuning_best_epoch": tuned["metrics"]["best_epoch"],
+            "finetuning_epochs": tuned["metrics"]["training_epochs"] + 1,
+            "finetuning_best_validation_loss": tuned["metrics"].get("best_validation_loss"),
+        },
+        "downstream": downstream,
+    }
+    write_json(out_dir / "results.json", summary)
+    table = report(summary)
+    with atomic_write(out_dir / "results.md", "w") as handle:
+        handle.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
