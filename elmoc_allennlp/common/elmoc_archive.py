@@ -343,3 +343,63 @@ class ElmocArchive:
             overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
         archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
         return archive.model, archive.dataset_reader
+
+
+def same_fasttext_model(first: Union[str, os.PathLike], second: Union[str, os.PathLike]) -> bool:
+    """Whether two paths hold the same fastText model (the same file, or identical copies)."""
+    first, second = Path(first), Path(second)
+    try:
+        if os.path.samefile(first, second):
+            return True
+    except OSError:
+        return False
+    return FastTextVectors.from_path(first).fingerprint == FastTextVectors.from_path(second).fingerprint
+
+
+def different_fasttext_error(
+    archive_file: str, archive_vectors: str, given_vectors: str, config_key: str
+) -> ConfigurationError:
+    return ConfigurationError(
+        f"fastText model {given_vectors} ({config_key}) is not the one ELMo-C archive "
+        f"{archive_file} was pretrained with ({archive_vectors}). The biLM's input projection and "
+        "output layer live in the vector space of its own fastText model: fine-tuning keeps that "
+        "model (words unseen in pretraining get its subword vectors, in and out), and a different "
+        "one would silently give wrong vectors. Leave the option out to use the archive's model, "
+        "or give a copy of that same file."
+    )
+
+
+def archive_with_its_fasttext(
+    archive_file: Union[str, os.PathLike],
+    vectors_path: Optional[str] = None,
+    config_key: str = "vectors_path",
+) -> ElmocArchive:
+    """
+    The `ElmocArchive` of a biLM archive, using the fastText model the archive was pretrained
+    with. That model is found as `ElmocArchive` finds it (the path in the archive's config, then
+    relative to the archive). `vectors_path`, if given, must be the same model (the same file or
+    a copy of it): another fastText model is refused with a `ConfigurationError` naming
+    `config_key`. When the archive's own model cannot be found on this machine, `vectors_path`
+    is accepted if its dimension matches (nothing else can be compared), with a warning.
+    """
+    archive_file = str(archive_file)
+    if vectors_path is None:
+        return ElmocArchive.read(archive_file)
+    given = ElmocArchive.read(archive_file, vectors_path)
+    try:
+        own = ElmocArchive.read(archive_file)
+    except ConfigurationError as error:
+        logger.warning(
+            "ELMo-C archive %s: its own fastText model is not on this machine (%s); using %s "
+            "(%s), whose dimension matches, without being able to check that it is the same model",
+            archive_file,
+            error,
+            vectors_path,
+            config_key,
+        )
+        return given
+    if not same_fasttext_model(own.input_vectors_path, vectors_path):
+        raise different_fasttext_error(
+            archive_file, own.input_vectors_path, str(vectors_path), config_key
+        )
+    return given

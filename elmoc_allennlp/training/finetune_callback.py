@@ -10,12 +10,12 @@ from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmoc_allennlp.common.atomic_files import atomic_write
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.models.bilm_from_archive import (
-    FINETUNED_FROM_ATTRIBUTE,
+from elmoc_allennlp.common.elmoc_archive import (
+    ElmocArchive,
     different_fasttext_error,
     same_fasttext_model,
 )
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.models.bilm_from_archive import FINETUNED_FROM_ATTRIBUTE
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from allennlp.models.archival import load_archive
 from elmoc_allennlp.common.fasttext_training import train_fasttext
 from elmoc_allennlp.data.token_indexers.archive_fasttext_indexer import ArchiveFastTextIndexer
 from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
-from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive, same_fasttext_model
+from elmoc_allennlp.common.elmoc_archive import same_fasttext_model
+from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 from elmoc_allennlp.training.bilm_layer_groups import bilm_layer_groups

@@ -3,7 +3,7 @@ from typing import Any, Dict, Optional
 from allennlp.data.token_indexers.token_indexer import TokenIndexer
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.models.bilm_from_archive import archive_with_its_fasttext
+from elmoc_allennlp.common.elmoc_archive import archive_with_its_fasttext
 from elmoc_allennlp.common.elmoc_archive import VECTORS_PATH_KEY
 
 

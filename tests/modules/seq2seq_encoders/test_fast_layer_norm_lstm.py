@@ -1,5 +1,4 @@
 """The fast path of `elmoc_lstm` computes what the reference path computes."""
-import copy
 import logging
 from typing import Dict, List
 
