@@ -42,7 +42,7 @@ def self_contained_config(
     """
     The config of a fine-tuning run (`elmoc_bilm_from_archive` model, `elmoc_archive_fasttext`
     indexers) as an ordinary biLM config: `model` is the base archive's, `elmoc_archive_fasttext`
-    indexers become the archive's own `fasttext_subwords` indexer, and every fastText path is the
+    indexers become the archive's own `elmoc_fasttext_subwords` indexer, and every fastText path is the
     file the run used. Everything else (data, trainer) stays as it was run.
     """
     base = copy.deepcopy(archive.config)
@@ -70,7 +70,7 @@ class FineTuneCallback(TrainerCallback):
       archive's own fastText model (the same file or a copy: a different model is refused with a
       `ConfigurationError`), the same lowercasing and the same sentence boundaries. The
       `elmoc_archive_fasttext` indexer does so by construction; a hand-written
-      `fasttext_subwords` indexer is checked. With `gradual_unfreezing`, a warning names the
+      `elmoc_fasttext_subwords` indexer is checked. With `gradual_unfreezing`, a warning names the
       layers that `num_epochs` leaves untrained.
     * **At the end of a successful run** it rewrites the run's `config.json`, which `allennlp
       train` then packs into `model.tar.gz`, as a self-contained `elmoc_bilm` config (see

@@ -1,5 +1,5 @@
 """
-Fixtures of the bad-input suite: the tiny trained biLM archive of the downstream tests, and the
+Fixtures of the bad-input suite: the tiny trained biLM archive of `tests/conftest.py`, and the
 crafted archives made from it once per session.
 """
 import io
@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
-
-# The tiny trained biLM (`tests/downstream/conftest.py`), shared rather than copied.
-from tests.downstream.conftest import elmoc_archive, one_torch_thread  # noqa: F401
 
 # A name no real file has: any file of this name found after a case was written by an archive.
 ESCAPE_NAME = "elmoc-escaped-from-archive.txt"

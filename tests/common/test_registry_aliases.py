@@ -92,8 +92,8 @@ def old_names_archive(elmoc_archive, tmp_path_factory):
     assert renamed == {
         "elmoc_fasttext_subwords": 1,
         "elmoc_fasttext": 1,
-        "elmoc_continuous": 1,
-        "elmoc_rnmt_plus": 1,
+        "elmoc_continuous": 2,  # forward and backward output layers
+        "elmoc_rnmt_plus_steps": 1,
     }
     return path
 

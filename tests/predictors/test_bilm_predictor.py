@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy
 import pytest
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
@@ -71,7 +72,7 @@ def test_a_batch_gives_each_sentence_its_own_result(predictor):
 
 
 def test_input_without_a_sentence_is_a_clear_error(predictor):
-    with pytest.raises(KeyError, match="needs a 'sentence' key"):
+    with pytest.raises(ConfigurationError, match="needs a 'sentence' key"):
         predictor.predict_json({"text": "the cat"})
 
 

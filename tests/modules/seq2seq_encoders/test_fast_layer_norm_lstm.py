@@ -9,7 +9,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmoc_allennlp.modules import layer_norm_lstm
+from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
