@@ -211,7 +211,7 @@ def test_finetuned_archive_is_an_ordinary_bilm_archive(finetuned, tiny_fasttext_
     assert config["model"]["type"] == "elmoc_bilm"
     assert "archive_file" not in json.dumps(config["model"])
     indexer = config["dataset_reader"]["token_indexers"]["fasttext"]
-    assert indexer["type"] == "fasttext_subwords"
+    assert indexer["type"] == "elmoc_fasttext_subwords"
     assert Path(indexer["vectors_path"]) == Path(tiny_fasttext_path)
     assert indexer.get("lowercase_tokens", False) is False
     original = json.loads((serialization_dir / "config_finetune.json").read_text())
