@@ -479,11 +479,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         "intrinsic": {"general": general, "finetuned": finetuned},
         "cost": {
             "pretraining_minutes": seconds_of(pretraining_metrics["training_duration"]) / 60,
-            "pretraining_epochs": pretraining_metrics.get("training_epochs", 0) + 1,
+            "pretraining_epochs": pretraining_metrics["epoch"] + 1,
             "finetuning_minutes": seconds_of(tuned["metrics"]["training_duration"]) / 60,
             "finetuning_wall_minutes": tuned["wall_seconds"] / 60,
             "finetuning_best_epoch": tuned["metrics"]["best_epoch"],
-            "finetuning_epochs": tuned["metrics"]["training_epochs"] + 1,
+            "finetuning_epochs": tuned["metrics"]["epoch"] + 1,
             "finetuning_best_validation_loss": tuned["metrics"].get("best_validation_loss"),
         },
         "downstream": downstream,
