@@ -29,11 +29,13 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -43,7 +45,12 @@ sys.path.insert(0, str(REPO_ROOT))
 from elmoc_allennlp.common.atomic_files import atomic_write  # noqa: E402
 
 DEFAULT_ARCHIVE = REPO_ROOT / "quickstart_output" / "elmoc_small" / "model.tar.gz"
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
+# The shared data next to the checkout (or next to one of its parent folders, for a worktree).
+DEFAULT_DATA = next(
+    (folder / "shared" / "data" for folder in REPO_ROOT.parents
+     if (folder / "shared" / "data" / "sst5").is_dir()),
+    REPO_ROOT.parent / "shared" / "data",
+)
 FINETUNE_CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "finetune_domain.jsonnet"
 BCN_CONFIG = REPO_ROOT / "training_configs" / "downstream" / "sst5_bcn.jsonnet"
 SPLITS = ("train", "dev", "test")
@@ -102,9 +109,42 @@ def read_sst_sentences(data_dir: Path) -> Dict[str, List[List[str]]]:
     }
 
 
+def unlabelled_file(text_dir: Path, size: int) -> Path:
+    return text_dir / ("sst_train.txt" if size <= 0 else f"sst_train_unlabelled_{size}.txt")
+
+
+def unlabelled_subset(text_dir: Path, size: int) -> int:
+    """The fine-tuning text: all train sentences (`size` <= 0) or a seeded random `size` of them."""
+    lines = (text_dir / "sst_train.txt").read_text(encoding="utf-8").splitlines()
+    if size <= 0 or size >= len(lines):
+        return len(lines)
+    chosen = sorted(random.Random(17).sample(range(len(lines)), size))
+    with atomic_write(unlabelled_file(text_dir, size), "w") as handle:
+        handle.writelines(lines[index] + "\n" for index in chosen)
+    return size
+
+
+def trees_file(text_dir: Path, split: str, size: int) -> Path:
+    return text_dir / f"sst_{split}_trees_{size}.txt"
+
+
+def sample_trees(args, split: str, size: int, seed: int, text_dir: Path) -> int:
+    """A seeded random `size` of the split's labelled trees (`size` <= 0: all of them)."""
+    trees = (args.data_dir / "sst5" / f"{split}.txt").read_text(encoding="utf-8").splitlines()
+    trees = [tree for tree in trees if tree.strip()]
+    if 0 < size < len(trees):
+        trees = [trees[i] for i in sorted(random.Random(seed).sample(range(len(trees)), size))]
+    with atomic_write(trees_file(text_dir, split, size), "w") as handle:
+        handle.writelines(tree + "\n" for tree in trees)
+    return len(trees)
+
+
 def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
     """Lowercased sentence files, the subsampled labelled train trees, and OOV statistics."""
-    stats_path = text_dir / "text_statistics.json"
+    stats_path = text_dir / (
+        f"text_statistics_{args.max_train}_{args.max_dev}_{args.max_test}_"
+        f"{args.finetune_sentences}.json"
+    )
     if stats_path.exists():
         return json.loads(stats_path.read_text())
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
@@ -125,12 +165,12 @@ def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
             "oov_token_rate": sum(vectors.word_id(t) < 0 for t in tokens) / len(tokens),
             "oov_type_rate": sum(vectors.word_id(t) < 0 for t in types) / len(types),
         }
-    trees = (args.data_dir / "sst5" / "train.txt").read_text(encoding="utf-8").splitlines()
-    trees = [tree for tree in trees if tree.strip()]
-    chosen = sorted(random.Random(13).sample(range(len(trees)), min(args.max_train, len(trees))))
-    with atomic_write(text_dir / f"sst_train_trees_{args.max_train}.txt", "w") as handle:
-        handle.writelines(trees[index] + "\n" for index in chosen)
-    statistics_["labelled_train_sentences"] = len(chosen)
+    for split, size, seed in (("train", args.max_train, 13), ("dev", args.max_dev, 14),
+                              ("test", args.max_test, 15)):
+        statistics_[f"labelled_{split}_sentences"] = sample_trees(args, split, size, seed, text_dir)
+    statistics_["unlabelled_train_sentences"] = unlabelled_subset(
+        text_dir, args.finetune_sentences
+    )
     write_json(stats_path, statistics_)
     return statistics_
 
@@ -151,7 +191,9 @@ EVALUATION_LOADER = {
 def intrinsic(archive: Path, name: str, files: Dict[str, Path], out_dir: Path) -> Dict[str, Any]:
     results = {}
     for text_name, path in files.items():
-        output = out_dir / f"{name}_{text_name}.json"
+        # allennlp evaluate splits --output-file at commas: a plain file name.
+        slug = re.sub(r"[^A-Za-z0-9-]+", "_", text_name).strip("_")
+        output = out_dir / f"{name}_{slug}.json"
         if not output.exists():
             log(f"allennlp evaluate {name} biLM on {text_name}")
             run(
@@ -159,7 +201,7 @@ def intrinsic(archive: Path, name: str, files: Dict[str, Path], out_dir: Path) -
                     "evaluate", str(archive), str(path), "--output-file", str(output),
                     "-o", json.dumps(EVALUATION_LOADER),
                 ),
-                out_dir / "logs" / f"{name}_{text_name}.log",
+                out_dir / "logs" / f"{name}_{slug}.log",
                 {},
             )
         results[text_name] = json.loads(output.read_text())
@@ -182,7 +224,7 @@ def finetune(args, text_dir: Path, out_dir: Path) -> Dict[str, Any]:
             out_dir / "logs" / "finetune.log",
             {
                 "ELMOC_ARCHIVE": str(args.archive),
-                "ELMOC_TRAIN_DATA": str(text_dir / "sst_train.txt"),
+                "ELMOC_TRAIN_DATA": str(unlabelled_file(text_dir, args.finetune_sentences)),
                 "ELMOC_VALIDATION_DATA": str(text_dir / "sst_dev.txt"),
             },
         )
@@ -240,12 +282,18 @@ def downstream_run(
     if run_dir.exists():
         shutil.rmtree(run_dir)
     settings = bilm_settings(archive) if archive is not None else dict(general_settings)
+    train_path = str(trees_file(text_dir, "train", args.max_train))
+    settings.update({
+        "SST_TRAIN_DATA_PATH": train_path,
+        "SST_VALIDATION_DATA_PATH": str(trees_file(text_dir, "dev", args.max_dev)),
+        "SST_TEST_DATA_PATH": str(trees_file(text_dir, "test", args.max_test)),
+    })
     if condition == "fasttext":
         config = fasttext_only_config(settings, out_dir / "downstream" / "sst5_bcn_fasttext_only.json")
     else:
         config = BCN_CONFIG
     overrides = {
-        "train_data_path": str(text_dir / f"sst_train_trees_{args.max_train}.txt"),
+        "train_data_path": train_path,
         "trainer.num_epochs": args.epochs,
         "random_seed": 13370 + seed,
         "numpy_seed": 1337 + seed,
@@ -260,11 +308,7 @@ def downstream_run(
     seconds = run(
         allennlp("train", str(config), "-s", str(run_dir / "run"), "-o", json.dumps(overrides)),
         run_dir / "train.log",
-        dict(settings, **{
-            "SST_TRAIN_DATA_PATH": overrides["train_data_path"],
-            "SST_VALIDATION_DATA_PATH": str(args.data_dir / "sst5" / "dev.txt"),
-            "SST_TEST_DATA_PATH": str(args.data_dir / "sst5" / "test.txt"),
-        }),
+        settings,
     )
     metrics = json.loads((run_dir / "run" / "metrics.json").read_text())
     result = {
@@ -297,6 +341,8 @@ def report(summary: Dict[str, Any]) -> str:
     setup = summary["setup"]
     lines.append(
         f"{setup['labelled_train_sentences']} labelled training sentences (no subtrees), "
+        f"{setup['labelled_dev_sentences']} dev and {setup['labelled_test_sentences']} test "
+        "sentences (seeded random samples), "
         f"{setup['epochs']} epochs, accuracy (%) mean ± std over {setup['seeds']} seeds; test at "
         "the best dev epoch."
     )
@@ -329,7 +375,8 @@ def report(summary: Dict[str, Any]) -> str:
         f"Pretraining (quickstart): {cost['pretraining_minutes']:.1f} min; fine-tuning: "
         f"{cost['finetuning_minutes']:.1f} min training ({cost['finetuning_wall_minutes']:.1f} min "
         f"wall clock with loading), best epoch {cost['finetuning_best_epoch'] + 1} of "
-        f"{cost['finetuning_epochs']}."
+        f"{cost['finetuning_epochs']}, on {setup['unlabelled_train_sentences']} unlabelled SST-5 "
+        f"train sentences (overrides: {setup['finetune_overrides'] or 'none'})."
     )
     text = summary["text"]
     lines += ["", "## Text", ""]
@@ -350,9 +397,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--pretraining-valid", type=Path, default=None,
                         help="the biLM's pretraining validation text (default: the quickstart's "
                              "PTB valid, next to the archive's folder)")
+    parser.add_argument("--pretraining-valid-sentences", type=int, default=-1,
+                        help="evaluate on the first N of them (-1: all, 0: skip)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10, help="downstream epochs")
     parser.add_argument("--max-train", type=int, default=2000, help="labelled train sentences")
+    parser.add_argument("--max-dev", type=int, default=0, help="dev sentences (0: all 1,101)")
+    parser.add_argument("--max-test", type=int, default=0, help="test sentences (0: all 2,210)")
+    parser.add_argument("--jobs", type=int, default=1, help="downstream runs in parallel")
+    parser.add_argument("--finetune-sentences", type=int, default=0,
+                        help="unlabelled train sentences to fine-tune on (0: all 8,544)")
     parser.add_argument("--finetune-overrides", default="", help="-o for the fine-tuning run")
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "finetune_evidence")
@@ -368,26 +422,46 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     general_settings = bilm_settings(args.archive)
     text = prepare_text(args, text_dir, general_settings["ELMOC_FASTTEXT"])
-    intrinsic_files = {"SST-5 dev": text_dir / "sst_dev.txt", "SST-5 test": text_dir / "sst_test.txt"}
+    if args.conditions == ["fasttext"]:
+        # No biLM involved: these runs can go first (e.g. while the biLM is still pretraining).
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(
+                lambda seed: downstream_run(
+                    "fasttext", seed, None, args, text_dir, out_dir, general_settings
+                ),
+                range(args.seeds),
+            ))
+        log("fastText-only runs done; run again with all --conditions for the tables")
+        return 0
+    intrinsic_files = {"SST-5 dev": text_dir / "sst_dev.txt"}
     pretraining_valid = args.pretraining_valid or (
         args.archive.parent.parent / "data" / "ptb.valid.txt"
     )
-    if pretraining_valid.exists():
-        intrinsic_files["pretraining valid (PTB)"] = pretraining_valid
+    if pretraining_valid.exists() and args.pretraining_valid_sentences != 0:
+        lines = pretraining_valid.read_text(encoding="utf-8").splitlines(keepends=True)
+        if args.pretraining_valid_sentences > 0:
+            lines = lines[: args.pretraining_valid_sentences]
+        first = text_dir / f"pretraining_valid_{len(lines)}.txt"
+        if not first.exists():
+            with atomic_write(first, "w") as handle:
+                handle.writelines(lines)
+        intrinsic_files[f"pretraining valid (PTB, first {len(lines)} sentences)"] = first
     general = intrinsic(args.archive, "general", intrinsic_files, out_dir / "intrinsic")
     tuned = finetune(args, text_dir, out_dir)
     finetuned = intrinsic(tuned["archive"], "finetuned", intrinsic_files, out_dir / "intrinsic")
 
     downstream: Dict[str, List[Dict[str, Any]]] = {}
     archives = {"fasttext": None, "general": args.archive, "finetuned": tuned["archive"]}
-    for seed in range(args.seeds):
-        for condition in args.conditions:
-            downstream.setdefault(condition, []).append(
-                downstream_run(
-                    condition, seed, archives[condition], args, text_dir, out_dir,
-                    general_settings,
-                )
-            )
+    runs = [(condition, seed) for seed in range(args.seeds) for condition in args.conditions]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = pool.map(
+            lambda run_: downstream_run(
+                run_[0], run_[1], archives[run_[0]], args, text_dir, out_dir, general_settings
+            ),
+            runs,
+        )
+        for (condition, _), result in zip(runs, results):
+            downstream.setdefault(condition, []).append(result)
 
     pretraining_metrics = json.loads((args.archive.parent / "metrics.json").read_text())
     summary = {
@@ -396,17 +470,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             "seeds": args.seeds,
             "epochs": args.epochs,
             "labelled_train_sentences": text["labelled_train_sentences"],
+            "labelled_dev_sentences": text["labelled_dev_sentences"],
+            "labelled_test_sentences": text["labelled_test_sentences"],
+            "unlabelled_train_sentences": text["unlabelled_train_sentences"],
             "finetune_overrides": args.finetune_overrides,
         },
         "text": text,
         "intrinsic": {"general": general, "finetuned": finetuned},
         "cost": {
             "pretraining_minutes": seconds_of(pretraining_metrics["training_duration"]) / 60,
-            "pretraining_epochs": pretraining_metrics.get("training_epochs", 0) + 1,
+            "pretraining_epochs": pretraining_metrics["epoch"] + 1,
             "finetuning_minutes": seconds_of(tuned["metrics"]["training_duration"]) / 60,
             "finetuning_wall_minutes": tuned["wall_seconds"] / 60,
             "finetuning_best_epoch": tuned["metrics"]["best_epoch"],
-            "finetuning_epochs": tuned["metrics"]["training_epochs"] + 1,
+            "finetuning_epochs": tuned["metrics"]["epoch"] + 1,
             "finetuning_best_validation_loss": tuned["metrics"].get("best_validation_loss"),
         },
         "downstream": downstream,
