@@ -36,7 +36,12 @@ class FastTextSubwordIndexer(TokenIndexer):
     `FastTextTokenEmbedder` embeds as a zero vector.
 
     Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
-    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses.
+    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses. With `gather_vectors`, also
+    `vectors`, shape `(num_tokens, dim)`: each token's fastText vector (the mean of its rows,
+    zeros for padding and for a token without a vector), read from the memory-mapped `.bin`
+    where the batch is made (in the data-loader workers), so that the `elmoc_fasttext` embedder
+    only passes it on and the model's forward neither reads the table nor copies ids from the
+    device to the host. The vectors are the embedder's own within float32 rounding.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords"
     ("fasttext_subwords" in older configs).
@@ -51,9 +56,15 @@ class FastTextSubwordIndexer(TokenIndexer):
         Lowercase each token (not the boundary tokens) before looking it up: for fastText models
         trained on lowercased text. An ELMo-C archive records it, and the `elmoc_subwords`
         indexer and `ElmocEmbedder` of that archive lowercase too.
-    token_min_padding_length : `int`, optional (default=`0`)
-        See :class:`TokenIndexer`.
+    gather_vectors : `bool`, optional (default=`False`)
+        Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
+        embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
+        bytes per instance in the batch, and a cache of up to `vector_cache_size` vectors per
+        loader worker.
     """
+
+    # Vectors kept per process with `gather_vectors` (about 20 MB at 300 dimensions).
+    vector_cache_size = 2**14
 
     def __init__(
         self,
@@ -61,8 +72,10 @@ class FastTextSubwordIndexer(TokenIndexer):
         boundary_tokens: List[str] = ["<S>", "</S>"],  # never mutated
         lowercase_tokens: bool = False,
         token_min_padding_length: int = 0,
+        gather_vectors: bool = False,
     ) -> None:
         super().__init__(token_min_padding_length)
+        self._gather_vectors = gather_vectors
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
         self._lowercase_tokens = lowercase_tokens
@@ -75,11 +88,13 @@ class FastTextSubwordIndexer(TokenIndexer):
         eos_id = vectors.word_id(vectors.eos_word)
         self._eos_ids = [eos_id + 1] if eos_id >= 0 else None
         self._cached_ids = lru_cache(maxsize=vectors.subword_cache_size)(self._compute_ids)
+        self._cached_vector = lru_cache(maxsize=self.vector_cache_size)(self._compute_vector)
 
-    # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
+    # The vectors pickle by path; the caches are rebuilt (an lru_cache cannot be pickled).
     def __getstate__(self):
         state = dict(self.__dict__)
         del state["_cached_ids"]
+        del state["_cached_vector"]
         return state
 
     def __setstate__(self, state):
@@ -93,6 +108,7 @@ class FastTextSubwordIndexer(TokenIndexer):
                 and self._boundary_tokens == other._boundary_tokens
                 and self._lowercase_tokens == other._lowercase_tokens
                 and self._token_min_padding_length == other._token_min_padding_length
+                and self._gather_vectors == other._gather_vectors
             )
         return NotImplemented
 
@@ -103,6 +119,10 @@ class FastTextSubwordIndexer(TokenIndexer):
     @property
     def lowercase_tokens(self) -> bool:
         return self._lowercase_tokens
+
+    @property
+    def gather_vectors(self) -> bool:
+        return self._gather_vectors
 
     @property
     def no_vector_id(self) -> int:
@@ -140,6 +160,15 @@ class FastTextSubwordIndexer(TokenIndexer):
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)
 
+    def _compute_vector(self, ids: Tuple[int, ...]) -> np.ndarray:
+        """The mean of the rows `ids` (indices, so rows + 1) stand for; zeros if none."""
+        rows = np.asarray([i - 1 for i in ids if 0 < i <= self._vectors.num_rows], dtype=np.int64)
+        if len(rows) == 0:
+            return np.zeros(self._vectors.dim, dtype=np.float32)
+        vector = self._vectors.rows(rows).sum(0).mul_(1.0 / len(rows)).numpy()
+        vector.setflags(write=False)  # shared by every occurrence through the cache
+        return vector
+
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
         # Vocabulary-free.
         pass
@@ -175,4 +204,13 @@ class FastTextSubwordIndexer(TokenIndexer):
         subword_ids[: len(rows)][filled] = list(itertools.chain.from_iterable(rows))
         mask = torch.zeros(num_tokens, dtype=torch.bool)
         mask[: len(rows)] = True
-        return {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}
+        tensors = {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}
+        if self._gather_vectors:
+            # One stat per instance: the table must be the one the run started with.
+            self._vectors.check_unchanged()
+            vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
+            cached_vector = self._cached_vector
+            for position, ids in enumerate(rows):
+                vectors[position] = cached_vector(tuple(ids))
+            tensors["vectors"] = torch.from_numpy(vectors)
+        return tensors
