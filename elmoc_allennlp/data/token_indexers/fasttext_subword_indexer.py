@@ -209,8 +209,8 @@ class FastTextSubwordIndexer(TokenIndexer):
             # One stat per instance: the table must be the one the run started with.
             self._vectors.check_unchanged()
             vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
-            cached_vector = self._cached_vector
-            for position, ids in enumerate(rows):
-                vectors[position] = cached_vector(tuple(ids))
+            if rows:
+                cached_vector = self._cached_vector
+                np.stack([cached_vector(tuple(ids)) for ids in rows], out=vectors[: len(rows)])
             tensors["vectors"] = torch.from_numpy(vectors)
         return tensors
