@@ -59,12 +59,8 @@ class FastTextSubwordIndexer(TokenIndexer):
     gather_vectors : `bool`, optional (default=`False`)
         Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
         embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
-        bytes per instance in the batch, and a cache of up to `vector_cache_size` vectors per
-        loader worker.
+        bytes per instance in the batch.
     """
-
-    # Vectors kept per process with `gather_vectors` (about 20 MB at 300 dimensions).
-    vector_cache_size = 2**14
 
     def __init__(
         self,
@@ -88,13 +84,11 @@ class FastTextSubwordIndexer(TokenIndexer):
         eos_id = vectors.word_id(vectors.eos_word)
         self._eos_ids = [eos_id + 1] if eos_id >= 0 else None
         self._cached_ids = lru_cache(maxsize=vectors.subword_cache_size)(self._compute_ids)
-        self._cached_vector = lru_cache(maxsize=self.vector_cache_size)(self._compute_vector)
 
-    # The vectors pickle by path; the caches are rebuilt (an lru_cache cannot be pickled).
+    # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
     def __getstate__(self):
         state = dict(self.__dict__)
         del state["_cached_ids"]
-        del state["_cached_vector"]
         return state
 
     def __setstate__(self, state):
@@ -160,14 +154,22 @@ class FastTextSubwordIndexer(TokenIndexer):
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)
 
-    def _compute_vector(self, ids: Tuple[int, ...]) -> np.ndarray:
-        """The mean of the rows `ids` (indices, so rows + 1) stand for; zeros if none."""
-        rows = np.asarray([i - 1 for i in ids if 0 < i <= self._vectors.num_rows], dtype=np.int64)
-        if len(rows) == 0:
-            return np.zeros(self._vectors.dim, dtype=np.float32)
-        vector = self._vectors.rows(rows).sum(0).mul_(1.0 / len(rows)).numpy()
-        vector.setflags(write=False)  # shared by every occurrence through the cache
-        return vector
+    def _mean_rows(self, subword_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        """
+        `(num_tokens, dim)`: for each row of padded indices, the mean of the table rows its
+        indices stand for (index - 1); zeros where there are none. One read of the memory map.
+        """
+        valid = (subword_ids > 0) & (subword_ids <= self._vectors.num_rows)
+        vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
+        counts = valid.sum(axis=1)
+        if not counts.any():
+            return vectors
+        rows = self._vectors.rows(subword_ids[valid] - 1).numpy()
+        has_rows = counts > 0
+        starts = np.concatenate([[0], np.cumsum(counts[has_rows])[:-1]])
+        sums = np.add.reduceat(rows, starts, axis=0)
+        vectors[has_rows] = sums / counts[has_rows, None].astype(np.float32)
+        return vectors
 
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
         # Vocabulary-free.
@@ -208,9 +210,5 @@ class FastTextSubwordIndexer(TokenIndexer):
         if self._gather_vectors:
             # One stat per instance: the table must be the one the run started with.
             self._vectors.check_unchanged()
-            vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
-            if rows:
-                cached_vector = self._cached_vector
-                np.stack([cached_vector(tuple(ids)) for ids in rows], out=vectors[: len(rows)])
-            tensors["vectors"] = torch.from_numpy(vectors)
+            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids, num_tokens))
         return tensors
