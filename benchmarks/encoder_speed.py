@@ -1,5 +1,6 @@
 """
-Speed of one bidirectional LSTM-with-projection layer, forward + backward, float32 on CPU:
+Speed of one bidirectional LSTM-with-projection layer, forward + backward, float32 on CPU
+(or on a GPU with `--device cuda`):
 
 * `allennlp LstmCellWithProjection`: two of them (one per direction), clipping on;
 * `nn.LSTM(proj_size)`: `torch.nn.LSTM(P, C, proj_size=P, bidirectional=True)`, the fused baseline
@@ -18,8 +19,13 @@ directions' input (batch x timesteps). The FLOP bound is the layer's matrix-prod
 (forward 2 x tokens x (4C x 2P + C x P) per direction, backward twice that) divided by the rate of a
 2048^3 float32 matmul measured in the same run.
 
+On CUDA every timed call ends with `torch.cuda.synchronize()` (the GPU's work, not just its
+launch, is timed) and the table adds each method's peak memory, `torch.cuda.max_memory_allocated`
+during one call above what was allocated before it.
+
     python benchmarks/encoder_speed.py                     # the three shapes of the README table
     python benchmarks/encoder_speed.py --shapes issue --rounds 9
+    python benchmarks/encoder_speed.py --device cuda --shapes paper_full paper --rounds 20
 """
 import argparse
 import logging
@@ -37,7 +43,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection  # noqa: E402
 
-from elmoc_allennlp.modules.seq2seq_encoders.fused_lstm_cell import native_lstm_cell_kernels  # noqa: E402
 from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm  # noqa: E402
 
@@ -54,16 +59,25 @@ SHAPES = {
     "issue": Shape("issue #5 (B32 T20 P512 C2048)", 32, 20, 512, 2048),
     "quickstart": Shape("quickstart (B64 T25 P256 C1024)", 64, 25, 256, 1024),
     "paper": Shape("paper C/P, small batch (B16 T20 P512 C4096)", 16, 20, 512, 4096),
+    # The paper's shape with a per-GPU batch of the authors' size (GPU only).
+    "paper_full": Shape("paper, full batch (B128 T20 P512 C4096)", 128, 20, 512, 4096),
 }
 
 
-def matmul_gflops() -> float:
-    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_gflops(device: torch.device) -> float:
+    a, b = torch.randn(2048, 2048, device=device), torch.randn(2048, 2048, device=device)
     a @ b
+    synchronize(device)
     times = []
     for _ in range(5):
         start = time.perf_counter()
         a @ b
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return 2 * 2048**3 / statistics.median(times) / 1e9
 
@@ -75,12 +89,12 @@ def layer_gflop(shape: Shape) -> float:
     return 2 * 3 * forward / 1e9  # two directions; backward = 2 x forward
 
 
-def make_methods(shape: Shape) -> Dict[str, Callable[[], None]]:
+def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], None]]:
     torch.manual_seed(0)
     B, T, P, C = shape.batch, shape.timesteps, shape.projection, shape.cell
-    inputs = torch.randn(B, T, P, requires_grad=True)
-    mask = torch.ones(B, T, dtype=torch.bool)
-    grad = torch.randn(B, T, 2 * P)
+    inputs = torch.randn(B, T, P, device=device, requires_grad=True)
+    mask = torch.ones(B, T, dtype=torch.bool, device=device)
+    grad = torch.randn(B, T, 2 * P, device=device)
 
     cells = [
         LstmCellWithProjection(
@@ -93,6 +107,7 @@ def make_methods(shape: Shape) -> Dict[str, Callable[[], None]]:
     elmoc = ElmocLstm(P, P, C, num_layers=1, recurrent_dropout=0.1)
     variant = InterLayerNormLstm(P, P, C, num_layers=1)
     for module in (*cells, lstm, elmoc, variant):
+        module.to(device)
         module.train()
 
     def allennlp_cells() -> None:
@@ -119,26 +134,33 @@ def make_methods(shape: Shape) -> Dict[str, Callable[[], None]]:
         "elmoc_lstm reference": ours("reference", False),
         "elmoc_lstm fast (default: auto)": ours("auto", True),
         "  fast, directions one by one": ours("auto", False),
-        "  fast, PyTorch-ops kernels (no compiler)": ours("torch", True),
         "interlayer variant (different model)": interlayer,
     }
-    if native_lstm_cell_kernels() is None:
-        print("(native kernels unavailable: 'auto' rows use the PyTorch-ops kernels)")
     return methods
 
 
-def measure(shape: Shape, rounds: int, gflops: float) -> List[str]:
-    methods = make_methods(shape)
+def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> List[str]:
+    methods = make_methods(shape, device)
     names = list(methods)
-    for name in names:  # warm-up (and the one-time kernel build)
+    cuda = device.type == "cuda"
+    peak_mb: Dict[str, float] = {}
+    for name in names:  # warm-up (and the one-time kernel build); peak memory of one call
         methods[name]()
+        synchronize(device)
+        if cuda:
+            before = torch.cuda.memory_allocated(device)
+            torch.cuda.reset_peak_memory_stats(device)
         methods[name]()
+        synchronize(device)
+        if cuda:
+            peak_mb[name] = (torch.cuda.max_memory_allocated(device) - before) / 2**20
     times: Dict[str, List[float]] = {name: [] for name in names}
     for round_index in range(rounds):
         order = names[round_index % len(names) :] + names[: round_index % len(names)]
         for name in order:
             start = time.perf_counter()
             methods[name]()
+            synchronize(device)
             times[name].append(time.perf_counter() - start)
     baseline = times["nn.LSTM(proj_size)"]
     tokens = 2 * shape.batch * shape.timesteps
@@ -147,25 +169,34 @@ def measure(shape: Shape, rounds: int, gflops: float) -> List[str]:
         f"**{shape.name}** — {layer_gflop(shape):.1f} GFLOP per step; FLOP bound "
         f"{bound_ms:.0f} ms at {gflops:.0f} GFLOP/s",
         "",
-        "| method | ms (median) | tokens/s | ratio to nn.LSTM (median) | x FLOP bound |",
-        "|---|---:|---:|---:|---:|",
+        "| method | ms (median) | tokens/s | ratio to nn.LSTM (median) | x FLOP bound |"
+        + (" peak MB |" if cuda else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if cuda else ""),
     ]
     for name in names:
         median = statistics.median(times[name])
         ratio = statistics.median(t / b for t, b in zip(times[name], baseline))
         lines.append(
             f"| {name} | {median * 1e3:.0f} | {tokens / median:,.0f} | {ratio:.2f} | "
-            f"{median * 1e3 / bound_ms:.1f} |"
+            f"{median * 1e3 / bound_ms:.1f} |" + (f" {peak_mb[name]:,.0f} |" if cuda else "")
         )
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
+    parser.add_argument(
+        "--shapes", nargs="+", choices=sorted(SHAPES), default=["issue", "quickstart", "paper"]
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device is available")
+        torch.cuda.set_device(device)
     warnings.filterwarnings("ignore")
     logging.basicConfig(level=logging.WARNING)
     if args.threads:
@@ -174,11 +205,17 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f}"
+        + (
+            f"; GPU {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}, "
+            f"cuDNN {torch.backends.cudnn.version()}"
+            if device.type == "cuda"
+            else ""
+        )
     )
     for key in args.shapes:
-        gflops = matmul_gflops()
+        gflops = matmul_gflops(device)
         print()
-        print("\n".join(measure(SHAPES[key], args.rounds, gflops)))
+        print("\n".join(measure(SHAPES[key], args.rounds, gflops, device)))
         sys.stdout.flush()
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 

@@ -9,13 +9,61 @@ from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
 from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
-from allennlp.training.metrics import Average
+from allennlp.training.metrics import Metric
 
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 logger = logging.getLogger(__name__)
 
 _DIRECTIONS = ("both", "forward", "backward")
+
+
+class DeviceAverage(Metric):
+    """
+    The average of scalar tensors, kept as a running sum on their device: adding a value launches
+    one kernel and never waits for the device (unlike `Average`, which converts every value to
+    a Python float, a host synchronisation per call, and all-reduces it at once). The value is
+    read, and in distributed training summed over the processes, only by `get_metric`, which
+    every process calls when the trainer reports metrics.
+    """
+
+    def __init__(self) -> None:
+        self._total: Optional[torch.Tensor] = None
+        self._count = 0
+
+    def __call__(self, value: torch.Tensor) -> None:  # type: ignore[override]
+        value = value.detach().to(torch.float64)
+        self._total = value if self._total is None else self._total + value
+        self._count += 1
+
+    def get_metric(self, reset: bool = False) -> float:
+        total, count = self._total, self._count
+        if util.is_distributed():
+            device = (
+                total.device
+                if total is not None
+                else torch.device("cuda", torch.cuda.current_device())
+                if torch.distributed.get_backend() == "nccl"
+                else torch.device("cpu")
+            )
+            summed = torch.stack(
+                [
+                    torch.zeros((), dtype=torch.float64, device=device) if total is None else total,
+                    torch.tensor(float(count), dtype=torch.float64, device=device),
+                ]
+            )
+            torch.distributed.all_reduce(summed)
+            total_value, count = summed.tolist()
+        else:
+            total_value = 0.0 if total is None else float(total)
+        average = total_value / count if count > 0 else 0.0
+        if reset:
+            self.reset()
+        return float(average)
+
+    def reset(self) -> None:
+        self._total = None
+        self._count = 0
 
 
 def tie_output_embedding_to(
@@ -180,10 +228,10 @@ class BidirectionalLanguageModel(Model):
         self._target_indexer = target_indexer
         self._dropout = torch.nn.Dropout(dropout)
         self._retrieval_sample_size = retrieval_sample_size
-        self._forward_loss = Average()
-        self._backward_loss = Average()
-        self._cosine_similarity = Average()
-        self._retrieval_accuracy = Average()
+        self._forward_loss = DeviceAverage()
+        self._backward_loss = DeviceAverage()
+        self._cosine_similarity = DeviceAverage()
+        self._retrieval_accuracy = DeviceAverage()
         if initializer is not None:
             initializer(self)
         if tie_output_embedding is not None:
@@ -301,7 +349,7 @@ class BidirectionalLanguageModel(Model):
             losses.append(direction_loss)
             output_dict[f"{direction}_loss"] = direction_loss
             metric = self._forward_loss if direction == "forward" else self._backward_loss
-            metric(direction_loss.item())
+            metric(direction_loss)
             if "predictions" in head_output:
                 self._update_vector_metrics(
                     direction,
@@ -356,21 +404,30 @@ class BidirectionalLanguageModel(Model):
             cosine = F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
             # cosine has its own dtype under mixed precision (autocast computes it in float32).
             per_position = cosine.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
-            per_position[:, predict_at][pair_mask] = cosine  # writes through the slice view
+            # Writes through the slice view; unlike boolean indexing, needs no host sync.
+            per_position[:, predict_at].masked_scatter_(pair_mask, cosine)
             output_dict[f"{direction}_cosine"] = per_position
             if cosine.numel() == 0:
                 return
-            self._cosine_similarity(cosine.mean().item())
+            self._cosine_similarity(cosine.mean())
             self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
 
-    def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> float:
-        candidates, gold = torch.unique(targets, dim=0, return_inverse=True)
+    def _retrieval_accuracy_of(
+        self, predictions: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        """
+        The fraction of predictions whose nearest (by cosine) target of the batch is their own
+        target, as a 0-d tensor on their device. Targets are compared by value, so a word's
+        repeated occurrences are one candidate (no `torch.unique`, which waits for the device).
+        """
+        gold = targets
         if self.training and predictions.size(0) > self._retrieval_sample_size:
             chosen = torch.randperm(predictions.size(0), device=predictions.device)
             chosen = chosen[: self._retrieval_sample_size]
-            predictions, gold = predictions[chosen], gold[chosen]
-        scores = F.normalize(predictions, dim=-1) @ F.normalize(candidates, dim=-1).t()
-        return (scores.argmax(dim=-1) == gold).float().mean().item()
+            predictions, gold = predictions[chosen], targets[chosen]
+        scores = F.normalize(predictions, dim=-1) @ F.normalize(targets, dim=-1).t()
+        nearest = targets[scores.argmax(dim=-1)]
+        return (nearest == gold).all(dim=-1).float().mean()
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
         metrics = {}

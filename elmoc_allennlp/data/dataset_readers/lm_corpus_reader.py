@@ -80,13 +80,19 @@ class LanguageModelCorpusReader(DatasetReader):
     the file, line and byte offset). Blank and whitespace-only lines are skipped.
 
     With several data-loader workers and/or distributed processes, every worker reads a disjoint
-    share of the lines of the whole corpus (line `i` of the concatenated files goes to one worker
-    only), so no sentence is seen twice and none is skipped. In window mode each worker cuts its
-    own share of the sentences into windows.
+    share of the corpus, so no sentence is seen twice and none is skipped. With `F` files, `R`
+    processes and `W` workers per process, the split is by file where there are enough files and
+    by line otherwise: process `r` reads files `r, r + R, ...` when `F >= R` (else every process
+    reads every file and keeps every `R`-th line); then worker `w` of a process reads every
+    `W`-th of the process's files when it has at least `W` of them (else it keeps every `W`-th
+    of the process's lines). So with `F >= R * W` each (process, worker) opens only its own
+    files and each byte of the corpus is read once per epoch; the processes' shares differ by at
+    most one file. In window mode each worker cuts its own share of the sentences into windows.
 
     The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
     `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
-    `tokens` (without boundaries) and `instances` (sentences, chunks or windows), plus `invalid_lines_skipped`,
+    `tokens` (without boundaries), `instances` (sentences, chunks or windows) and `bytes` (bytes
+    of the files read, whole lines, whether kept or not), plus `invalid_lines_skipped`,
     `long_lines_skipped` and `tokens_truncated` when the options that produce them are set. One
     summary line per file is logged at INFO.
 
@@ -132,6 +138,9 @@ class LanguageModelCorpusReader(DatasetReader):
     max_token_characters : `int`, optional (default = `None`)
         Tokens longer than this many characters are truncated to it (counted in
         `tokens_truncated`). ELMo caps tokens at 50 characters. `None`: no limit.
+    shard_by_file : `bool`, optional (default = `True`)
+        Split the corpus between processes and workers by file where there are enough files
+        (see above). `False` splits by line at both levels, so every worker reads every file.
     """
 
     def __init__(
@@ -147,6 +156,7 @@ class LanguageModelCorpusReader(DatasetReader):
         invalid_lines: str = "error",
         max_line_bytes: Optional[int] = None,
         max_token_characters: Optional[int] = None,
+        shard_by_file: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -186,6 +196,7 @@ class LanguageModelCorpusReader(DatasetReader):
                 isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
             ):
                 raise ConfigurationError(f"{name} must be a positive integer or null, got {limit!r}")
+        self._shard_by_file = shard_by_file
         self._invalid_lines = invalid_lines
         self._max_line_bytes = max_line_bytes
         self._max_token_characters = max_token_characters
@@ -236,13 +247,46 @@ class LanguageModelCorpusReader(DatasetReader):
             )
         return sharded
 
+    def _rank_and_world_size(self) -> Tuple[int, int]:
+        # `get_distributed_info()` survives pickling into data-loader worker processes, where
+        # `torch.distributed` is not initialized.
+        if self._distributed_info is not None:
+            return self._distributed_info.global_rank, self._distributed_info.world_size
+        if util.is_distributed():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    def shard_plan(self, paths: List[str]) -> Tuple[List[str], List[Tuple[int, int]]]:
+        """
+        This worker's share of the corpus: the files it reads, and the line split it applies to
+        the concatenated lines of those files, as `(index, count)` pairs applied in turn (keep
+        line `index`, `index + count`, ... of the lines left by the previous pair). An empty
+        list of pairs means every line of the files.
+        """
+        files = list(paths)
+        line_split: List[Tuple[int, int]] = []
+        rank, world_size = self._rank_and_world_size()
+        if world_size > 1:
+            if self._shard_by_file and len(files) >= world_size:
+                files = files[rank::world_size]
+            else:
+                line_split.append((rank, world_size))
+        if self._worker_info is not None and self._worker_info.num_workers > 1:
+            worker_id, num_workers = self._worker_info.id, self._worker_info.num_workers
+            if self._shard_by_file and not line_split and len(files) >= num_workers:
+                files = files[worker_id::num_workers]
+            else:
+                line_split.append((worker_id, num_workers))
+        return files, line_split
+
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
-        paths = self._resolve_paths(file_path)
+        all_paths = self._resolve_paths(file_path)
+        paths, line_split = self.shard_plan(all_paths)
         statistics = self._new_statistics()
         self.last_read_statistics = statistics
-        corpus_lines = [0]  # set to 1 at the corpus's first non-blank line (any worker's share)
+        corpus_lines = [0]  # set to 1 at the first non-blank line of the files read
 
-        sentences = self._sentences(paths, statistics, corpus_lines)
+        sentences = self._sentences(paths, line_split, statistics, corpus_lines)
         if self._mode == "window":
             chunks = self._windows(sentences)
         else:
@@ -256,18 +300,40 @@ class LanguageModelCorpusReader(DatasetReader):
             yield Instance({"tokens": TextField(chunk)})
 
         if corpus_lines[0] == 0:
-            raise ConfigurationError(
-                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty or "
-                f"blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
-            )
+            # This worker's files may be blank while others' are not.
+            own_files = set(paths)
+            other_files = [path for path in all_paths if path not in own_files]
+            if not any(self._has_text(path) for path in other_files):
+                raise ConfigurationError(
+                    f"The corpus {file_path} has no text: its {len(all_paths)} file(s) are empty "
+                    f"or blank ({', '.join(all_paths[:3])}{', ...' if len(all_paths) > 3 else ''})"
+                )
+
+    @staticmethod
+    def _has_text(path: str) -> bool:
+        """Whether a file has a line that is not blank (reads up to the first one)."""
+        with open(path, "rb") as corpus_file:
+            for raw_line in iter(lambda: corpus_file.readline(_DISCARD_CHUNK), b""):
+                if raw_line.startswith(b"\xef\xbb\xbf"):
+                    raw_line = raw_line[3:]
+                if raw_line.strip():
+                    return True
+        return False
 
     def _sentences(
-        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int]
+        self,
+        paths: List[str],
+        line_split: List[Tuple[int, int]],
+        statistics: Dict[str, int],
+        corpus_lines: List[int],
     ) -> Iterator[List[Token]]:
         """The tokens of every sentence of this worker's share of the lines, in order."""
-        for path, line_number, raw_line in self.shard_iterable(
-            self._numbered_lines(paths, statistics, corpus_lines)
-        ):
+        numbered_lines: Iterator[Tuple[str, int, Optional[bytes]]] = self._numbered_lines(
+            paths, statistics, corpus_lines
+        )
+        for index, count in line_split:
+            numbered_lines = itertools.islice(numbered_lines, index, None, count)
+        for path, line_number, raw_line in numbered_lines:
             statistics["lines"] += 1
             if raw_line is None:
                 statistics["long_lines_skipped"] += 1
@@ -366,6 +432,7 @@ class LanguageModelCorpusReader(DatasetReader):
                         raw_line = corpus_file.readline(limit + 3)
                     if not raw_line:
                         break
+                    statistics["bytes"] += len(raw_line)
                     line_number += 1
                     if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
                         raw_line = raw_line[3:]  # UTF-8 byte order mark
@@ -373,7 +440,7 @@ class LanguageModelCorpusReader(DatasetReader):
                         corpus_lines[0] = 1
                     if limit is not None and len(raw_line.rstrip(b"\r\n")) > limit:
                         if not raw_line.endswith(b"\n"):
-                            self._discard_rest_of_line(corpus_file)
+                            statistics["bytes"] += self._discard_rest_of_line(corpus_file)
                         corpus_lines[0] = 1
                         yield path, line_number, None
                         continue
@@ -397,11 +464,14 @@ class LanguageModelCorpusReader(DatasetReader):
             )
 
     @staticmethod
-    def _discard_rest_of_line(corpus_file) -> None:
+    def _discard_rest_of_line(corpus_file) -> int:
+        """Reads past the rest of the current line; returns the number of bytes skipped."""
+        skipped = 0
         while True:
             chunk = corpus_file.readline(_DISCARD_CHUNK)
+            skipped += len(chunk)
             if not chunk or chunk.endswith(b"\n"):
-                return
+                return skipped
 
     def _limit_length(
         self, tokens: List[Token], statistics: Dict[str, int]
@@ -478,6 +548,7 @@ class LanguageModelCorpusReader(DatasetReader):
             "sentences_truncated": 0,
             "tokens": 0,
             "instances": 0,
+            "bytes": 0,
         }
         # Only with the options that produce them, so the default statistics are unchanged.
         if self._invalid_lines == "skip":

@@ -36,7 +36,12 @@ class FastTextSubwordIndexer(TokenIndexer):
     `FastTextTokenEmbedder` embeds as a zero vector.
 
     Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
-    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses.
+    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses. With `gather_vectors`, also
+    `vectors`, shape `(num_tokens, dim)`: each token's fastText vector (the mean of its rows,
+    zeros for padding and for a token without a vector), read from the memory-mapped `.bin`
+    where the batch is made (in the data-loader workers), so that the `elmoc_fasttext` embedder
+    only passes it on and the model's forward neither reads the table nor copies ids from the
+    device to the host. The vectors are the embedder's own within float32 rounding.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords"
     ("fasttext_subwords" in older configs).
@@ -51,8 +56,10 @@ class FastTextSubwordIndexer(TokenIndexer):
         Lowercase each token (not the boundary tokens) before looking it up: for fastText models
         trained on lowercased text. An ELMo-C archive records it, and the `elmoc_subwords`
         indexer and `ElmocEmbedder` of that archive lowercase too.
-    token_min_padding_length : `int`, optional (default=`0`)
-        See :class:`TokenIndexer`.
+    gather_vectors : `bool`, optional (default=`False`)
+        Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
+        embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
+        bytes per instance in the batch.
     """
 
     def __init__(
@@ -61,8 +68,10 @@ class FastTextSubwordIndexer(TokenIndexer):
         boundary_tokens: List[str] = ["<S>", "</S>"],  # never mutated
         lowercase_tokens: bool = False,
         token_min_padding_length: int = 0,
+        gather_vectors: bool = False,
     ) -> None:
         super().__init__(token_min_padding_length)
+        self._gather_vectors = gather_vectors
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
         self._lowercase_tokens = lowercase_tokens
@@ -93,6 +102,7 @@ class FastTextSubwordIndexer(TokenIndexer):
                 and self._boundary_tokens == other._boundary_tokens
                 and self._lowercase_tokens == other._lowercase_tokens
                 and self._token_min_padding_length == other._token_min_padding_length
+                and self._gather_vectors == other._gather_vectors
             )
         return NotImplemented
 
@@ -103,6 +113,10 @@ class FastTextSubwordIndexer(TokenIndexer):
     @property
     def lowercase_tokens(self) -> bool:
         return self._lowercase_tokens
+
+    @property
+    def gather_vectors(self) -> bool:
+        return self._gather_vectors
 
     @property
     def no_vector_id(self) -> int:
@@ -140,6 +154,23 @@ class FastTextSubwordIndexer(TokenIndexer):
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)
 
+    def _mean_rows(self, subword_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        """
+        `(num_tokens, dim)`: for each row of padded indices, the mean of the table rows its
+        indices stand for (index - 1); zeros where there are none. One read of the memory map.
+        """
+        valid = (subword_ids > 0) & (subword_ids <= self._vectors.num_rows)
+        vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
+        counts = valid.sum(axis=1)
+        if not counts.any():
+            return vectors
+        rows = self._vectors.rows(subword_ids[valid] - 1).numpy()
+        has_rows = counts > 0
+        starts = np.concatenate([[0], np.cumsum(counts[has_rows])[:-1]])
+        sums = np.add.reduceat(rows, starts, axis=0)
+        vectors[has_rows] = sums / counts[has_rows, None].astype(np.float32)
+        return vectors
+
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
         # Vocabulary-free.
         pass
@@ -175,4 +206,9 @@ class FastTextSubwordIndexer(TokenIndexer):
         subword_ids[: len(rows)][filled] = list(itertools.chain.from_iterable(rows))
         mask = torch.zeros(num_tokens, dtype=torch.bool)
         mask[: len(rows)] = True
-        return {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}
+        tensors = {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}
+        if self._gather_vectors:
+            # One stat per instance: the table must be the one the run started with.
+            self._vectors.check_unchanged()
+            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids, num_tokens))
+        return tensors

@@ -42,6 +42,12 @@ class FastTextTokenEmbedder(TokenEmbedder):
     checks that the file was not replaced or rewritten since it was opened
     (`FastTextVectors.check_unchanged`), and the rows it reads are checked for NaN and inf.
 
+    On a GPU the lookup above costs host-device synchronisations (the id range check and the
+    copy of the ids to the CPU). With `gather_vectors` on the `elmoc_fasttext_subwords` indexer,
+    the vectors are looked up where the batch is made and arrive as `vectors`; a frozen embedder
+    then only masks them, on their device, with no synchronisation (a trainable one ignores them
+    and looks up its own table).
+
     Registered as a `TokenEmbedder` with name "elmoc_fasttext"
     ("fasttext" in older configs).
 
@@ -142,7 +148,12 @@ class FastTextTokenEmbedder(TokenEmbedder):
             "--allow-different-vectors`) if the swap is deliberate."
         )
 
-    def forward(self, subword_ids: torch.LongTensor, mask: torch.BoolTensor = None) -> torch.Tensor:
+    def forward(
+        self,
+        subword_ids: torch.LongTensor,
+        mask: torch.BoolTensor = None,
+        vectors: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """
         # Parameters
 
@@ -151,11 +162,26 @@ class FastTextTokenEmbedder(TokenEmbedder):
             from `FastTextSubwordIndexer`: input-matrix row + 1, 0 for padding.
         mask : `torch.BoolTensor`, optional
             Shape `(batch_size, num_tokens)`; masked positions are set to zeros.
+        vectors : `torch.Tensor`, optional
+            Shape `(batch_size, num_tokens, dim)`: the tokens' vectors, looked up by the indexer
+            (`gather_vectors`). Used as they are by a frozen embedder.
 
         # Returns
 
         `torch.Tensor`, shape `(batch_size, num_tokens, dim)`.
         """
+        if vectors is not None and self.weight is None:
+            if vectors.size(-1) != self._vectors.dim or vectors.shape[:-1] != subword_ids.shape[:-1]:
+                raise ConfigurationError(
+                    f"The indexer's vectors have shape {tuple(vectors.shape)}, but fastText model "
+                    f"{self._vectors.path} has {self._vectors.dim} dimensions and the subword ids "
+                    f"have shape {tuple(subword_ids.shape)}: the indexer and the embedder must "
+                    "use the same .bin"
+                )
+            embedded = vectors.to(torch.float32)
+            if mask is not None:
+                embedded = embedded * mask.unsqueeze(-1)
+            return embedded
         self._vectors.check_unchanged()
         if subword_ids.numel() > 0:
             low, high = int(subword_ids.min()), int(subword_ids.max())

@@ -59,6 +59,7 @@ def test_reads_the_shards_by_glob_in_order(caplog):
         "sentences_truncated": 0,
         "tokens": sum(len(s) - 2 for s in _fixture_sentences(*TRAIN_SHARDS)),
         "instances": 35,
+        "bytes": sum((LM_CORPUS / name).stat().st_size for name in TRAIN_SHARDS),
     }
     summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Read ")]
     assert len(summaries) == 2
@@ -266,7 +267,7 @@ def test_workers_get_disjoint_shares_of_the_whole_corpus(tmp_path, world_size, n
 
     assert sum(len(share) for share in shares) == len(everything)  # disjoint ...
     assert Counter(itertools.chain(*shares)) == Counter(everything)  # ... and complete
-    for key in total_statistics.keys() - {"files"}:
+    for key in total_statistics.keys() - {"files", "bytes"}:  # files: read once per line share
         assert summed_statistics[key] == total_statistics[key], key
     # The chunks of a split sentence stay with one worker, in order.
     for share in shares:
@@ -448,3 +449,117 @@ def test_window_mode_is_sharded_by_sentence(tmp_path, world_size, num_workers):
     assert Counter(itertools.chain(*shares)) == Counter(all_sentences)
     assert total_statistics["sentences"] == len(all_sentences)
     assert total_statistics["instances"] == len(total_windows)
+
+
+def _many_shards(tmp_path, num_files: int) -> Path:
+    """`num_files` shards of unique sentences of varied lengths, some blank lines."""
+    directory = tmp_path / f"many{num_files}"
+    directory.mkdir()
+    number = 0
+    for shard in range(num_files):
+        lines = []
+        for i in range(5 + (shard * 3) % 7):
+            if i % 4 == 2:
+                lines.append("  ")
+            else:
+                lines.append(" ".join(f"s{number}t{k}" for k in range(2 + (number * 5) % 9)))
+                number += 1
+        (directory / f"part-{shard:03d}.txt").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+@pytest.mark.parametrize("mode", ["sentence", "window"])
+@pytest.mark.parametrize(
+    "num_files, world_size, num_workers",
+    [(8, 2, 2), (9, 2, 2), (5, 2, 2), (3, 4, 1), (3, 1, 4), (6, 3, 1), (2, 1, 1)],
+    ids=str,
+)
+def test_file_sharding_reads_each_file_once_and_every_sentence_once(
+    tmp_path, mode, num_files, world_size, num_workers
+):
+    corpus = _many_shards(tmp_path, num_files)
+    options = dict(mode="window", window_length=4) if mode == "window" else {}
+    reader = LanguageModelCorpusReader(**options)
+    sentence_reader = LanguageModelCorpusReader()
+    all_sentences = _read_as(sentence_reader, corpus)
+    total_bytes = sentence_reader.last_read_statistics["bytes"]
+    all_files = sorted(str(path) for path in corpus.iterdir())
+
+    sentence_shares, files_read, bytes_read, sentences_counted = [], [], [], 0
+    rank_files = []
+    for rank in range(world_size):
+        files_of_rank = []
+        for worker_id in range(num_workers):
+            info = dict(
+                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
+                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
+            )
+            reader._set_worker_info(info["worker"])
+            reader._set_distributed_info(info["distributed"])
+            files, line_split = reader.shard_plan(all_files)
+            instances = _read_as(reader, corpus, **info)
+            statistics = dict(reader.last_read_statistics)
+            assert statistics["files"] == len(files)
+            files_read.append(files)
+            files_of_rank.extend(files)
+            bytes_read.append(statistics["bytes"])
+            sentences_counted += statistics["sentences"]
+            if mode == "window":
+                assert all(len(window) <= 5 for window in instances)
+                stream = _unwindow([list(window) for window in instances])
+            sentence_shares.append(_read_as(sentence_reader, corpus, **info))
+            if mode == "window":
+                # The worker's windows cut exactly the stream of its own sentences.
+                assert stream == _stream([list(s) for s in sentence_shares[-1]])
+            if num_files >= world_size * num_workers:
+                assert line_split == [] and 0 < len(files) <= -(-num_files // (world_size * num_workers))
+        rank_files.append(files_of_rank)
+
+    # No sentence is seen twice, none is skipped.
+    assert Counter(itertools.chain(*sentence_shares)) == Counter(all_sentences)
+    assert sentences_counted == len(all_sentences)
+    if num_files >= world_size * num_workers:
+        # Each file is opened by exactly one (rank, worker): each byte read once.
+        assert sorted(itertools.chain(*files_read)) == all_files
+        assert sum(bytes_read) == total_bytes
+    if num_files >= world_size:
+        # Ranks' files are disjoint and differ in number by at most one.
+        assert sorted(itertools.chain(*(set(files) for files in rank_files))) == all_files
+        assert max(map(len, map(set, rank_files))) - min(map(len, map(set, rank_files))) <= 1
+
+
+def test_file_sharding_is_used_by_the_multiprocess_loader(tmp_path):
+    corpus = _many_shards(tmp_path, 6)
+    reader = LanguageModelCorpusReader(mode="window", window_length=4)
+    expected_tokens = Counter(
+        token for window in _read_as(reader, corpus) for token in window[1:]
+    )
+    loader = MultiProcessDataLoader(reader, str(corpus), batch_size=1_000, num_workers=2)
+    windows = _texts(loader.iter_instances())
+    # Every token is a forward-LM target exactly once, whichever worker read its file (each
+    # worker's stream starts with a "<S>" that is no target).
+    loaded_tokens = Counter(token for window in windows for token in window[1:])
+    assert loaded_tokens + Counter({"<S>": 1}) == expected_tokens
+
+
+def test_line_sharding_when_asked(tmp_path):
+    corpus = _many_shards(tmp_path, 4)
+    reader = LanguageModelCorpusReader(shard_by_file=False)
+    reader._set_worker_info(WorkerInfo(2, 1))
+    files, line_split = reader.shard_plan(["a", "b", "c", "d"])
+    assert files == ["a", "b", "c", "d"] and line_split == [(1, 2)]
+    _read_as(reader, corpus, worker=WorkerInfo(2, 1))
+    assert reader.last_read_statistics["files"] == 4
+
+
+def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path):
+    directory = tmp_path / "corpus"
+    directory.mkdir()
+    (directory / "a.txt").write_text("\n  \n")
+    (directory / "b.txt").write_text("one sentence\n")
+    reader = LanguageModelCorpusReader()
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == []
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == [("<S>", "one", "sentence", "</S>")]
+    (directory / "b.txt").write_text("\n")
+    with pytest.raises(ConfigurationError, match="has no text"):
+        _read_as(reader, directory, worker=WorkerInfo(2, 0))

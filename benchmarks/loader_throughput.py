@@ -1,0 +1,222 @@
+"""
+The pretraining data path against the model: how many bytes of a sharded corpus each
+(rank, worker) reads, and how fast `MultiProcessDataLoader` delivers batches of the
+`elmoc_lm_corpus` reader with the `elmoc_fasttext_subwords` indexer (the quickstart's reader and
+indexer, window mode as in the paper's recipe), next to how fast the quickstart model
+(`training_configs/pretrain/elmoc_small.jsonnet`: 2 layers of 512 cells -> 128, 100-d fastText)
+trains on those batches on the same machine.
+
+The corpus is synthetic: `--shards` files of Zipfian sentences over the words of a synthetic
+fastText model (random vectors, same format and reader as a trained one), written to `--work-dir`.
+
+* Bytes per worker: each (rank, worker) share is read in this process with the rank and worker
+  set as allennlp sets them (`_set_distributed_info`, `_set_worker_info`); the reader counts the
+  bytes of the files it opens (`last_read_statistics["bytes"]`). "lines" is the old split
+  (`shard_by_file=False`: every worker reads every file, keeps every (R x W)-th line).
+* Loader: sentences/s and tokens/s of one pass over the corpus with 0 (in the main process), 1
+  and 2 workers, with and without `gather_vectors` (fastText vectors looked up in the workers).
+* Model: tokens/s of training steps (forward, backward, Adam) of the quickstart model on loader
+  batches, in the main process.
+
+    python benchmarks/loader_throughput.py                  # 20 shards x 400 sentences
+    python benchmarks/loader_throughput.py --shards 20 --sentences-per-shard 2000 --steps 10
+"""
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from allennlp.common import Params  # noqa: E402
+from allennlp.data import Vocabulary  # noqa: E402
+from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
+from allennlp.data.dataset_readers import DatasetReader  # noqa: E402
+from allennlp.data.dataset_readers.dataset_reader import DistributedInfo, WorkerInfo  # noqa: E402
+from allennlp.models import Model  # noqa: E402
+
+import elmoc_allennlp  # noqa: E402,F401
+from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
+
+
+def make_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
+    if path.exists():
+        return path
+    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
+    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
+    return write_fasttext_bin(path, words, matrix * 0.1, minn=3, maxn=6, bucket=bucket)
+
+
+def make_corpus(directory: Path, shards: int, sentences: int, num_words: int) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.RandomState(1)
+    for shard in range(shards):
+        path = directory / f"news.en-{shard:05d}-of-{shards:05d}"
+        if path.exists():
+            continue
+        lines = []
+        for _ in range(sentences):
+            length = int(rng.randint(5, 45))  # 1B Word sentences average ~27 tokens
+            ids = np.minimum(rng.zipf(1.2, size=length), num_words - 1)
+            # Some words outside the fastText dictionary, embedded from n-grams only.
+            lines.append(" ".join(f"w{i}" if i % 7 else f"oov{i}x" for i in ids))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return directory
+
+
+def reader_params(fasttext: Path, gather: bool, shard_by_file: bool = True) -> Params:
+    params = Params.from_file(
+        str(CONFIG),
+        ext_vars={
+            "ELMOC_FASTTEXT": str(fasttext),
+            "ELMOC_TRAIN_DATA": "unused",
+            "ELMOC_VALIDATION_DATA": "unused",
+        },
+    )
+    reader = params["dataset_reader"].as_dict()
+    reader.pop("max_sequence_length", None)
+    reader.update({"mode": "window", "window_length": 20, "shard_by_file": shard_by_file})
+    reader["token_indexers"]["fasttext"]["gather_vectors"] = gather
+    return Params(reader)
+
+
+def bytes_per_worker(corpus: Path, fasttext: Path, ranks: int, workers: int) -> Dict[str, List[int]]:
+    result = {}
+    for split, by_file in (("files", True), ("lines", False)):
+        reader = DatasetReader.from_params(reader_params(fasttext, False, by_file))
+        read = []
+        for rank in range(ranks):
+            for worker in range(workers):
+                reader._set_distributed_info(DistributedInfo(ranks, rank) if ranks > 1 else None)
+                reader._set_worker_info(WorkerInfo(workers, worker) if workers > 1 else None)
+                for _ in reader.read(str(corpus)):
+                    pass
+                read.append(reader.last_read_statistics["bytes"])
+        result[split] = read
+    return result
+
+
+def loader_pass(corpus: Path, fasttext: Path, workers: int, gather: bool, batch_size: int):
+    reader = DatasetReader.from_params(reader_params(fasttext, gather))
+    loader = MultiProcessDataLoader(
+        reader, str(corpus), batch_size=batch_size, num_workers=workers, max_instances_in_memory=
+        batch_size * 8 if workers else None
+    )
+    loader.index_with(Vocabulary())
+    started = time.perf_counter()
+    windows = tokens = 0
+    for batch in loader:
+        mask = batch["tokens"]["fasttext"]["mask"]
+        windows += mask.size(0)
+        tokens += int(mask.sum()) - mask.size(0)  # each LM predicts all but one token per window
+    return time.perf_counter() - started, windows, tokens
+
+
+def model_tokens_per_second(corpus: Path, fasttext: Path, steps: int, batch_size: int, gather: bool):
+    params = Params.from_file(
+        str(CONFIG),
+        ext_vars={
+            "ELMOC_FASTTEXT": str(fasttext),
+            "ELMOC_TRAIN_DATA": "unused",
+            "ELMOC_VALIDATION_DATA": "unused",
+        },
+    )
+    reader = DatasetReader.from_params(reader_params(fasttext, gather))
+    loader = MultiProcessDataLoader(reader, str(corpus), batch_size=batch_size)
+    vocab = Vocabulary()
+    loader.index_with(vocab)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    model.train()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        if len(batches) == steps + 1:
+            break
+    times, tokens = [], []
+    for index, batch in enumerate(batches):
+        started = time.perf_counter()
+        optimizer.zero_grad()
+        model(**batch)["loss"].backward()
+        optimizer.step()
+        if index:  # the first step warms up
+            times.append(time.perf_counter() - started)
+            mask = batch["tokens"]["fasttext"]["mask"]
+            tokens.append(int(mask.sum()) - mask.size(0))
+    return sum(tokens) / sum(times), sum(times) / len(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work-dir", default="/tmp/elmoc_loader_benchmark")
+    parser.add_argument("--shards", type=int, default=20)
+    parser.add_argument("--sentences-per-shard", type=int, default=400)
+    parser.add_argument("--words", type=int, default=20_000)
+    parser.add_argument("--bucket", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=6, help="model steps timed")
+    parser.add_argument("--layout", nargs=2, type=int, default=[4, 2], metavar=("RANKS", "WORKERS"))
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    work = Path(args.work_dir)
+    fasttext = make_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100)
+    corpus = make_corpus(
+        work / f"corpus_{args.shards}x{args.sentences_per_shard}",
+        args.shards,
+        args.sentences_per_shard,
+        args.words,
+    )
+    total_bytes = sum(path.stat().st_size for path in corpus.iterdir())
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f}; corpus {args.shards} shards x {args.sentences_per_shard} "
+        f"sentences, {total_bytes / 1e6:.2f} MB; window mode, 20 tokens; batch {args.batch_size}"
+    )
+
+    ranks, workers = args.layout
+    print(f"\n**Bytes read per (rank, worker), {ranks} ranks x {workers} workers**\n")
+    print("| split | min MB | max MB | total MB | corpus read (times) |")
+    print("|---|---:|---:|---:|---:|")
+    for split, read in bytes_per_worker(corpus, fasttext, ranks, workers).items():
+        print(
+            f"| {split} | {min(read) / 1e6:.2f} | {max(read) / 1e6:.2f} | "
+            f"{sum(read) / 1e6:.2f} | {sum(read) / total_bytes:.1f} |"
+        )
+
+    print("\n**Loader, one pass over the corpus (single process, rank 0 of 1)**\n")
+    print("| workers | gather_vectors | s | windows/s | sentences/s | predicted tokens/s |")
+    print("|---:|---|---:|---:|---:|---:|")
+    sentences = args.shards * args.sentences_per_shard
+    rows: List[Tuple[int, bool, float]] = []
+    for gather in (False, True):
+        for num_workers in (0, 1, 2):
+            seconds, windows, tokens = loader_pass(
+                corpus, fasttext, num_workers, gather, args.batch_size
+            )
+            rows.append((num_workers, gather, tokens / seconds))
+            print(
+                f"| {num_workers} | {gather} | {seconds:.2f} | {windows / seconds:,.0f} | "
+                f"{sentences / seconds:,.0f} | {tokens / seconds:,.0f} |"
+            )
+    print("\n**Model (elmoc_small), training steps in the main process**\n")
+    print("| gather_vectors | ms / step | predicted tokens/s |")
+    print("|---|---:|---:|")
+    for gather in (False, True):
+        rate, step = model_tokens_per_second(corpus, fasttext, args.steps, args.batch_size, gather)
+        print(f"| {gather} | {step * 1e3:.0f} | {rate:,.0f} |")
+    print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

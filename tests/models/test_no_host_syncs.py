@@ -1,0 +1,141 @@
+"""
+The biLM's training step without host synchronisations from the fastText lookup and the metrics
+(CPU checks; `tests/gpu/` runs the same step under CUDA's sync debug mode).
+"""
+import copy
+
+import pytest
+import torch
+
+from allennlp.common import Params
+from allennlp.data import Batch, Vocabulary
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.data.dataset_readers import DatasetReader
+from allennlp.models import Model
+from allennlp.training.metrics import Average
+
+import elmoc_allennlp  # noqa: F401
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.models.bidirectional_language_model import DeviceAverage
+from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+
+
+def _params(gather: bool) -> Params:
+    params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
+    if gather:
+        params["dataset_reader"]["token_indexers"]["fasttext"]["gather_vectors"] = True
+    return params
+
+
+def _model_and_batch(gather: bool, seed: int = 3):
+    params = _params(gather)
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(LM_CORPUS / "valid.txt"))
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(seed)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    return model, batch.as_tensor_dict()
+
+
+class _NoTableReads:
+    """Makes reading the fastText table, or any `.item()` / `float()` of a tensor, raise."""
+
+    def __init__(self, monkeypatch):
+        self.monkeypatch = monkeypatch
+
+    def __enter__(self):
+        def refuse(*args, **kwargs):
+            raise AssertionError("host-side read inside the model's forward")
+
+        for owner, name in (
+            (FastTextVectors, "rows"),
+            (torch.Tensor, "item"),
+            (torch.Tensor, "__float__"),
+            (torch.Tensor, "numpy"),
+        ):
+            self.monkeypatch.setattr(owner, name, refuse)
+        return self
+
+    def __exit__(self, *exc):
+        self.monkeypatch.undo()
+
+
+def test_the_gathered_batch_trains_to_the_same_values_as_the_model_lookup(monkeypatch):
+    model, tensors = _model_and_batch(gather=False)
+    gathered_model, gathered = _model_and_batch(gather=True)
+    gathered_model.load_state_dict(model.state_dict())
+    assert "vectors" in gathered["tokens"]["fasttext"]
+    assert "vectors" not in tensors["tokens"]["fasttext"]  # old configs: unchanged batches
+    torch.testing.assert_close(
+        gathered["tokens"]["fasttext"]["subword_ids"], tensors["tokens"]["fasttext"]["subword_ids"]
+    )
+    model.eval()
+    gathered_model.eval()
+    expected = model(**tensors)
+    # The whole forward and backward: no table read, no .item(), no float(), no numpy().
+    with _NoTableReads(monkeypatch):
+        output = gathered_model(**gathered)
+        output["loss"].backward()
+    for key in ("loss", "forward_loss", "backward_loss", "forward_cosine"):
+        torch.testing.assert_close(output[key], expected[key], rtol=1e-5, atol=1e-6)
+    # Same metrics as before, read after the step.
+    expected_metrics = model.get_metrics()
+    for name, value in gathered_model.get_metrics().items():
+        assert isinstance(value, float)
+        assert value == pytest.approx(expected_metrics[name], rel=1e-5, abs=1e-6), name
+
+
+def test_without_the_gather_the_forward_reads_the_table(monkeypatch):
+    # The check above can fail: the model's own lookup is caught.
+    model, tensors = _model_and_batch(gather=False)
+    with _NoTableReads(monkeypatch), pytest.raises(AssertionError, match="host-side read"):
+        model(**tensors)
+
+
+def test_gather_happens_in_loader_workers():
+    params = _params(gather=True)
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    loader = MultiProcessDataLoader(reader, str(LM_CORPUS / "valid.txt"), batch_size=4, num_workers=1)
+    loader.index_with(Vocabulary())
+    serial_reader = DatasetReader.from_params(_params(gather=False).pop("dataset_reader"))
+    instances = list(serial_reader.read(LM_CORPUS / "valid.txt"))[:4]
+    batch = Batch(instances)
+    batch.index_instances(Vocabulary())
+    subword_ids = batch.as_tensor_dict()["tokens"]["fasttext"]["subword_ids"]
+    embedder = Model.from_params(
+        vocab=Vocabulary(), params=_params(gather=False).pop("model")
+    )._text_field_embedder._token_embedders["fasttext"]
+    first = next(iter(loader))["tokens"]["fasttext"]
+    mask = first["mask"]
+    torch.testing.assert_close(
+        first["vectors"], embedder(subword_ids, mask), rtol=1e-5, atol=1e-6
+    )
+    assert (first["vectors"][~mask] == 0).all()
+
+
+def test_device_average_matches_average():
+    values = [torch.tensor(0.25), torch.tensor(1.5), torch.tensor(-2.0, dtype=torch.float16)]
+    device_average, average = DeviceAverage(), Average()
+    for value in values:
+        device_average(value)
+        average(value.item())
+    assert device_average.get_metric() == pytest.approx(average.get_metric())
+    assert device_average.get_metric(reset=True) == pytest.approx(-0.25 / 3)
+    assert device_average.get_metric() == 0.0
+    copied = copy.deepcopy(device_average)  # checkpoints may copy metrics
+    copied(torch.tensor(2.0))
+    assert copied.get_metric() == 2.0 and device_average.get_metric() == 0.0
+
+
+def test_retrieval_accuracy_counts_repeated_targets_as_one_candidate():
+    model, _ = _model_and_batch(gather=False)
+    model.eval()
+    targets = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.6, 0.8]])
+    predictions = torch.tensor([[2.0, 0.1], [0.1, 2.0], [0.0, 1.0], [0.6, 0.8]])
+    accuracy = model._retrieval_accuracy_of(predictions, targets)
+    assert isinstance(accuracy, torch.Tensor) and accuracy.dim() == 0
+    # Row 2 predicts [0, 1]'s direction but its target is [1, 0]: 3 of 4 right.
+    assert accuracy.item() == pytest.approx(0.75)

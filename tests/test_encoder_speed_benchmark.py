@@ -1,0 +1,33 @@
+"""`benchmarks/encoder_speed.py` runs (tiny shape, CPU) and refuses `--device cuda` without CUDA."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import encoder_speed  # noqa: E402
+
+
+def test_measure_prints_every_method_on_cpu():
+    shape = encoder_speed.Shape("tiny", 3, 4, 6, 8)
+    lines = encoder_speed.measure(shape, 1, 1.0, torch.device("cpu"))
+    rows = [line for line in lines if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == len(encoder_speed.make_methods(shape, torch.device("cpu")))
+    assert all(float(row.split("|")[3].replace(",", "")) > 0 for row in rows)  # tokens/s
+    assert "peak MB" not in lines[2]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "encoder_speed.py"), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        cwd=BENCHMARKS.parent,
+    )
+    assert result.returncode != 0
+    assert "no CUDA device is available" in result.stderr
