@@ -60,6 +60,9 @@ class ElmocTokenEmbedder(TokenEmbedder):
         config was sized for; the configs in `training_configs/downstream` pass `ELMOC_DIM`. If
         given and the archive's biLM differs, a `ConfigurationError` names the key, the value
         given and the archive's, instead of a dimension mismatch deep in the downstream model.
+    serialization_dir : `str`, optional (default = `None`)
+        Given by allennlp, not by configs: the biLM's config travels in the downstream archive
+        through it (see `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         scalar_mix_l2_penalty: float = 0.0,
         allow_different_vectors: bool = False,
         bilm_dim: Optional[int] = None,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if projection_dim is not None and projection_dim < 1:
@@ -90,6 +94,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
             scalar_mix_l2_penalty=scalar_mix_l2_penalty,
             vectors_path=vectors_path,
             allow_different_vectors=allow_different_vectors,
+            serialization_dir=serialization_dir,
         )
         if bilm_dim is not None and bilm_dim != self._elmo.get_output_dim():
             projection = self._elmo.get_output_dim() // 2
