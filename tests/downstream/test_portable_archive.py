@@ -51,7 +51,9 @@ def _tagger_config(archive_file: str) -> Params:
                 "type": "conll2003",
                 "tag_label": "ner",
                 "coding_scheme": "BIOUL",
-                "token_indexers": {"elmo": {"type": "elmoc_subwords", "archive_file": archive_file}},
+                "token_indexers": {
+                    "elmo": {"type": "elmoc_subwords", "archive_file": archive_file}
+                },
             },
             "train_data_path": conll,
             "validation_data_path": conll,
