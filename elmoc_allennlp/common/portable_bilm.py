@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -236,9 +237,9 @@ def carry_bilm(
     config = copy.deepcopy(archive.config)
     for key, path in archive.vectors_overrides.items():
         _set_dotted(config, key, str(Path(path).resolve()))
-    partial = directory.with_name(f".{directory.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # A folder of its own: the workers of a distributed run may all be writing the same copy.
+    partial = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         (partial / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
         vocabulary.save_to_files(str(partial / _VOCABULARY_NAME))
@@ -248,7 +249,12 @@ def carry_bilm(
             "vectors_path": str(Path(archive.input_vectors_path).resolve()),
         }
         (partial / _ORIGIN_NAME).write_text(json.dumps(origin, indent=2), encoding="utf-8")
-        os.replace(partial, directory)
+        try:
+            os.replace(partial, directory)
+        except OSError:
+            if not (directory / CONFIG_NAME).is_file():
+                raise
+            shutil.rmtree(partial, ignore_errors=True)  # another worker wrote it first
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
