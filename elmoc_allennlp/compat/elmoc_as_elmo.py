@@ -31,13 +31,15 @@ _ARCHIVE_KEY = "archive_file"
 def _elmo_from_params(
     cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
 ):
+    from elmoc_allennlp.common.config_keys import naming_the_config_key
     from elmoc_allennlp.modules.elmo_block_options import reject_elmo_only_options
     from elmoc_allennlp.modules.elmoc import ElmocElmo
 
     allennlp_from_params = _elmo_from_params.allennlp_from_params
     if cls is Elmo and isinstance(params, Params) and _ARCHIVE_KEY in params:
         reject_elmo_only_options(params)
-        return allennlp_from_params(ElmocElmo, params, **extras)
+        with naming_the_config_key(params):
+            return allennlp_from_params(ElmocElmo, params, **extras)
     return allennlp_from_params(
         cls,
         params,

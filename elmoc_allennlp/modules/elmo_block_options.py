@@ -60,3 +60,4 @@ def check_boundary_tokens(
             f"pretrained with [{start_token!r}, {end_token!r}] (its dataset_reader.start_token "
             "and end_token), which ELMo-C adds itself: leave bos_eos_tokens out or give those"
         )
+

@@ -2,11 +2,13 @@ from typing import Dict, List, Optional
 
 import torch
 
+from allennlp.common import Params
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
+from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
 
 ELMO_TOKENS_KEY = "elmo_tokens"
@@ -66,6 +68,19 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         )
         self._archive_file = str(archive_file)
         self._max_token_characters = archive.max_token_characters
+
+    @classmethod
+    def from_params(
+        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
+    ):
+        # Errors about the biLM archive name this indexer's config key.
+        with naming_the_config_key(params):
+            return super().from_params(
+                params,
+                constructor_to_call=constructor_to_call,
+                constructor_to_inspect=constructor_to_inspect,
+                **extras,
+            )
 
     def __eq__(self, other) -> bool:
         if isinstance(other, ElmocSubwordIndexer):

@@ -7,6 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.time_distributed import TimeDistributed
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
+from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.modules.elmo_block_options import (
     check_boundary_tokens,
     reject_elmo_only_options,
@@ -138,12 +139,13 @@ class ElmocTokenEmbedder(TokenEmbedder):
     ):
         # Options of the replaced ELMo block with no ELMo-C meaning: say what to change.
         reject_elmo_only_options(params)
-        return super().from_params(
-            params,
-            constructor_to_call=constructor_to_call,
-            constructor_to_inspect=constructor_to_inspect,
-            **extras,
-        )
+        with naming_the_config_key(params):
+            return super().from_params(
+                params,
+                constructor_to_call=constructor_to_call,
+                constructor_to_inspect=constructor_to_inspect,
+                **extras,
+            )
 
     def get_output_dim(self) -> int:
         return self.output_dim

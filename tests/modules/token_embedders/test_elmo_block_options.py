@@ -83,3 +83,25 @@ def test_an_elmo_block_with_archive_file_builds_elmoc(elmoc_archive):
         Elmo.from_params(Params({"options_file": "/nonexistent/o.json",
                                  "weight_file": "/nonexistent/w.hdf5",
                                  "num_output_representations": 1}))
+
+
+def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monkeypatch):
+    from allennlp.data import TokenIndexer
+
+    monkeypatch.chdir(tmp_path)
+    missing = "runs/elmoc/model.tar.gz"
+    blocks = [
+        (TokenEmbedder, Params({"type": "elmoc_token_embedder", "archive_file": missing},
+                               history=EMBEDDERS)),
+        (TokenIndexer, Params({"type": "elmoc_subwords", "archive_file": missing},
+                              history="validation_dataset_reader.token_indexers.elmo.")),
+        (Elmo, Params({"archive_file": missing, "num_output_representations": 1},
+                      history="model.elmo.")),
+    ]
+    for base, params in blocks:
+        key = params.history + "archive_file"
+        with pytest.raises(ConfigurationError) as error:
+            base.from_params(params)
+        message = str(error.value)
+        assert f"ELMo-C archive {missing} ({key}) does not exist" in message
+        assert f"working directory, {tmp_path}" in message
