@@ -2,7 +2,8 @@
 Each ELMo config allennlp-models ships in `training_config/`, with only its ELMo blocks swapped for
 ELMo-C as `training_configs/downstream/README.md` says, trains an epoch on fixtures; its archive is
 then evaluated and predicted with `allennlp evaluate` / `allennlp predict` in a fresh process from
-another working directory, and evaluates to the loss the training run reported.
+another working directory with the biLM archive out of the way, and evaluates to the loss the
+training run reported.
 
 The configs here keep each recipe's readers, models, ELMo block options and structure; sizes are
 tiny (the tiny biLM gives 12-d vectors), remote files (GloVe) are dropped, whitespace /
@@ -302,13 +303,19 @@ FAMILIES: Dict[str, Any] = {
     "coref/coref": (coref_elmo, BASE_PREDICTOR, False),
 }
 
-# Runs `allennlp <argv>` for each argv of argv[1] (JSON), in this one fresh process.
+# Runs `allennlp <argv>` for each (name, argv) of argv[1] (JSON) in this one fresh process; prints
+# {name: traceback} of those that failed.
 RUN_COMMANDS = """
-import json, sys
+import json, sys, traceback
 from allennlp.commands import main
-for argv in json.loads(sys.argv[1]):
+failures = {}
+for name, argv in json.loads(sys.argv[1]):
     sys.argv = ["allennlp"] + argv
-    main()
+    try:
+        main()
+    except BaseException:
+        failures[name] = traceback.format_exc()[-3000:]
+print(json.dumps(failures))
 """
 
 
@@ -318,63 +325,103 @@ def registered():
     import_module_and_submodules("elmoc_allennlp")
 
 
-@pytest.fixture(scope="module")
-def workspace(relocated_archive, tmp_path_factory) -> Path:
-    """A working directory with the biLM at `bilm/model.tar.gz` and its .bin in `fasttext/`."""
-    work = tmp_path_factory.mktemp("allennlp_models_configs")
-    shutil.copytree(relocated_archive.parent, work / "bilm")
-    shutil.copytree(relocated_archive.parent.parent / "fasttext", work / "fasttext")
-    return work
+def _available(family: str) -> bool:
+    return not FAMILIES[family][2] or SHARED_FIXTURES.is_dir()
 
 
-def _shipped_training(config: Dict[str, Any]) -> Dict[str, Any]:
+def _one_epoch(config: Dict[str, Any]) -> Dict[str, Any]:
     # One batch, one epoch: the evaluation below sees the batches training validated on.
     return {**config,
             "data_loader": {"batch_size": 64},
             "trainer": {"num_epochs": 1, "optimizer": {"type": "adam"}, "cuda_device": -1}}
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_swapped_config_trains_evaluates_and_predicts_from_another_directory(
-    family, workspace, tmp_path, monkeypatch
-):
-    build, predictor, needs_shared = FAMILIES[family]
-    if needs_shared and not SHARED_FIXTURES.is_dir():
-        pytest.skip(f"{SHARED_FIXTURES} is absent")
-    config = _shipped_training(build())
-    if config["dataset_reader"]["type"] == "ptb_trees":
-        # NLTK's corpus readers only open files under its data roots (NLTK_DATA).
-        data_folder = str(Path(config["train_data_path"]).parent)
-        monkeypatch.setenv("NLTK_DATA", data_folder)
-    monkeypatch.chdir(workspace)
-    run = workspace / "runs" / family.replace("/", "__")
-    train_model(Params(json.loads(json.dumps(config))), str(run))
-    trained_metrics = json.loads((run / "metrics.json").read_text())
+@pytest.fixture(scope="module")
+def trained(relocated_archive, tmp_path_factory) -> Dict[str, Any]:
+    """
+    Every available family trained in one working directory (the biLM at `bilm/model.tar.gz`,
+    its .bin in `fasttext/`): family -> (config, run folder, metrics) or the exception raised.
+    """
+    work = tmp_path_factory.mktemp("allennlp_models_configs")
+    shutil.copytree(relocated_archive.parent, work / "bilm")
+    shutil.copytree(relocated_archive.parent.parent / "fasttext", work / "fasttext")
+    previous_cwd, previous_threads = os.getcwd(), torch.get_num_threads()
+    previous_nltk = os.environ.get("NLTK_DATA")
+    # NLTK's corpus readers (ptb_trees) only open files under its data roots.
+    os.environ["NLTK_DATA"] = str(SHARED_FIXTURES)
+    os.chdir(work)
+    torch.set_num_threads(1)
+    runs: Dict[str, Any] = {}
+    try:
+        for family in sorted(filter(_available, FAMILIES)):
+            config = _one_epoch(FAMILIES[family][0]())
+            run = work / "runs" / family.replace("/", "__")
+            try:
+                train_model(Params(json.loads(json.dumps(config))), str(run))
+            except Exception as error:  # reported by the family's test
+                runs[family] = error
+                continue
+            runs[family] = (config, run, json.loads((run / "metrics.json").read_text()))
+    finally:
+        os.chdir(previous_cwd)
+        torch.set_num_threads(previous_threads)
+        if previous_nltk is None:
+            os.environ.pop("NLTK_DATA", None)
+        else:
+            os.environ["NLTK_DATA"] = previous_nltk
+    # Loading happens without the biLM archive: each downstream archive carries what it needs.
+    shutil.rmtree(work / "bilm")
+    return runs
 
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    data = config["validation_data_path"]
-    archive = str(run / "model.tar.gz")
-    commands = [
-        ["evaluate", archive, data, "--output-file", "metrics.json", "--cuda-device", "-1",
-         "--include-package", "elmoc_allennlp"],
-        ["predict", archive, data, "--use-dataset-reader", "--predictor", predictor,
-         "--output-file", "predictions.jsonl", "--silent", "--cuda-device", "-1",
-         "--include-package", "elmoc_allennlp"],
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+@pytest.fixture(scope="module")
+def loaded_elsewhere(trained, tmp_path_factory) -> Path:
+    """`allennlp evaluate` and `predict` of every trained archive, from another directory."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    commands = []
+    for family, run in trained.items():
+        if isinstance(run, Exception):
+            continue
+        config, folder, _ = run
+        name = family.replace("/", "__")
+        data, archive = config["validation_data_path"], str(folder / "model.tar.gz")
+        options = ["--cuda-device", "-1", "--include-package", "elmoc_allennlp"]
+        commands.append([f"{family} evaluate", ["evaluate", archive, data, "--output-file",
+                                                 f"{name}.metrics.json", *options]])
+        commands.append([f"{family} predict", [
+            "predict", archive, data, "--use-dataset-reader", "--predictor", FAMILIES[family][1],
+            "--output-file", f"{name}.predictions.jsonl", "--silent", *options]])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NLTK_DATA": str(SHARED_FIXTURES)}
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-c", RUN_COMMANDS, json.dumps(commands)],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600,
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=1200,
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    (elsewhere / "failures.json").write_text(result.stdout.strip().splitlines()[-1])
+    return elsewhere
 
-    evaluated = json.loads((elsewhere / "metrics.json").read_text())
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_swapped_config_trains_evaluates_and_predicts_from_another_directory(
+    family, trained, loaded_elsewhere
+):
+    if not _available(family):
+        pytest.skip(f"{SHARED_FIXTURES} is absent")
+    run = trained[family]
+    if isinstance(run, Exception):
+        raise run
+    _, _, trained_metrics = run
+    failures = json.loads((loaded_elsewhere / "failures.json").read_text())
+    for command in ("evaluate", "predict"):
+        assert f"{family} {command}" not in failures, failures[f"{family} {command}"]
+
+    name = family.replace("/", "__")
+    evaluated = json.loads((loaded_elsewhere / f"{name}.metrics.json").read_text())
     assert evaluated["loss"] == pytest.approx(
         trained_metrics["validation_loss"], rel=1e-4, abs=1e-5
     )
-    predictions = [json.loads(line) for line in
-                   (elsewhere / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    lines = (loaded_elsewhere / f"{name}.predictions.jsonl").read_text().splitlines()
+    predictions = [json.loads(line) for line in lines if line.strip()]
     assert predictions
     assert all(isinstance(prediction, dict) and prediction for prediction in predictions)
