@@ -21,6 +21,10 @@ found in this order:
 4. the last one, two and three components of that path under the downstream archive's folder
    and under its parent (a `.bin` copied next to the moved `model.tar.gz` is found).
 
+A task's own fastText components (`elmoc_fasttext_subwords`, `elmoc_fasttext`, e.g. the word
+vectors of `training_configs/downstream/`) keep their `vectors_path` if it exists, and otherwise,
+in a loaded archive, look in the places of 4., then take `ELMOC_VECTORS_PATH` (`locate_fasttext`).
+
 Relative paths in ELMo-C options (`archive_file`, `vectors_path`, `ELMOC_VECTORS_PATH`) resolve
 against the working directory of the process, at training and at loading alike (as allennlp's
 data paths do); the copy records absolute paths, so loading does not depend on the working
@@ -160,6 +164,38 @@ def _origin_directories(serialization_dir: Union[str, os.PathLike]) -> List[Path
     folder = Path(origin).parent if origin else Path(serialization_dir)
     folder = folder.resolve()
     return [folder, folder.parent]
+
+
+def _relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
+    """The last one, two and three components of `recorded` under each of `directories`."""
+    recorded_path = Path(recorded).expanduser()
+    parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
+    candidates: List[Path] = []
+    for count in range(1, min(3, len(parts)) + 1):
+        for directory in directories:
+            candidate = directory.joinpath(*parts[-count:])
+            if candidate not in candidates:
+                candidates.append(candidate)
+    return candidates
+
+
+def locate_fasttext(
+    vectors_path: str, serialization_dir: Optional[Union[str, os.PathLike]] = None
+) -> str:
+    """
+    The fastText `.bin` of an `elmoc_fasttext` / `elmoc_fasttext_subwords` component: its
+    `vectors_path` if that file exists (or no archive is being loaded, `serialization_dir` is
+    `None`); otherwise, in a loaded archive, its last 1-3 path components under the archive's
+    folder and that folder's parent, then `ELMOC_VECTORS_PATH`. If none exists, `vectors_path`
+    (whose reader names it).
+    """
+    if serialization_dir is None or Path(vectors_path).expanduser().is_file():
+        return vectors_path
+    for candidate in _relative_candidates(vectors_path, _origin_directories(serialization_dir)):
+        if candidate.is_file():
+            logger.info("Using %s for the missing fastText model %s", candidate, vectors_path)
+            return str(candidate)
+    return vectors_path_override(None) or vectors_path
 
 
 def _read_carried(

@@ -42,8 +42,11 @@ print(json.dumps([output["logits"] for output in outputs]))
 """
 
 
-def _tagger_config(archive_file: str) -> Params:
-    """allennlp-models' `tagging/ner_elmo` shape, tiny, with only the ELMo blocks swapped."""
+def _tagger_config(archive_file: str, fasttext: str) -> Params:
+    """
+    allennlp-models' `tagging/ner_elmo` shape, tiny, with the ELMo blocks swapped and, as in
+    `training_configs/downstream/`, the biLM's fastText vectors as the task's word vectors.
+    """
     conll = str(DOWNSTREAM_FIXTURES / "conll2003.txt")
     return Params(
         {
@@ -52,7 +55,8 @@ def _tagger_config(archive_file: str) -> Params:
                 "tag_label": "ner",
                 "coding_scheme": "BIOUL",
                 "token_indexers": {
-                    "elmo": {"type": "elmoc_subwords", "archive_file": archive_file}
+                    "elmo": {"type": "elmoc_subwords", "archive_file": archive_file},
+                    "tokens": {"type": "elmoc_fasttext_subwords", "vectors_path": fasttext},
                 },
             },
             "train_data_path": conll,
@@ -65,10 +69,11 @@ def _tagger_config(archive_file: str) -> Params:
                             "type": "elmoc_token_embedder",
                             "archive_file": archive_file,
                             "dropout": 0.0,
-                        }
+                        },
+                        "tokens": {"type": "elmoc_fasttext", "vectors_path": fasttext},
                     }
                 },
-                "encoder": {"type": "lstm", "input_size": 12, "hidden_size": 4},
+                "encoder": {"type": "lstm", "input_size": 28, "hidden_size": 4},
             },
             "data_loader": {"batch_size": 8},
             "trainer": {"num_epochs": 1, "optimizer": "adam", "cuda_device": -1},
@@ -96,7 +101,8 @@ def _predict_in_fresh_process(archive: Path, cwd: Path, environment=None) -> lis
 def trained_tagger(relocated_archive, tmp_path_factory):
     """
     A tagger trained in `<work>` with the relative `archive_file` `bilm/model.tar.gz` (the biLM
-    finds its .bin in `<work>/fasttext/`), then moved to `<moved>` with only the .bin; `<work>`
+    finds its .bin in `<work>/fasttext/`) and that .bin as its word vectors (a relative
+    `vectors_path`), then moved to `<moved>` with only the .bin; `<work>`
     (biLM archive and original .bin) is deleted. Returns (moved archive, moved .bin, logits
     computed in the training process before the move).
     """
@@ -108,7 +114,8 @@ def trained_tagger(relocated_archive, tmp_path_factory):
     torch.set_num_threads(1)
     os.chdir(work)
     try:
-        train_model(_tagger_config("bilm/model.tar.gz"), "run")
+        bin_name = next(Path("fasttext").iterdir()).name
+        train_model(_tagger_config("bilm/model.tar.gz", f"fasttext/{bin_name}"), "run")
         archive = load_archive("run/model.tar.gz")
         from allennlp.predictors import Predictor
 
@@ -128,7 +135,6 @@ def trained_tagger(relocated_archive, tmp_path_factory):
     assert any(name.startswith(f"{CARRIED_DIRECTORY}/") for name in names), names
     moved = tmp_path_factory.mktemp("moved_downstream")
     shutil.move(str(work / "run" / "model.tar.gz"), moved / "model.tar.gz")
-    bin_name = next((work / "fasttext").iterdir()).name
     shutil.move(str(work / "fasttext" / bin_name), moved / bin_name)
     shutil.rmtree(work)
     return moved / "model.tar.gz", moved / bin_name, expected
@@ -171,7 +177,7 @@ def test_missing_bin_names_the_downstream_archive_and_the_override(
         load_archive(str(alone / "model.tar.gz"))
     message = str(error.value)
     assert str(alone / "model.tar.gz") in message
-    assert "bilm/model.tar.gz (archive_file)" in message
+    assert "bilm/model.tar.gz (dataset_reader.token_indexers.elmo.archive_file)" in message
     assert VECTORS_PATH_VARIABLE in message
 
 
