@@ -133,7 +133,7 @@ class CarriedElmocArchive(ElmocArchive):
         from allennlp.models import Model
 
         config = copy.deepcopy(self.config)
-        for key, path in self.vectors_overrides.items():
+        for key, path in getattr(self, "vectors_overrides", {}).items():
             _set_dotted(config, key, path)
         if allow_different_vectors:
             embedders = config["model"]["text_field_embedder"]["token_embedders"]
@@ -271,8 +271,10 @@ def carry_bilm(
     if (directory / CONFIG_NAME).is_file():
         return directory
     config = copy.deepcopy(archive.config)
-    for key, path in archive.vectors_overrides.items():
+    # (A biLM whose input is not fastText has no .bin to record.)
+    for key, path in getattr(archive, "vectors_overrides", {}).items():
         _set_dotted(config, key, str(Path(path).resolve()))
+    input_vectors = getattr(archive, "input_vectors_path", None)
     directory.parent.mkdir(parents=True, exist_ok=True)
     # A folder of its own: the workers of a distributed run may all be writing the same copy.
     partial = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
@@ -282,7 +284,7 @@ def carry_bilm(
         origin = {
             "archive_file": os.fspath(archive_file),
             "resolved_archive_file": str(Path(archive.local_path).resolve()),
-            "vectors_path": str(Path(archive.input_vectors_path).resolve()),
+            "vectors_path": str(Path(input_vectors).resolve()) if input_vectors else None,
         }
         (partial / _ORIGIN_NAME).write_text(json.dumps(origin, indent=2), encoding="utf-8")
         try:
