@@ -65,6 +65,12 @@ replaced = sorted(
 replaced += sorted(
     name for name, entry in registry_before.items() if registry_after.get(name) != entry
 )
+# Members given to allennlp classes that had none of that name (e.g. an inherited classmethod).
+replaced += sorted(
+    name for name in objects_after
+    if name not in objects_before and name.rsplit(".", 1)[0] in objects_before
+)
+replaced = sorted(replaced)
 declared = sorted(
     target
     for shim in compat.install_shims()

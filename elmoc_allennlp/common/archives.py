@@ -28,7 +28,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
-from typing import Iterator, List, Optional, Set, Union
+from typing import Dict, Iterator, List, Optional, Set, Union
 
 from allennlp.common.checks import ConfigurationError
 
@@ -311,6 +311,15 @@ def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Opt
     return None
 
 
+# Extraction folder -> the archive it came from (what a loaded model's components can ask).
+_EXTRACTED_FROM: Dict[str, str] = {}
+
+
+def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
+    """The archive that `extracted_archive` extracted into `directory`, if it did."""
+    return _EXTRACTED_FROM.get(os.path.realpath(os.fspath(directory)))
+
+
 @contextlib.contextmanager
 def extracted_archive(
     resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
@@ -332,6 +341,7 @@ def extracted_archive(
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+    _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
     try:
         yield directory
     finally:

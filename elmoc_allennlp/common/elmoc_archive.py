@@ -100,7 +100,8 @@ class ElmocArchive:
             self.local_path = Path(cached_path(self.archive_file))
         except FileNotFoundError:
             raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file} (archive_file) does not exist"
+                f"ELMo-C archive {self.archive_file} (archive_file) does not exist (a relative "
+                f"path resolves against the working directory, {os.getcwd()})"
             ) from None
         self.config = self._read_config()
         self._check_model_type()

@@ -27,6 +27,7 @@ SHIMS = (
     "predict_input_lines",
     "reduce_on_plateau",
     "atomic_train_files",
+    "elmoc_as_elmo",
 )
 
 _installed: List[str] = []

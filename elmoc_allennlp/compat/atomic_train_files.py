@@ -48,6 +48,8 @@ def _is_wrapped(function: Callable) -> bool:
 def _make_atomic_archive_model(original: Callable) -> Callable:
     from allennlp.models.archival import _DEFAULT_WEIGHTS
 
+    from elmoc_allennlp.common.portable_bilm import with_carried_bilms
+
     @functools.wraps(original)
     def archive_model(
         serialization_dir: Union[str, PathLike],
@@ -67,7 +69,8 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
                 serialization_dir,
                 weights=weights,
                 archive_path=temporary,
-                include_in_archive=include_in_archive,
+                # The biLM config a downstream ELMo-C model carries (common/portable_bilm.py).
+                include_in_archive=with_carried_bilms(serialization_dir, include_in_archive),
             )
         return str(archive_file)
 

@@ -14,7 +14,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import Elmo
 
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.common.portable_bilm import open_bilm
 
 
 class ElmocBiLm(torch.nn.Module):
@@ -45,6 +45,10 @@ class ElmocBiLm(torch.nn.Module):
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a fastText `.bin` other than the one the biLM was trained with (their
         fingerprints differ), with a warning: only for deliberate swaps.
+    serialization_dir : `str`, optional (default = `None`)
+        The downstream run's folder (given by allennlp): training writes the biLM's config
+        there so that it travels in the downstream archive, and loading builds the biLM from
+        it (see `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -53,10 +57,12 @@ class ElmocBiLm(torch.nn.Module):
         requires_grad: bool = False,
         vectors_path: Optional[str] = None,
         allow_different_vectors: bool = False,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
-        self.archive = ElmocArchive.read(archive_file, vectors_path)
-        model, reader = self.archive.load_model(allow_different_vectors=allow_different_vectors)
+        self.archive, model, reader = open_bilm(
+            archive_file, vectors_path, serialization_dir, allow_different_vectors
+        )
         contextualizer = model._contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(
@@ -219,6 +225,8 @@ class ElmocElmo(Elmo):
         Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
+    serialization_dir : `str`, optional (default = `None`)
+        Given by allennlp; see `ElmocBiLm`.
     """
 
     def __init__(
@@ -234,6 +242,7 @@ class ElmocElmo(Elmo):
         vectors_path: Optional[str] = None,
         module: Optional[ElmocBiLm] = None,
         allow_different_vectors: bool = False,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         if num_output_representations < 1:
             raise ConfigurationError(
@@ -252,7 +261,10 @@ class ElmocElmo(Elmo):
             )
         bilm = module
         if bilm is None:
-            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path, allow_different_vectors)
+            bilm = ElmocBiLm(
+                archive_file, requires_grad, vectors_path, allow_different_vectors,
+                serialization_dir,
+            )
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
                 f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but the ELMo-C "

@@ -2,12 +2,14 @@ from typing import Dict, List, Optional
 
 import torch
 
+from allennlp.common import Params
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.common.config_keys import naming_the_config_key
+from elmoc_allennlp.common.portable_bilm import read_bilm_archive
 
 ELMO_TOKENS_KEY = "elmo_tokens"
 
@@ -42,6 +44,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         `dataset_reader.token_indexers.<key>.lowercase_tokens`), which is what the biLM expects.
     token_min_padding_length : `int`, optional (default = `0`)
         See :class:`TokenIndexer`.
+    serialization_dir : `str`, optional (default = `None`)
+        Given by allennlp when loading a downstream archive: the biLM config it carries is read
+        instead of `archive_file` (see `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -50,8 +55,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         vectors_path: Optional[str] = None,
         lowercase_tokens: Optional[bool] = None,
         token_min_padding_length: int = 0,
+        serialization_dir: Optional[str] = None,
     ) -> None:
-        archive = ElmocArchive.read(archive_file, vectors_path)
+        archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
         super().__init__(
             vectors_path=archive.input_vectors_path,
             boundary_tokens=archive.boundary_tokens,
@@ -62,6 +68,19 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         )
         self._archive_file = str(archive_file)
         self._max_token_characters = archive.max_token_characters
+
+    @classmethod
+    def from_params(
+        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
+    ):
+        # Errors about the biLM archive name this indexer's config key.
+        with naming_the_config_key(params):
+            return super().from_params(
+                params,
+                constructor_to_call=constructor_to_call,
+                constructor_to_inspect=constructor_to_inspect,
+                **extras,
+            )
 
     def __eq__(self, other) -> bool:
         if isinstance(other, ElmocSubwordIndexer):

@@ -1,6 +1,6 @@
 import itertools
 from functools import lru_cache
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -11,6 +11,7 @@ from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.portable_bilm import locate_fasttext
 from elmoc_allennlp.common.registry_aliases import register_old_name
 
 # Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
@@ -60,6 +61,12 @@ class FastTextSubwordIndexer(TokenIndexer):
         Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
         embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
         bytes per instance in the batch.
+    token_min_padding_length : `int`, optional (default=`0`)
+        See :class:`TokenIndexer`.
+    serialization_dir : `str`, optional (default=`None`)
+        Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
+        for next to the archive, then in `ELMOC_VECTORS_PATH` (see
+        `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -69,9 +76,12 @@ class FastTextSubwordIndexer(TokenIndexer):
         lowercase_tokens: bool = False,
         token_min_padding_length: int = 0,
         gather_vectors: bool = False,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__(token_min_padding_length)
         self._gather_vectors = gather_vectors
+        # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
+        vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
         self._lowercase_tokens = lowercase_tokens

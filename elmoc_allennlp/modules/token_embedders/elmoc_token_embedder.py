@@ -1,11 +1,17 @@
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
+from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.time_distributed import TimeDistributed
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
+from elmoc_allennlp.common.config_keys import naming_the_config_key
+from elmoc_allennlp.modules.elmo_block_options import (
+    check_boundary_tokens,
+    reject_elmo_only_options,
+)
 from elmoc_allennlp.modules.elmoc import ElmocElmo
 
 
@@ -23,7 +29,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
         "elmo": {"type": "elmoc_subwords", "archive_file": ...}
         "elmo": {"type": "elmoc_token_embedder", "archive_file": ...}
 
-    and keep the rest: the output dimension is `2 * projection_dim` of the biLM, 1024 at the
+    and keep the rest (a `bidirectional_lm_token_embedder` block likewise: its type and
+    `archive_file`): the output dimension is `2 * projection_dim` of the biLM, 1024 at the
     paper's size, as ELMo's.
 
     The biLM (frozen unless `requires_grad`) computes layer 0, each direction's projected fastText
@@ -60,6 +67,15 @@ class ElmocTokenEmbedder(TokenEmbedder):
         config was sized for; the configs in `training_configs/downstream` pass `ELMOC_DIM`. If
         given and the archive's biLM differs, a `ConfigurationError` names the key, the value
         given and the archive's, instead of a dimension mismatch deep in the downstream model.
+    bos_eos_tokens : `Tuple[str, str]`, optional (default = `None`)
+        Accepted from `bidirectional_lm_token_embedder` blocks: must be the boundary tokens the
+        biLM was pretrained with (which ELMo-C adds itself), else a `ConfigurationError`.
+    remove_bos_eos : `bool`, optional (default = `True`)
+        As in `bidirectional_lm_token_embedder`: `False` keeps the representations of the
+        sentence boundaries (`timesteps + 2` outputs).
+    serialization_dir : `str`, optional (default = `None`)
+        Given by allennlp, not by configs: the biLM's config travels in the downstream archive
+        through it (see `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -74,6 +90,9 @@ class ElmocTokenEmbedder(TokenEmbedder):
         scalar_mix_l2_penalty: float = 0.0,
         allow_different_vectors: bool = False,
         bilm_dim: Optional[int] = None,
+        bos_eos_tokens: Optional[Tuple[str, str]] = None,
+        remove_bos_eos: bool = True,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if projection_dim is not None and projection_dim < 1:
@@ -86,10 +105,16 @@ class ElmocTokenEmbedder(TokenEmbedder):
             requires_grad=requires_grad,
             do_layer_norm=do_layer_norm,
             dropout=dropout,
+            keep_sentence_boundaries=not remove_bos_eos,
             scalar_mix_parameters=scalar_mix_parameters,
             scalar_mix_l2_penalty=scalar_mix_l2_penalty,
             vectors_path=vectors_path,
             allow_different_vectors=allow_different_vectors,
+            serialization_dir=serialization_dir,
+        )
+        archive = self._elmo.bilm.archive
+        check_boundary_tokens(
+            bos_eos_tokens, archive.start_token, archive.end_token, str(archive_file)
         )
         if bilm_dim is not None and bilm_dim != self._elmo.get_output_dim():
             projection = self._elmo.get_output_dim() // 2
@@ -107,6 +132,20 @@ class ElmocTokenEmbedder(TokenEmbedder):
         else:
             self._projection = None
             self.output_dim = self._elmo.get_output_dim()
+
+    @classmethod
+    def from_params(
+        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
+    ):
+        # Options of the replaced ELMo block with no ELMo-C meaning: say what to change.
+        reject_elmo_only_options(params)
+        with naming_the_config_key(params):
+            return super().from_params(
+                params,
+                constructor_to_call=constructor_to_call,
+                constructor_to_inspect=constructor_to_inspect,
+                **extras,
+            )
 
     def get_output_dim(self) -> int:
         return self.output_dim

@@ -10,6 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.portable_bilm import locate_fasttext
 from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
@@ -66,13 +67,23 @@ class FastTextTokenEmbedder(TokenEmbedder):
         `-o '{"model.text_field_embedder.token_embedders.fasttext.allow_different_vectors":
         true}'`: representations computed from other vectors than the training ones are
         meaningless.
+    serialization_dir : `str`, optional (default=`None`)
+        Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
+        for next to the archive, then in `ELMOC_VECTORS_PATH` (see
+        `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
-        self, vectors_path: str, trainable: bool = False, allow_different_vectors: bool = False
+        self,
+        vectors_path: str,
+        trainable: bool = False,
+        allow_different_vectors: bool = False,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         self.allow_different_vectors = allow_different_vectors
+        # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
+        vectors_path = locate_fasttext(vectors_path, serialization_dir)
         self._vectors = FastTextVectors.from_path(vectors_path)
         self._num_rows = self._vectors.num_rows
         self._no_vector_id = no_vector_id(self._vectors)

@@ -1,0 +1,312 @@
+"""
+What a downstream model trained with ELMo-C carries, so that its `model.tar.gz` loads anywhere.
+
+The biLM's weights are part of the downstream model's weights (the biLM is a submodule), so a
+downstream archive only lacks what builds the biLM before those weights are loaded: the biLM's
+`config.json` (which also holds its indexer settings: boundary tokens, lowercasing, token length)
+and its vocabulary (the output layer's size). When `allennlp train` builds the
+`elmoc_token_embedder`, these are copied into the run's serialization directory under
+`elmoc_bilm/<key>/` (`key` names the `archive_file` as written in the config), and `allennlp
+train` puts that folder into `model.tar.gz` (see `elmoc_allennlp/compat/atomic_train_files.py`).
+
+Loading a downstream archive (`allennlp evaluate` / `predict`, `load_archive`), the indexer and
+the embedder find that copy in the extracted archive and build the biLM from it, without its
+weights: the biLM archive is not read and need not exist. Only the fastText `.bin` is needed,
+found in this order:
+
+1. the environment variable `ELMOC_VECTORS_PATH` (the one override, for the indexer and the
+   embedder alike; it also applies at training);
+2. the option `vectors_path`, if the file exists;
+3. the absolute path the `.bin` had at training;
+4. the last one, two and three components of that path under the downstream archive's folder
+   and under its parent (a `.bin` copied next to the moved `model.tar.gz` is found).
+
+A task's own fastText components (`elmoc_fasttext_subwords`, `elmoc_fasttext`, e.g. the word
+vectors of `training_configs/downstream/`) keep their `vectors_path` if it exists, and otherwise,
+in a loaded archive, look in the places of 4., then take `ELMOC_VECTORS_PATH` (`locate_fasttext`).
+
+Relative paths in ELMo-C options (`archive_file`, `vectors_path`, `ELMOC_VECTORS_PATH`) resolve
+against the working directory of the process, at training and at loading alike (as allennlp's
+data paths do); the copy records absolute paths, so loading does not depend on the working
+directory.
+"""
+import copy
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.params import remove_keys_from_params
+from allennlp.models.archival import CONFIG_NAME
+
+from elmoc_allennlp.common.archives import extracted_from
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+
+logger = logging.getLogger(__name__)
+
+# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies.
+CARRIED_DIRECTORY = "elmoc_bilm"
+# The one override of the biLM's fastText `.bin`.
+VECTORS_PATH_VARIABLE = "ELMOC_VECTORS_PATH"
+_ORIGIN_NAME = "origin.json"
+_VOCABULARY_NAME = "vocabulary"
+
+
+def carried_key(archive_file: Union[str, os.PathLike]) -> str:
+    """The folder name of the copy of the biLM named `archive_file` in a config."""
+    return hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
+
+
+def carried_bilm_directory(
+    serialization_dir: Union[str, os.PathLike], archive_file: Union[str, os.PathLike]
+) -> Path:
+    return Path(serialization_dir) / CARRIED_DIRECTORY / carried_key(archive_file)
+
+
+def _find_carried(
+    serialization_dir: Optional[Union[str, os.PathLike]], archive_file: Union[str, os.PathLike]
+) -> Optional[Path]:
+    if serialization_dir is None:
+        return None
+    directory = carried_bilm_directory(serialization_dir, archive_file)
+    return directory if (directory / CONFIG_NAME).is_file() else None
+
+
+def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
+    """`ELMOC_VECTORS_PATH` if set (it must exist), else `vectors_path`."""
+    variable = os.environ.get(VECTORS_PATH_VARIABLE)
+    if not variable:
+        return vectors_path
+    if not Path(variable).expanduser().is_file():
+        raise ConfigurationError(
+            f"fastText model {variable} (environment variable {VECTORS_PATH_VARIABLE}) does not "
+            f"exist (relative paths resolve against the working directory, {os.getcwd()})"
+        )
+    return str(Path(variable).expanduser().resolve())
+
+
+def _set_dotted(config: Dict[str, Any], dotted_key: str, value: Any) -> None:
+    *parents, last = dotted_key.split(".")
+    node: Any = config
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+class CarriedElmocArchive(ElmocArchive):
+    """
+    The `ElmocArchive` of a biLM copy carried in a downstream archive (a folder with the biLM's
+    `config.json` and vocabulary, see the module docstring). `load_model` builds the biLM
+    without weights: the downstream weights hold them.
+
+    # Parameters
+
+    directory : `Path`
+        The copy: `<serialization dir>/elmoc_bilm/<key>`.
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin`, overriding the recorded one.
+    search_directories : `List[Path]`
+        Where a `.bin` missing at its recorded path is looked for (the downstream archive's
+        folder and its parent).
+    """
+
+    def __init__(
+        self, directory: Path, vectors_path: Optional[str], search_directories: List[Path]
+    ) -> None:
+        self._search_directories = list(search_directories)
+        super().__init__(directory, vectors_path)
+
+    def _archive_directories(self) -> List[Path]:
+        return self._search_directories
+
+    def load_model(self, cuda_device: int = -1, allow_different_vectors: bool = False):
+        from allennlp.data import DatasetReader, Vocabulary
+        from allennlp.models import Model
+
+        config = copy.deepcopy(self.config)
+        for key, path in getattr(self, "vectors_overrides", {}).items():
+            _set_dotted(config, key, path)
+        if allow_different_vectors:
+            embedders = config["model"]["text_field_embedder"]["token_embedders"]
+            embedders[self.input_key]["allow_different_vectors"] = True
+        params = Params(config)
+        vocabulary_params = params.pop("vocabulary", Params({}))
+        vocabulary_type = vocabulary_params.pop_choice(
+            "type", Vocabulary.list_available(), True
+        )
+        vocabulary_class, _ = Vocabulary.resolve_class_name(vocabulary_type)
+        vocabulary = vocabulary_class.from_files(
+            self.local_path / _VOCABULARY_NAME,
+            vocabulary_params.get("padding_token"),
+            vocabulary_params.get("oov_token"),
+        )
+        model_params = params.pop("model")
+        remove_keys_from_params(model_params)
+        model = Model.from_params(vocab=vocabulary, params=model_params)
+        reader = DatasetReader.from_params(params.pop("dataset_reader"))
+        if cuda_device >= 0:
+            model.cuda(cuda_device)
+        return model, reader
+
+
+def _origin_directories(serialization_dir: Union[str, os.PathLike]) -> List[Path]:
+    """The downstream archive's folder (or the serialization directory) and its parent."""
+    origin = extracted_from(serialization_dir)
+    folder = Path(origin).parent if origin else Path(serialization_dir)
+    folder = folder.resolve()
+    return [folder, folder.parent]
+
+
+def _relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
+    """The last one, two and three components of `recorded` under each of `directories`."""
+    recorded_path = Path(recorded).expanduser()
+    parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
+    candidates: List[Path] = []
+    for count in range(1, min(3, len(parts)) + 1):
+        for directory in directories:
+            candidate = directory.joinpath(*parts[-count:])
+            if candidate not in candidates:
+                candidates.append(candidate)
+    return candidates
+
+
+def locate_fasttext(
+    vectors_path: str, serialization_dir: Optional[Union[str, os.PathLike]] = None
+) -> str:
+    """
+    The fastText `.bin` of an `elmoc_fasttext` / `elmoc_fasttext_subwords` component: its
+    `vectors_path` if that file exists (or no archive is being loaded, `serialization_dir` is
+    `None`); otherwise, in a loaded archive, its last 1-3 path components under the archive's
+    folder and that folder's parent, then `ELMOC_VECTORS_PATH`. If none exists, `vectors_path`
+    (whose reader names it).
+    """
+    if serialization_dir is None or Path(vectors_path).expanduser().is_file():
+        return vectors_path
+    for candidate in _relative_candidates(vectors_path, _origin_directories(serialization_dir)):
+        if candidate.is_file():
+            logger.info("Using %s for the missing fastText model %s", candidate, vectors_path)
+            return str(candidate)
+    return vectors_path_override(None) or vectors_path
+
+
+def _read_carried(
+    directory: Path,
+    archive_file: str,
+    vectors_path: Optional[str],
+    serialization_dir: Union[str, os.PathLike],
+) -> CarriedElmocArchive:
+    override = vectors_path_override(None)
+    if override is None and vectors_path and Path(vectors_path).expanduser().is_file():
+        override = str(Path(vectors_path).expanduser().resolve())
+    origin = extracted_from(serialization_dir) or os.fspath(serialization_dir)
+    try:
+        return CarriedElmocArchive(directory, override, _origin_directories(serialization_dir))
+    except ConfigurationError as error:
+        raise ConfigurationError(
+            f"The downstream model {origin} carries the config of its ELMo-C biLM "
+            f"{archive_file} (archive_file), which it could not use: {error}. Copy the fastText "
+            f".bin next to the downstream archive or set {VECTORS_PATH_VARIABLE} to its path."
+        ) from None
+
+
+def read_bilm_archive(
+    archive_file: Union[str, os.PathLike],
+    vectors_path: Optional[str] = None,
+    serialization_dir: Optional[Union[str, os.PathLike]] = None,
+) -> ElmocArchive:
+    """
+    The `ElmocArchive` of the biLM named `archive_file` in a downstream config: its copy carried
+    in `serialization_dir` if there is one (a loaded downstream archive), else the biLM archive.
+    """
+    carried = _find_carried(serialization_dir, archive_file)
+    if carried is not None:
+        return _read_carried(carried, os.fspath(archive_file), vectors_path, serialization_dir)
+    return ElmocArchive.read(archive_file, vectors_path_override(vectors_path))
+
+
+def open_bilm(
+    archive_file: Union[str, os.PathLike],
+    vectors_path: Optional[str] = None,
+    serialization_dir: Optional[Union[str, os.PathLike]] = None,
+    allow_different_vectors: bool = False,
+) -> Tuple[ElmocArchive, Any, Any]:
+    """
+    `(archive, biLM model, biLM dataset reader)` for a downstream component. With a carried copy
+    in `serialization_dir`, the biLM is built from it without weights (the downstream weights
+    are loaded next); otherwise it is loaded from `archive_file` and, if `serialization_dir` is
+    given (`allennlp train`), its copy is written there to travel with the downstream archive.
+    """
+    carried = _find_carried(serialization_dir, archive_file)
+    if carried is not None:
+        archive = _read_carried(carried, os.fspath(archive_file), vectors_path, serialization_dir)
+        model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
+        return archive, model, reader
+    archive = ElmocArchive.read(archive_file, vectors_path_override(vectors_path))
+    model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
+    if serialization_dir is not None:
+        carry_bilm(serialization_dir, archive_file, archive, model.vocab)
+    return archive, model, reader
+
+
+def carry_bilm(
+    serialization_dir: Union[str, os.PathLike],
+    archive_file: Union[str, os.PathLike],
+    archive: ElmocArchive,
+    vocabulary,
+) -> Path:
+    """
+    Writes the copy of the biLM `archive` (config with absolute fastText paths, vocabulary,
+    where it came from) to `<serialization_dir>/elmoc_bilm/<key>`, atomically.
+    """
+    directory = carried_bilm_directory(serialization_dir, archive_file)
+    if (directory / CONFIG_NAME).is_file():
+        return directory
+    config = copy.deepcopy(archive.config)
+    # (A biLM whose input is not fastText has no .bin to record.)
+    for key, path in getattr(archive, "vectors_overrides", {}).items():
+        _set_dotted(config, key, str(Path(path).resolve()))
+    input_vectors = getattr(archive, "input_vectors_path", None)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # A folder of its own: the workers of a distributed run may all be writing the same copy.
+    partial = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        (partial / CONFIG_NAME).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        vocabulary.save_to_files(str(partial / _VOCABULARY_NAME))
+        origin = {
+            "archive_file": os.fspath(archive_file),
+            "resolved_archive_file": str(Path(archive.local_path).resolve()),
+            "vectors_path": str(Path(input_vectors).resolve()) if input_vectors else None,
+        }
+        (partial / _ORIGIN_NAME).write_text(json.dumps(origin, indent=2), encoding="utf-8")
+        try:
+            os.replace(partial, directory)
+        except OSError:
+            if not (directory / CONFIG_NAME).is_file():
+                raise
+            shutil.rmtree(partial, ignore_errors=True)  # another worker wrote it first
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    logger.info("Carrying the config of ELMo-C biLM %s in %s", archive_file, directory)
+    return directory
+
+
+def with_carried_bilms(
+    serialization_dir: Union[str, os.PathLike], include_in_archive: Optional[List[str]]
+) -> Optional[List[str]]:
+    """`include_in_archive` plus the `elmoc_bilm` folder, if the run has one."""
+    if not (Path(serialization_dir) / CARRIED_DIRECTORY).is_dir():
+        return include_in_archive
+    patterns = list(include_in_archive or [])
+    if CARRIED_DIRECTORY not in patterns:
+        patterns.append(CARRIED_DIRECTORY)
+    return patterns
