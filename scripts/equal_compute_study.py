@@ -113,6 +113,9 @@ def overrides(task: str, seed: int, args, use_bilm: bool) -> Dict:
         "trainer.patience": None,
         "trainer.checkpointer": {"keep_most_recent_by_count": 1},
     }
+    if args.batch_size:
+        key = "data_loader.batch_sampler.batch_size" if task == "sst5" else "data_loader.batch_size"
+        result[key] = args.batch_size
     if args.lowercase:
         # The fastText model (and a biLM) trained on lowercased text.
         result["dataset_reader.token_indexers.tokens.lowercase_tokens"] = True
@@ -266,6 +269,7 @@ def main() -> None:
     parser.add_argument("--eval-size", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--batch-size", type=int, help="override the configs' batch size")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--lowercase", action="store_true", help="lowercase task text (fastText/biLM trained lowercased)")
     args = parser.parse_args()
@@ -308,6 +312,7 @@ def main() -> None:
             "settings": {
                 "tasks": args.tasks, "models": [name for name, _ in models], "seeds": args.seeds,
                 "train_size": args.train_size, "eval_size": args.eval_size, "epochs": args.epochs,
+                "batch_size": args.batch_size,
                 "fasttext": str(args.fasttext), "bilms": bilms, "lowercase": args.lowercase,
             },
             "pretraining": pretraining,

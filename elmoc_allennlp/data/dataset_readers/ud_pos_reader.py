@@ -56,7 +56,9 @@ class UniversalDependenciesPosReader(DatasetReader):
     """
 
     def __init__(self, token_indexers: Optional[Dict[str, TokenIndexer]] = None, **kwargs) -> None:
-        super().__init__(manual_distributed_sharding=True, **kwargs)
+        super().__init__(
+            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
+        )
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
 
     def _read(self, file_path: str) -> Iterable[Instance]:
