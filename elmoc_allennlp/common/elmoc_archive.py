@@ -52,10 +52,11 @@ def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, A
 
 class ElmocArchive:
     """
-    What a downstream user needs to know about an ELMo-C biLM archive, read from its
-    `config.json` without loading the weights: the text field key of its fastText input, the
-    sentence boundary tokens it was pretrained with, and where the fastText model it needs is on
-    this machine.
+    What a downstream user needs to know about a biLM archive, read from its `config.json`
+    without loading the weights: the text field key and kind of its input (`input_key`,
+    `input_kind`: fastText for ELMo-C, characters for ELMo, BPE pieces for ELMo-Sub; see
+    `elmoc_allennlp.common.bilm_inputs`), the sentence boundary tokens it was pretrained with,
+    and, for fastText input, where the fastText model it needs is on this machine.
 
     The fastText `.bin` is not inside the archive: the archive's config records its path (at
     `dataset_reader.token_indexers.<key>.vectors_path` and
