@@ -131,11 +131,35 @@ def overrides(task: str, seed: int, args, use_bilm: bool) -> Dict:
     return result
 
 
+class RunElsewhere(Exception):
+    pass
+
+
+def take_lock(lock: Path) -> bool:
+    """A run's lock file (holding the pid), so that several drivers can share a grid."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            os.kill(int(lock.read_text() or 0), 0)
+            return False  # its process is alive
+        except (ProcessLookupError, ValueError):
+            lock.unlink()  # stale: its process died
+            return take_lock(lock)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(str(os.getpid()))
+    return True
+
+
 def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data) -> Dict:
     config, prefix, _, _, metric, _ = TASKS[task]
     run_dir = args.output_dir / "runs" / task / model / f"seed{seed}"
     metrics_path = run_dir / "metrics.json"
     if not metrics_path.exists():
+        lock = run_dir.parent / f"seed{seed}.lock"
+        if not take_lock(lock):
+            raise RunElsewhere(f"{task} {model} seed {seed} is running in another process ({lock})")
         if run_dir.exists():
             shutil.rmtree(run_dir)  # an interrupted run: start it again
         run_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -161,10 +185,12 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
         with open(run_dir.parent / f"seed{seed}.log", "w") as output:
             completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
         if completed.returncode != 0 or not metrics_path.exists():
+            lock.unlink()
             raise RuntimeError(
                 f"{task} {model} seed {seed} failed; see {run_dir.parent / f'seed{seed}.log'}"
             )
         log(f"done  {task} {model} seed {seed} in {time.time() - started:.0f} s")
+        lock.unlink()
     metrics = json.loads(metrics_path.read_text())
     return {
         "task": task, "model": model, "seed": seed,
@@ -294,7 +320,7 @@ def main() -> None:
         for name, path in _pairs(args.pretrain, "--pretrain").items()
     ]
 
-    grid = [(task, model, archive, seed) for seed in args.seeds for task in args.tasks
+    grid = [(task, model, archive, seed) for task in args.tasks for seed in args.seeds
             for model, archive in models]
     runs: List[Dict] = []
     failures: List[str] = []
@@ -304,6 +330,9 @@ def main() -> None:
             return run_one(*item, args, data)
         except RuntimeError as error:
             failures.append(str(error))
+            log(str(error))
+            return None
+        except RunElsewhere as error:
             log(str(error))
             return None
 
@@ -327,6 +356,12 @@ def main() -> None:
             if result is not None:
                 runs.append(result)
                 write_results()
+    # Runs finished meanwhile by other drivers sharing the grid.
+    counted = {(r["task"], r["model"], r["seed"]) for r in runs}
+    for task, model, archive, seed in grid:
+        metrics = args.output_dir / "runs" / task / model / f"seed{seed}" / "metrics.json"
+        if (task, model, seed) not in counted and metrics.exists():
+            runs.append(run_one(task, model, archive, seed, args, data))
     write_results()
     print(table(json.loads((args.output_dir / "results.json").read_text())))
     if failures:
