@@ -249,3 +249,16 @@ def test_pos_tagger_config_trains_with_every_kind(archives, kind, tiny_fasttext_
     train_model_from_file(str(config), str(tmp_path / "run"), overrides=json.dumps({"trainer.num_epochs": 1}))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
+
+
+def test_elmoc_embed_lowercases_a_character_biLM_when_asked(archives, tmp_path, one_torch_thread):
+    text = tmp_path / "input.txt"
+    text.write_text("The Bank\nthe bank\n")
+    output = embed_file(
+        str(archives[CHARACTERS_INPUT]), str(text), str(tmp_path / "lower.hdf5"), output="all",
+        lowercase_tokens=True,
+    )
+    cased = embed_file(str(archives[CHARACTERS_INPUT]), str(text), str(tmp_path / "cased.hdf5"), output="all")
+    with h5py.File(output, "r") as lower, h5py.File(cased, "r") as plain:
+        assert (lower["0"][()] == lower["1"][()]).all()
+        assert not (plain["0"][()] == plain["1"][()]).all()
