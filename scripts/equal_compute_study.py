@@ -156,6 +156,8 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
     config, prefix, _, _, metric, _ = TASKS[task]
     run_dir = args.output_dir / "runs" / task / model / f"seed{seed}"
     metrics_path = run_dir / "metrics.json"
+    if not metrics_path.exists() and args.collect_only:
+        raise RunElsewhere(f"{task} {model} seed {seed} has not finished (--collect-only)")
     if not metrics_path.exists():
         lock = run_dir.parent / f"seed{seed}.lock"
         if not take_lock(lock):
@@ -297,6 +299,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--batch-size", type=int, help="override the configs' batch size")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--collect-only", action="store_true", help="only tabulate finished runs")
     parser.add_argument("--lowercase", action="store_true", help="lowercase task text (fastText/biLM trained lowercased)")
     args = parser.parse_args()
     args.output_dir.mkdir(parents=True, exist_ok=True)
