@@ -13,7 +13,8 @@ set), then writes `results.json` and a Markdown table (mean +- std over seeds) t
 and models `fasttext` (no biLM: ELMOC_ARCHIVE=''), and one per `--bilm NAME=ARCHIVE` (any biLM
 archive: ELMo-C's fastText input, ELMo's character CNN, ...). Every model gets the same frozen
 fastText vectors (`--fasttext`). The first `--train-size` / `--eval-size` examples of each split
-are used (the same for every run). A run whose serialization directory has a `metrics.json` is
+are used (a fixed random sample for SST, whose files are sorted by label; the same for every
+run). A run whose serialization directory has a `metrics.json` is
 not run again, so an interrupted study resumes where it stopped; pretraining rows are read from
 `--pretrain NAME=SERIALIZATION_DIR` (metrics.json, config.json, model.tar.gz).
 
@@ -26,6 +27,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -82,7 +84,15 @@ def make_subset(source: Path, target: Path, task: str, size: Optional[int]) -> N
     if target.exists():
         return
     _, examples = _blocks(source, task)
-    chosen = examples if size is None else examples[:size]
+    chosen = examples
+    if size is not None and size < len(examples):
+        if task == "sst5":
+            # The SST files are sorted by label: a fixed random sample, in file order.
+            keep = sorted(random.Random(0).sample(range(len(examples)), size))
+            chosen = [examples[index] for index in keep]
+        else:
+            # CoNLL-2003 and UD files are in document order: the first sentences.
+            chosen = examples[:size]
     separator = "\n" if task == "sst5" else "\n\n"
     atomic_write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
 

@@ -17,7 +17,12 @@ def test_subsets_keep_the_first_examples_of_each_format(tmp_path):
     sst = tmp_path / "train.txt"
     sst.write_text("(3 (2 a) (3 b))\n(1 (1 c) (2 d))\n(2 e)\n")
     study.make_subset(sst, tmp_path / "sst.txt", "sst5", 2)
-    assert (tmp_path / "sst.txt").read_text() == "(3 (2 a) (3 b))\n(1 (1 c) (2 d))\n"
+    # SST files are sorted by label: a fixed random sample, kept in file order.
+    lines = (tmp_path / "sst.txt").read_text().splitlines()
+    source = sst.read_text().splitlines()
+    assert len(lines) == 2 and sorted(lines, key=source.index) == lines and set(lines) <= set(source)
+    study.make_subset(sst, tmp_path / "sst_again.txt", "sst5", 2)
+    assert (tmp_path / "sst_again.txt").read_text().splitlines() == lines
     conllu = REPO_ROOT / "tests" / "fixtures" / "downstream" / "ud_pos.conllu"
     study.make_subset(conllu, tmp_path / "pos.conllu", "pos", 1)
     assert (tmp_path / "pos.conllu").read_text().count("# sent_id") == 1
