@@ -119,7 +119,7 @@ def overrides(task: str, seed: int, args, use_bilm: bool) -> Dict:
         "random_seed": seed,
         "numpy_seed": seed,
         "pytorch_seed": seed,
-        "trainer.num_epochs": args.epochs,
+        "trainer.num_epochs": args.task_epochs.get(task, args.epochs),
         "trainer.patience": None,
         "trainer.checkpointer": {"keep_most_recent_by_count": 1},
     }
@@ -306,6 +306,7 @@ def main() -> None:
     parser.add_argument("--train-size", type=int, default=500)
     parser.add_argument("--eval-size", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--task-epochs", nargs="*", default=[], help="TASK=EPOCHS for some tasks")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--batch-size", type=int, help="override the configs' batch size")
     parser.add_argument("--jobs", type=int, default=2)
@@ -313,6 +314,7 @@ def main() -> None:
     parser.add_argument("--lowercase", action="store_true", help="lowercase task text (fastText/biLM trained lowercased)")
     args = parser.parse_args()
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    args.task_epochs = {task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()}
 
     sys.path.insert(0, str(REPO_ROOT))
     from elmoc_allennlp.common.elmoc_archive import ElmocArchive
@@ -354,6 +356,7 @@ def main() -> None:
             "settings": {
                 "tasks": args.tasks, "models": [name for name, _ in models], "seeds": args.seeds,
                 "train_size": args.train_size, "eval_size": args.eval_size, "epochs": args.epochs,
+                "task_epochs": args.task_epochs,
                 "batch_size": args.batch_size,
                 "fasttext": str(args.fasttext), "bilms": bilms, "lowercase": args.lowercase,
             },

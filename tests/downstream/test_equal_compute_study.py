@@ -29,7 +29,7 @@ def test_subsets_keep_the_first_examples_of_each_format(tmp_path):
 
 
 def test_overrides_seed_epochs_lowercasing_and_batch_size():
-    args = Namespace(epochs=3, lowercase=True, batch_size=16)
+    args = Namespace(epochs=3, lowercase=True, batch_size=16, task_epochs={"ner": 4})
     sst = study.overrides("sst5", 7, args, use_bilm=True)
     assert sst["random_seed"] == sst["numpy_seed"] == sst["pytorch_seed"] == 7
     assert sst["trainer.num_epochs"] == 3 and sst["dataset_reader.use_subtrees"] is False
@@ -38,7 +38,7 @@ def test_overrides_seed_epochs_lowercasing_and_batch_size():
     assert sst["data_loader.batch_sampler.batch_size"] == 16
     ner = study.overrides("ner", 1, args, use_bilm=False)
     assert "dataset_reader.token_indexers.elmo.lowercase_tokens" not in ner
-    assert ner["data_loader.batch_size"] == 16
+    assert ner["data_loader.batch_size"] == 16 and ner["trainer.num_epochs"] == 4
 
 
 def test_table_means_and_stds_in_percent():
