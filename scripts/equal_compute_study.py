@@ -146,16 +146,23 @@ class RunElsewhere(Exception):
 
 
 def take_lock(lock: Path) -> bool:
-    """A run's lock file (holding the pid), so that several drivers can share a grid."""
+    """
+    A run's lock file (holding the driver's pid), so that several drivers can share a grid. A lock
+    is stale when its driver is gone and the run's log has not grown for two minutes (a run keeps
+    going if only its driver was stopped).
+    """
     lock.parent.mkdir(parents=True, exist_ok=True)
     try:
         descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         try:
             os.kill(int(lock.read_text() or 0), 0)
-            return False  # its process is alive
+            return False  # its driver is alive
         except (ProcessLookupError, ValueError):
-            lock.unlink()  # stale: its process died
+            log_file = lock.with_suffix(".log")
+            if log_file.exists() and time.time() - log_file.stat().st_mtime < 120:
+                return False  # its run is still writing
+            lock.unlink()
             return take_lock(lock)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(str(os.getpid()))
