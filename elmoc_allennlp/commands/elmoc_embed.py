@@ -57,7 +57,7 @@ class ElmocEmbed(Subcommand):
         subparser = parser.add_parser(
             self.name, description=description, help="Export ELMo-C vectors to hdf5."
         )
-        subparser.add_argument("archive_file", type=str, help="the ELMo-C biLM model.tar.gz")
+        subparser.add_argument("archive_file", type=str, help="a biLM model.tar.gz (ELMo-C, ELMo, ELMo-Sub, ...)")
         subparser.add_argument(
             "input_file", type=str, help="one whitespace-tokenized sentence per line"
         )
@@ -93,6 +93,13 @@ class ElmocEmbed(Subcommand):
             "(refused by default: their fingerprints differ)",
         )
         subparser.add_argument(
+            "--lowercase-tokens",
+            action="store_true",
+            help="lowercase tokens for a biLM whose input is not fastText (ELMo's characters, "
+            "ELMo-Sub's pieces) pretrained on lowercased text; a fastText-input biLM "
+            "lowercases as in pretraining",
+        )
+        subparser.add_argument(
             "--force", action="store_true", help="replace output_file if it exists"
         )
         subparser.add_argument(
@@ -123,6 +130,7 @@ def elmoc_embed_from_args(args: argparse.Namespace) -> None:
         forget_sentences=args.forget_sentences,
         force=args.force,
         allow_different_vectors=args.allow_different_vectors,
+        lowercase_tokens=args.lowercase_tokens,
     )
 
 
@@ -149,6 +157,7 @@ def embed_file(
     embedder=None,
     force: bool = False,
     allow_different_vectors: bool = False,
+    lowercase_tokens: bool = False,
 ) -> Path:
     """
     Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`
@@ -181,6 +190,7 @@ def embed_file(
             cuda_device=cuda_device,
             vectors_path=vectors_path,
             allow_different_vectors=allow_different_vectors,
+            lowercase_tokens=lowercase_tokens,
         )
 
     with atomic_path(output_path) as temporary, _sigterm_as_exception():

@@ -10,16 +10,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from allennlp.common import Registrable
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
-from allennlp.data import TokenIndexer
 from allennlp.models.archival import CONFIG_NAME, load_archive
-from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmoc_allennlp.common.archives import read_archive_member
+from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT, find_bilm_input
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
@@ -38,19 +36,6 @@ DEFAULT_BOUNDARY_TOKENS = ["<S>", "</S>"]
 _MAX_RELATIVE_COMPONENTS = 3
 
 
-def _registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
-    """
-    Whether the config type `name` means the class registered as `registered_name` (its older,
-    unprefixed name counts too).
-    """
-    if not isinstance(name, str):
-        return False
-    try:
-        return base.resolve_class_name(name)[0] is base.resolve_class_name(registered_name)[0]
-    except ConfigurationError:
-        return False
-
-
 def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
     """Yields `(dotted path, value)` for every occurrence of `key` in a nested config."""
     if isinstance(config, dict):
@@ -67,10 +52,11 @@ def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, A
 
 class ElmocArchive:
     """
-    What a downstream user needs to know about an ELMo-C biLM archive, read from its
-    `config.json` without loading the weights: the text field key of its fastText input, the
-    sentence boundary tokens it was pretrained with, and where the fastText model it needs is on
-    this machine.
+    What a downstream user needs to know about a biLM archive, read from its `config.json`
+    without loading the weights: the text field key and kind of its input (`input_key`,
+    `input_kind`: fastText for ELMo-C, characters for ELMo, BPE pieces for ELMo-Sub; see
+    `elmoc_allennlp.common.bilm_inputs`), the sentence boundary tokens it was pretrained with,
+    and, for fastText input, where the fastText model it needs is on this machine.
 
     The fastText `.bin` is not inside the archive: the archive's config records its path (at
     `dataset_reader.token_indexers.<key>.vectors_path` and
@@ -105,7 +91,8 @@ class ElmocArchive:
             ) from None
         self.config = self._read_config()
         self._check_model_type()
-        self.input_key = self._find_input_key()
+        # The text field key of the biLM's input and its kind (fastText, characters or pieces).
+        self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
         self.boundary_tokens: List[str] = list(
@@ -125,10 +112,13 @@ class ElmocArchive:
                 "computed with the boundaries the biLM was trained with"
             )
         self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
-        self.input_vectors_path = self.vectors_overrides[
-            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
-        ]
-        self._check_vectors_dim()
+        # The fastText model of a fastText-input biLM (None for other inputs).
+        self.input_vectors_path: Optional[str] = None
+        if self.input_kind == FASTTEXT_INPUT:
+            self.input_vectors_path = self.vectors_overrides[
+                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
+            ]
+            self._check_vectors_dim()
 
     @classmethod
     def read(
@@ -216,37 +206,6 @@ class ElmocArchive:
                 f"ELMo-C archive {self.archive_file}: model.contextualizer has no projection_dim"
             )
 
-    def _find_input_key(self) -> str:
-        model = self.config["model"]
-        embedders = model.get("text_field_embedder", {}).get("token_embedders", {})
-        used = {
-            key: spec.get("type") if isinstance(spec, dict) else spec
-            for key, spec in embedders.items()
-            if not (isinstance(spec, dict) and spec.get("type") == "empty")
-        }
-        fasttext_keys = [
-            key
-            for key, kind in used.items()
-            if _registered_as(TokenEmbedder, kind, FASTTEXT_EMBEDDER_TYPE)
-        ]
-        if len(used) != 1 or len(fasttext_keys) != 1:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file}: model.text_field_embedder.token_embedders "
-                f"are {used}; downstream ELMo-C needs a biLM whose only input is fastText (one "
-                f"'{FASTTEXT_EMBEDDER_TYPE}' token embedder), e.g. training_configs/pretrain/"
-                "elmoc.jsonnet"
-            )
-        key = fasttext_keys[0]
-        indexers = self.config.get("dataset_reader", {}).get("token_indexers", {})
-        indexer = indexers.get(key)
-        indexer_type = indexer.get("type") if isinstance(indexer, dict) else None
-        if not _registered_as(TokenIndexer, indexer_type, FASTTEXT_INDEXER_TYPE):
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file}: dataset_reader.token_indexers.{key} must "
-                f"be a '{FASTTEXT_INDEXER_TYPE}' indexer (it is {indexer_type!r})"
-            )
-        return key
-
     # ------------------------------------------------------------------ fastText paths
 
     def _archive_directories(self) -> List[Path]:
@@ -271,19 +230,29 @@ class ElmocArchive:
 
     def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
         """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
-        input_keys = {
-            f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}",
-            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}",
-        }
         recorded_paths = dict(_find_keys(self.config, VECTORS_PATH_KEY))
-        missing_keys = input_keys - set(recorded_paths)
-        if missing_keys:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file}: its config has no {sorted(missing_keys)}"
-            )
-        input_recorded = recorded_paths[
-            f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
-        ]
+        if self.input_kind != FASTTEXT_INPUT:
+            if vectors_path is not None:
+                raise ConfigurationError(
+                    f"biLM archive {self.archive_file} has {self.input_kind} input (model."
+                    f"text_field_embedder.token_embedders.{self.input_key}), not fastText: "
+                    f"vectors_path ({vectors_path}) does not apply to it"
+                )
+            input_keys: set = set()
+            input_recorded = None
+        else:
+            input_keys = {
+                f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}",
+                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}",
+            }
+            missing_keys = input_keys - set(recorded_paths)
+            if missing_keys:
+                raise ConfigurationError(
+                    f"ELMo-C archive {self.archive_file}: its config has no {sorted(missing_keys)}"
+                )
+            input_recorded = recorded_paths[
+                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
+            ]
         if vectors_path is not None and not Path(vectors_path).expanduser().is_file():
             raise ConfigurationError(
                 f"fastText model {vectors_path} (vectors_path) does not exist"
@@ -339,7 +308,7 @@ class ElmocArchive:
         weights) unless `allow_different_vectors`.
         """
         overrides: Dict[str, Any] = dict(self.vectors_overrides)
-        if allow_different_vectors:
+        if allow_different_vectors and self.input_kind == FASTTEXT_INPUT:
             embedders = "model.text_field_embedder.token_embedders"
             overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
         archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
@@ -384,8 +353,15 @@ def archive_with_its_fasttext(
     is accepted if its dimension matches (nothing else can be compared), with a warning.
     """
     archive_file = str(archive_file)
-    if vectors_path is None:
-        return ElmocArchive.read(archive_file)
+    own_kind = ElmocArchive.read(archive_file) if vectors_path is None else None
+    if own_kind is not None:
+        if own_kind.input_kind != FASTTEXT_INPUT:
+            raise ConfigurationError(
+                f"biLM archive {archive_file} has {own_kind.input_kind} input (model."
+                f"text_field_embedder.token_embedders.{own_kind.input_key}): fine-tuning "
+                "continues ELMo-C pretraining and needs a fastText-input biLM"
+            )
+        return own_kind
     given = ElmocArchive.read(archive_file, vectors_path)
     try:
         own = ElmocArchive.read(archive_file)

@@ -15,13 +15,23 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import Elmo
 
 from elmoc_allennlp.common.portable_bilm import open_bilm
+from elmoc_allennlp.common.bilm_inputs import PIECES_INPUT
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.modules.bilm_inputs import (
+    bilm_token_tensors,
+    boundary_token_ids,
+    lay_out_pieces,
+    pieces_to_words,
+)
 
 
 class ElmocBiLm(torch.nn.Module):
     """
-    Runs a trained ELMo-C biLM and returns all of its layers, in the role of allennlp's
-    `_ElmoBiLm`: the input is the output of the `elmoc_subwords` indexer (fastText subword ids
-    of each token, no sentence boundaries), the boundary tokens the biLM was pretrained with
+    Runs a trained biLM and returns all of its layers, in the role of allennlp's
+    `_ElmoBiLm`: the input is the output of the `elmoc_subwords` indexer (no sentence
+    boundaries): fastText subword ids of each token for an ELMo-C biLM, ELMo's character ids for
+    a character-CNN biLM (ELMo), BPE piece ids of each word for a subword biLM (ELMo-Sub, whose
+    word states come from its pieces' as `elmoc_allennlp.modules.bilm_inputs` says). The boundary tokens the biLM was pretrained with
     (`<S>`, `</S>`) are added in index space, and the output is
     `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of shape
     `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
@@ -75,11 +85,12 @@ class ElmocBiLm(torch.nn.Module):
             parameter.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
 
-        # The biLM's own fastText indexer (a `FastTextSubwordIndexer`), as used in pretraining.
+        # The biLM's own pretraining indexer (for fastText input a `FastTextSubwordIndexer`).
         indexer = reader._token_indexers[self.archive.input_key]
         self.indexer = indexer
-        begin = indexer.token_subword_ids(self.archive.start_token)
-        end = indexer.token_subword_ids(self.archive.end_token)
+        self.input_kind = self.archive.input_kind
+        begin = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.start_token)
+        end = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.end_token)
         width = max(len(begin), len(end))
         boundaries = torch.zeros(2, width, dtype=torch.long)
         boundaries[0, : len(begin)] = torch.tensor(begin)
@@ -175,13 +186,23 @@ class ElmocBiLm(torch.nn.Module):
                 f"ELMo-C expects subword ids of shape (batch_size, timesteps, num_subwords), "
                 f"got a tensor of shape {tuple(inputs.shape)}"
             )
+        if self.input_kind == PIECES_INPUT:
+            return self._forward_pieces(inputs)
         mask = (inputs > 0).any(-1)
         subword_ids, mask_with_boundaries = self.add_sentence_boundaries(inputs, mask)
-        tokens = {
-            self.archive.input_key: {"subword_ids": subword_ids, "mask": mask_with_boundaries}
-        }
-        layers, _ = self._bilm.contextual_layers(tokens)
+        tensors = bilm_token_tensors(self.input_kind, subword_ids, mask_with_boundaries)
+        layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
         return {"activations": list(layers.unbind(0)), "mask": mask_with_boundaries}
+
+    def _forward_pieces(self, piece_ids: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+        # A BPE-input biLM runs over the sentence's pieces; each word gets the states of its
+        # pieces (see `elmoc_allennlp.modules.bilm_inputs`).
+        start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
+        sequence, first, last, word_mask = lay_out_pieces(piece_ids, start_id, end_id)
+        tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
+        layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
+        words, mask = pieces_to_words(layers, first, last, word_mask)
+        return {"activations": list(words.unbind(0)), "mask": mask}
 
 
 class ElmocElmo(Elmo):

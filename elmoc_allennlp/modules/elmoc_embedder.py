@@ -18,6 +18,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
+from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch, non_fasttext_indexer
 from elmoc_allennlp.modules.elmoc import ElmocBiLm, tokens_to_subword_ids
 
 
@@ -50,6 +52,10 @@ class ElmocEmbedder:
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a `.bin` other than the one the biLM was trained with (their fingerprints
         differ), with a warning; by default that is a `ConfigurationError` naming both files.
+    lowercase_tokens : `bool`, optional (default = `False`)
+        Lowercase tokens for a biLM whose input is not fastText (character CNN or BPE pieces),
+        e.g. one pretrained on lowercased text; a fastText-input biLM lowercases as in
+        pretraining.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class ElmocEmbedder:
         cuda_device: int = -1,
         vectors_path: Optional[str] = None,
         allow_different_vectors: bool = False,
+        lowercase_tokens: bool = False,
     ) -> None:
         self._bilm = ElmocBiLm(
             archive_file,
@@ -66,8 +73,12 @@ class ElmocEmbedder:
             allow_different_vectors=allow_different_vectors,
         )
         self._bilm.eval()
-        # The pretraining indexer: the same ids as the `elmoc_subwords` indexer.
+        # fastText input: the pretraining indexer, the same ids as the `elmoc_subwords` indexer;
+        # other inputs: the `elmoc_subwords` indexer of the archive, lowercasing as asked.
         self._indexer = self._bilm.indexer
+        self._downstream_indexer = None
+        if self._bilm.input_kind != FASTTEXT_INPUT:
+            self._downstream_indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
 
@@ -85,6 +96,8 @@ class ElmocEmbedder:
 
     def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
         """The `elmo_tokens` tensor of a batch, as the `elmoc_subwords` indexer makes it."""
+        if self._downstream_indexer is not None:
+            return indexed_batch(self._downstream_indexer, sentences, self._device)
         return tokens_to_subword_ids(
             self._indexer,
             sentences,

@@ -35,6 +35,7 @@ def downstream_environment(monkeypatch, elmoc_archive, tiny_fasttext_path) -> Di
         "NER": ("conll2003.txt", "conll2003.txt"),
         "SRL": ("srl_conll_2012", "srl_conll_2012/subdomain2"),
         "COREF": ("coref.gold_conll", "coref.gold_conll"),
+        "POS": ("ud_pos.conllu", "ud_pos.conllu"),
     }
     for task, (train, validation) in data.items():
         variables[f"{task}_TRAIN_DATA_PATH"] = str(fixtures / train)

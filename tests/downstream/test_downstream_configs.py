@@ -33,6 +33,7 @@ VALIDATION_METRICS = {
     "ner_crf_tagger.jsonnet": "f1-measure-overall",
     "srl.jsonnet": "f1-measure-overall",
     "coref.jsonnet": "coref_f1",
+    "ud_pos_tagger.jsonnet": "accuracy",
 }
 # Test-only overrides that shrink the two slowest recipes (8 x 300 alternating LSTM layers, a
 # 2400 -> 1200 -> 600 maxout) so that the suite stays fast. They touch hidden sizes only: every
@@ -55,6 +56,7 @@ PAPER_SCORES = {
     "ner_crf_tagger.jsonnet": "92.24",
     "srl.jsonnet": "82.4",
     "coref.jsonnet": "72.9",
+    "ud_pos_tagger.jsonnet": "Not a task of Li et al.",
 }
 
 
@@ -213,3 +215,25 @@ def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fastt
     output["loss"].backward()
     for mix in (elmo.scalar_mix_0, elmo.scalar_mix_1):
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mix.scalar_parameters)
+
+
+@pytest.mark.parametrize("config_name", ["ner_crf_tagger.jsonnet", "sst5_bcn.jsonnet", "ud_pos_tagger.jsonnet"])
+def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_environment, monkeypatch):
+    monkeypatch.setenv("ELMOC_ARCHIVE", "")
+    monkeypatch.delenv("ELMOC_DIM")
+    params = Params.from_file(str(DOWNSTREAM_CONFIGS / config_name)).as_dict()
+    assert sorted(params["model"]["text_field_embedder"]["token_embedders"]) == sorted(
+        key for key in params["dataset_reader"]["token_indexers"]
+    )
+    assert all(
+        spec["type"] != "elmoc_token_embedder"
+        for spec in params["model"]["text_field_embedder"]["token_embedders"].values()
+    )
+    assert "regularizer" not in params["model"]
+    first_input = (
+        params["model"]["pre_encode_feedforward"]["input_dim"]
+        if config_name == "sst5_bcn.jsonnet"
+        else params["model"]["encoder"]["input_size"]
+    )
+    char_cnn = 128 if config_name == "ner_crf_tagger.jsonnet" else 0
+    assert first_input == 16 + char_cnn

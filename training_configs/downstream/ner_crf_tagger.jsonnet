@@ -18,8 +18,10 @@
 //   NER_TRAIN_DATA_PATH=conll2003/eng.train NER_VALIDATION_DATA_PATH=conll2003/eng.testa \
 //   NER_TEST_DATA_PATH=conll2003/eng.testb \
 //   allennlp train training_configs/downstream/ner_crf_tagger.jsonnet -s runs/ner --include-package elmoc_allennlp
+// ELMOC_ARCHIVE='' (ELMOC_DIM ignored) is the fastText + character CNN baseline without a biLM.
 local elmoc_archive = std.extVar('ELMOC_ARCHIVE');
-local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
+local use_bilm = elmoc_archive != '';
+local elmoc_dim = if use_bilm then std.parseInt(std.extVar('ELMOC_DIM')) else 0;
 local fasttext = std.extVar('ELMOC_FASTTEXT');
 local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
 local char_cnn_dim = 128;
@@ -32,7 +34,7 @@ local char_cnn_dim = 128;
     token_indexers: {
       tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
       token_characters: { type: 'characters', min_padding_length: 3 },
-      elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      [if use_bilm then 'elmo']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('NER_TRAIN_DATA_PATH'),
@@ -47,7 +49,7 @@ local char_cnn_dim = 128;
     text_field_embedder: {
       token_embedders: {
         tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
-        elmo: {
+        [if use_bilm then 'elmo']: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
           bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it
@@ -77,7 +79,7 @@ local char_cnn_dim = 128;
       dropout: 0.5,
       bidirectional: true,
     },
-    regularizer: {
+    [if use_bilm then 'regularizer']: {
       regexes: [['scalar_parameters', { type: 'l2', alpha: 0.1 }]],
     },
   },

@@ -21,8 +21,10 @@
 //   ELMOC_FASTTEXT=crawl-300d-2M-subword.bin ELMOC_FASTTEXT_DIM=300 \
 //   SST_TRAIN_DATA_PATH=sst/train.txt SST_VALIDATION_DATA_PATH=sst/dev.txt SST_TEST_DATA_PATH=sst/test.txt \
 //   allennlp train training_configs/downstream/sst5_bcn.jsonnet -s runs/sst5_bcn --include-package elmoc_allennlp
+// ELMOC_ARCHIVE='' (ELMOC_DIM ignored) is the fastText-only baseline without a biLM.
 local elmoc_archive = std.extVar('ELMOC_ARCHIVE');
-local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
+local use_bilm = elmoc_archive != '';
+local elmoc_dim = if use_bilm then std.parseInt(std.extVar('ELMOC_DIM')) else 0;
 local fasttext = std.extVar('ELMOC_FASTTEXT');
 local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
 
@@ -32,7 +34,7 @@ local reader(use_subtrees) = {
   granularity: '5-class',
   token_indexers: {
     tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
-    elmoc: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+    [if use_bilm then 'elmoc']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
   },
 };
 
@@ -48,7 +50,7 @@ local reader(use_subtrees) = {
     text_field_embedder: {
       token_embedders: {
         tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
-        elmoc: {
+        [if use_bilm then 'elmoc']: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,
           bilm_dim: elmoc_dim,  // a wrong ELMOC_DIM is an error naming it

@@ -3,18 +3,21 @@ from typing import Dict, List, Optional
 import torch
 
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
+from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import non_fasttext_indexer
 
 ELMO_TOKENS_KEY = "elmo_tokens"
 
 
-@TokenIndexer.register("elmoc_subwords")
+@TokenIndexer.register("elmoc_subwords", constructor="from_archive")
 class ElmocSubwordIndexer(FastTextSubwordIndexer):
     """
     Indexes tokens for a trained ELMo-C biLM, in the role of ELMo's `elmo_characters`: each token
@@ -31,7 +34,10 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
     `elmoc_fasttext_subwords`); `get_text_field_mask` derives the mask from the ids (every real
     token has a non-zero id).
 
-    Registered as a `TokenIndexer` with name "elmoc_subwords".
+    Registered as a `TokenIndexer` with name "elmoc_subwords", built by `from_archive`, which
+    takes the indexer that matches the archive's input: this class for a fastText-input biLM
+    (ELMo-C and its ablations), `ElmocCharacterIndexer` for a character-CNN biLM (ELMo) and
+    `ElmocPieceIndexer` for a BPE-input biLM (ELMo-Sub), all with the same `elmo_tokens` output.
 
     # Parameters
 
@@ -58,6 +64,12 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         serialization_dir: Optional[str] = None,
     ) -> None:
         archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
+        if archive.input_kind != FASTTEXT_INPUT:
+            raise ConfigurationError(
+                f"biLM archive {archive_file} has {archive.input_kind} input (model."
+                f"text_field_embedder.token_embedders.{archive.input_key}), not fastText: build "
+                "the indexer with ElmocSubwordIndexer.from_archive (the 'elmoc_subwords' type)"
+            )
         super().__init__(
             vectors_path=archive.input_vectors_path,
             boundary_tokens=archive.boundary_tokens,
@@ -81,6 +93,27 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
                 constructor_to_inspect=constructor_to_inspect,
                 **extras,
             )
+
+    @classmethod
+    def from_archive(
+        cls,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        lowercase_tokens: Optional[bool] = None,
+        token_min_padding_length: int = 0,
+        serialization_dir: Optional[str] = None,
+    ) -> TokenIndexer:
+        """The downstream indexer of any biLM archive (see the class docstring)."""
+        archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
+        if archive.input_kind == FASTTEXT_INPUT:
+            return cls(
+                archive_file,
+                vectors_path,
+                lowercase_tokens,
+                token_min_padding_length,
+                serialization_dir,
+            )
+        return non_fasttext_indexer(archive, bool(lowercase_tokens), token_min_padding_length)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, ElmocSubwordIndexer):

@@ -118,8 +118,9 @@ class SentencePieceBpeTokenizer(Tokenizer):
     Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
     begins with `▁` (U+2581); `detokenize` joins pieces back into the words.
 
-    For downstream use, ELMo-Sub represents a word by its *first* piece:
-    `tokenize_words` returns the position of each word's first piece.
+    `tokenize_words` also returns the position of each word's first piece. Downstream, ELMo-Sub
+    gives a word the forward state of its last piece and the backward state of its first (see
+    `elmoc_allennlp.modules.bilm_inputs`).
 
     The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
     trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if

@@ -398,9 +398,17 @@ def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
             "elmo_characters": {"type": "character_encoding"},
         }
 
+    # Character input is supported (ELMo), but only with the indexer it was pretrained with.
     cnn = rewrite_archive(elmoc_archive, tmp_path / "cnn.tar.gz", character_input)
-    with pytest.raises(ConfigurationError, match="model.text_field_embedder.token_embedders"):
+    with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
         ElmocSubwordIndexer(str(cnn))
+
+    def unsupported_input(config):
+        config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {"type": "pass_through", "hidden_dim": 16}
+
+    other_input = rewrite_archive(elmoc_archive, tmp_path / "other.tar.gz", unsupported_input)
+    with pytest.raises(ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"):
+        ElmocSubwordIndexer(str(other_input))
 
 
 def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_path):

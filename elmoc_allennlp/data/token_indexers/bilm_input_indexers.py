@@ -1,0 +1,168 @@
+"""
+Downstream indexers for biLM archives whose input is not fastText, made by the `elmoc_subwords`
+indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Each gives `elmo_tokens` of
+shape `(num_tokens, width)`, 0 for padding and non-zero for every real token, like ELMo's
+`elmo_characters`, so the `elmoc_token_embedder` and `ElmocBiLm` read every kind the same way.
+"""
+from typing import Dict, List
+
+import torch
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import pad_sequence_to_length
+from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
+from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
+from allennlp.data.tokenizers import Token
+from allennlp.data.vocabulary import Vocabulary
+
+ELMO_TOKENS_KEY = "elmo_tokens"
+
+
+class ElmocCharacterIndexer(ELMoTokenCharactersIndexer):
+    """
+    The `elmo_characters` ids (ELMo's 50 character ids per token, + 1) of a character-CNN-input
+    biLM (ELMo, training_configs/pretrain/elmo.jsonnet), optionally lowercasing tokens first (for
+    a biLM pretrained on lowercased text). `<S>` / `</S>` are ELMo's boundary characters, as in
+    pretraining.
+    """
+
+    def __init__(self, lowercase_tokens: bool = False, token_min_padding_length: int = 0) -> None:
+        super().__init__(token_min_padding_length=token_min_padding_length)
+        self.lowercase_tokens = lowercase_tokens
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        texts = [token.ensure_text() for token in tokens]
+        if self.lowercase_tokens:
+            texts = [text.lower() for text in texts]
+        return super().tokens_to_indices([Token(text) for text in texts], vocabulary)
+
+    def token_ids(self, token: str) -> List[int]:
+        """One token's ids, as pretraining indexed it (without lowercasing)."""
+        return self._mapper.convert_word_to_char_ids(token)
+
+
+class ElmocPieceIndexer(TokenIndexer):
+    """
+    The BPE pieces of each token for a subword-input biLM (ELMo-Sub,
+    training_configs/pretrain/elmo_sub.jsonnet): its SentencePiece model splits each word (as the
+    pretraining tokenizer did) and the archive's vocabulary gives each piece's id in the
+    `subwords` namespace (0 padding, 1 unknown). `ElmocBiLm` runs the biLM over the pieces of the
+    whole sentence and gives each word the states of its pieces (see `ElmocBiLm`).
+
+    # Parameters
+
+    piece_tokenizer : the archive's `SentencePieceBpeTokenizer`.
+    piece_ids : `Dict[str, int]`, the archive's `subwords` namespace (piece -> id).
+    unknown_id : `int`, the id of an unknown piece.
+    lowercase_tokens : `bool`, lowercase words before splitting them.
+    """
+
+    def __init__(
+        self,
+        piece_tokenizer,
+        piece_ids: Dict[str, int],
+        unknown_id: int,
+        lowercase_tokens: bool = False,
+        token_min_padding_length: int = 0,
+    ) -> None:
+        super().__init__(token_min_padding_length)
+        self._piece_tokenizer = piece_tokenizer
+        self._piece_ids = piece_ids
+        self._unknown_id = unknown_id
+        self.lowercase_tokens = lowercase_tokens
+
+    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+        pass
+
+    def token_ids(self, token: str) -> List[int]:
+        """The ids of one word's pieces (a boundary token is one piece, as in pretraining)."""
+        pieces = [piece.text for piece in self._piece_tokenizer.tokenize(token)]
+        if not pieces:
+            raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
+        return [self._piece_ids.get(piece, self._unknown_id) for piece in pieces]
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        texts = [token.ensure_text() for token in tokens]
+        if self.lowercase_tokens:
+            texts = [text.lower() for text in texts]
+        return {ELMO_TOKENS_KEY: [self.token_ids(text) for text in texts]}
+
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {ELMO_TOKENS_KEY: []}
+
+    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
+        rows = indexed_tokens[ELMO_TOKENS_KEY]
+        return {
+            ELMO_TOKENS_KEY: max(len(rows), self._token_min_padding_length),
+            "num_pieces": max((len(row) for row in rows), default=1),
+        }
+
+    def as_padded_tensor_dict(
+        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
+    ) -> Dict[str, torch.Tensor]:
+        width = padding_lengths["num_pieces"]
+        rows = pad_sequence_to_length(
+            tokens[ELMO_TOKENS_KEY], padding_lengths[ELMO_TOKENS_KEY], default_value=lambda: []
+        )
+        padded = torch.zeros(len(rows), width, dtype=torch.long)
+        for index, row in enumerate(rows):
+            padded[index, : len(row)] = torch.tensor(row[:width], dtype=torch.long)
+        return {ELMO_TOKENS_KEY: padded}
+
+
+def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
+    """piece -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
+    from elmoc_allennlp.common.archives import read_archive_member
+
+    name = f"vocabulary/{namespace}.txt"
+    if archive.local_path.is_dir():
+        path = archive.local_path / name
+        data = path.read_bytes() if path.is_file() else None
+    else:
+        data = read_archive_member(archive.local_path, name)
+    if data is None:
+        raise ConfigurationError(
+            f"biLM archive {archive.archive_file} has no {name}: the vocabulary of its pieces "
+            f"(model.text_field_embedder.token_embedders.{archive.input_key}.vocab_namespace)"
+        )
+    pieces = data.decode("utf-8").split("\n")
+    if pieces and pieces[-1] == "":
+        pieces.pop()
+    return {piece: index + 1 for index, piece in enumerate(pieces)}
+
+
+def non_fasttext_indexer(archive, lowercase_tokens: bool, token_min_padding_length: int = 0) -> TokenIndexer:
+    """The downstream indexer of a character- or piece-input biLM archive (`ElmocArchive`)."""
+    from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, PIECES_INPUT
+
+    if archive.input_kind == CHARACTERS_INPUT:
+        return ElmocCharacterIndexer(lowercase_tokens, token_min_padding_length)
+    if archive.input_kind == PIECES_INPUT:
+        from allennlp.common import Params
+        from allennlp.data import Tokenizer
+
+        reader = archive.config["dataset_reader"]
+        tokenizer = Tokenizer.from_params(Params(dict(reader["tokenizer"])))
+        embedder = archive.config["model"]["text_field_embedder"]["token_embedders"][archive.input_key]
+        namespace = embedder.get("vocab_namespace", "tokens")
+        piece_ids = _piece_vocabulary(archive, namespace)
+        unknown_id = piece_ids.get("@@UNKNOWN@@", 1)
+        return ElmocPieceIndexer(
+            tokenizer, piece_ids, unknown_id, lowercase_tokens, token_min_padding_length
+        )
+    raise ConfigurationError(f"biLM archive {archive.archive_file}: no indexer for {archive.input_kind} input")
+
+
+def indexed_batch(indexer: TokenIndexer, sentences: List[List[str]], device=None) -> torch.LongTensor:
+    """The padded `elmo_tokens` tensor `(batch_size, timesteps, width)` of tokenized sentences."""
+    rows = [
+        indexer.tokens_to_indices([Token(token) for token in sentence], None)[ELMO_TOKENS_KEY]
+        for sentence in sentences
+    ]
+    timesteps = max((len(row) for row in rows), default=0)
+    width = max((len(ids) for row in rows for ids in row), default=1)
+    batch = torch.zeros(len(rows), timesteps, width, dtype=torch.long)
+    for row_index, row in enumerate(rows):
+        for token_index, ids in enumerate(row):
+            batch[row_index, token_index, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return batch if device is None else batch.to(device)
