@@ -16,7 +16,6 @@ from allennlp.modules.elmo import Elmo
 
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import PIECES_INPUT
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 from elmoc_allennlp.modules.bilm_inputs import (
     bilm_token_tensors,
     boundary_token_ids,
