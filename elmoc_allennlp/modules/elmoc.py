@@ -16,7 +16,7 @@ from allennlp.modules.elmo import Elmo
 
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import PIECES_INPUT
-from elmoc_allennlp.modules.bilm_inputs import (
+from elmoc_allennlp.modules.bilm_input_tensors import (
     bilm_token_tensors,
     boundary_token_ids,
     lay_out_pieces,
@@ -30,10 +30,10 @@ class ElmocBiLm(torch.nn.Module):
     `_ElmoBiLm`: the input is the output of the `elmoc_subwords` indexer (no sentence
     boundaries): fastText subword ids of each token for an ELMo-C biLM, ELMo's character ids for
     a character-CNN biLM (ELMo), BPE piece ids of each word for a subword biLM (ELMo-Sub, whose
-    word states come from its pieces' as `elmoc_allennlp.modules.bilm_inputs` says). The boundary tokens the biLM was pretrained with
-    (`<S>`, `</S>`) are added in index space, and the output is
-    `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of shape
-    `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
+    word states come from its pieces' as `elmoc_allennlp.modules.bilm_input_tensors` says).
+    The boundary tokens the biLM was pretrained with (`<S>`, `</S>`) are added in index space,
+    and the output is `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of
+    shape `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
     allennlp's `Elmo` expects of its `module`. Layer 0 is each direction's projected input
     (`[x_forward; x_backward]`, `[x; x]` with one shared projection), layer j >= 1 is
     `[forward_j; backward_j]`.
@@ -195,7 +195,7 @@ class ElmocBiLm(torch.nn.Module):
 
     def _forward_pieces(self, piece_ids: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         # A BPE-input biLM runs over the sentence's pieces; each word gets the states of its
-        # pieces (see `elmoc_allennlp.modules.bilm_inputs`).
+        # pieces (see `elmoc_allennlp.modules.bilm_input_tensors`).
         start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
         sequence, first, last, word_mask = lay_out_pieces(piece_ids, start_id, end_id)
         tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
