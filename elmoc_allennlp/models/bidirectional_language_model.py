@@ -320,6 +320,7 @@ class BidirectionalLanguageModel(Model):
 
         target_embeddings = None
         if not self._output_layer.requires_target_ids:
+            # As `target_vectors`, reusing the input embeddings when they are the targets.
             source = embeddings if self._target_embedder is None else self._target_embedder(tokens)
             target_embeddings = source.detach()
 
@@ -390,6 +391,33 @@ class BidirectionalLanguageModel(Model):
         mask = util.get_text_field_mask(tokens)
         embeddings = self._text_field_embedder(tokens)
         return self._contextualizer.forward_all_layers(embeddings, mask), mask
+
+    def target_vectors(self, tokens: TextFieldTensors) -> Tuple[torch.Tensor, torch.BoolTensor]:
+        """
+        The vectors a continuous output layer is trained to predict, one per token: the frozen
+        input embeddings, or `target_embedder`'s when the model has one. Useful as a reference:
+        e.g. the cosine of their mean direction is what a constant prediction scores.
+
+        # Parameters
+
+        tokens : `TextFieldTensors`
+            As for `forward`.
+
+        # Returns
+
+        `(targets, mask)`: `targets` `(batch_size, num_tokens, embedding_dim)` (detached),
+        `mask` `(batch_size, num_tokens)`.
+        """
+        if self._output_layer.requires_target_ids:
+            raise ConfigurationError(
+                f"model.output_layer ({type(self._output_layer).__name__}) predicts word ids, "
+                f"not target vectors"
+            )
+        mask = util.get_text_field_mask(tokens)
+        embedder = self._target_embedder
+        if embedder is None:
+            embedder = self._text_field_embedder
+        return embedder(tokens).detach(), mask
 
     def _update_vector_metrics(
         self,

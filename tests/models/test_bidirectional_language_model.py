@@ -73,6 +73,21 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         assert math.isclose(output["forward_loss"].item(), torch.stack(forward_losses).mean().item(), rel_tol=1e-5)
         assert math.isclose(output["backward_loss"].item(), torch.stack(backward_losses).mean().item(), rel_tol=1e-5)
 
+    def test_target_vectors_are_what_the_forward_loss_compares_with(self):
+        self.model.eval()
+        tensors = self._tensors()
+        output = self.model(**tensors)
+        tokens = tensors["tokens"]
+        targets, mask = self.model.target_vectors(tokens)
+        assert not targets.requires_grad
+        assert targets.shape[:2] == mask.shape
+        states = self.model._contextualizer(self.model._text_field_embedder(tokens), mask)
+        half = states.size(-1) // 2
+        pairs = mask[:, :-1] & mask[:, 1:]
+        predictions = self.model._output_layer.projection(states[:, :-1, :half])[pairs]
+        cosine = F.cosine_similarity(predictions, targets[:, 1:][pairs], dim=-1)
+        assert math.isclose(output["forward_loss"].item(), (1 - cosine).mean().item(), rel_tol=1e-5)
+
     def test_gradients_reach_encoder_and_head_but_not_frozen_vectors(self):
         self.model.train()
         output = self.model(**self._tensors())
