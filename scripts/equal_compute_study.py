@@ -254,6 +254,28 @@ def pretraining_row(name: str, serialization_dir: Path, num_tokens: Optional[int
     return row
 
 
+def pretraining_token_files(names: List[str], values: List[str]) -> Dict[str, Optional[str]]:
+    """
+    The text each pretraining run read, from `--pretrain-tokens` values: one `PATH` for every
+    run, and/or `NAME=PATH` for one run (which wins). None where no file is given.
+    """
+    named = _pairs([value for value in values if "=" in value], "--pretrain-tokens")
+    shared = [value for value in values if "=" not in value]
+    if len(shared) > 1:
+        raise SystemExit("--pretrain-tokens: give one PATH for every model, or NAME=PATH")
+    unknown = sorted(set(named) - set(names))
+    if unknown:
+        raise SystemExit(f"--pretrain-tokens names {unknown}, which no --pretrain gives")
+    return {name: named.get(name, shared[0] if shared else None) for name in names}
+
+
+def count_tokens(path: Optional[str]) -> Optional[int]:
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as text:
+        return sum(len(line.split()) for line in text)
+
+
 # ---------------------------------------------------------------------- table
 
 def _mean_std(values: List[float]) -> str:
@@ -306,7 +328,10 @@ def main() -> None:
     parser.add_argument("--fasttext", type=Path, required=True, help="frozen fastText .bin for every model")
     parser.add_argument("--bilm", action="append", default=[], help="NAME=model.tar.gz of a biLM")
     parser.add_argument("--pretrain", action="append", default=[], help="NAME=serialization dir")
-    parser.add_argument("--pretrain-tokens", type=Path, help="the pretraining text, to count tokens/s")
+    parser.add_argument(
+        "--pretrain-tokens", action="append", default=[],
+        help="the pretraining text, to count tokens/s: PATH for every --pretrain, or NAME=PATH",
+    )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--output-dir", type=Path, default=Path("runs/equal_compute_study"))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -333,13 +358,11 @@ def main() -> None:
     models: List[Tuple[str, Optional[str]]] = [(FASTTEXT_ONLY, None)] + list(bilms.items())
     data = prepare_data(args)
 
-    num_tokens = None
-    if args.pretrain_tokens:
-        with open(args.pretrain_tokens, encoding="utf-8") as text:
-            num_tokens = sum(len(line.split()) for line in text)
+    pretrain_dirs = _pairs(args.pretrain, "--pretrain")
+    token_files = pretraining_token_files(list(pretrain_dirs), args.pretrain_tokens)
     pretraining = [
-        pretraining_row(name, Path(path), num_tokens)
-        for name, path in _pairs(args.pretrain, "--pretrain").items()
+        pretraining_row(name, Path(path), count_tokens(token_files[name]))
+        for name, path in pretrain_dirs.items()
     ]
 
     grid = [(task, model, archive, seed) for task in args.tasks for seed in args.seeds

@@ -3,6 +3,8 @@ import importlib.util
 from argparse import Namespace
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("equal_compute_study", REPO_ROOT / "scripts" / "equal_compute_study.py")
 study = importlib.util.module_from_spec(spec)
@@ -55,3 +57,14 @@ def test_table_means_and_stds_in_percent():
     lines = study.table(results).splitlines()
     assert lines[2] == "| fastText | - | - | - | - | 60.0 ± 14.1 | 50.0 ± 14.1 |"
     assert lines[3] == "| ELMo-C | 8.8 | 1,234 | 400 | x | 80.0 ± 0.0 | 90.0 ± 0.0 (1 seeds) |"
+
+
+def test_pretraining_token_files_shared_and_per_model():
+    names = ["ELMo", "ELMo-C", "ELMo-C (equal time)"]
+    files = study.pretraining_token_files(names, ["ptb.train10k.txt", "ELMo-C (equal time)=ptb.train.txt"])
+    assert files == {"ELMo": "ptb.train10k.txt", "ELMo-C": "ptb.train10k.txt", "ELMo-C (equal time)": "ptb.train.txt"}
+    assert study.pretraining_token_files(names, []) == {name: None for name in names}
+    with pytest.raises(SystemExit, match="ELMo-X"):
+        study.pretraining_token_files(names, ["ELMo-X=ptb.train.txt"])
+    with pytest.raises(SystemExit, match="one PATH"):
+        study.pretraining_token_files(names, ["a.txt", "b.txt"])
