@@ -1,6 +1,9 @@
-"""Naming the config key of a biLM archive in the errors of the components that read one."""
+"""
+Config keys: naming the config key of a biLM archive in the errors of the components that read
+one, and setting a value in a config dict by its dotted key.
+"""
 import contextlib
-from typing import Iterator
+from typing import Any, Dict, Iterator
 
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
@@ -22,3 +25,15 @@ def naming_the_config_key(params: Params) -> Iterator[None]:
         raise ConfigurationError(
             message.replace("(archive_file)", f"({history}archive_file)")
         ) from None
+
+
+def set_dotted(config: Dict[str, Any], dotted_key: str, value: Any) -> None:
+    """Sets `config[a][b][c] = value` for `dotted_key` "a.b.c" (a numeric part indexes a list)."""
+    *parents, last = dotted_key.split(".")
+    node: Any = config
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value

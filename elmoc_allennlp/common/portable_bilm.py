@@ -38,7 +38,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
@@ -46,6 +46,7 @@ from allennlp.common.params import remove_keys_from_params
 from allennlp.models.archival import CONFIG_NAME
 
 from elmoc_allennlp.common.archives import extracted_from
+from elmoc_allennlp.common.config_keys import set_dotted
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 
 logger = logging.getLogger(__name__)
@@ -91,17 +92,6 @@ def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
     return str(Path(variable).expanduser().resolve())
 
 
-def _set_dotted(config: Dict[str, Any], dotted_key: str, value: Any) -> None:
-    *parents, last = dotted_key.split(".")
-    node: Any = config
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
 class CarriedElmocArchive(ElmocArchive):
     """
     The `ElmocArchive` of a biLM copy carried in a downstream archive (a folder with the biLM's
@@ -134,7 +124,7 @@ class CarriedElmocArchive(ElmocArchive):
 
         config = copy.deepcopy(self.config)
         for key, path in getattr(self, "vectors_overrides", {}).items():
-            _set_dotted(config, key, path)
+            set_dotted(config, key, path)
         if allow_different_vectors:
             embedders = config["model"]["text_field_embedder"]["token_embedders"]
             embedders[self.input_key]["allow_different_vectors"] = True
@@ -273,7 +263,7 @@ def carry_bilm(
     config = copy.deepcopy(archive.config)
     # (A biLM whose input is not fastText has no .bin to record.)
     for key, path in getattr(archive, "vectors_overrides", {}).items():
-        _set_dotted(config, key, str(Path(path).resolve()))
+        set_dotted(config, key, str(Path(path).resolve()))
     input_vectors = getattr(archive, "input_vectors_path", None)
     directory.parent.mkdir(parents=True, exist_ok=True)
     # A folder of its own: the workers of a distributed run may all be writing the same copy.

@@ -9,6 +9,7 @@ from allennlp.models.archival import CONFIG_NAME
 from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmoc_allennlp.common.atomic_files import atomic_write
+from elmoc_allennlp.common.config_keys import set_dotted
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.common.elmoc_archive import (
     ElmocArchive,
@@ -25,17 +26,6 @@ FINETUNE_CONFIG_NAME = "config_finetune.json"
 ARCHIVE_INDEXER_TYPE = "elmoc_archive_fasttext"
 
 
-def _set_dotted(config: Dict[str, Any], dotted_key: str, value: Any) -> None:
-    *parents, last = dotted_key.split(".")
-    node: Any = config
-    for part in parents:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(last)] = value
-    else:
-        node[last] = value
-
-
 def self_contained_config(
     finetune_config: Dict[str, Any], archive: ElmocArchive
 ) -> Dict[str, Any]:
@@ -47,7 +37,7 @@ def self_contained_config(
     """
     base = copy.deepcopy(archive.config)
     for dotted_key, path in archive.vectors_overrides.items():
-        _set_dotted(base, dotted_key, path)
+        set_dotted(base, dotted_key, path)
     config = copy.deepcopy(finetune_config)
     config["model"] = base["model"]
     pretraining_indexer = base["dataset_reader"]["token_indexers"][archive.input_key]
