@@ -73,8 +73,9 @@ def make_corpus(directory: Path, shards: int, sentences: int, num_words: int) ->
     return directory
 
 
-def reader_params(fasttext: Path, gather: bool, shard_by_file: bool = True) -> Params:
-    params = Params.from_file(
+def config_params(fasttext: Path) -> Params:
+    """The quickstart config with `fasttext` as its vectors (the data paths are not read)."""
+    return Params.from_file(
         str(CONFIG),
         ext_vars={
             "ELMOC_FASTTEXT": str(fasttext),
@@ -82,7 +83,10 @@ def reader_params(fasttext: Path, gather: bool, shard_by_file: bool = True) -> P
             "ELMOC_VALIDATION_DATA": "unused",
         },
     )
-    reader = params["dataset_reader"].as_dict()
+
+
+def reader_params(fasttext: Path, gather: bool, shard_by_file: bool = True) -> Params:
+    reader = config_params(fasttext)["dataset_reader"].as_dict()
     reader.pop("max_sequence_length", None)
     reader.update({"mode": "window", "window_length": 20, "shard_by_file": shard_by_file})
     reader["token_indexers"]["fasttext"]["gather_vectors"] = gather
@@ -122,14 +126,7 @@ def loader_pass(corpus: Path, fasttext: Path, workers: int, gather: bool, batch_
 
 
 def model_tokens_per_second(corpus: Path, fasttext: Path, steps: int, batch_size: int, gather: bool):
-    params = Params.from_file(
-        str(CONFIG),
-        ext_vars={
-            "ELMOC_FASTTEXT": str(fasttext),
-            "ELMOC_TRAIN_DATA": "unused",
-            "ELMOC_VALIDATION_DATA": "unused",
-        },
-    )
+    params = config_params(fasttext)
     reader = DatasetReader.from_params(reader_params(fasttext, gather))
     loader = MultiProcessDataLoader(reader, str(corpus), batch_size=batch_size)
     vocab = Vocabulary()
