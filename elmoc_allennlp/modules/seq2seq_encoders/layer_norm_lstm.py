@@ -31,6 +31,7 @@ from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
+from elmoc_allennlp.common.torch_versions import autocast_enabled
 from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
     RecurrenceConfig,
@@ -108,7 +109,7 @@ def _outside_autocast(
     inputs unchanged and a no-op context.
     """
     device_type = inputs.device.type
-    if torch.is_autocast_enabled(device_type):
+    if autocast_enabled(device_type):
         return inputs.to(dtype), torch.autocast(device_type, enabled=False)
     return inputs, contextlib.nullcontext()
 
