@@ -31,6 +31,7 @@ from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 from elmoc_allennlp.training.bilm_layer_groups import bilm_layer_groups
 from elmoc_allennlp.training.gradual_unfreezing import RecoverableSlantedTriangular
+from elmoc_allennlp.common import torch_versions
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS, TINY_FASTTEXT_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def _epoch_states(serialization_dir: Path) -> List[Dict[str, torch.Tensor]]:
         serialization_dir.glob("model_state_e*_b0.th"),
         key=lambda path: int(re.search(r"_e(\d+)_", path.name).group(1)),
     )
-    return [torch.load(path, map_location="cpu", weights_only=True) for path in paths]
+    return [torch_versions.load_tensors(path) for path in paths]
 
 
 def _changed_groups(before, after, groups) -> List[str]:
@@ -156,7 +157,7 @@ def test_gradual_unfreezing_trains_the_top_k_groups_in_epoch_k(base_archive, fin
 def test_discriminative_learning_rates_divide_by_2_6_per_layer(finetuned):
     _, serialization_dir = finetuned
     for path in serialization_dir.glob("training_state_e*_b0.th"):
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch_versions.load_trusted(path)
         rates = [group["lr"] for group in state["optimizer"]["param_groups"]]
         assert len(rates) == 5  # 4 layer groups and allennlp's empty default group
         for lower, upper in zip(rates[:3], rates[1:4]):
@@ -217,7 +218,7 @@ def test_finetuned_archive_is_an_ordinary_bilm_archive(finetuned, tiny_fasttext_
     original = json.loads((serialization_dir / "config_finetune.json").read_text())
     assert original["model"]["type"] == "elmoc_bilm_from_archive"
     # The archive holds the best epoch's weights.
-    best = torch.load(serialization_dir / "best.th", map_location="cpu", weights_only=True)
+    best = torch_versions.load_tensors(serialization_dir / "best.th")
     for name, value in loaded.model.state_dict().items():
         assert torch.equal(value, best[name]), name
 

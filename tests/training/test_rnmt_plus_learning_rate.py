@@ -15,6 +15,7 @@ from allennlp.training.callbacks import TrainerCallback
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+from elmoc_allennlp.common import torch_versions
 from tests.training.toy_models import ToyRegression
 
 LR0 = 0.5
@@ -137,7 +138,7 @@ def test_state_dict_round_trip_through_a_checkpoint():
     buffer = io.BytesIO()
     torch.save({"learning_rate_scheduler": scheduler.state_dict()}, buffer)
     buffer.seek(0)
-    state = torch.load(buffer, weights_only=True)["learning_rate_scheduler"]
+    state = torch_versions.load_tensors(buffer)["learning_rate_scheduler"]
 
     optimizer = _optimizer(LR0)  # a fresh optimizer at lr0
     restored = RnmtPlusLearningRate(optimizer, 100, 4000, 12000, num_replicas=4)

@@ -11,6 +11,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
+from elmoc_allennlp.common import torch_versions
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
 
@@ -153,7 +154,7 @@ def test_fast_layer_gradcheck(go_forward, dropout):
 
     def function(x, *parameters):
         torch.manual_seed(0)  # the same dropout mask at every evaluation
-        return torch.func.functional_call(layer, dict(zip(names, parameters)), (x, mask))
+        return torch_versions.functional_call(layer, dict(zip(names, parameters)), (x, mask))
 
     assert torch.autograd.gradcheck(function, (inputs, *values), fast_mode=True)
 
