@@ -27,6 +27,7 @@ from typing import Dict
 
 import numpy as np
 import torch
+from elmoc_allennlp.common import torch_versions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -61,7 +62,7 @@ def paper_size_counts(fasttext: Path) -> Dict[str, Dict[str, float]]:
             vocab = Vocabulary()
             # A padded namespace: padding + OOV + the words.
             vocab.add_tokens_to_namespace([f"w{i}" for i in range(vocabulary_size - 2)], "targets")
-        with torch.device("meta"):
+        with torch_versions.meta_device():
             model = Model.from_params(vocab=vocab, params=params["model"])
         size = _trainable_bytes(model)
         results[name] = {

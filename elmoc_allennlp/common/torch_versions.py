@@ -7,7 +7,7 @@ version itself; each says why the releases differ.
 import collections
 import functools
 import pickle
-from typing import Any, BinaryIO, Callable, Dict, Tuple, Union
+from typing import Any, BinaryIO, Callable, ContextManager, Dict, Tuple, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -130,3 +130,16 @@ def load_trusted(source: Union[str, BinaryIO], map_location: Any = "cpu") -> Any
     if TORCH_VERSION >= (1, 13):
         return torch.load(source, map_location=map_location, weights_only=False)
     return torch.load(source, map_location=map_location)
+
+
+# --- Building without memory --------------------------------------------------------------------
+
+
+def meta_device() -> ContextManager[Any]:
+    """
+    A context in which modules are built on the meta device (shapes, no storage): parameter counts of
+    paper-size models without allocating them. `torch.device` is a context manager from torch 2.0;
+    torch 1.12 has no default-device switch, so there this is refused.
+    """
+    require_torch((2, 0), "Building a model on the meta device (`with torch.device('meta')`)")
+    return torch.device("meta")

@@ -90,3 +90,14 @@ def test_require_torch_names_the_version_needed():
     with pytest.raises(ConfigurationError) as error:
         torch_versions.require_torch((99, 1), "Time travel")
     assert "torch >= 99.1" in str(error.value) and torch.__version__ in str(error.value)
+
+
+def test_meta_device_builds_without_storage_or_is_refused_naming_torch_2():
+    if torch_versions.TORCH_VERSION >= (2, 0):
+        with torch_versions.meta_device():
+            linear = torch.nn.Linear(4096, 4096)
+        assert linear.weight.is_meta and linear.weight.shape == (4096, 4096)
+    else:
+        with pytest.raises(ConfigurationError, match=r"torch >= 2\.0"):
+            with torch_versions.meta_device():
+                torch.nn.Linear(2, 2)

@@ -10,6 +10,8 @@ from allennlp.modules.elmo_lstm import ElmoLstm
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
+from elmoc_allennlp.common import torch_versions
+from tests.conftest import needs_meta_device
 
 INPUT_DIM, PROJ, CELL = 7, 5, 11
 
@@ -352,9 +354,10 @@ def test_parameter_names_and_initialisation():
     assert no_norm.layer_norm is None and len(list(no_norm.parameters())) == 4
 
 
+@needs_meta_device
 def test_parameter_count_at_paper_size():
     d, p, c, layers = 300, 512, 4096, 2
-    with torch.device("meta"):
+    with torch_versions.meta_device():
         encoder = ElmocLstm(d, p, c, num_layers=layers, layer_norm=True)
     assert all(parameter.is_meta for parameter in encoder.parameters())
     per_layer_direction = (
