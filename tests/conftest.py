@@ -55,8 +55,14 @@ def pytest_configure(config) -> None:
 
 
 def pytest_report_header(config) -> str:
+    import platform
+
     source = THREADS_VARIABLE if os.environ.get(THREADS_VARIABLE) else "PyTorch's default"
-    return f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads ({source})"
+    environment = "published" if torch_versions.TORCH_VERSION < (2, 0) else "modern"
+    return (
+        f"environment: {environment} (CPython {platform.python_version()}, torch {torch.__version__}), "
+        f"{torch.get_num_threads()} intra-op threads ({source})"
+    )
 
 
 TINY_FASTTEXT_OPTIONS = dict(dim=16, min_count=1, minn=2, maxn=4, bucket=20000, epoch=5, thread=10)
