@@ -7,7 +7,7 @@ A downstream archive trained in one environment evaluates in another to the same
 
 `train` builds, in the running environment, a tiny fastText model, the tiny ELMo-C biLM of the tests
 (`tests/fixtures/elmoc_tiny.jsonnet`) and a POS tagger with it (`training_configs/downstream/
-ud_pos_tagger.jsonnet`, one epoch on the fixture treebank). `evaluate` runs `python -m allennlp
+ud_pos_tagger.jsonnet`, ten epochs on the fixture treebank). `evaluate` runs `python -m allennlp
 evaluate` on the tagger archive in the running environment, writes `OUT/metrics-<env>.json` and
 compares every metric with those of the other environments already evaluated; it exits 1 if one
 differs by more than 1e-4. The environment name is `published` (torch < 2) or `modern`.
@@ -61,7 +61,7 @@ def train(out: Path) -> None:
         POS_TRAIN_DATA_PATH=pos_data, POS_VALIDATION_DATA_PATH=pos_data, POS_TEST_DATA_PATH=pos_data,
     )
     train_model_from_file(str(REPO / "training_configs" / "downstream" / "ud_pos_tagger.jsonnet"),
-                          str(out / "pos"), overrides=json.dumps({"trainer.num_epochs": 1}))
+                          str(out / "pos"), overrides=json.dumps({"trainer.num_epochs": 10}))
     (out / "trained-in.txt").write_text(describe() + "\n")
     print(f"trained in {describe()}: {out / 'pos' / 'model.tar.gz'}")
 
