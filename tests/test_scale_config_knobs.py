@@ -61,11 +61,8 @@ def test_distributed_and_other_knobs():
     assert _config(cuda_devices=[-1, -1])["distributed"] == {"cuda_devices": [-1, -1]}
 
 
-# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 beside float32 weights, and its
-# backward fails ("expected scalar type BFloat16 but found Float"); use_amp is CUDA autocast, which
-# runs layer_norm in float32.
 CPU_BF16_LAYER_NORM = pytest.mark.skipif(
-    torch_versions.TORCH_VERSION < (1, 13), reason="torch 1.12: CPU bf16 autocast layer_norm backward"
+    not torch_versions.CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD, reason="torch 1.12: CPU bf16 autocast layer_norm backward"
 )
 
 

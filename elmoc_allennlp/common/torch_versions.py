@@ -106,6 +106,12 @@ def autocast_enabled(device_type: str) -> bool:
     return device_type == "cuda" and torch.is_autocast_enabled()
 
 
+# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 beside float32 weights, and its
+# backward fails ("expected scalar type BFloat16 but found Float"); torch 2.x casts layer_norm to
+# float32 there, as CUDA autocast (what `use_amp` uses) does on both. Only tests use CPU autocast.
+CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD = TORCH_VERSION >= (2, 0)
+
+
 # --- Functional calls (tests and gradient checks) ------------------------------------------------
 
 

@@ -101,3 +101,18 @@ def test_meta_device_builds_without_storage_or_is_refused_naming_torch_2():
         with pytest.raises(ConfigurationError, match=r"torch >= 2\.0"):
             with torch_versions.meta_device():
                 torch.nn.Linear(2, 2)
+
+
+def test_load_tensors_reads_what_allennlp_training_writes(elmoc_archive):
+    """Model states, best.th and training states (optimizer, scheduler, metric tracker) of a real run."""
+    paths = sorted(elmoc_archive.parent.glob("*.th"))
+    assert {"best.th"} < {path.name for path in paths}
+    assert any(path.name.startswith("training_state") for path in paths)
+    for path in paths:
+        restricted, trusted = torch_versions.load_tensors(path), torch_versions.load_trusted(path)
+        assert restricted.keys() == trusted.keys(), path.name
+        if path.name.startswith("training_state"):
+            assert restricted["optimizer"]["param_groups"] == trusted["optimizer"]["param_groups"]
+        else:
+            for name, tensor in trusted.items():
+                assert torch.equal(restricted[name], tensor), (path.name, name)
