@@ -18,7 +18,8 @@
 #                              proper, Linux torch is the CUDA build, several GB)
 #   ELMOC_TEST_THREADS=1       intra-op threads for the test suite (tests/conftest.py)
 #   PYTEST_ARGS="-x -k lstm"   passed to pytest; DEMO_ARGS to scripts/quickstart.py
-#   PUBLISHED_PYTHON=python3.9 the interpreter for .venv-published (default python3.10)
+#   PUBLISHED_PYTHON=python3.9 the interpreter for .venv-published (default: the first of python3.10,
+#                              3.9, 3.8 that runs, on PATH or in pyenv's versions)
 
 SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3
 SUPPORTED_VERSIONS := 3.11, 3.12 or 3.13
@@ -85,16 +86,24 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/output_layers.py
 
 # --- The published environment ------------------------------------------------------------------
-PUBLISHED_PYTHON ?= python3.10
 PUBLISHED_VENV := .venv-published
 PUBLISHED_BIN := $(PUBLISHED_VENV)/bin
 PUBLISHED_STAMP := $(PUBLISHED_VENV)/.installed
 IS_PUBLISHED := -c 'import platform, sys; sys.exit(not (platform.python_implementation() == "CPython" and (3, 8) <= sys.version_info[:2] <= (3, 10)))'
+# The first of these that runs as CPython 3.8-3.10, 3.10 first (pyenv's interpreters count even
+# when they are not on PATH).
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+PUBLISHED_CANDIDATES := $(foreach v,3.10 3.9 3.8,python$(v) $(wildcard $(PYENV_VERSIONS)/$(v).*/bin/python$(v)))
+ifeq ($(origin PUBLISHED_PYTHON), undefined)
+PUBLISHED_PYTHON := $(shell for candidate in $(PUBLISHED_CANDIDATES); do \
+	$$candidate $(IS_PUBLISHED) >/dev/null 2>&1 && { command -v $$candidate; break; }; done)
+endif
 
 # What a user has: allennlp's own install (pinned to one verified resolution for CI), then this
 # package with a plain `pip install`, which must only add packages, never replace one.
 $(PUBLISHED_STAMP): setup.py requirements/published-constraints.txt
-	@$(PUBLISHED_PYTHON) $(IS_PUBLISHED) || { echo "PUBLISHED_PYTHON=$(PUBLISHED_PYTHON) is not CPython 3.8-3.10" >&2; exit 1; }
+	@$(PUBLISHED_PYTHON) $(IS_PUBLISHED) >/dev/null 2>&1 || { echo "No CPython 3.8-3.10 for the published environment (PUBLISHED_PYTHON='$(PUBLISHED_PYTHON)'): install one, or name it: make install-published PUBLISHED_PYTHON=/path/to/python3.10" >&2; exit 1; }
+	@echo "Published environment's Python: $(PUBLISHED_PYTHON) ($$($(PUBLISHED_PYTHON) --version 2>&1))"
 	rm -rf $(PUBLISHED_VENV)
 	$(PUBLISHED_PYTHON) -m venv $(PUBLISHED_VENV)
 	$(PUBLISHED_BIN)/pip install --quiet -c requirements/published-constraints.txt allennlp==2.10.1 allennlp-models==2.10.1 "numpy<2"
