@@ -28,12 +28,6 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 THREADS_VARIABLE = "ELMOC_TEST_THREADS"
 
-# The published environment's torch 1.12 cannot build modules on the meta device; the plugin refuses
-# it there (tests/common/test_torch_versions.py), and the paper-size parameter counts are checked in
-# the modern environment.
-needs_meta_device = pytest.mark.skipif(
-    torch_versions.TORCH_VERSION < (2, 0), reason="the meta device needs torch >= 2.0"
-)
 
 
 def _requested_threads() -> int:
@@ -48,10 +42,24 @@ def _requested_threads() -> int:
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "needs_meta_device: builds modules on the meta device")
     if os.environ.get(THREADS_VARIABLE):
         threads = _requested_threads()
         torch.set_num_threads(threads)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """
+    The published environment's torch 1.12 cannot build modules on the meta device (the plugin
+    refuses it there: tests/common/test_torch_versions.py); the paper-size parameter counts that
+    need it are checked in the modern environment.
+    """
+    if torch_versions.TORCH_VERSION < (2, 0):
+        skip = pytest.mark.skip(reason="the meta device needs torch >= 2.0")
+        for item in items:
+            if "needs_meta_device" in item.keywords:
+                item.add_marker(skip)
 
 
 def pytest_report_header(config) -> str:

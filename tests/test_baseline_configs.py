@@ -34,14 +34,13 @@ import elmoc_allennlp.data.dataset_readers.lm_corpus_reader  # noqa: F401
 import elmoc_allennlp.modules.token_embedders.fasttext_token_embedder  # noqa: F401
 import elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm  # noqa: F401
 import elmoc_allennlp.training.rnmt_plus_learning_rate  # noqa: F401
-from elmoc_allennlp.common import torch_versions
 
 try:  # the configs' checkpointer, until the package __init__ registers it
     import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401
 except ImportError:
     pass
 
-from tests.conftest import FIXTURES_ROOT, needs_meta_device
+from tests.conftest import FIXTURES_ROOT
 
 CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
 VARIANTS = [
@@ -341,7 +340,7 @@ def trainable_parameters_at_paper_size(config: str, fasttext: Path, overrides=No
     }
     params = Params.from_file(str(CONFIGS / config), json.dumps(overrides or {}), ext_vars=env)
     vocab = SizedVocabulary(sizes or {})
-    with torch_versions.meta_device():
+    with torch.device("meta"):
         model = Model.from_params(vocab=vocab, params=params.pop("model"))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
@@ -370,7 +369,7 @@ PAPER_SIZES = [
 ]
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 @pytest.mark.parametrize("config,cap,overrides,paper,tolerance", PAPER_SIZES)
 def test_parameter_counts_match_the_paper(config, cap, overrides, paper, tolerance, fasttext_300d):
     sizes = {} if cap is None else {"targets": cap + 2}  # + padding and @@UNKNOWN@@
@@ -378,7 +377,7 @@ def test_parameter_counts_match_the_paper(config, cap, overrides, paper, toleran
     assert abs(count / 1e6 - paper) <= tolerance, count
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 def test_subword_parameter_count_matches_the_paper(fasttext_300d):
     # 32,000 pieces + padding, @@UNKNOWN@@, <S>, </S>.
     count = trainable_parameters_at_paper_size(
@@ -387,7 +386,7 @@ def test_subword_parameter_count_matches_the_paper(fasttext_300d):
     assert abs(count / 1e6 - 92) <= 0.5, count
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 def test_elmo_has_a_char_cnn_and_a_793k_sampled_softmax(fasttext_300d):
     count = trainable_parameters_at_paper_size(
         "elmo.jsonnet", fasttext_300d, sizes={"targets": 793473}
@@ -406,7 +405,7 @@ def test_sparse_softmax_trains_with_dense_sparse_adam_and_no_norm_clipping(tmp_p
     assert math.isfinite(metrics["training_loss"])
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 @pytest.mark.parametrize(
     "config, trainable",
     [
@@ -429,7 +428,7 @@ def test_table_3_trainable_parameters_at_paper_size(config, trainable, fasttext_
     params = Params.from_file(str(CONFIGS / config), ext_vars=env)
     model_params = params.pop("model")
     model_params.pop("initializer")  # copies the ELMo's CNN: nothing to copy on the meta device
-    with torch_versions.meta_device():
+    with torch.device("meta"):
         model = Model.from_params(vocab=Vocabulary.empty(), params=model_params)
     ((frozen, _),) = params["trainer"]["optimizer"]["parameter_groups"]
     frozen_names = [n for n, _ in model.named_parameters() if any(re.search(r, n) for r in frozen)]

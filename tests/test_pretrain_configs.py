@@ -19,8 +19,7 @@ from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.common.fasttext_training import train_fasttext
-from elmoc_allennlp.common import torch_versions
-from tests.conftest import LM_CORPUS, needs_meta_device
+from tests.conftest import LM_CORPUS
 from tests.training.test_rnmt_plus_learning_rate import authors_learning_rate
 
 PRETRAIN_CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
@@ -60,10 +59,10 @@ def _trainable(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 def test_paper_config_has_76m_trainable_parameters(corpus_environment):
     params = _params("elmoc.jsonnet", corpus_environment, 300)
-    with torch_versions.meta_device():
+    with torch.device("meta"):
         model = Model.from_params(vocab=Vocabulary.empty(), params=params["model"])
     count = _trainable(model)
     # Paper, Tables 2 and 4: ELMo-C has 76M trainable parameters.

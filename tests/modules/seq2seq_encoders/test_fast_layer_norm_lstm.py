@@ -9,9 +9,9 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
+from elmoc_allennlp.common import torch_versions
 from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
-from elmoc_allennlp.common import torch_versions
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
 

@@ -10,8 +10,6 @@ from allennlp.modules.elmo_lstm import ElmoLstm
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
-from elmoc_allennlp.common import torch_versions
-from tests.conftest import needs_meta_device
 
 INPUT_DIM, PROJ, CELL = 7, 5, 11
 
@@ -354,10 +352,10 @@ def test_parameter_names_and_initialisation():
     assert no_norm.layer_norm is None and len(list(no_norm.parameters())) == 4
 
 
-@needs_meta_device
+@pytest.mark.needs_meta_device
 def test_parameter_count_at_paper_size():
     d, p, c, layers = 300, 512, 4096, 2
-    with torch_versions.meta_device():
+    with torch.device("meta"):
         encoder = ElmocLstm(d, p, c, num_layers=layers, layer_norm=True)
     assert all(parameter.is_meta for parameter in encoder.parameters())
     per_layer_direction = (
