@@ -1,41 +1,53 @@
 """
-Reading model archives (`model.tar.gz`) that may come from strangers.
+The one reader of model archives (`model.tar.gz`), which may come from strangers: every loader
+(allennlp's `load_archive` through `compat/safe_archive_extraction.py`, `ElmocArchive`, the carried
+biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive is data:
 
-A model archive written by `allennlp train` holds `config.json`, `weights.th`, `vocabulary/` and
-`meta.json` (plus any files named by `include_in_archive`): regular files and directories. Every
-archive this package opens is extracted by `extract_archive`, which applies the rules of Python's
-`tarfile` `data` filter (PEP 706) and a few stricter ones, to every member *before* it is written:
+* **Extraction** (`extract_archive`, `read_archive`): only regular files and folders, as
+  `allennlp train` writes them. Refused, naming the archive and member, before anything is written
+  for that member: absolute names, `..` components, symbolic and hard links, devices, FIFOs,
+  sparse members, duplicate names (or a member inside a file), more than `ELMOC_ARCHIVE_MAX_MEMBERS`
+  members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) and a
+  `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json`,
+  `weights.th` and `meta.json` must be regular files. Every check is linear in the members. A
+  damaged archive is a `CorruptArchiveError`; after any failure the folder is gone.
+* **Configs** (`read_config`, for an archive's `config.json` and a carried
+  `elmoc_bilm/<key>/config.json`): strict JSON read with `json` (never jsonnet, so no imports and
+  no environment variables), and every dotted `"type"` must be registered or a class of a module
+  already imported: a name from an archive never causes an import (`check_config_types`).
 
-* no absolute names (`/etc/x`) and no `..` components (`../../x`);
-* only regular files, directories, symbolic links and hard links: device files, FIFOs and other
-  special members are refused;
-* a link's target stays inside the archive's folder (relative, no escaping `..`), and no member
-  and no link target passes *through* a symbolic link of the archive (which is how a link chain
-  escapes a check made on names alone);
-* permissions lose their set-uid / set-gid / sticky and group/other write bits; file ownership
-  is not restored.
-
-A refused member raises `UnsafeArchiveError`, naming the archive and the member; a truncated or
-corrupt archive raises `CorruptArchiveError`, naming the archive. Either way the extraction
-folder is removed, so nothing the archive contained is left anywhere.
+`read_archive` extracts an archive once per process (cached by its path, size, inode and
+modification time) into a temporary folder removed at exit.
 """
+import atexit
 import contextlib
-import copy
+import json
 import logging
 import os
 import posixpath
 import shutil
+import stat
+import sys
 import tarfile
 import tempfile
 import zlib
-from typing import Dict, Iterator, List, Optional, Set, Union
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
+CONFIG_NAME = "config.json"
+# Members that must be regular files when present (allennlp's names).
+REGULAR_MEMBERS = ("config.json", "weights.th", "meta.json")
+_DEFAULT_LIMITS = {
+    "ELMOC_ARCHIVE_MAX_MEMBERS": 100_000,
+    "ELMOC_ARCHIVE_MAX_BYTES": 64 << 30,
+    "ELMOC_ARCHIVE_MAX_JSON_BYTES": 16 << 20,
+}
+
 # Errors the compressed-stream readers raise on truncated or damaged data.
-# (gzip.BadGzipFile and bz2's errors are OSErrors without an errno.)
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
 try:
     import lzma
@@ -52,8 +64,22 @@ def _is_stream_error(error: BaseException) -> bool:
     )
 
 
+def archive_limit(variable: str) -> int:
+    """The limit `variable` (see the module docstring): the environment's value, else the default."""
+    value = os.environ.get(variable)
+    if not value:
+        return _DEFAULT_LIMITS[variable]
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit <= 0:
+        raise ConfigurationError(f"{variable} must be a positive integer, got {value!r}")
+    return limit
+
+
 class UnsafeArchiveError(ConfigurationError):
-    """An archive member would be written outside its folder, or is a special file."""
+    """An archive member is not a plain file or folder inside the archive, or is too large."""
 
     def __init__(self, archive: str, member: str, reason: str) -> None:
         self.archive = archive
@@ -61,8 +87,7 @@ class UnsafeArchiveError(ConfigurationError):
         super().__init__(
             f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing "
             "was extracted. A model archive holds only regular files and folders (config.json, "
-            "weights.th, vocabulary/, meta.json); this one may have been crafted to write "
-            "outside its folder."
+            "weights.th, vocabulary/, meta.json); this one may have been crafted."
         )
 
 
@@ -85,46 +110,50 @@ def _describe(error: BaseException) -> str:
 def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
     """
     `tarfile.open(archive_path, "r:*")`, with a `ConfigurationError` naming the file when it is
-    missing, a directory, unreadable or not a (possibly compressed) tar archive.
+    missing, not a regular file (a folder, a FIFO), unreadable or not a (compressed) tar archive.
     """
     archive = os.fspath(archive_path)
-    if not os.path.exists(archive):
-        raise ConfigurationError(f"Model archive {archive} does not exist")
-    if os.path.isdir(archive):
-        raise ConfigurationError(f"Model archive {archive} is a directory, not a .tar.gz file")
+    try:
+        mode = os.stat(archive).st_mode
+    except OSError:
+        raise ConfigurationError(f"Model archive {archive} does not exist") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
     if os.path.getsize(archive) == 0:
         raise CorruptArchiveError(archive, "the file is empty")
     try:
         return tarfile.open(archive, "r:*")
     except _STREAM_ERRORS as error:
         if not _is_stream_error(error):
-            raise ConfigurationError(
-                f"Model archive {archive} cannot be opened ({error})"
-            ) from None
-        # tarfile lists what each decompressor said: the first line is enough.
+            raise ConfigurationError(f"Model archive {archive} cannot be opened ({error})") from None
         problem = _describe(error).splitlines()[0].rstrip(":")
         raise CorruptArchiveError(
             archive, f"not a tar archive, or truncated or corrupt ({problem})"
         ) from None
 
 
-def _through_symlink(path: str, symlinks: Set[str]) -> Optional[str]:
-    """The symbolic link of the archive that `path` (normalised) passes through, if any."""
-    parts = path.split("/")
-    for end in range(1, len(parts)):
-        prefix = "/".join(parts[:end])
-        if prefix in symlinks:
-            return prefix
-    return None
+def _members(tar: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
+    """The archive's members, turning read errors of a damaged stream into a named error."""
+    iterator = iter(tar)
+    while True:
+        try:
+            member = next(iterator)
+        except StopIteration:
+            return
+        except _STREAM_ERRORS as error:
+            if not _is_stream_error(error):
+                raise
+            raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
+        yield member
 
 
-def check_member(
-    archive: str, member: tarfile.TarInfo, symlinks: Set[str], names: Set[str]
-) -> None:
+def _check_member(
+    archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int]
+) -> str:
     """
-    Raises `UnsafeArchiveError` if `member` may not be extracted (see the module docstring).
-    `symlinks` and `names` hold the normalised names of the members seen before it; the caller
-    adds `member`'s afterwards.
+    The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and
+    their parent folders) -> whether it is a folder; `totals`: members and bytes so far.
     """
     name = member.name
     if not name or "\0" in name:
@@ -133,8 +162,10 @@ def check_member(
         raise UnsafeArchiveError(archive, name, "has an absolute name")
     if ".." in name.replace("\\", "/").split("/"):
         raise UnsafeArchiveError(archive, name, "has a '..' component")
-    normalised = posixpath.normpath(name)
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+    if member.issym() or member.islnk():
+        kind = "symbolic link" if member.issym() else "hard link"
+        raise UnsafeArchiveError(archive, name, f"is a {kind} (to {member.linkname!r})")
+    if not (member.isfile() or member.isdir()):
         kind = (
             "a character device" if member.ischr()
             else "a block device" if member.isblk()
@@ -142,97 +173,53 @@ def check_member(
             else f"a special file (tar type {member.type!r})"
         )
         raise UnsafeArchiveError(archive, name, f"is {kind}")
-    through = _through_symlink(normalised, symlinks)
-    if through is not None:
-        raise UnsafeArchiveError(archive, name, f"is written through the symbolic link {through!r}")
-    if member.issym() or member.islnk():
-        kind = "symbolic link" if member.issym() else "hard link"
-        linkname = member.linkname
-        if not linkname or linkname.startswith("/") or os.path.isabs(linkname):
-            raise UnsafeArchiveError(
-                archive, name, f"is a {kind} to the absolute path {linkname!r}"
-            )
-        # A symbolic link is relative to its own folder, a hard link to the archive's root.
-        base = posixpath.dirname(normalised) if member.issym() else ""
-        target: List[str] = []
-        for part in posixpath.join(base, linkname).split("/"):
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not target:
-                    raise UnsafeArchiveError(
-                        archive, name, f"is a {kind} to {linkname!r}, outside the archive's folder"
-                    )
-                target.pop()
-            else:
-                target.append(part)
-            # Resolving through (or to) another link of the archive would escape these checks.
-            if "/".join(target) in symlinks:
-                raise UnsafeArchiveError(
-                    archive, name, f"is a {kind} to {linkname!r}, through another link"
-                )
-        if member.issym() and any(
-            other == normalised or other.startswith(normalised + "/") for other in names
-        ):
-            raise UnsafeArchiveError(
-                archive, name, "is a symbolic link replacing a member extracted before it"
-            )
-
-
-def _sanitised(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    # The `data` filter's treatment of permissions and ownership, for Pythons without filters.
-    member = copy.copy(member)
-    if member.mode is not None:
-        mode = member.mode & 0o755
-        if member.isfile() or member.islnk():
-            if not mode & 0o100:
-                mode &= ~0o111
-            mode |= 0o600
-        member.mode = mode
-    member.uid, member.gid = os.getuid(), os.getgid()
-    member.uname = member.gname = ""
-    return member
-
-
-_HAS_FILTERS = hasattr(tarfile, "data_filter")
-
-
-def extract_archive(
-    archive_path: Union[str, os.PathLike], directory: Union[str, os.PathLike]
-) -> List[str]:
-    """
-    Extracts the tar archive `archive_path` into `directory`, which must not exist yet (it is
-    created), member by member, checking each one before it is written (see the module
-    docstring). Returns the normalised names of the members. On any error `directory` is
-    removed again and `UnsafeArchiveError`, `CorruptArchiveError` or `ConfigurationError` is
-    raised, naming the archive (and the member).
-    """
-    archive = os.fspath(archive_path)
-    directory = os.fspath(directory)
-    tar = open_archive(archive)
-    with tar:
-        os.makedirs(directory)
-        try:
-            return _extract_members(tar, archive, directory)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
+    if member.issparse():
+        raise UnsafeArchiveError(archive, name, "is a sparse file")
+    normalised = posixpath.normpath(name)
+    if normalised == "." and member.isdir():
+        return normalised
+    if normalised == "." or (normalised in names and not (member.isdir() and names[normalised])):
+        raise UnsafeArchiveError(archive, name, "appears twice in the archive")
+    if member.isdir() and normalised in REGULAR_MEMBERS:
+        raise UnsafeArchiveError(archive, name, "is a folder, where a regular file is expected")
+    parent = posixpath.dirname(normalised)
+    while parent and names.get(parent) is not True:
+        if parent in names or parent in REGULAR_MEMBERS:
+            raise UnsafeArchiveError(archive, name, f"is inside {parent!r}, which is a file")
+        names[parent] = True
+        parent = posixpath.dirname(parent)
+    names[normalised] = member.isdir()
+    totals[0] += 1
+    totals[1] += member.size if member.isfile() else 0
+    limits = {name: archive_limit(name) for name in _DEFAULT_LIMITS}
+    if totals[0] > limits["ELMOC_ARCHIVE_MAX_MEMBERS"]:
+        raise UnsafeArchiveError(archive, name, "is past ELMOC_ARCHIVE_MAX_MEMBERS "
+                                 f"({limits['ELMOC_ARCHIVE_MAX_MEMBERS']:,} members)")
+    if totals[1] > limits["ELMOC_ARCHIVE_MAX_BYTES"]:
+        raise UnsafeArchiveError(archive, name, f"takes the extracted size to {totals[1]:,} bytes, "
+                                 f"past ELMOC_ARCHIVE_MAX_BYTES ({limits['ELMOC_ARCHIVE_MAX_BYTES']:,})")
+    if member.isfile() and normalised.endswith(".json") and (
+        member.size > limits["ELMOC_ARCHIVE_MAX_JSON_BYTES"]
+    ):
+        raise UnsafeArchiveError(archive, name, f"has {member.size:,} bytes, past ELMOC_ARCHIVE_"
+                                 f"MAX_JSON_BYTES ({limits['ELMOC_ARCHIVE_MAX_JSON_BYTES']:,})")
+    return normalised
 
 
 def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> List[str]:
-    tar.errorlevel = 2  # every extraction problem raises (level 1 skips some silently)
-    symlinks: Set[str] = set()
-    names: Set[str] = set()
+    names: Dict[str, bool] = {}
+    totals = [0, 0]
     for member in _members(tar, archive):
-        check_member(archive, member, symlinks, names)
-        normalised = posixpath.normpath(member.name)
+        normalised = _check_member(archive, member, names, totals)
+        target = os.path.join(directory, *normalised.split("/"))
         try:
-            if _HAS_FILTERS:
-                tar.extract(member, directory, set_attrs=True, filter="data")
-            else:  # pragma: no cover  (Python < 3.11.4)
-                tar.extract(_sanitised(member), directory, numeric_owner=True)
-        except tarfile.FilterError as error:
-            raise UnsafeArchiveError(archive, member.name, str(error)) from None
+            if member.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            source = tar.extractfile(member)
+            with open(target, "xb") as handle:  # no links exist to follow
+                shutil.copyfileobj(source, handle, 1 << 20)
         except _STREAM_ERRORS as error:
             if not _is_stream_error(error):
                 raise OSError(
@@ -242,9 +229,6 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> List
             raise CorruptArchiveError(
                 archive, f"member {member.name!r} is incomplete ({_describe(error)})"
             ) from None
-        names.add(normalised)
-        if member.issym():
-            symlinks.add(normalised)
     _check_complete(tar, archive)
     return sorted(names)
 
@@ -256,7 +240,7 @@ def _check_complete(tar: tarfile.TarFile, archive: str) -> None:
     """
     fileobj = tar.fileobj
     try:
-        fileobj.seek(tar.offset)  # within the read buffer: no re-decompression
+        fileobj.seek(tar.offset)
         marker = fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
             raise CorruptArchiveError(
@@ -271,44 +255,22 @@ def _check_complete(tar: tarfile.TarFile, archive: str) -> None:
         raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
 
 
-def _members(tar: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
-    """The archive's members, turning read errors of a damaged stream into a named error."""
-    iterator = iter(tar)
-    while True:
-        try:
-            member = next(iterator)
-        except StopIteration:
-            return
-        except _STREAM_ERRORS as error:
-            if not _is_stream_error(error):
-                raise
-            raise CorruptArchiveError(
-                archive, f"truncated or corrupt ({_describe(error)})"
-            ) from None
-        yield member
-
-
-def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Optional[bytes]:
+def extract_archive(
+    archive_path: Union[str, os.PathLike], directory: Union[str, os.PathLike]
+) -> List[str]:
     """
-    The content of the regular file `name` of a tar archive, reading members only until it is
-    found (allennlp writes `config.json` first), or `None` if there is none. Nothing is
-    written to disk. A damaged archive raises `CorruptArchiveError`.
+    Extracts the tar archive `archive_path` into `directory` (created; it must not exist),
+    checking every member before it is written (see the module docstring). Returns the normalised
+    member names. On any error `directory` is removed and a `ConfigurationError` names the archive.
     """
-    archive = os.fspath(archive_path)
+    archive, directory = os.fspath(archive_path), os.fspath(directory)
     with open_archive(archive) as tar:
-        for member in _members(tar, archive):
-            if member.isfile() and posixpath.normpath(member.name) == name:
-                try:
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    return handle.read()
-                except _STREAM_ERRORS as error:
-                    if not _is_stream_error(error):
-                        raise
-                    raise CorruptArchiveError(
-                        archive, f"member {member.name!r} is incomplete ({_describe(error)})"
-                    ) from None
-    return None
+        os.makedirs(directory)
+        try:
+            return _extract_members(tar, archive, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
 
 
 # Extraction folder -> the archive it came from (what a loaded model's components can ask).
@@ -316,25 +278,13 @@ _EXTRACTED_FROM: Dict[str, str] = {}
 
 
 def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
-    """The archive that `extracted_archive` extracted into `directory`, if it did."""
+    """The archive extracted into `directory` by this module, if it was."""
     return _EXTRACTED_FROM.get(os.path.realpath(os.fspath(directory)))
 
 
-@contextlib.contextmanager
-def extracted_archive(
-    resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
-) -> Iterator[str]:
-    """
-    Extracts an archive into a new temporary folder (checking every member, see
-    `extract_archive`) and yields the folder; removes it afterwards if `cleanup`. This is the
-    signature of allennlp's `allennlp.models.archival.extracted_archive`, which `load_archive`
-    calls with `cleanup=False` (it removes the folder itself once the model is loaded); if the
-    extraction fails the folder is removed whatever `cleanup` says.
-    """
-    archive = os.fspath(resolved_archive_file)
-    tar = open_archive(archive)
-    with tar:
-        directory = tempfile.mkdtemp()
+def _extract_to_temporary_folder(archive: str) -> str:
+    with open_archive(archive) as tar:
+        directory = tempfile.mkdtemp(prefix="elmoc-archive-")
         logger.info("extracting archive file %s to temp dir %s", archive, directory)
         try:
             _extract_members(tar, archive, directory)
@@ -342,8 +292,166 @@ def extracted_archive(
             shutil.rmtree(directory, ignore_errors=True)
             raise
     _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
+    return directory
+
+
+@contextlib.contextmanager
+def extracted_archive(
+    resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
+) -> Iterator[str]:
+    """
+    The signature of allennlp's `allennlp.models.archival.extracted_archive` (which
+    `load_archive` calls with `cleanup=False`, removing the folder itself): extracts into a new
+    temporary folder with `extract_archive`'s checks and yields it.
+    """
+    directory = _extract_to_temporary_folder(os.fspath(resolved_archive_file))
     try:
         yield directory
     finally:
         if cleanup:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+class ExtractedArchive:
+    """
+    An archive (or a serialization directory) opened by `read_archive`: `directory` holds its
+    members; `config` is its `config.json` read by `read_config`.
+    """
+
+    def __init__(self, archive: str, directory: Path) -> None:
+        self.archive = archive
+        self.directory = directory
+        self.config = read_config(directory, archive)
+
+    def member(self, name: str) -> Optional[Path]:
+        """The regular file `name` of the archive, or `None` if it has none."""
+        path = self.directory.joinpath(*name.split("/"))
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return None
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(f"Model archive {self.archive}: {name} is not a regular file")
+        return path
+
+
+_OPENED: Dict[Tuple, ExtractedArchive] = {}
+
+
+def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
+    """
+    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once per
+    process. `name` is how errors call it (default: the path).
+    """
+    path = os.fspath(archive_path)
+    name = name or path
+    if os.path.isdir(path):
+        return ExtractedArchive(name, Path(path))
+    try:
+        status = os.stat(path)
+    except OSError:
+        raise ConfigurationError(f"Model archive {name} does not exist") from None
+    key = (os.path.realpath(path), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _OPENED:
+        directory = _extract_to_temporary_folder(path)
+        try:
+            _OPENED[key] = ExtractedArchive(name, Path(directory))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+    return _OPENED[key]
+
+
+@atexit.register
+def _remove_extracted() -> None:
+    for opened in _OPENED.values():
+        shutil.rmtree(opened.directory, ignore_errors=True)
+    _OPENED.clear()
+
+
+def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Optional[bytes]:
+    """The content of the regular file `name` of an archive (`read_archive`), or `None`."""
+    path = read_archive(archive_path).member(name)
+    return None if path is None else path.read_bytes()
+
+
+# ---------------------------------------------------------------------- configs
+
+
+def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
+    if isinstance(config, dict):
+        for name, value in config.items():
+            path = f"{prefix}.{name}" if prefix else str(name)
+            if name == key and not isinstance(value, (dict, list)):
+                yield path, value
+            else:
+                yield from find_keys(value, key, path)
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            yield from find_keys(value, key, f"{prefix}.{index}")
+
+
+def _refuse_constant(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def read_config(
+    directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
+) -> Dict[str, Any]:
+    """
+    The strict-JSON config `member` of an extracted archive (or serialization directory), its
+    types checked by `check_config_types`; a `ConfigurationError` names `archive` and `member`.
+    """
+    path = Path(directory, *member.split("/"))
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        raise ConfigurationError(
+            f"Model archive {archive} has no {member}: it is not a model archive written by "
+            "`allennlp train`"
+        ) from None
+    limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
+    if not stat.S_ISREG(mode):
+        raise ConfigurationError(f"Model archive {archive}: {member} is not a regular file")
+    if os.path.getsize(path) > limit:
+        raise ConfigurationError(
+            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
+        )
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ConfigurationError(
+            f"The {member} of model archive {archive} is not JSON ({_describe(error)[:200]}); "
+            "a config inside an archive is read as strict JSON, never as jsonnet"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
+    check_config_types(config, f"{archive} ({member})")
+    return config
+
+
+def check_config_types(config: Dict[str, Any], source: str) -> None:
+    """
+    Every dotted `"type"` of a config from an archive must be a registered name or a class of a
+    module already in `sys.modules`: otherwise a `ConfigurationError` names `source`, the key and
+    the type, before anything is imported.
+    """
+    from allennlp.common.registrable import Registrable
+
+    registered = None
+    for key, value in find_keys(config, "type"):
+        if not isinstance(value, str) or "." not in value:
+            continue
+        if registered is None:
+            registered = {name for names in Registrable._registry.values() for name in names}
+        if value in registered:
+            continue
+        module_name, _, attribute = value.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None or not isinstance(getattr(module, attribute, None), type):
+            raise ConfigurationError(
+                f"{source}: {key} is {value!r}, which is neither a registered name nor a class of "
+                "an imported module. Names in an archive are never imported: import the package "
+                "yourself (--include-package) if you trust it."
+            )

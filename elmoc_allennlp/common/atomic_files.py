@@ -20,6 +20,11 @@ import torch
 
 from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover  (Windows: no lock, every partial file counts as stale)
+    fcntl = None  # type: ignore[assignment]
+
 logger = logging.getLogger(__name__)
 
 PARTIAL_MARKER = ".partial-"
@@ -47,6 +52,10 @@ def _fsync_directory(directory: str) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+def _lock(handle, operation: int) -> None:
+    fcntl.flock(handle.fileno(), operation)
 
 
 def partial_path(path: Union[str, PathLike]) -> str:
@@ -86,7 +95,10 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
         if full is None:
             raise
         raise disk_full_error(path, full) from None
+    lock = open(temporary, "rb")
     try:
+        if fcntl:  # held while writing: `remove_stale_partial_files` leaves the file alone
+            _lock(lock, fcntl.LOCK_EX)
         yield temporary
         commit_partial(temporary, path)
     except BaseException as error:
@@ -95,6 +107,7 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
             raise
         raise disk_full_error(path, full) from None
     finally:
+        lock.close()
         if os.path.exists(temporary):
             os.remove(temporary)
 
@@ -132,12 +145,16 @@ def remove_stale_partial_files(
     """
     Deletes the temporary files that writers killed mid-write left in `directory` (not in its
     subdirectories) and returns their paths: all of them, or only those of the file named
-    `for_file`. Only call it when nothing else is writing (that file) there.
+    `for_file`. A file whose writer still runs (it holds the `flock` that `atomic_path` takes)
+    is left alone.
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
         try:
+            if fcntl:  # a writer that is still running holds its lock: not stale
+                with open(path, "rb") as handle:
+                    _lock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.remove(path)
             removed.append(path)
         except OSError:

@@ -142,7 +142,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
                 f"The weights being loaded have a corrupt {VECTORS_RECORD_KEY} ({error})"
             ) from None
         current = self._vectors.fingerprint
-        if saved_fingerprint == current:
+        if self._vectors.matches_fingerprint(saved_fingerprint):
             return
         message = (
             f"These weights were trained with the fastText model {saved_path} (fingerprint "
