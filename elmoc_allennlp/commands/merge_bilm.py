@@ -300,7 +300,30 @@ def merge_bilm_archives(
         raise ConfigurationError(
             f"{output_file} (--output-file) exists; give --force to overwrite it"
         )
-    forward, backward = read_archive(forward_archive), read_archive(backward_archive)
+    forward = read_archive(forward_archive)
+    try:
+        backward = read_archive(backward_archive)
+    except BaseException:
+        forward.release()
+        raise
+    try:
+        merged_state = _merge(forward, backward, forward_archive, backward_archive, output_file)
+    finally:  # a one-off command: its extractions are not needed afterwards
+        forward.release()
+        backward.release()
+    if verify:
+        _verify_archive(output_file, merged_state)
+    logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
+    return output_file
+
+
+def _merge(
+    forward: ExtractedArchive,
+    backward: ExtractedArchive,
+    forward_archive: str,
+    backward_archive: str,
+    output_file: str,
+) -> Dict[str, torch.Tensor]:
     forward_config = _read_run_config(forward, forward_archive, "forward")
     backward_config = _read_run_config(backward, backward_archive, "backward")
     _check_same_model(
@@ -315,10 +338,7 @@ def merge_bilm_archives(
         states.append(load_tensors(str(weights)))
     merged_state = merge_bilm_state_dicts(*states, forward_archive, backward_archive)
     _write_archive(_merged_config(forward_config), merged_state, forward.directory, output_file)
-    if verify:
-        _verify_archive(output_file, merged_state)
-    logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
-    return output_file
+    return merged_state
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -17,7 +17,8 @@ biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive
   already imported: a name from an archive never causes an import (`check_config_types`).
 
 `read_archive` extracts an archive once per process (cached by its path, size, inode and
-modification time) into a temporary folder removed at exit.
+modification time) into a temporary folder removed at exit, or when the last of its users whose
+work failed `release`s it.
 """
 import atexit
 import contextlib
@@ -178,10 +179,10 @@ def _check_member(
     normalised = posixpath.normpath(name)
     if normalised == "." and member.isdir():
         return normalised
-    if normalised == "." or (normalised in names and not (member.isdir() and names[normalised])):
-        raise UnsafeArchiveError(archive, name, "appears twice in the archive")
     if member.isdir() and normalised in REGULAR_MEMBERS:
         raise UnsafeArchiveError(archive, name, "is a folder, where a regular file is expected")
+    if normalised == "." or (normalised in names and not (member.isdir() and names[normalised])):
+        raise UnsafeArchiveError(archive, name, "appears twice in the archive")
     parent = posixpath.dirname(normalised)
     while parent and names.get(parent) is not True:
         if parent in names or parent in REGULAR_MEMBERS:
@@ -318,10 +319,19 @@ class ExtractedArchive:
     members; `config` is its `config.json` read by `read_config`.
     """
 
-    def __init__(self, archive: str, directory: Path) -> None:
+    def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
         self.directory = directory
         self.config = read_config(directory, archive)
+        self._key = key
+        self._users = 0
+
+    def release(self) -> None:
+        """For a user whose work with the archive failed: the last one removes the folder."""
+        self._users -= 1
+        if self._key is not None and self._users <= 0:
+            _OPENED.pop(self._key, None)
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def member(self, name: str) -> Optional[Path]:
         """The regular file `name` of the archive, or `None` if it has none."""
@@ -346,7 +356,7 @@ def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = No
     path = os.fspath(archive_path)
     name = name or path
     if os.path.isdir(path):
-        return ExtractedArchive(name, Path(path))
+        return ExtractedArchive(name, Path(path))  # a serialization directory: nothing to remove
     try:
         status = os.stat(path)
     except OSError:
@@ -355,15 +365,17 @@ def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = No
     if key not in _OPENED:
         directory = _extract_to_temporary_folder(path)
         try:
-            _OPENED[key] = ExtractedArchive(name, Path(directory))
+            _OPENED[key] = ExtractedArchive(name, Path(directory), key)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+    _OPENED[key]._users += 1
     return _OPENED[key]
 
 
 @atexit.register
-def _remove_extracted() -> None:
+def remove_extracted_archives() -> None:
+    """Removes every folder `read_archive` extracted (at exit; tests call it between cases)."""
     for opened in _OPENED.values():
         shutil.rmtree(opened.directory, ignore_errors=True)
     _OPENED.clear()
@@ -433,10 +445,11 @@ def read_config(
 
 def check_config_types(config: Dict[str, Any], source: str) -> None:
     """
-    Every dotted `"type"` of a config from an archive must be a registered name or a class of a
-    module already in `sys.modules`: otherwise a `ConfigurationError` names `source`, the key and
+    Every dotted `"type"` of a config from an archive must be a registered name or a `FromParams`
+    class of a module already in `sys.modules`: otherwise a `ConfigurationError` names `source`, the key and
     the type, before anything is imported.
     """
+    from allennlp.common.from_params import FromParams
     from allennlp.common.registrable import Registrable
 
     registered = None
@@ -448,10 +461,10 @@ def check_config_types(config: Dict[str, Any], source: str) -> None:
         if value in registered:
             continue
         module_name, _, attribute = value.rpartition(".")
-        module = sys.modules.get(module_name)
-        if module is None or not isinstance(getattr(module, attribute, None), type):
+        found = getattr(sys.modules.get(module_name), attribute, None)
+        if not (isinstance(found, type) and issubclass(found, FromParams)):
             raise ConfigurationError(
-                f"{source}: {key} is {value!r}, which is neither a registered name nor a class of "
-                "an imported module. Names in an archive are never imported: import the package "
-                "yourself (--include-package) if you trust it."
+                f"{source}: {key} is {value!r}, which is neither a registered name nor a "
+                "component class of an imported module. Names in an archive are never imported: "
+                "import the package yourself (--include-package) if you trust it."
             )

@@ -75,6 +75,13 @@ class ElmocArchive:
                 f"path resolves against the working directory, {os.getcwd()})"
             ) from None
         self.config = self._read_config()
+        try:
+            self._describe(vectors_path)
+        except BaseException:
+            self.extracted.release()  # nothing of a refused archive stays in the temp folder
+            raise
+
+    def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model_type()
         # The text field key of the biLM's input and its kind (fastText, characters or pieces).
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
@@ -274,9 +281,13 @@ class ElmocArchive:
         if allow_different_vectors and self.input_kind == FASTTEXT_INPUT:
             embedders = "model.text_field_embedder.token_embedders"
             overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
-        archive = load_archive(
-            str(self.extracted.directory), cuda_device=cuda_device, overrides=overrides
-        )
+        try:
+            archive = load_archive(
+                str(self.extracted.directory), cuda_device=cuda_device, overrides=overrides
+            )
+        except BaseException:
+            self.extracted.release()
+            raise
         return archive.model, archive.dataset_reader
 
 
