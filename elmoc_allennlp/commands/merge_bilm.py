@@ -300,17 +300,8 @@ def merge_bilm_archives(
         raise ConfigurationError(
             f"{output_file} (--output-file) exists; give --force to overwrite it"
         )
-    forward = read_archive(forward_archive)
-    try:
-        backward = read_archive(backward_archive)
-    except BaseException:
-        forward.release()
-        raise
-    try:
-        merged_state = _merge(forward, backward, forward_archive, backward_archive, output_file)
-    finally:  # a one-off command: its extractions are not needed afterwards
-        forward.release()
-        backward.release()
+    forward, backward = read_archive(forward_archive), read_archive(backward_archive)
+    merged_state = _merge(forward, backward, forward_archive, backward_archive, output_file)
     if verify:
         _verify_archive(output_file, merged_state)
     logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)

@@ -7,7 +7,8 @@ biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive
   `allennlp train` writes them. Refused, naming the archive and member, before anything is written
   for that member: absolute names, `..` components, symbolic and hard links, devices, FIFOs,
   sparse members, duplicate names (or a member inside a file), more than `ELMOC_ARCHIVE_MAX_MEMBERS`
-  members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) and a
+  members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) or,
+  past 1 GiB, more than `ELMOC_ARCHIVE_MAX_RATIO` (default 100) times the archive's size, and a
   `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json`,
   `weights.th` and `meta.json` must be regular files. Every check is linear in the members. A
   damaged archive is a `CorruptArchiveError`; after any failure the folder is gone.
@@ -45,8 +46,15 @@ REGULAR_MEMBERS = ("config.json", "weights.th", "meta.json")
 _DEFAULT_LIMITS = {
     "ELMOC_ARCHIVE_MAX_MEMBERS": 100_000,
     "ELMOC_ARCHIVE_MAX_BYTES": 64 << 30,
+    "ELMOC_ARCHIVE_MAX_RATIO": 100,
     "ELMOC_ARCHIVE_MAX_JSON_BYTES": 16 << 20,
 }
+
+_LIMIT_NAMES = (
+    "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
+    "bytes extracted, past ELMOC_ARCHIVE_MAX_BYTES or ELMOC_ARCHIVE_MAX_RATIO times the archive",
+    "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
+)
 
 # Errors the compressed-stream readers raise on truncated or damaged data.
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
@@ -58,25 +66,25 @@ except ImportError:  # pragma: no cover  (a Python built without lzma)
     pass
 
 
-def _is_stream_error(error: BaseException) -> bool:
-    # An OSError with an errno is the file system's (disk full, permissions), not the data's.
-    return isinstance(error, _STREAM_ERRORS) and not (
-        isinstance(error, OSError) and error.errno is not None
-    )
+@contextlib.contextmanager
+def _damage_named(archive: str, what: str = "") -> Iterator[None]:
+    """Turns the errors of a truncated or damaged stream into a `CorruptArchiveError`."""
+    try:
+        yield
+    except _STREAM_ERRORS as error:
+        # An OSError with an errno is the file system's (disk full, permissions), not the data's.
+        if isinstance(error, OSError) and error.errno is not None:
+            raise
+        text = f"{type(error).__name__}: {error}".splitlines()[0].rstrip(": ")
+        raise CorruptArchiveError(archive, f"{what}truncated or corrupt ({text})") from None
 
 
 def archive_limit(variable: str) -> int:
     """The limit `variable` (see the module docstring): the environment's value, else the default."""
-    value = os.environ.get(variable)
-    if not value:
-        return _DEFAULT_LIMITS[variable]
-    try:
-        limit = int(value)
-    except ValueError:
-        limit = 0
-    if limit <= 0:
+    value = os.environ.get(variable) or str(_DEFAULT_LIMITS[variable])
+    if not value.isdigit() or int(value) == 0:
         raise ConfigurationError(f"{variable} must be a positive integer, got {value!r}")
-    return limit
+    return int(value)
 
 
 class UnsafeArchiveError(ConfigurationError):
@@ -103,54 +111,31 @@ class CorruptArchiveError(ConfigurationError):
         )
 
 
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
     """
     `tarfile.open(archive_path, "r:*")`, with a `ConfigurationError` naming the file when it is
-    missing, not a regular file (a folder, a FIFO), unreadable or not a (compressed) tar archive.
+    missing, not a regular file (a folder, a FIFO), empty or not a (compressed) tar archive.
     """
     archive = os.fspath(archive_path)
     try:
-        mode = os.stat(archive).st_mode
+        status = os.stat(archive)
     except OSError:
         raise ConfigurationError(f"Model archive {archive} does not exist") from None
-    if not stat.S_ISREG(mode):
-        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+    if not stat.S_ISREG(status.st_mode):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
         raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
-    if os.path.getsize(archive) == 0:
+    if status.st_size == 0:
         raise CorruptArchiveError(archive, "the file is empty")
-    try:
+    with _damage_named(archive, "not a tar archive, or "):
         return tarfile.open(archive, "r:*")
-    except _STREAM_ERRORS as error:
-        if not _is_stream_error(error):
-            raise ConfigurationError(f"Model archive {archive} cannot be opened ({error})") from None
-        problem = _describe(error).splitlines()[0].rstrip(":")
-        raise CorruptArchiveError(
-            archive, f"not a tar archive, or truncated or corrupt ({problem})"
-        ) from None
-
-
-def _members(tar: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
-    """The archive's members, turning read errors of a damaged stream into a named error."""
-    iterator = iter(tar)
-    while True:
-        try:
-            member = next(iterator)
-        except StopIteration:
-            return
-        except _STREAM_ERRORS as error:
-            if not _is_stream_error(error):
-                raise
-            raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
-        yield member
 
 
 def _check_member(
-    archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int]
+    archive: str,
+    member: tarfile.TarInfo,
+    names: Dict[str, bool],
+    totals: List[int],
+    limits: Tuple[int, int, int],
 ) -> str:
     """
     The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and
@@ -192,86 +177,73 @@ def _check_member(
     names[normalised] = member.isdir()
     totals[0] += 1
     totals[1] += member.size if member.isfile() else 0
-    limits = {name: archive_limit(name) for name in _DEFAULT_LIMITS}
-    if totals[0] > limits["ELMOC_ARCHIVE_MAX_MEMBERS"]:
-        raise UnsafeArchiveError(archive, name, "is past ELMOC_ARCHIVE_MAX_MEMBERS "
-                                 f"({limits['ELMOC_ARCHIVE_MAX_MEMBERS']:,} members)")
-    if totals[1] > limits["ELMOC_ARCHIVE_MAX_BYTES"]:
-        raise UnsafeArchiveError(archive, name, f"takes the extracted size to {totals[1]:,} bytes, "
-                                 f"past ELMOC_ARCHIVE_MAX_BYTES ({limits['ELMOC_ARCHIVE_MAX_BYTES']:,})")
-    if member.isfile() and normalised.endswith(".json") and (
-        member.size > limits["ELMOC_ARCHIVE_MAX_JSON_BYTES"]
-    ):
-        raise UnsafeArchiveError(archive, name, f"has {member.size:,} bytes, past ELMOC_ARCHIVE_"
-                                 f"MAX_JSON_BYTES ({limits['ELMOC_ARCHIVE_MAX_JSON_BYTES']:,})")
+    json_bytes = member.size if normalised.endswith(".json") else 0
+    for value, limit, what in zip((*totals, json_bytes), limits, _LIMIT_NAMES):
+        if value > limit:
+            raise UnsafeArchiveError(archive, name, f"makes {value:,} {what} ({limit:,})")
     return normalised
 
 
-def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> List[str]:
+def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None:
     names: Dict[str, bool] = {}
     totals = [0, 0]
-    for member in _members(tar, archive):
-        normalised = _check_member(archive, member, names, totals)
+    # Weights hardly compress: a far larger expansion is a decompression bomb.
+    ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * os.path.getsize(archive))
+    limits = (
+        archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
+        min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
+        archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
+    )
+    members = iter(tar)
+    while True:
+        with _damage_named(archive):
+            member = next(members, None)
+        if member is None:
+            break
+        normalised = _check_member(archive, member, names, totals, limits)
         target = os.path.join(directory, *normalised.split("/"))
-        try:
-            if member.isdir():
-                os.makedirs(target, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            source = tar.extractfile(member)
-            with open(target, "xb") as handle:  # no links exist to follow
-                shutil.copyfileobj(source, handle, 1 << 20)
-        except _STREAM_ERRORS as error:
-            if not _is_stream_error(error):
-                raise OSError(
-                    error.errno, f"extracting member {member.name!r} of model archive {archive} "
-                    f"into {directory}: {error.strerror}"
-                ) from error
-            raise CorruptArchiveError(
-                archive, f"member {member.name!r} is incomplete ({_describe(error)})"
-            ) from None
-    _check_complete(tar, archive)
-    return sorted(names)
-
-
-def _check_complete(tar: tarfile.TarFile, archive: str) -> None:
-    """
-    `tarfile` ends its member list silently at a cut or damaged header: a complete archive ends
-    with the end-of-archive marker (two zero blocks), and a compressed one with its checksum.
-    """
-    fileobj = tar.fileobj
-    try:
-        fileobj.seek(tar.offset)
-        marker = fileobj.read(2 * tarfile.BLOCKSIZE)
+        os.makedirs(target if member.isdir() else os.path.dirname(target), exist_ok=True)
+        if member.isfile():
+            with _damage_named(archive, f"member {member.name!r} is "), open(target, "xb") as out:
+                shutil.copyfileobj(tar.extractfile(member), out, 1 << 20)  # no links to follow
+    # `tarfile` ends its member list silently at a cut or damaged header: a complete archive
+    # ends with the end-of-archive marker (two zero blocks), a compressed one with its checksum.
+    with _damage_named(archive):
+        tar.fileobj.seek(tar.offset)
+        marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
             raise CorruptArchiveError(
                 archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data (no "
                 "end-of-archive marker there)"
             )
-        while fileobj.read(1 << 20):  # the rest of the stream: checks a compressed one's CRC
+        while tar.fileobj.read(1 << 20):
             pass
-    except _STREAM_ERRORS as error:
-        if not _is_stream_error(error):
-            raise
-        raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
 
 
 def extract_archive(
-    archive_path: Union[str, os.PathLike], directory: Union[str, os.PathLike]
-) -> List[str]:
+    archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
+) -> str:
     """
-    Extracts the tar archive `archive_path` into `directory` (created; it must not exist),
-    checking every member before it is written (see the module docstring). Returns the normalised
-    member names. On any error `directory` is removed and a `ConfigurationError` names the archive.
+    Extracts the tar archive `archive_path` into `directory` (created: it must not exist) or a
+    new temporary folder, checking every member before it is written (see the module
+    docstring), and returns the folder. On any error the folder is removed and a
+    `ConfigurationError` names the archive.
     """
-    archive, directory = os.fspath(archive_path), os.fspath(directory)
+    archive = os.fspath(archive_path)
     with open_archive(archive) as tar:
-        os.makedirs(directory)
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="elmoc-archive-")
+        else:
+            os.makedirs(directory)
+        directory = os.fspath(directory)
+        logger.info("extracting archive file %s to %s", archive, directory)
         try:
-            return _extract_members(tar, archive, directory)
+            _extract_members(tar, archive, directory)
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
+    _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
+    return directory
 
 
 # Extraction folder -> the archive it came from (what a loaded model's components can ask).
@@ -283,19 +255,6 @@ def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
     return _EXTRACTED_FROM.get(os.path.realpath(os.fspath(directory)))
 
 
-def _extract_to_temporary_folder(archive: str) -> str:
-    with open_archive(archive) as tar:
-        directory = tempfile.mkdtemp(prefix="elmoc-archive-")
-        logger.info("extracting archive file %s to temp dir %s", archive, directory)
-        try:
-            _extract_members(tar, archive, directory)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-    _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
-    return directory
-
-
 @contextlib.contextmanager
 def extracted_archive(
     resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
@@ -305,7 +264,7 @@ def extracted_archive(
     `load_archive` calls with `cleanup=False`, removing the folder itself): extracts into a new
     temporary folder with `extract_archive`'s checks and yields it.
     """
-    directory = _extract_to_temporary_folder(os.fspath(resolved_archive_file))
+    directory = extract_archive(resolved_archive_file)
     try:
         yield directory
     finally:
@@ -335,14 +294,18 @@ class ExtractedArchive:
 
     def member(self, name: str) -> Optional[Path]:
         """The regular file `name` of the archive, or `None` if it has none."""
-        path = self.directory.joinpath(*name.split("/"))
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            return None
-        if not stat.S_ISREG(mode):
-            raise ConfigurationError(f"Model archive {self.archive}: {name} is not a regular file")
-        return path
+        return _regular_file(self.directory, name, self.archive)
+
+
+def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -> Optional[Path]:
+    path = Path(directory, *name.split("/"))
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise ConfigurationError(f"Model archive {archive}: {name} is not a regular file")
+    return path
 
 
 _OPENED: Dict[Tuple, ExtractedArchive] = {}
@@ -363,7 +326,7 @@ def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = No
         raise ConfigurationError(f"Model archive {name} does not exist") from None
     key = (os.path.realpath(path), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
     if key not in _OPENED:
-        directory = _extract_to_temporary_folder(path)
+        directory = extract_archive(path)
         try:
             _OPENED[key] = ExtractedArchive(name, Path(directory), key)
         except BaseException:
@@ -415,27 +378,25 @@ def read_config(
     The strict-JSON config `member` of an extracted archive (or serialization directory), its
     types checked by `check_config_types`; a `ConfigurationError` names `archive` and `member`.
     """
-    path = Path(directory, *member.split("/"))
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
+    path = _regular_file(directory, member, archive)
+    if path is None:
         raise ConfigurationError(
             f"Model archive {archive} has no {member}: it is not a model archive written by "
             "`allennlp train`"
-        ) from None
+        )
     limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
-    if not stat.S_ISREG(mode):
-        raise ConfigurationError(f"Model archive {archive}: {member} is not a regular file")
     if os.path.getsize(path) > limit:
         raise ConfigurationError(
-            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
+            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES "
+            f"({limit:,})"
         )
     try:
         config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise ConfigurationError(
-            f"The {member} of model archive {archive} is not JSON ({_describe(error)[:200]}); "
-            "a config inside an archive is read as strict JSON, never as jsonnet"
+            f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
+            f"{str(error)[:200]}); a config inside an archive is read as strict JSON, never as "
+            "jsonnet"
         ) from None
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")

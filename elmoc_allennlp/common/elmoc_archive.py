@@ -186,17 +186,10 @@ class ElmocArchive:
     def _candidates(self, recorded: str) -> List[Path]:
         recorded_path = Path(recorded).expanduser()
         candidates = [recorded_path]
-        parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
         if not recorded_path.is_absolute():
             candidates.extend(base / recorded_path for base in self._archive_directories())
-        for count in range(1, min(_MAX_RELATIVE_COMPONENTS, len(parts)) + 1):
-            for base in self._archive_directories():
-                candidates.append(base.joinpath(*parts[-count:]))
-        unique: List[Path] = []
-        for candidate in candidates:
-            if candidate not in unique:
-                unique.append(candidate)
-        return unique
+        candidates += relative_candidates(recorded, self._archive_directories())
+        return list(dict.fromkeys(candidates))
 
     def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
         """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
@@ -289,6 +282,17 @@ class ElmocArchive:
             self.extracted.release()
             raise
         return archive.model, archive.dataset_reader
+
+
+def relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
+    """The last one, two and three components of `recorded` under each of `directories`."""
+    recorded_path = Path(recorded).expanduser()
+    parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
+    return list(dict.fromkeys(
+        directory.joinpath(*parts[-count:])
+        for count in range(1, min(_MAX_RELATIVE_COMPONENTS, len(parts)) + 1)
+        for directory in directories
+    ))
 
 
 def same_fasttext_model(first: Union[str, os.PathLike], second: Union[str, os.PathLike]) -> bool:
