@@ -46,6 +46,7 @@ from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
+from elmoc_allennlp.common.disk_full import quiet_full_log_files
 
 logger = logging.getLogger(__name__)
 
@@ -197,6 +198,7 @@ def embed_file(
             "device(s); use -1 for the CPU"
         )
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
+    quiet_full_log_files()  # a full disk: one message, not a traceback per log record
     sentences = read_sentences(input_file)
     if embedder is None:
         embedder = ElmocEmbedder(
@@ -219,6 +221,7 @@ def embed_file(
                 vectors = embedder.embed_batch([line.split() for _, line in batch], output)
                 for (index, _), array in zip(batch, vectors):
                     hdf5.create_dataset(str(index), data=array)
+                hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
             if not forget_sentences:
                 sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
                 hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
