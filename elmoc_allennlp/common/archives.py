@@ -9,8 +9,8 @@ biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive
   sparse members, duplicate names (or a member inside a file), more than `ELMOC_ARCHIVE_MAX_MEMBERS`
   members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) or,
   past 1 GiB, more than `ELMOC_ARCHIVE_MAX_RATIO` (default 100) times the archive's size, and a
-  `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json`,
-  `weights.th` and `meta.json` must be regular files. Every check is linear in the members. A
+  `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json` and
+  `weights.th` must be regular files, `vocabulary/` a folder, `meta.json` (if any) a JSON object. Every check is linear in the members. A
   damaged archive is a `CorruptArchiveError`; after any failure the folder is gone.
 * **Configs** (`read_config`, for an archive's `config.json` and a carried
   `elmoc_bilm/<key>/config.json`): strict JSON read with `json` (never jsonnet, so no imports and
@@ -218,6 +218,14 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             )
         while tar.fileobj.read(1 << 20):
             pass
+    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary", True)):
+        if names.get(required) is not is_folder:
+            raise ConfigurationError(
+                f"Model archive {archive} has no {required}{'/' if is_folder else ''}: it is not "
+                "a model archive written by `allennlp train`"
+            )
+    if "meta.json" in names:
+        read_config(directory, archive, "meta.json")
 
 
 def extract_archive(
@@ -400,6 +408,8 @@ def read_config(
         ) from None
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
+    if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
     check_config_types(config, f"{archive} ({member})")
     return config
 

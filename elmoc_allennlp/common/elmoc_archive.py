@@ -124,12 +124,7 @@ class ElmocArchive:
     def _read_config(self) -> Dict[str, Any]:
         # Extracted once per process and checked (`elmoc_allennlp.common.archives`).
         self.extracted = read_archive(self.local_path, self.archive_file)
-        config = self.extracted.config
-        if not isinstance(config.get("model"), dict):
-            raise ConfigurationError(
-                f"The config.json of ELMo-C archive {self.archive_file} has no model section"
-            )
-        return config
+        return self.extracted.config
 
     def _check_model_type(self) -> None:
         from allennlp.models import Model

@@ -365,10 +365,10 @@ def _archive_config(sandbox) -> Dict:
         return json.load(tar.extractfile("config.json"))
 
 
-def _config_archive_call(sandbox, config, loader: str = "load_archive", **changes):
+def _config_archive_call(sandbox, config, loader: str = "load_archive", extra=(), **changes):
     """`loader` on a copy of the tiny archive whose `config.json` is `config` (dict or bytes)."""
-    path = write_archive(sandbox.archive, sandbox.root / "crafted.tar.gz", [], config=config,
-                         **changes)
+    path = write_archive(sandbox.archive, sandbox.root / "crafted.tar.gz", list(extra),
+                         config=config, **changes)
     sandbox.paths["archive"] = str(path)
     if loader == "ElmocEmbedder":
         from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
@@ -410,8 +410,33 @@ for _name, (_config, _words) in _ARCHIVE_CONFIG_CASES.items():
                 sandbox, config(sandbox), loader))
 
 
-case("archive-without-config", ConfigurationError, "{archive}", "has no config.json")(
-    lambda sandbox: _config_archive_call(sandbox, None, drop=("config.json",)))
+def _vocabulary_members(sandbox) -> Tuple[str, ...]:
+    with tarfile.open(sandbox.archive) as tar:
+        return tuple(name for name in tar.getnames() if name.split("/")[0] == "vocabulary")
+
+
+for _loader in ("load_archive", "ElmocEmbedder"):
+    case(f"archive-without-config-{_loader}", ConfigurationError, "{archive}",
+         "has no config.json")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=("config.json",)))
+    case(f"archive-without-weights-{_loader}", ConfigurationError, "{archive}",
+         "has no weights.th")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=("weights.th",)))
+    case(f"archive-without-vocabulary-{_loader}", ConfigurationError, "{archive}",
+         "has no vocabulary/")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=_vocabulary_members(sandbox)))
+    case(f"archive-config-without-model-{_loader}", ConfigurationError, "{archive}",
+         "config.json", "has no model section")(
+        lambda sandbox, loader=_loader: _config_archive_call(
+            sandbox, {"dataset_reader": {"type": "elmoc_lm_corpus"}}, loader))
+
+
+@case("archive-meta-not-json", ConfigurationError, "{archive}", "meta.json", "is not JSON")
+def _bad_meta(sandbox):
+    from tests.bad_input.conftest import _file
+
+    return _config_archive_call(sandbox, None, drop=("meta.json",),
+                                extra=[_file("meta.json", b"{not json")])
 
 
 def _limited(variable: str, value: str, loader: str = "load_archive"):
