@@ -292,6 +292,7 @@ class ExtractedArchive:
         self.config = read_config(directory, archive)
         self._key = key
         self._users = 0
+        self.pid = os.getpid()
 
     def release(self) -> None:
         """For a user whose work with the archive failed: the last one removes the folder."""
@@ -348,7 +349,8 @@ def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = No
 def remove_extracted_archives() -> None:
     """Removes every folder `read_archive` extracted (at exit; tests call it between cases)."""
     for opened in _OPENED.values():
-        shutil.rmtree(opened.directory, ignore_errors=True)
+        if opened.pid == os.getpid():  # not a forked child's: the parent still uses them
+            shutil.rmtree(opened.directory, ignore_errors=True)
     _OPENED.clear()
 
 
