@@ -222,14 +222,9 @@ def open_bilm(
     are loaded next); otherwise it is loaded from `archive_file` and, if `serialization_dir` is
     given (`allennlp train`), its copy is written there to travel with the downstream archive.
     """
-    carried = _find_carried(serialization_dir, archive_file)
-    if carried is not None:
-        archive = _read_carried(carried, os.fspath(archive_file), vectors_path, serialization_dir)
-        model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
-        return archive, model, reader
-    archive = ElmocArchive.read(archive_file, vectors_path_override(vectors_path))
+    archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
     model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
-    if serialization_dir is not None:
+    if serialization_dir is not None and not isinstance(archive, CarriedElmocArchive):
         carry_bilm(serialization_dir, archive_file, archive, model.vocab)
     return archive, model, reader
 

@@ -1322,6 +1322,26 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
         assert not marker.exists()
 
 
+def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
+    """The reported case: `"type": "this.Zen"` printed the Zen of Python under `allennlp predict
+    ... --include-package elmoc_allennlp`. Now: an error naming the archive, key and type."""
+    config = _with_model_type(sandbox, "this.Zen")
+    archive = write_archive(sandbox.archive, sandbox.root / "zen.tar.gz", [], config=config)
+    lines = sandbox.root / "input.jsonl"
+    lines.write_text(_GOOD_LINE + "\n")
+    allennlp = Path(sys.executable).with_name("allennlp")
+    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(sandbox.root / "tmp"))
+    result = subprocess.run(
+        command + ["predict", str(archive), str(lines), "--include-package", "elmoc_allennlp"],
+        cwd=sandbox.root, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Beautiful is better than ugly" not in result.stdout + result.stderr
+    assert f"{archive} (config.json): model.type is 'this.Zen'" in result.stderr
+    assert list((sandbox.root / "tmp").iterdir()) == []
+
+
 def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_path):
     """`allennlp evaluate ARCHIVE ... --include-package elmoc_allennlp` in a fresh process."""
     archive = tmp_path / "model.tar.gz"
