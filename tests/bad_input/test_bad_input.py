@@ -901,6 +901,15 @@ def _embed_folder_input(sandbox):
     return lambda: embed_file(str(sandbox.archive), str(folder), str(sandbox.root / "out.hdf5"))
 
 
+@case("elmoc-embed-output-folder-not-writable", ConfigurationError, "not writable",
+      absent=("locked/out.hdf5",))
+def _embed_unwritable(sandbox):
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere")
+    (sandbox.root / "locked").mkdir(mode=0o500)
+    return _embed_call(sandbox, output="locked/out.hdf5")
+
+
 @case("elmoc-embed-cuda-device-without-cuda", ConfigurationError, "--cuda-device 0",
       absent=("out.hdf5",))
 def _embed_cuda(sandbox):
@@ -1098,6 +1107,21 @@ def _wrong_elmoc_dim(sandbox):
     from allennlp.commands.train import train_model_from_file
 
     environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_DIM="1024")
+
+    def run():
+        with _environment(environment):
+            train_model_from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+                                  str(sandbox.root / "run"))
+
+    return run
+
+
+@case("config-wrong-ELMOC_FASTTEXT_DIM", ConfigurationError, "ELMOC_FASTTEXT_DIM", "is 300",
+      "{fasttext}", "has 16 dimensions", unchanged=(), absent=("run/model.tar.gz",))
+def _wrong_fasttext_dim(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_FASTTEXT_DIM="300")
 
     def run():
         with _environment(environment):
