@@ -46,7 +46,6 @@ from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
-from elmoc_allennlp.common.disk_full import quiet_full_log_files
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +197,6 @@ def embed_file(
             "device(s); use -1 for the CPU"
         )
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
-    quiet_full_log_files()  # a full disk: one message, not a traceback per log record
     sentences = read_sentences(input_file)
     if embedder is None:
         embedder = ElmocEmbedder(

@@ -27,7 +27,6 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.common.torch_versions import load_tensors
 
 logger = logging.getLogger(__name__)
 
@@ -321,6 +320,8 @@ def _merge(
         forward_config, backward_config, forward.directory, backward.directory,
         forward_archive, backward_archive,
     )
+    from elmoc_allennlp.common.torch_versions import load_tensors
+
     states = []
     for extracted, name in ((forward, forward_archive), (backward, backward_archive)):
         weights = extracted.member(WEIGHTS_NAME)

@@ -7,9 +7,9 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
+from elmoc_allennlp.common.torch_versions import load_tensors
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
 from elmoc_allennlp.common.disk_full import quiet_full_log_files
-from elmoc_allennlp.common.torch_versions import load_tensors
 
 logger = logging.getLogger(__name__)
 
