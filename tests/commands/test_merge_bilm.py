@@ -345,4 +345,3 @@ def test_older_layout_archives_load_merge_and_map_into_the_new_layout(old_layout
     assert torch.equal(
         new_model._backward_output_layer.projection.weight, old_forward._output_layer.projection.weight
     )
-
