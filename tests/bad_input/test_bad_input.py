@@ -1344,6 +1344,12 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
         with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
             checkpointer.load_checkpoint()
         assert not marker.exists()
+    from allennlp.nn.initializers import PretrainedModelInitializer
+
+    for weights in (checkpoint, path):  # a weights file, an archive
+        with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+            PretrainedModelInitializer(str(weights))
+        assert not marker.exists()
 
 
 def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
