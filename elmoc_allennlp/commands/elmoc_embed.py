@@ -19,8 +19,8 @@ The file is written under a temporary name in the output's directory and renamed
 `output_file` only when complete: an interrupted run (an error, Ctrl-C, SIGTERM) leaves no output
 file. An existing `output_file` is refused unless `--force` (and then replaced only by a complete
 one). The temporary file a killed run (`kill -9`) leaves behind, `.OUTPUT_NAME.partial-*`, is
-removed by the next run for the same output; that of a run still writing (it holds a lock on
-the file) is left alone. The input, the output's folder and `--cuda-device` are checked before
+removed by the next run for the same output; that of a run still writing (its pid is in the
+file's name) is left alone. The input, the output's folder and `--cuda-device` are checked before
 the model is loaded.
 
 allennlp finds plugin subcommands before parsing the command line, so `--include-package` alone

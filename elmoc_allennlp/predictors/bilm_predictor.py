@@ -18,7 +18,7 @@ class BidirectionalLanguageModelPredictor(Predictor):
     `backward_cosine`; the positions include the `<S>` and `</S>` boundaries).
 
     Input of the wrong shape (no `"sentence"`, a number, `null`, a list with a non-string token,
-    JSON that is malformed, nested too deeply or not UTF-8) raises a `ConfigurationError` naming
+    JSON that is malformed or nested too deeply) raises a `ConfigurationError` naming
     the key; under `allennlp predict` also the input line, counted among the non-blank lines the
     command passes to `load_line` (allennlp skips blank lines before the predictor sees them).
 
