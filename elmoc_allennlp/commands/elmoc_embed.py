@@ -19,7 +19,9 @@ The file is written under a temporary name in the output's directory and renamed
 `output_file` only when complete: an interrupted run (an error, Ctrl-C, SIGTERM) leaves no output
 file. An existing `output_file` is refused unless `--force` (and then replaced only by a complete
 one). The temporary file a killed run (`kill -9`) leaves behind, `.OUTPUT_NAME.partial-*`, is
-removed by the next run for the same output.
+removed by the next run for the same output; that of a run still writing (its pid is in the
+file's name) is left alone. The input, the output's folder and `--cuda-device` are checked before
+the model is loaded.
 
 allennlp finds plugin subcommands before parsing the command line, so `--include-package` alone
 cannot make `elmoc-embed` known: list `elmoc_allennlp` in a `.allennlp_plugins` file in the
@@ -28,11 +30,14 @@ working directory (or in `~/.allennlp/plugins`).
 import argparse
 import json
 import logging
+import os
 import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
+
+import torch
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
@@ -141,6 +146,8 @@ def read_sentences(input_file: str) -> List[str]:
             return [line.rstrip("\r\n") for line in lines]
     except FileNotFoundError:
         raise ConfigurationError(f"input file {input_file} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigurationError(f"input file {input_file} is a directory") from None
     except UnicodeDecodeError as error:
         raise ConfigurationError(f"input file {input_file} is not UTF-8 text ({error})") from None
 
@@ -182,6 +189,13 @@ def embed_file(
         raise ConfigurationError(
             f"output file {output_file} exists; pass --force (force=True) to replace it"
         )
+    if not os.access(output_path.parent, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"the directory of output file {output_file} is not writable")
+    if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
+        raise ConfigurationError(
+            f"--cuda-device {cuda_device}: this machine has {torch.cuda.device_count()} CUDA "
+            "device(s); use -1 for the CPU"
+        )
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
     sentences = read_sentences(input_file)
     if embedder is None:
@@ -205,6 +219,7 @@ def embed_file(
                 vectors = embedder.embed_batch([line.split() for _, line in batch], output)
                 for (index, _), array in zip(batch, vectors):
                     hdf5.create_dataset(str(index), data=array)
+                hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
             if not forget_sentences:
                 sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
                 hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))

@@ -12,12 +12,12 @@ or, without the `allennlp` plugin machinery,
 """
 import argparse
 import copy
-import filecmp
 import json
 import logging
 import os
 import tarfile
 import tempfile
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -25,7 +25,7 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.archives import extract_archive
+from elmoc_allennlp.common.archives import ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -73,6 +73,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--output-file", required=True, help="where to write the merged model.tar.gz"
     )
     parser.add_argument(
+        "--force", action="store_true", help="overwrite an existing output file"
+    )
+    parser.add_argument(
         "--no-verify",
         action="store_true",
         help="do not load the merged archive to check it (loading needs the fastText file)",
@@ -81,18 +84,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     path = merge_bilm_archives(
-        args.forward_archive, args.backward_archive, args.output_file, verify=not args.no_verify
+        args.forward_archive,
+        args.backward_archive,
+        args.output_file,
+        verify=not args.no_verify,
+        force=args.force,
     )
     print(f"Merged biLM archive written to {path}")
-
-
-def _extract(archive: str, directory: str) -> None:
-    if not os.path.isfile(archive):
-        raise ConfigurationError(f"Archive {archive} does not exist")
-    extract_archive(archive, directory)  # refuses unsafe members and damaged archives
-    for required in (CONFIG_NAME, WEIGHTS_NAME):
-        if not os.path.exists(os.path.join(directory, required)):
-            raise ConfigurationError(f"Archive {archive} has no {required}")
 
 
 def _first_difference(
@@ -115,19 +113,19 @@ def _first_difference(
     return None if forward == backward else (path, forward, backward)
 
 
-def _same_directory(left: str, right: str) -> bool:
-    if os.path.isdir(left) != os.path.isdir(right):
-        return False
-    if not os.path.isdir(left):
-        return True
-    comparison = filecmp.dircmp(left, right)
-    if comparison.left_only or comparison.right_only or comparison.funny_files:
-        return False
-    _, mismatch, errors = filecmp.cmpfiles(left, right, comparison.common_files, shallow=False)
-    return not mismatch and not errors and all(
-        _same_directory(os.path.join(left, d), os.path.join(right, d))
-        for d in comparison.common_dirs
-    )
+def _vocabulary_content(directory: Path) -> Dict[str, Any]:
+    """A vocabulary folder's files by name; `non_padded_namespaces.txt` as a set (allennlp
+    writes it in set order, which differs between processes)."""
+    if not directory.is_dir():
+        return {}
+    content: Dict[str, Any] = {}
+    for path in sorted(directory.iterdir()):
+        data = path.read_bytes() if path.is_file() else None
+        if path.name == "non_padded_namespaces.txt" and data is not None:
+            content[path.name] = set(data.decode("utf-8").split())
+        else:
+            content[path.name] = data
+    return content
 
 
 def _direction_of(key: str, separate_inputs: bool, separate_heads: bool) -> Optional[str]:
@@ -191,11 +189,10 @@ def merge_bilm_state_dicts(
     return merged
 
 
-def _read_run_config(directory: str, archive: str, direction: str) -> Dict[str, Any]:
+def _read_run_config(extracted: ExtractedArchive, archive: str, direction: str) -> Dict[str, Any]:
     """The config of a single-direction `elmoc_bilm` run, checked."""
-    with open(os.path.join(directory, CONFIG_NAME), encoding="utf-8") as config_file:
-        config = json.load(config_file)
-    model = config.get("model", {})
+    config = extracted.config
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
     if model.get("type") != "elmoc_bilm":
         raise ConfigurationError(
             f"{archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
@@ -211,8 +208,8 @@ def _read_run_config(directory: str, archive: str, direction: str) -> Dict[str, 
 def _check_same_model(
     forward_config: Dict[str, Any],
     backward_config: Dict[str, Any],
-    forward_dir: str,
-    backward_dir: str,
+    forward_dir: Path,
+    backward_dir: Path,
     forward_archive: str,
     backward_archive: str,
 ) -> None:
@@ -226,8 +223,8 @@ def _check_same_model(
             f"The two runs have different models: {key} is {left!r} in {forward_archive} "
             f"and {right!r} in {backward_archive}"
         )
-    if not _same_directory(
-        os.path.join(forward_dir, VOCABULARY_NAME), os.path.join(backward_dir, VOCABULARY_NAME)
+    if _vocabulary_content(forward_dir / VOCABULARY_NAME) != _vocabulary_content(
+        backward_dir / VOCABULARY_NAME
     ):
         raise ConfigurationError(
             f"{forward_archive} and {backward_archive} have different vocabularies"
@@ -245,12 +242,9 @@ def _merged_config(forward_config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _write_archive(
-    config: Dict[str, Any], state: Dict[str, torch.Tensor], extras_dir: str, output_file: str
+    config: Dict[str, Any], state: Dict[str, torch.Tensor], extras_dir: Path, output_file: str
 ) -> str:
     """Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically."""
-    output_file = os.fspath(output_file)
-    if os.path.isdir(output_file):
-        output_file = os.path.join(output_file, "model.tar.gz")
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:
         with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
@@ -282,6 +276,7 @@ def merge_bilm_archives(
     backward_archive: str,
     output_file: str,
     verify: bool = True,
+    force: bool = False,
 ) -> str:
     """
     Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config
@@ -289,36 +284,53 @@ def merge_bilm_archives(
     archive whose forward and backward language models are exactly the two runs' (see
     `merge_bilm_state_dicts`). The merged config is the forward run's with `directions`
     removed and a `backward_output_layer` (added if the runs had none). The archive is written
-    atomically. With `verify` the merged archive is loaded (which needs the fastText file of
+    atomically; an existing `output_file` (an input too) only with `force`. With `verify` the
+    merged archive is loaded (which needs the fastText file of
     the config) and its weights compared with the inputs.
 
     # Returns
 
     The path of the merged archive.
     """
-    with tempfile.TemporaryDirectory() as workspace:
-        forward_dir = os.path.join(workspace, "forward")
-        backward_dir = os.path.join(workspace, "backward")
-        _extract(forward_archive, forward_dir)
-        _extract(backward_archive, backward_dir)
-        forward_config = _read_run_config(forward_dir, forward_archive, "forward")
-        backward_config = _read_run_config(backward_dir, backward_archive, "backward")
-        _check_same_model(
-            forward_config, backward_config, forward_dir, backward_dir, forward_archive,
-            backward_archive,
+    output_file = os.fspath(output_file)
+    if os.path.isdir(output_file):
+        output_file = os.path.join(output_file, "model.tar.gz")
+    if os.path.exists(output_file) and not force:
+        raise ConfigurationError(
+            f"{output_file} (--output-file) exists; give --force to overwrite it"
         )
-        forward_state = torch.load(os.path.join(forward_dir, WEIGHTS_NAME), map_location="cpu")
-        backward_state = torch.load(os.path.join(backward_dir, WEIGHTS_NAME), map_location="cpu")
-        merged_state = merge_bilm_state_dicts(
-            forward_state, backward_state, forward_archive, backward_archive
-        )
-        output_file = _write_archive(
-            _merged_config(forward_config), merged_state, forward_dir, output_file
-        )
+    forward, backward = read_archive(forward_archive), read_archive(backward_archive)
+    merged_state = _merge(forward, backward, forward_archive, backward_archive, output_file)
     if verify:
         _verify_archive(output_file, merged_state)
     logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
     return output_file
+
+
+def _merge(
+    forward: ExtractedArchive,
+    backward: ExtractedArchive,
+    forward_archive: str,
+    backward_archive: str,
+    output_file: str,
+) -> Dict[str, torch.Tensor]:
+    forward_config = _read_run_config(forward, forward_archive, "forward")
+    backward_config = _read_run_config(backward, backward_archive, "backward")
+    _check_same_model(
+        forward_config, backward_config, forward.directory, backward.directory,
+        forward_archive, backward_archive,
+    )
+    from elmoc_allennlp.common.torch_versions import load_tensors
+
+    states = []
+    for extracted, name in ((forward, forward_archive), (backward, backward_archive)):
+        weights = extracted.member(WEIGHTS_NAME)
+        if weights is None:
+            raise ConfigurationError(f"Archive {name} has no {WEIGHTS_NAME}")
+        states.append(load_tensors(str(weights)))
+    merged_state = merge_bilm_state_dicts(*states, forward_archive, backward_archive)
+    _write_archive(_merged_config(forward_config), merged_state, forward.directory, output_file)
+    return merged_state
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -1,41 +1,62 @@
 """
-Reading model archives (`model.tar.gz`) that may come from strangers.
+The one reader of model archives (`model.tar.gz`), which may come from strangers: every loader
+(allennlp's `load_archive` through `compat/safe_archive_extraction.py`, `ElmocArchive`, the carried
+biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive is data:
 
-A model archive written by `allennlp train` holds `config.json`, `weights.th`, `vocabulary/` and
-`meta.json` (plus any files named by `include_in_archive`): regular files and directories. Every
-archive this package opens is extracted by `extract_archive`, which applies the rules of Python's
-`tarfile` `data` filter (PEP 706) and a few stricter ones, to every member *before* it is written:
+* **Extraction** (`extract_archive`, `read_archive`): only regular files and folders, as
+  `allennlp train` writes them. Refused, naming the archive and member, before anything is written
+  for that member: absolute names, `..` components, symbolic and hard links, devices, FIFOs,
+  sparse members, duplicate names (or a member inside a file), more than `ELMOC_ARCHIVE_MAX_MEMBERS`
+  members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) or,
+  past 1 GiB, more than `ELMOC_ARCHIVE_MAX_RATIO` (default 100) times the archive's size, and a
+  `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json` and
+  `weights.th` must be regular files, `vocabulary/` a folder, `meta.json` (if any) a JSON object. Every check is linear in the members. A
+  damaged archive is a `CorruptArchiveError`; after any failure the folder is gone.
+* **Configs** (`read_config`, for an archive's `config.json` and a carried
+  `elmoc_bilm/<key>/config.json`): strict JSON read with `json` (never jsonnet, so no imports and
+  no environment variables), and every dotted `"type"` must be registered or a class of a module
+  already imported: a name from an archive never causes an import (`check_config_types`).
 
-* no absolute names (`/etc/x`) and no `..` components (`../../x`);
-* only regular files, directories, symbolic links and hard links: device files, FIFOs and other
-  special members are refused;
-* a link's target stays inside the archive's folder (relative, no escaping `..`), and no member
-  and no link target passes *through* a symbolic link of the archive (which is how a link chain
-  escapes a check made on names alone);
-* permissions lose their set-uid / set-gid / sticky and group/other write bits; file ownership
-  is not restored.
-
-A refused member raises `UnsafeArchiveError`, naming the archive and the member; a truncated or
-corrupt archive raises `CorruptArchiveError`, naming the archive. Either way the extraction
-folder is removed, so nothing the archive contained is left anywhere.
+`read_archive` extracts an archive once per process (cached by its path, size, inode and
+modification time) into a temporary folder removed at exit, or when the last of its users whose
+work failed `release`s it.
 """
+import atexit
 import contextlib
-import copy
+import json
 import logging
 import os
 import posixpath
 import shutil
+import stat
+import sys
 import tarfile
 import tempfile
 import zlib
-from typing import Dict, Iterator, List, Optional, Set, Union
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
+CONFIG_NAME = "config.json"
+# Members that must be regular files when present (allennlp's names).
+REGULAR_MEMBERS = ("config.json", "weights.th", "meta.json")
+_DEFAULT_LIMITS = {
+    "ELMOC_ARCHIVE_MAX_MEMBERS": 100_000,
+    "ELMOC_ARCHIVE_MAX_BYTES": 64 << 30,
+    "ELMOC_ARCHIVE_MAX_RATIO": 100,
+    "ELMOC_ARCHIVE_MAX_JSON_BYTES": 16 << 20,
+}
+
+_LIMIT_NAMES = (
+    "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
+    "bytes extracted, past ELMOC_ARCHIVE_MAX_BYTES or ELMOC_ARCHIVE_MAX_RATIO times the archive",
+    "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
+)
+
 # Errors the compressed-stream readers raise on truncated or damaged data.
-# (gzip.BadGzipFile and bz2's errors are OSErrors without an errno.)
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
 try:
     import lzma
@@ -45,15 +66,29 @@ except ImportError:  # pragma: no cover  (a Python built without lzma)
     pass
 
 
-def _is_stream_error(error: BaseException) -> bool:
-    # An OSError with an errno is the file system's (disk full, permissions), not the data's.
-    return isinstance(error, _STREAM_ERRORS) and not (
-        isinstance(error, OSError) and error.errno is not None
-    )
+@contextlib.contextmanager
+def _damage_named(archive: str, what: str = "") -> Iterator[None]:
+    """Turns the errors of a truncated or damaged stream into a `CorruptArchiveError`."""
+    try:
+        yield
+    except _STREAM_ERRORS as error:
+        # An OSError with an errno is the file system's (disk full, permissions), not the data's.
+        if isinstance(error, OSError) and error.errno is not None:
+            raise
+        text = f"{type(error).__name__}: {error}".splitlines()[0].rstrip(": ")
+        raise CorruptArchiveError(archive, f"{what}truncated or corrupt ({text})") from None
+
+
+def archive_limit(variable: str) -> int:
+    """The limit `variable` (see the module docstring): the environment's value, else the default."""
+    value = os.environ.get(variable) or str(_DEFAULT_LIMITS[variable])
+    if not value.isdigit() or int(value) == 0:
+        raise ConfigurationError(f"{variable} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 class UnsafeArchiveError(ConfigurationError):
-    """An archive member would be written outside its folder, or is a special file."""
+    """An archive member is not a plain file or folder inside the archive, or is too large."""
 
     def __init__(self, archive: str, member: str, reason: str) -> None:
         self.archive = archive
@@ -61,8 +96,7 @@ class UnsafeArchiveError(ConfigurationError):
         super().__init__(
             f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing "
             "was extracted. A model archive holds only regular files and folders (config.json, "
-            "weights.th, vocabulary/, meta.json); this one may have been crafted to write "
-            "outside its folder."
+            "weights.th, vocabulary/, meta.json); this one may have been crafted."
         )
 
 
@@ -77,54 +111,35 @@ class CorruptArchiveError(ConfigurationError):
         )
 
 
-def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
 def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
     """
     `tarfile.open(archive_path, "r:*")`, with a `ConfigurationError` naming the file when it is
-    missing, a directory, unreadable or not a (possibly compressed) tar archive.
+    missing, not a regular file (a folder, a FIFO), empty or not a (compressed) tar archive.
     """
     archive = os.fspath(archive_path)
-    if not os.path.exists(archive):
-        raise ConfigurationError(f"Model archive {archive} does not exist")
-    if os.path.isdir(archive):
-        raise ConfigurationError(f"Model archive {archive} is a directory, not a .tar.gz file")
-    if os.path.getsize(archive) == 0:
-        raise CorruptArchiveError(archive, "the file is empty")
     try:
+        status = os.stat(archive)
+    except OSError:
+        raise ConfigurationError(f"Model archive {archive} does not exist") from None
+    if not stat.S_ISREG(status.st_mode):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
+    if status.st_size == 0:
+        raise CorruptArchiveError(archive, "the file is empty")
+    with _damage_named(archive, "not a tar archive, or "):
         return tarfile.open(archive, "r:*")
-    except _STREAM_ERRORS as error:
-        if not _is_stream_error(error):
-            raise ConfigurationError(
-                f"Model archive {archive} cannot be opened ({error})"
-            ) from None
-        # tarfile lists what each decompressor said: the first line is enough.
-        problem = _describe(error).splitlines()[0].rstrip(":")
-        raise CorruptArchiveError(
-            archive, f"not a tar archive, or truncated or corrupt ({problem})"
-        ) from None
 
 
-def _through_symlink(path: str, symlinks: Set[str]) -> Optional[str]:
-    """The symbolic link of the archive that `path` (normalised) passes through, if any."""
-    parts = path.split("/")
-    for end in range(1, len(parts)):
-        prefix = "/".join(parts[:end])
-        if prefix in symlinks:
-            return prefix
-    return None
-
-
-def check_member(
-    archive: str, member: tarfile.TarInfo, symlinks: Set[str], names: Set[str]
-) -> None:
+def _check_member(
+    archive: str,
+    member: tarfile.TarInfo,
+    names: Dict[str, bool],
+    totals: List[int],
+    limits: Tuple[int, int, int],
+) -> str:
     """
-    Raises `UnsafeArchiveError` if `member` may not be extracted (see the module docstring).
-    `symlinks` and `names` hold the normalised names of the members seen before it; the caller
-    adds `member`'s afterwards.
+    The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and
+    their parent folders) -> whether it is a folder; `totals`: members and bytes so far.
     """
     name = member.name
     if not name or "\0" in name:
@@ -133,8 +148,10 @@ def check_member(
         raise UnsafeArchiveError(archive, name, "has an absolute name")
     if ".." in name.replace("\\", "/").split("/"):
         raise UnsafeArchiveError(archive, name, "has a '..' component")
-    normalised = posixpath.normpath(name)
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+    if member.issym() or member.islnk():
+        kind = "symbolic link" if member.issym() else "hard link"
+        raise UnsafeArchiveError(archive, name, f"is a {kind} (to {member.linkname!r})")
+    if not (member.isfile() or member.isdir()):
         kind = (
             "a character device" if member.ischr()
             else "a block device" if member.isblk()
@@ -142,173 +159,99 @@ def check_member(
             else f"a special file (tar type {member.type!r})"
         )
         raise UnsafeArchiveError(archive, name, f"is {kind}")
-    through = _through_symlink(normalised, symlinks)
-    if through is not None:
-        raise UnsafeArchiveError(archive, name, f"is written through the symbolic link {through!r}")
-    if member.issym() or member.islnk():
-        kind = "symbolic link" if member.issym() else "hard link"
-        linkname = member.linkname
-        if not linkname or linkname.startswith("/") or os.path.isabs(linkname):
-            raise UnsafeArchiveError(
-                archive, name, f"is a {kind} to the absolute path {linkname!r}"
-            )
-        # A symbolic link is relative to its own folder, a hard link to the archive's root.
-        base = posixpath.dirname(normalised) if member.issym() else ""
-        target: List[str] = []
-        for part in posixpath.join(base, linkname).split("/"):
-            if part in ("", "."):
-                continue
-            if part == "..":
-                if not target:
-                    raise UnsafeArchiveError(
-                        archive, name, f"is a {kind} to {linkname!r}, outside the archive's folder"
-                    )
-                target.pop()
-            else:
-                target.append(part)
-            # Resolving through (or to) another link of the archive would escape these checks.
-            if "/".join(target) in symlinks:
-                raise UnsafeArchiveError(
-                    archive, name, f"is a {kind} to {linkname!r}, through another link"
-                )
-        if member.issym() and any(
-            other == normalised or other.startswith(normalised + "/") for other in names
-        ):
-            raise UnsafeArchiveError(
-                archive, name, "is a symbolic link replacing a member extracted before it"
-            )
+    if member.issparse():
+        raise UnsafeArchiveError(archive, name, "is a sparse file")
+    normalised = posixpath.normpath(name)
+    if normalised == "." and member.isdir():
+        return normalised
+    if member.isdir() and normalised in REGULAR_MEMBERS:
+        raise UnsafeArchiveError(archive, name, "is a folder, where a regular file is expected")
+    if normalised == "." or (normalised in names and not (member.isdir() and names[normalised])):
+        raise UnsafeArchiveError(archive, name, "appears twice in the archive")
+    parent = posixpath.dirname(normalised)
+    while parent and names.get(parent) is not True:
+        if parent in names or parent in REGULAR_MEMBERS:
+            raise UnsafeArchiveError(archive, name, f"is inside {parent!r}, which is a file")
+        names[parent] = True
+        parent = posixpath.dirname(parent)
+    names[normalised] = member.isdir()
+    totals[0] += 1
+    totals[1] += member.size if member.isfile() else 0
+    json_bytes = member.size if normalised.endswith(".json") else 0
+    for value, limit, what in zip((*totals, json_bytes), limits, _LIMIT_NAMES):
+        if value > limit:
+            raise UnsafeArchiveError(archive, name, f"makes {value:,} {what} ({limit:,})")
+    return normalised
 
 
-def _sanitised(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    # The `data` filter's treatment of permissions and ownership, for Pythons without filters.
-    member = copy.copy(member)
-    if member.mode is not None:
-        mode = member.mode & 0o755
-        if member.isfile() or member.islnk():
-            if not mode & 0o100:
-                mode &= ~0o111
-            mode |= 0o600
-        member.mode = mode
-    member.uid, member.gid = os.getuid(), os.getgid()
-    member.uname = member.gname = ""
-    return member
-
-
-_HAS_FILTERS = hasattr(tarfile, "data_filter")
-
-
-def extract_archive(
-    archive_path: Union[str, os.PathLike], directory: Union[str, os.PathLike]
-) -> List[str]:
-    """
-    Extracts the tar archive `archive_path` into `directory`, which must not exist yet (it is
-    created), member by member, checking each one before it is written (see the module
-    docstring). Returns the normalised names of the members. On any error `directory` is
-    removed again and `UnsafeArchiveError`, `CorruptArchiveError` or `ConfigurationError` is
-    raised, naming the archive (and the member).
-    """
-    archive = os.fspath(archive_path)
-    directory = os.fspath(directory)
-    tar = open_archive(archive)
-    with tar:
-        os.makedirs(directory)
-        try:
-            return _extract_members(tar, archive, directory)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-
-
-def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> List[str]:
-    tar.errorlevel = 2  # every extraction problem raises (level 1 skips some silently)
-    symlinks: Set[str] = set()
-    names: Set[str] = set()
-    for member in _members(tar, archive):
-        check_member(archive, member, symlinks, names)
-        normalised = posixpath.normpath(member.name)
-        try:
-            if _HAS_FILTERS:
-                tar.extract(member, directory, set_attrs=True, filter="data")
-            else:  # pragma: no cover  (Python < 3.11.4)
-                tar.extract(_sanitised(member), directory, numeric_owner=True)
-        except tarfile.FilterError as error:
-            raise UnsafeArchiveError(archive, member.name, str(error)) from None
-        except _STREAM_ERRORS as error:
-            if not _is_stream_error(error):
-                raise OSError(
-                    error.errno, f"extracting member {member.name!r} of model archive {archive} "
-                    f"into {directory}: {error.strerror}"
-                ) from error
-            raise CorruptArchiveError(
-                archive, f"member {member.name!r} is incomplete ({_describe(error)})"
-            ) from None
-        names.add(normalised)
-        if member.issym():
-            symlinks.add(normalised)
-    _check_complete(tar, archive)
-    return sorted(names)
-
-
-def _check_complete(tar: tarfile.TarFile, archive: str) -> None:
-    """
-    `tarfile` ends its member list silently at a cut or damaged header: a complete archive ends
-    with the end-of-archive marker (two zero blocks), and a compressed one with its checksum.
-    """
-    fileobj = tar.fileobj
-    try:
-        fileobj.seek(tar.offset)  # within the read buffer: no re-decompression
-        marker = fileobj.read(2 * tarfile.BLOCKSIZE)
+def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None:
+    names: Dict[str, bool] = {}
+    totals = [0, 0]
+    # Weights hardly compress: a far larger expansion is a decompression bomb.
+    ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * os.path.getsize(archive))
+    limits = (
+        archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
+        min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
+        archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
+    )
+    members = iter(tar)
+    while True:
+        with _damage_named(archive):
+            member = next(members, None)
+        if member is None:
+            break
+        normalised = _check_member(archive, member, names, totals, limits)
+        target = os.path.join(directory, *normalised.split("/"))
+        os.makedirs(target if member.isdir() else os.path.dirname(target), exist_ok=True)
+        if member.isfile():
+            with _damage_named(archive, f"member {member.name!r} is "), open(target, "xb") as out:
+                shutil.copyfileobj(tar.extractfile(member), out, 1 << 20)  # no links to follow
+    # `tarfile` ends its member list silently at a cut or damaged header: a complete archive
+    # ends with the end-of-archive marker (two zero blocks), a compressed one with its checksum.
+    with _damage_named(archive):
+        tar.fileobj.seek(tar.offset)
+        marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
             raise CorruptArchiveError(
                 archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data (no "
                 "end-of-archive marker there)"
             )
-        while fileobj.read(1 << 20):  # the rest of the stream: checks a compressed one's CRC
+        while tar.fileobj.read(1 << 20):
             pass
-    except _STREAM_ERRORS as error:
-        if not _is_stream_error(error):
-            raise
-        raise CorruptArchiveError(archive, f"truncated or corrupt ({_describe(error)})") from None
+    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary", True)):
+        if names.get(required) is not is_folder:
+            raise ConfigurationError(
+                f"Model archive {archive} has no {required}{'/' if is_folder else ''}: it is not "
+                "a model archive written by `allennlp train`"
+            )
+    if "meta.json" in names:
+        read_config(directory, archive, "meta.json")
 
 
-def _members(tar: tarfile.TarFile, archive: str) -> Iterator[tarfile.TarInfo]:
-    """The archive's members, turning read errors of a damaged stream into a named error."""
-    iterator = iter(tar)
-    while True:
-        try:
-            member = next(iterator)
-        except StopIteration:
-            return
-        except _STREAM_ERRORS as error:
-            if not _is_stream_error(error):
-                raise
-            raise CorruptArchiveError(
-                archive, f"truncated or corrupt ({_describe(error)})"
-            ) from None
-        yield member
-
-
-def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Optional[bytes]:
+def extract_archive(
+    archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
+) -> str:
     """
-    The content of the regular file `name` of a tar archive, reading members only until it is
-    found (allennlp writes `config.json` first), or `None` if there is none. Nothing is
-    written to disk. A damaged archive raises `CorruptArchiveError`.
+    Extracts the tar archive `archive_path` into `directory` (created: it must not exist) or a
+    new temporary folder, checking every member before it is written (see the module
+    docstring), and returns the folder. On any error the folder is removed and a
+    `ConfigurationError` names the archive.
     """
     archive = os.fspath(archive_path)
     with open_archive(archive) as tar:
-        for member in _members(tar, archive):
-            if member.isfile() and posixpath.normpath(member.name) == name:
-                try:
-                    handle = tar.extractfile(member)
-                    assert handle is not None
-                    return handle.read()
-                except _STREAM_ERRORS as error:
-                    if not _is_stream_error(error):
-                        raise
-                    raise CorruptArchiveError(
-                        archive, f"member {member.name!r} is incomplete ({_describe(error)})"
-                    ) from None
-    return None
+        if directory is None:
+            directory = tempfile.mkdtemp(prefix="elmoc-archive-")
+        else:
+            os.makedirs(directory)
+        directory = os.fspath(directory)
+        logger.info("extracting archive file %s to %s", archive, directory)
+        try:
+            _extract_members(tar, archive, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+    _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
+    return directory
 
 
 # Extraction folder -> the archive it came from (what a loaded model's components can ask).
@@ -316,7 +259,7 @@ _EXTRACTED_FROM: Dict[str, str] = {}
 
 
 def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
-    """The archive that `extracted_archive` extracted into `directory`, if it did."""
+    """The archive extracted into `directory` by this module, if it was."""
     return _EXTRACTED_FROM.get(os.path.realpath(os.fspath(directory)))
 
 
@@ -325,25 +268,176 @@ def extracted_archive(
     resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
 ) -> Iterator[str]:
     """
-    Extracts an archive into a new temporary folder (checking every member, see
-    `extract_archive`) and yields the folder; removes it afterwards if `cleanup`. This is the
-    signature of allennlp's `allennlp.models.archival.extracted_archive`, which `load_archive`
-    calls with `cleanup=False` (it removes the folder itself once the model is loaded); if the
-    extraction fails the folder is removed whatever `cleanup` says.
+    The signature of allennlp's `allennlp.models.archival.extracted_archive` (which
+    `load_archive` calls with `cleanup=False`, removing the folder itself): extracts into a new
+    temporary folder with `extract_archive`'s checks and yields it.
     """
-    archive = os.fspath(resolved_archive_file)
-    tar = open_archive(archive)
-    with tar:
-        directory = tempfile.mkdtemp()
-        logger.info("extracting archive file %s to temp dir %s", archive, directory)
-        try:
-            _extract_members(tar, archive, directory)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
-    _EXTRACTED_FROM[os.path.realpath(directory)] = os.path.abspath(archive)
+    directory = extract_archive(resolved_archive_file)
     try:
         yield directory
     finally:
         if cleanup:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+class ExtractedArchive:
+    """
+    An archive (or a serialization directory) opened by `read_archive`: `directory` holds its
+    members; `config` is its `config.json` read by `read_config`.
+    """
+
+    def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
+        self.archive = archive
+        self.directory = directory
+        self.config = read_config(directory, archive)
+        self._key = key
+        self._users = 0
+        self.pid = os.getpid()
+
+    def release(self) -> None:
+        """For a user whose work with the archive failed: the last one removes the folder."""
+        self._users -= 1
+        if self._key is not None and self._users <= 0:
+            _OPENED.pop(self._key, None)
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def member(self, name: str) -> Optional[Path]:
+        """The regular file `name` of the archive, or `None` if it has none."""
+        return _regular_file(self.directory, name, self.archive)
+
+
+def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -> Optional[Path]:
+    path = Path(directory, *name.split("/"))
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise ConfigurationError(f"Model archive {archive}: {name} is not a regular file")
+    return path
+
+
+_OPENED: Dict[Tuple, ExtractedArchive] = {}
+
+
+def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
+    """
+    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once per
+    process. `name` is how errors call it (default: the path).
+    """
+    path = os.fspath(archive_path)
+    name = name or path
+    if os.path.isdir(path):
+        return ExtractedArchive(name, Path(path))  # a serialization directory: nothing to remove
+    try:
+        status = os.stat(path)
+    except OSError:
+        raise ConfigurationError(f"Model archive {name} does not exist") from None
+    key = (os.path.realpath(path), status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _OPENED:
+        directory = extract_archive(path)
+        try:
+            _OPENED[key] = ExtractedArchive(name, Path(directory), key)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+    _OPENED[key]._users += 1
+    return _OPENED[key]
+
+
+@atexit.register
+def remove_extracted_archives() -> None:
+    """Removes every folder `read_archive` extracted (at exit; tests call it between cases)."""
+    for opened in _OPENED.values():
+        if opened.pid == os.getpid():  # not a forked child's: the parent still uses them
+            shutil.rmtree(opened.directory, ignore_errors=True)
+    _OPENED.clear()
+
+
+def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Optional[bytes]:
+    """The content of the regular file `name` of an archive (`read_archive`), or `None`."""
+    path = read_archive(archive_path).member(name)
+    return None if path is None else path.read_bytes()
+
+
+# ---------------------------------------------------------------------- configs
+
+
+def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
+    if isinstance(config, dict):
+        for name, value in config.items():
+            path = f"{prefix}.{name}" if prefix else str(name)
+            if name == key and not isinstance(value, (dict, list)):
+                yield path, value
+            else:
+                yield from find_keys(value, key, path)
+    elif isinstance(config, list):
+        for index, value in enumerate(config):
+            yield from find_keys(value, key, f"{prefix}.{index}")
+
+
+def _refuse_constant(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def read_config(
+    directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
+) -> Dict[str, Any]:
+    """
+    The strict-JSON config `member` of an extracted archive (or serialization directory), its
+    types checked by `check_config_types`; a `ConfigurationError` names `archive` and `member`.
+    """
+    path = _regular_file(directory, member, archive)
+    if path is None:
+        raise ConfigurationError(
+            f"Model archive {archive} has no {member}: it is not a model archive written by "
+            "`allennlp train`"
+        )
+    limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
+    if os.path.getsize(path) > limit:
+        raise ConfigurationError(
+            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES "
+            f"({limit:,})"
+        )
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ConfigurationError(
+            f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
+            f"{str(error)[:200]}); a config inside an archive is read as strict JSON, never as "
+            "jsonnet"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
+    if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
+    check_config_types(config, f"{archive} ({member})")
+    return config
+
+
+def check_config_types(config: Dict[str, Any], source: str) -> None:
+    """
+    Every dotted `"type"` of a config from an archive must be a registered name or a `FromParams`
+    class of a module already in `sys.modules`: otherwise a `ConfigurationError` names `source`, the key and
+    the type, before anything is imported.
+    """
+    from allennlp.common.from_params import FromParams
+    from allennlp.common.registrable import Registrable
+
+    registered = None
+    for key, value in find_keys(config, "type"):
+        if not isinstance(value, str) or "." not in value:
+            continue
+        if registered is None:
+            registered = {name for names in Registrable._registry.values() for name in names}
+        if value in registered:
+            continue
+        module_name, _, attribute = value.rpartition(".")
+        found = getattr(sys.modules.get(module_name), attribute, None)
+        if not (isinstance(found, type) and issubclass(found, FromParams)):
+            raise ConfigurationError(
+                f"{source}: {key} is {value!r}, which is neither a registered name nor a "
+                "component class of an imported module. Names in an archive are never imported: "
+                "import the package yourself (--include-package) if you trust it."
+            )

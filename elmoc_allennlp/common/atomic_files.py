@@ -51,12 +51,13 @@ def _fsync_directory(directory: str) -> None:
 
 def partial_path(path: Union[str, PathLike]) -> str:
     """
-    A fresh temporary name next to `path`: `.NAME.partial-XXXXXXXX` (hidden, so that no glob
+    A fresh temporary name next to `path`: `.NAME.partial-PID-XXXXXXXX` (hidden, so that no glob
     such as `model_state_e*_b*.th` or `*.tar.gz` ever matches it).
     """
     path = os.fspath(path)
     directory, name = os.path.split(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}{PARTIAL_MARKER}")
+    prefix = f".{name}{PARTIAL_MARKER}{os.getpid()}-"  # the writer's pid: see _writer_runs
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
     os.close(handle)
     os.chmod(temporary, _FILE_MODE)
     return temporary
@@ -126,17 +127,33 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
         torch.save(obj, handle)
 
 
+def _writer_runs(partial: str) -> bool:
+    pid = os.path.basename(partial).rsplit(PARTIAL_MARKER, 1)[-1].split("-")[0]
+    if not pid.isdigit():
+        return False  # written before names held a pid
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process
+        return True
+    return True
+
+
 def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None
 ) -> List[str]:
     """
     Deletes the temporary files that writers killed mid-write left in `directory` (not in its
     subdirectories) and returns their paths: all of them, or only those of the file named
-    `for_file`. Only call it when nothing else is writing (that file) there.
+    `for_file`. A file whose writer (the pid in its name) still runs on this machine is left
+    alone.
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
+        if _writer_runs(path):
+            continue
         try:
             os.remove(path)
             removed.append(path)

@@ -6,17 +6,16 @@ of its fastText input, and where the fastText model it needs is on this machine.
 is loaded through allennlp's `load_archive` and recognised by its registered name, so nothing here
 imports the model.
 """
-import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
-from allennlp.models.archival import CONFIG_NAME, load_archive
+from allennlp.models.archival import load_archive
 
-from elmoc_allennlp.common.archives import read_archive_member
+from elmoc_allennlp.common.archives import find_keys, read_archive
 from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT, find_bilm_input
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
@@ -34,20 +33,6 @@ DEFAULT_END_TOKEN = "</S>"
 DEFAULT_BOUNDARY_TOKENS = ["<S>", "</S>"]
 # How many trailing components of a recorded vectors path are tried relative to the archive.
 _MAX_RELATIVE_COMPONENTS = 3
-
-
-def _find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """Yields `(dotted path, value)` for every occurrence of `key` in a nested config."""
-    if isinstance(config, dict):
-        for name, value in config.items():
-            path = f"{prefix}.{name}" if prefix else name
-            if name == key and not isinstance(value, (dict, list)):
-                yield path, value
-            else:
-                yield from _find_keys(value, key, path)
-    elif isinstance(config, list):
-        for index, value in enumerate(config):
-            yield from _find_keys(value, key, f"{prefix}.{index}")
 
 
 class ElmocArchive:
@@ -90,6 +75,13 @@ class ElmocArchive:
                 f"path resolves against the working directory, {os.getcwd()})"
             ) from None
         self.config = self._read_config()
+        try:
+            self._describe(vectors_path)
+        except BaseException:
+            self.extracted.release()  # nothing of a refused archive stays in the temp folder
+            raise
+
+    def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model_type()
         # The text field key of the biLM's input and its kind (fastText, characters or pieces).
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
@@ -129,36 +121,9 @@ class ElmocArchive:
     # ------------------------------------------------------------------ config
 
     def _read_config(self) -> Dict[str, Any]:
-        path = self.local_path
-        if path.is_dir():
-            config_path = path / CONFIG_NAME
-            if not config_path.is_file():
-                raise ConfigurationError(
-                    f"ELMo-C archive directory {self.archive_file} (archive_file) has no "
-                    f"{CONFIG_NAME}; expected a model.tar.gz or a serialization directory"
-                )
-            text = config_path.read_text(encoding="utf-8")
-        else:
-            # allennlp writes config.json first: stop at it instead of decompressing the weights.
-            # A damaged archive raises a CorruptArchiveError naming it.
-            data = read_archive_member(path, CONFIG_NAME)
-            if data is None:
-                raise ConfigurationError(
-                    f"ELMo-C archive {self.archive_file} (archive_file) has no {CONFIG_NAME}; "
-                    "it is not a model archive written by `allennlp train`"
-                )
-            text = data.decode("utf-8", "replace")
-        try:
-            config = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigurationError(
-                f"The {CONFIG_NAME} of ELMo-C archive {self.archive_file} is not JSON ({error})"
-            ) from None
-        if not isinstance(config, dict) or not isinstance(config.get("model"), dict):
-            raise ConfigurationError(
-                f"The {CONFIG_NAME} of ELMo-C archive {self.archive_file} has no model section"
-            )
-        return config
+        # Extracted once per process and checked (`elmoc_allennlp.common.archives`).
+        self.extracted = read_archive(self.local_path, self.archive_file)
+        return self.extracted.config
 
     def _check_model_type(self) -> None:
         from allennlp.models import Model
@@ -216,21 +181,14 @@ class ElmocArchive:
     def _candidates(self, recorded: str) -> List[Path]:
         recorded_path = Path(recorded).expanduser()
         candidates = [recorded_path]
-        parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
         if not recorded_path.is_absolute():
             candidates.extend(base / recorded_path for base in self._archive_directories())
-        for count in range(1, min(_MAX_RELATIVE_COMPONENTS, len(parts)) + 1):
-            for base in self._archive_directories():
-                candidates.append(base.joinpath(*parts[-count:]))
-        unique: List[Path] = []
-        for candidate in candidates:
-            if candidate not in unique:
-                unique.append(candidate)
-        return unique
+        candidates += relative_candidates(recorded, self._archive_directories())
+        return list(dict.fromkeys(candidates))
 
     def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
         """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
-        recorded_paths = dict(_find_keys(self.config, VECTORS_PATH_KEY))
+        recorded_paths = dict(find_keys(self.config, VECTORS_PATH_KEY))
         if self.input_kind != FASTTEXT_INPUT:
             if vectors_path is not None:
                 raise ConfigurationError(
@@ -311,8 +269,25 @@ class ElmocArchive:
         if allow_different_vectors and self.input_kind == FASTTEXT_INPUT:
             embedders = "model.text_field_embedder.token_embedders"
             overrides[f"{embedders}.{self.input_key}.allow_different_vectors"] = True
-        archive = load_archive(str(self.local_path), cuda_device=cuda_device, overrides=overrides)
+        try:
+            archive = load_archive(
+                str(self.extracted.directory), cuda_device=cuda_device, overrides=overrides
+            )
+        except BaseException:
+            self.extracted.release()
+            raise
         return archive.model, archive.dataset_reader
+
+
+def relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
+    """The last one, two and three components of `recorded` under each of `directories`."""
+    recorded_path = Path(recorded).expanduser()
+    parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
+    return list(dict.fromkeys(
+        directory.joinpath(*parts[-count:])
+        for count in range(1, min(_MAX_RELATIVE_COMPONENTS, len(parts)) + 1)
+        for directory in directories
+    ))
 
 
 def same_fasttext_model(first: Union[str, os.PathLike], second: Union[str, os.PathLike]) -> bool:

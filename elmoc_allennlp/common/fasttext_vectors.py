@@ -173,6 +173,8 @@ class FastTextVectors:
             raise FastTextFormatError(f"fastText model {path}: file not found")
         if path.is_dir():
             raise FastTextFormatError(f"fastText model {path}: is a directory, not a .bin file")
+        if not path.is_file():  # a FIFO or a device: opening it could block forever
+            raise FastTextFormatError(f"fastText model {path}: is not a regular file")
         try:
             handle = open(path, "rb")
         except OSError as error:
@@ -613,25 +615,39 @@ class FastTextVectors:
     @property
     def fingerprint(self) -> str:
         """
-        A short identity of the model's content, `"<file size>:<hash>"`: a 128-bit BLAKE2b hash
+        A short identity of the model's content, `"2:<file size>:<hash>"`: a 128-bit BLAKE2b hash
         of the header and the whole dictionary (args, words, counts) and of
-        `fingerprint_samples` blocks of `fingerprint_block_bytes` spread evenly over the
-        matrices (the first and the last included). Two copies of one file have the same
-        fingerprint; another model (another training run, corpus or dimension) practically
-        never has. Reads a few MB whatever the file's size; computed once per instance.
+        `fingerprint_samples` blocks of `fingerprint_block_bytes`, half spread evenly over the
+        word rows and half over the n-gram rows (the first and last of each included). Two
+        copies of one file have the same fingerprint; another model practically never has. It
+        detects another model, not a forgery made to keep the sampled blocks. Reads a few MB
+        whatever the file's size; computed once per instance.
         """
         if self._fingerprint is None:
-            digest = hashlib.blake2b(digest_size=16)
-            with memoryview(self._mmap) as view:
-                digest.update(view[: self._matrix_offset])
-                start, end = self._matrix_offset, self._file_size
+            words_end = self._matrix_offset + self.num_words * self.dim * 4
+            rows_end = self._matrix_offset + self.num_rows * self.dim * 4
+            regions = [(self._matrix_offset, words_end), (words_end, rows_end)]
+            self._fingerprint = "2:" + self._sampled_digest(regions)
+        return self._fingerprint
+
+    def matches_fingerprint(self, recorded: str) -> bool:
+        """Whether `recorded` (this version's `fingerprint`, or the first version's, which
+        sampled the two matrices as one region) is this model's."""
+        if recorded.startswith("2:"):
+            return recorded == self.fingerprint
+        return recorded == self._sampled_digest([(self._matrix_offset, self._file_size)])
+
+    def _sampled_digest(self, regions: List[Tuple[int, int]]) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        samples = max(2, self.fingerprint_samples // len(regions))
+        with memoryview(self._mmap) as view:
+            digest.update(view[: self._matrix_offset])
+            for start, end in regions:
                 block = min(self.fingerprint_block_bytes, end - start)
-                samples = self.fingerprint_samples
                 for sample in range(samples):
                     offset = start + (end - start - block) * sample // (samples - 1)
                     digest.update(view[offset : offset + block])
-            self._fingerprint = f"{self._file_size}:{digest.hexdigest()}"
-        return self._fingerprint
+        return f"{self._file_size}:{digest.hexdigest()}"
 
     def word_vector(self, word: str) -> np.ndarray:
         """

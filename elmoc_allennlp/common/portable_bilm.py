@@ -47,7 +47,7 @@ from allennlp.models.archival import CONFIG_NAME
 
 from elmoc_allennlp.common.archives import extracted_from
 from elmoc_allennlp.common.config_keys import set_dotted
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive, relative_candidates
 
 logger = logging.getLogger(__name__)
 
@@ -156,19 +156,6 @@ def _origin_directories(serialization_dir: Union[str, os.PathLike]) -> List[Path
     return [folder, folder.parent]
 
 
-def _relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
-    """The last one, two and three components of `recorded` under each of `directories`."""
-    recorded_path = Path(recorded).expanduser()
-    parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
-    candidates: List[Path] = []
-    for count in range(1, min(3, len(parts)) + 1):
-        for directory in directories:
-            candidate = directory.joinpath(*parts[-count:])
-            if candidate not in candidates:
-                candidates.append(candidate)
-    return candidates
-
-
 def locate_fasttext(
     vectors_path: str, serialization_dir: Optional[Union[str, os.PathLike]] = None
 ) -> str:
@@ -181,7 +168,7 @@ def locate_fasttext(
     """
     if serialization_dir is None or Path(vectors_path).expanduser().is_file():
         return vectors_path
-    for candidate in _relative_candidates(vectors_path, _origin_directories(serialization_dir)):
+    for candidate in relative_candidates(vectors_path, _origin_directories(serialization_dir)):
         if candidate.is_file():
             logger.info("Using %s for the missing fastText model %s", candidate, vectors_path)
             return str(candidate)
@@ -235,14 +222,9 @@ def open_bilm(
     are loaded next); otherwise it is loaded from `archive_file` and, if `serialization_dir` is
     given (`allennlp train`), its copy is written there to travel with the downstream archive.
     """
-    carried = _find_carried(serialization_dir, archive_file)
-    if carried is not None:
-        archive = _read_carried(carried, os.fspath(archive_file), vectors_path, serialization_dir)
-        model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
-        return archive, model, reader
-    archive = ElmocArchive.read(archive_file, vectors_path_override(vectors_path))
+    archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
     model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
-    if serialization_dir is not None:
+    if serialization_dir is not None and not isinstance(archive, CarriedElmocArchive):
         carry_bilm(serialization_dir, archive_file, archive, model.vocab)
     return archive, model, reader
 

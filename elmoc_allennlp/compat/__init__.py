@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 SHIMS = (
     "safe_archive_extraction",
     "safe_config_types",
-    "predict_input_lines",
+    "weights_only_loading",
+    "predict_output_file",
     "reduce_on_plateau",
     "atomic_train_files",
     "elmoc_as_elmo",

@@ -1,37 +1,56 @@
 """
-allennlp 2.10.1 problem: `allennlp.models.archival.extracted_archive` (used by `load_archive`, so by
-`allennlp evaluate` / `predict`, `Model.from_archive`, `from_archive` models in configs, and the
-`pretrained` initializer) calls `tarfile.extractall` without a filter. A crafted `model.tar.gz`
-whose members are named `/abs/path/x` or `../../x`, or are links pointing outside, writes files
-anywhere the user can write; a truncated one raises a bare `EOFError` naming no file and leaves
-its `/tmp/tmpXXXX` folder behind (`load_archive` only removes the folder once the extraction
-has returned).
+allennlp 2.10.1 problem: `load_archive` (so `allennlp evaluate` / `predict`, `Model.from_archive`,
+`from_archive` models, the `pretrained` initializer) extracts with `tarfile.extractall` and no
+filter (absolute or `..` names and links write anywhere; a 4 MB archive can fill the disk), leaves
+its temporary folder behind when extraction fails, and reads the archive's `config.json` with
+`Params.from_file`: as jsonnet, with every environment variable as an external variable
+(`importstr` of a local file, `std.extVar` of a token, a computation that never ends), importing
+any dotted `"type"` it names.
 
-`install()` replaces that function with `elmoc_allennlp.common.archives.extracted_archive`: same
-signature and behaviour for a sound archive; every member is checked before it is written
-(Python's `tarfile` `data` filter rules, no absolute names, no `..`, no devices, no links
-leaving the folder), and a refused member or a damaged archive raises a `ConfigurationError`
-naming the archive (and the member), with the temporary folder removed. It is installed when
-`elmoc_allennlp` is imported, which `--include-package elmoc_allennlp` or a `.allennlp_plugins`
-file does before any command runs, so it protects every archive those commands open, ELMo-C's
-or not.
-
-To drop it: once allennlp extracts with a filter and cleans up after a failed extraction
-(Python 3.14 makes `data` the default filter, which fixes the first half only), delete this
-module and its `install()` call in `elmoc_allennlp/__init__.py`.
+`install()` replaces `allennlp.models.archival.extracted_archive` with
+`elmoc_allennlp.common.archives.extracted_archive` (every member checked and bounded before it is
+written, the folder removed after any failure) and the module's `Params` with `ArchiveParams`,
+whose `from_file` reads the archive's config as strict JSON through
+`elmoc_allennlp.common.archives.read_config` (a dotted type must be registered or already
+imported) and then applies the user's overrides as allennlp does. To drop it: once allennlp
+extracts with bounds and a filter and reads archived configs as JSON, delete this module and its
+name in `SHIMS`.
 """
-from elmoc_allennlp.common.archives import extracted_archive
+import json
+import os
+
+from allennlp.common.params import Params, parse_overrides, with_overrides
+
+from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
+
+REPLACES = (
+    "archives are extracted checked and bounded; their config.json is strict JSON, never "
+    "jsonnet, and names no type that would need an import"
+)
+TARGETS = (
+    "allennlp.models.archival.extracted_archive",
+    "allennlp.models.archival.Params",
+)
 
 
-REPLACES = "archives are extracted safely (no member outside the folder, damaged archives named)"
-TARGETS = ("allennlp.models.archival.extracted_archive",)
+class ArchiveParams(Params):
+    """`Params` whose `from_file` reads an archived `config.json` (see the module docstring)."""
+
+    @classmethod
+    def from_file(cls, params_file, params_overrides="", ext_vars=None) -> "ArchiveParams":
+        directory, member = os.path.split(os.fspath(params_file))
+        config = read_config(directory, extracted_from(directory) or directory, member)
+        if isinstance(params_overrides, dict):
+            params_overrides = json.dumps(params_overrides)
+        overrides = parse_overrides(params_overrides, ext_vars=ext_vars)
+        return cls(with_overrides(config, overrides) if overrides else config)
 
 
 def install() -> bool:
-    """Makes allennlp's archive extraction safe (idempotent)."""
+    """Makes `load_archive` extract and read archives as data (idempotent)."""
     import allennlp.models.archival as archival
 
-    # `load_archive` and the `pretrained` initializer look the name up in this module when
-    # they run, so replacing the module attribute reaches them all.
+    # `load_archive` looks both names up in this module when it runs.
     archival.extracted_archive = extracted_archive
+    archival.Params = ArchiveParams
     return True

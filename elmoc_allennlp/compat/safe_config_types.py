@@ -1,16 +1,16 @@
 """
 allennlp 2.10.1 problem: a config's `"type"` may be a dotted Python name
 (`Registrable.resolve_class_name`), which allennlp imports and calls with the remaining keys
-without checking that it is a class of the kind asked for. A model archive's `config.json` is
-built when the archive is loaded, so a crafted archive with
-`"model": {"type": "subprocess.Popen", "args": "...", "shell": true}` runs a shell command on
-`allennlp evaluate` / `predict` or any `load_archive`.
+without checking that it is a class of the kind asked for: `"model": {"type": "subprocess.Popen",
+"args": "...", "shell": true}` runs a shell command.
 
 `install()` wraps `resolve_class_name` so that a dotted name must resolve to a subclass of the
 registrable base class asked for (or to a class already registered under it, e.g. the torch
 modules registered as activations); anything else is a `ConfigurationError` naming the type.
-Registered names are unaffected. To drop it: once allennlp checks this itself, delete this
-module and its `install()` call in `elmoc_allennlp/__init__.py`.
+This covers the configs a user writes (whose dotted types allennlp still imports); a config from
+an archive is checked before anything is imported (`elmoc_allennlp.common.archives`). Registered
+names are unaffected. To drop it: once allennlp checks this itself, delete this module and its
+name in `SHIMS`.
 """
 import functools
 

@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 from allennlp.common.checks import ConfigurationError
@@ -16,12 +17,28 @@ class BidirectionalLanguageModelPredictor(Predictor):
     per-position cosine between each prediction and its target vector (`forward_cosine`,
     `backward_cosine`; the positions include the `<S>` and `</S>` boundaries).
 
-    Input of the wrong shape (no `"sentence"`, a number, `null`, a list with a non-string token)
-    raises a `ConfigurationError` naming the key; `allennlp predict` adds the input file and
-    line (see `elmoc_allennlp.compat.predict_input_lines`).
+    Input of the wrong shape (no `"sentence"`, a number, `null`, a list with a non-string token,
+    JSON that is malformed or nested too deeply) raises a `ConfigurationError` naming
+    the key; under `allennlp predict` also the input line, counted among the non-blank lines the
+    command passes to `load_line` (allennlp skips blank lines before the predictor sees them).
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
+
+    _lines_read = 0
+
+    def load_line(self, line: str) -> JsonDict:
+        self._lines_read += 1
+        where = f"input line {self._lines_read} (not counting blank lines)"
+        try:
+            json_dict = json.loads(line)
+        except (ValueError, RecursionError) as error:
+            raise ConfigurationError(f"{where}: not valid JSON ({str(error)[:100]})") from None
+        try:
+            self.validate_json(json_dict)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{where}: {error.message}") from None
+        return json_dict
 
     def predict(self, sentence: str) -> JsonDict:
         return self.predict_json({"sentence": sentence})

@@ -3,13 +3,11 @@ import os
 import time
 from typing import Optional, Set, Tuple, Union
 
-import torch
-
 from allennlp.common.checks import ConfigurationError
-from allennlp.nn import util as nn_util
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
+from elmoc_allennlp.common.torch_versions import load_tensors
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
 from elmoc_allennlp.common.disk_full import quiet_full_log_files
 
@@ -40,7 +38,9 @@ class AtomicCheckpointer(Checkpointer):
       half-checkpoint behind;
     - when recovering, a checkpoint that cannot be loaded (e.g. truncated by the stock
       checkpointer in an earlier run) is renamed to `*.corrupt` with a warning and the previous
-      checkpoint is used; leftover temporary files are deleted;
+      checkpoint is used; when none loads, `--recover` is refused, naming the files (nothing
+      is renamed); checkpoints are loaded as tensors only (`load_tensors`); leftover temporary
+      files are deleted;
     - if the run was killed while the trainer replaced `best.th` (it deletes the old file
       before linking the new one), `best.th` is restored from the checkpoint of the best epoch;
     - a full disk is one `DiskFullError` naming the file and folder (the checkpoints already
@@ -153,30 +153,29 @@ class AtomicCheckpointer(Checkpointer):
         """
         if self._is_primary and os.path.isdir(self._serialization_dir):
             remove_stale_partial_files(self._serialization_dir)
+        damaged = []
         for checkpoint in sorted(self._find_all_checkpoints(), reverse=True):
-            model_path = self._model_state_path(*checkpoint)
-            training_state_path = self._training_state_path(*checkpoint)
+            paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
             try:
-                model_state = torch.load(model_path, map_location=nn_util.device_mapping(-1))
-                training_state = torch.load(
-                    training_state_path, map_location=nn_util.device_mapping(-1)
-                )
-            except Exception as error:  # truncated or corrupt file
+                model_state, training_state = (load_tensors(path) for path in paths)
+            except Exception as error:  # truncated, corrupt, or not tensors only
                 logger.warning(
-                    "Checkpoint %s / %s cannot be loaded (%s: %s); using an older one.",
-                    model_path,
-                    training_state_path,
-                    type(error).__name__,
-                    error,
+                    "Checkpoint %s / %s cannot be loaded (%s: %s); trying an older one.",
+                    *paths, type(error).__name__, error,
                 )
-                if self._is_primary:
-                    for path in (model_path, training_state_path):
-                        if os.path.exists(path):
-                            os.replace(path, path + ".corrupt")
+                damaged.append(paths)
                 continue
             if self._is_primary:
+                for path in (path for pair in damaged for path in pair if os.path.exists(path)):
+                    os.replace(path, path + ".corrupt")
                 self._restore_best_weights(training_state)
             return TrainerCheckpoint(model_state, training_state)
+        if damaged:
+            raise ConfigurationError(
+                f"--recover: no checkpoint of {self._serialization_dir} can be loaded (damaged: "
+                f"{', '.join(path for pair in damaged for path in pair)}). Nothing was renamed; "
+                "remove them to start over, or restore them from a backup."
+            )
         return None
 
     def _restore_best_weights(self, training_state) -> None:
@@ -193,4 +192,4 @@ class AtomicCheckpointer(Checkpointer):
             try:
                 os.link(source, best_path)
             except OSError:
-                atomic_torch_save(torch.load(source, map_location="cpu"), best_path)
+                atomic_torch_save(load_tensors(source), best_path)

@@ -6,7 +6,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Union
 
 import pytest
 
@@ -30,22 +30,35 @@ def write_archive(
     destination: Path,
     extra: List,
     first: bool = False,
-    config: Optional[Dict] = None,
+    config: Optional[Union[Dict, bytes]] = None,
+    drop: Sequence[str] = (),
 ) -> Path:
     """A copy of the model archive `source` with the `extra` members (before or after its own),
-    and `config.json` replaced by `config` if given."""
+    without the members `drop`, and `config.json` replaced by `config` (a dict, or its bytes)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(source, "r:gz") as original, tarfile.open(destination, "w:gz") as copy:
         own = []
         for member in original:
+            if member.name in drop:
+                continue
             data = original.extractfile(member).read() if member.isfile() else None
             if member.name == "config.json" and config is not None:
-                data = json.dumps(config).encode("utf-8")
+                data = config if isinstance(config, bytes) else json.dumps(config).encode("utf-8")
                 member.size = len(data)
             own.append((member, None if data is None else io.BytesIO(data)))
         for member, data in (extra + own) if first else (own + extra):
             copy.addfile(member, data)
     return destination
+
+
+def _sparse(name: str):
+    """A GNU sparse member (old format): 64 GiB on disk once extracted, a few bytes stored."""
+    member = tarfile.TarInfo(name)
+    member.type = tarfile.GNUTYPE_SPARSE
+    member.sparse = [(0, 0)]
+    member.size = 0
+    member.mode = 0o644
+    return member, io.BytesIO(b"")
 
 
 @pytest.fixture(scope="session")
@@ -92,6 +105,13 @@ def crafted(elmoc_archive, outside, tmp_path_factory) -> Dict[str, Path]:
         "character-device": [_file("tty", kind=tarfile.CHRTYPE)],
         "block-device": [_file("disk", kind=tarfile.BLKTYPE)],
         "fifo": [_file("pipe", kind=tarfile.FIFOTYPE)],
+        "duplicate-config": [_file("config.json", b'{"model": {"type": "basic_classifier"}}')],
+        "config-is-a-folder": [_file("config.json", kind=tarfile.DIRTYPE)],
+        "file-inside-config": [_file("config.json/" + ESCAPE_NAME)],
+        "inner-link-to-a-sibling": [_file("notes.txt"),
+                                    _file("link", kind=tarfile.SYMTYPE, link="notes.txt")],
+        "inner-hard-link": [_file("notes.txt"), _file("hard", kind=tarfile.LNKTYPE, link="notes.txt")],
+        "sparse-config": [_sparse("config.json")],
     }
     archives = {}
     for name, extra in kinds.items():

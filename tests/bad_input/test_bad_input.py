@@ -6,7 +6,8 @@ Python API and the archives, each with the error it must raise, words its messag
 `CASES` is the table: one `Case` per input. Every case also checks two invariants: nothing was
 written outside the case's sandbox (the folder crafted archives point at stays empty and no file
 named `ESCAPE_NAME` exists anywhere under pytest's temporary root), and no temporary folder was
-left behind (`tempfile`'s folder, redirected into the sandbox, is empty).
+left behind (`tempfile`'s folder, redirected into the sandbox, holds at most the extractions
+`read_archive` keeps for the process, and nothing once they are removed as at exit).
 
 The tiny archives are built once per session (`conftest.py`); the whole suite runs in well under
 a minute, one command-line case (`allennlp evaluate` in a fresh process) included.
@@ -34,10 +35,11 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import (
+    _OPENED,
     CorruptArchiveError,
     UnsafeArchiveError,
     extract_archive,
-    extracted_archive,
+    remove_extracted_archives,
 )
 from elmoc_allennlp.common.disk_full import DiskFullError, quiet_full_log_files
 from elmoc_allennlp.common.fasttext_vectors import (
@@ -125,6 +127,8 @@ class Sandbox:
         if not top.exists() and not top.is_symlink():
             return {}
         entries = [top] if not top.is_dir() else sorted(top.rglob("*"))
+        # `tempfile`'s folder has its own invariant (see `test_bad_input`).
+        entries = [path for path in entries if (self.root / "tmp") not in path.parents]
         state = {}
         for path in entries:
             key = str(path.relative_to(self.root))
@@ -148,6 +152,7 @@ def sandbox(tmp_path, monkeypatch, crafted, elmoc_archive, outside, tiny_fasttex
     box.paths["fasttext"] = str(tiny_fasttext_path)
     yield box
     clear_fasttext_cache()
+    remove_extracted_archives()
 
 
 def _escaped_files(base: Path) -> List[Path]:
@@ -173,7 +178,12 @@ def test_bad_input(bad: Case, sandbox: Sandbox, tmp_path_factory):
         assert torch.load(sandbox.root / relative, map_location="cpu"), relative
     assert list(sandbox.outside.iterdir()) == []
     assert _escaped_files(tmp_path_factory.getbasetemp()) == []
-    assert list((sandbox.root / "tmp").iterdir()) == [], "a temporary folder was left behind"
+    # Only the extractions `read_archive` keeps for the process (of archives that loaded) stay,
+    # until exit.
+    kept = {opened.directory for opened in _OPENED.values()}
+    assert set((sandbox.root / "tmp").iterdir()) <= kept, "a temporary folder was left behind"
+    remove_extracted_archives()
+    assert list((sandbox.root / "tmp").iterdir()) == []
 
 
 def test_the_table_has_at_least_80_cases():
@@ -192,18 +202,25 @@ UNSAFE_KINDS = {
     "dotdot-name": "has a '..' component",
     "dotdot-name-first": "has a '..' component",
     "dotdot-inside-name": "has a '..' component",
-    "symlink-to-absolute-folder": "symbolic link to the absolute path",
-    "symlink-then-file-through-it": "symbolic link to the absolute path",
-    "symlink-climbing-out": "outside the archive's folder",
-    "symlink-chain-out": "through another link",
-    "file-through-inner-symlink": "is written through the symbolic link 'here'",
-    "symlink-replacing-config": "replacing a member extracted before it",
-    "hardlink-to-absolute": "hard link to the absolute path '/etc/passwd'",
-    "hardlink-climbing-out": "outside the archive's folder",
-    "hardlink-to-symlink": "through another link",
+    # `allennlp train` writes no links: every link is refused, wherever it points.
+    "symlink-to-absolute-folder": "is a symbolic link",
+    "symlink-then-file-through-it": "is a symbolic link",
+    "symlink-climbing-out": "is a symbolic link",
+    "symlink-chain-out": "is a symbolic link",
+    "file-through-inner-symlink": "is a symbolic link",
+    "symlink-replacing-config": "is a symbolic link",
+    "hardlink-to-absolute": "is a hard link",
+    "hardlink-climbing-out": "is a hard link",
+    "hardlink-to-symlink": "is a symbolic link",
     "character-device": "is a character device",
     "block-device": "is a block device",
     "fifo": "is a FIFO",
+    "duplicate-config": "appears twice",
+    "config-is-a-folder": "is a folder, where a regular file is expected",
+    "file-inside-config": "is inside 'config.json', which is a file",
+    "inner-link-to-a-sibling": "is a symbolic link",
+    "inner-hard-link": "is a hard link",
+    "sparse-config": "is a sparse file",
 }
 
 
@@ -313,7 +330,7 @@ class _environment:
 
 
 @case("archive-config-runs-subprocess-load_archive", ConfigurationError,
-      "subprocess.Popen", "is not a Model")
+      "{archive}", "model.type", "subprocess.Popen", "never imported")
 def _config_type_load_archive(sandbox):
     from allennlp.models.archival import load_archive
 
@@ -322,7 +339,7 @@ def _config_type_load_archive(sandbox):
 
 
 @case("archive-config-runs-subprocess-ElmocEmbedder", ConfigurationError,
-      "{archive}", "is not an ELMo-C biLM archive")
+      "{archive}", "model.type", "subprocess.Popen", "never imported")
 def _config_type_embedder(sandbox):
     from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 
@@ -341,6 +358,167 @@ def _popen_archive(sandbox) -> Path:
     path = write_archive(sandbox.archive, sandbox.root / "popen.tar.gz", [], config=config)
     sandbox.paths["archive"] = str(path)
     return path
+
+
+def _archive_config(sandbox) -> Dict:
+    with tarfile.open(sandbox.archive) as tar:
+        return json.load(tar.extractfile("config.json"))
+
+
+def _config_archive_call(sandbox, config, loader: str = "load_archive", extra=(), **changes):
+    """`loader` on a copy of the tiny archive whose `config.json` is `config` (dict or bytes)."""
+    path = write_archive(sandbox.archive, sandbox.root / "crafted.tar.gz", list(extra),
+                         config=config, **changes)
+    sandbox.paths["archive"] = str(path)
+    if loader == "ElmocEmbedder":
+        from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+        return lambda: ElmocEmbedder(str(path))
+    from allennlp.models.archival import load_archive
+
+    return lambda: load_archive(str(path))
+
+
+def _with_model_type(sandbox, model_type: str) -> Dict:
+    config = _archive_config(sandbox)
+    config["model"]["type"] = model_type
+    return config
+
+
+# Configs inside archives: strict JSON, and dotted types only if registered or already imported.
+_JSONNET_CONFIG = b'local secret = std.extVar("HOME"); {model: {type: "elmoc_bilm", x: secret}}'
+_ARCHIVE_CONFIG_CASES = {
+    # name: (config, words)
+    "jsonnet": (lambda sandbox: _JSONNET_CONFIG, ("config.json", "is not JSON", "jsonnet")),
+    "importstr": (lambda sandbox: b'{"model": importstr "/etc/passwd"}', ("is not JSON",)),
+    "nan": (lambda sandbox: b'{"model": {"type": "elmoc_bilm", "x": NaN}}', ("is not JSON",)),
+    "not-utf8": (lambda sandbox: b'{"model": "\xff"}', ("is not JSON",)),
+    "deeply-nested": (lambda sandbox: b"[" * 200_000 + b"]" * 200_000, ("is not JSON",)),
+    "a-list": (lambda sandbox: b"[1, 2]", ("not a JSON object",)),
+    "type-never-imported": (lambda sandbox: _with_model_type(sandbox, "this.Zen"),
+                            ("model.type", "'this.Zen'", "never imported")),
+    "type-in-a-module-of-the-archive": (
+        lambda sandbox: _with_model_type(sandbox, "elmoc_planted.Model"),
+        ("model.type", "'elmoc_planted.Model'", "never imported")),
+    "type-of-an-imported-module-not-a-component": (
+        lambda sandbox: _with_model_type(sandbox, "os.system"), ("model.type", "'os.system'")),
+}
+for _name, (_config, _words) in _ARCHIVE_CONFIG_CASES.items():
+    for _loader in ("load_archive", "ElmocEmbedder"):
+        case(f"archive-config-{_name}-{_loader}", ConfigurationError, "{archive}", *_words)(
+            lambda sandbox, config=_config, loader=_loader: _config_archive_call(
+                sandbox, config(sandbox), loader))
+
+
+def _vocabulary_members(sandbox) -> Tuple[str, ...]:
+    with tarfile.open(sandbox.archive) as tar:
+        return tuple(name for name in tar.getnames() if name.split("/")[0] == "vocabulary")
+
+
+for _loader in ("load_archive", "ElmocEmbedder"):
+    case(f"archive-without-config-{_loader}", ConfigurationError, "{archive}",
+         "has no config.json")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=("config.json",)))
+    case(f"archive-without-weights-{_loader}", ConfigurationError, "{archive}",
+         "has no weights.th")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=("weights.th",)))
+    case(f"archive-without-vocabulary-{_loader}", ConfigurationError, "{archive}",
+         "has no vocabulary/")(lambda sandbox, loader=_loader: _config_archive_call(
+             sandbox, None, loader, drop=_vocabulary_members(sandbox)))
+    case(f"archive-config-without-model-{_loader}", ConfigurationError, "{archive}",
+         "config.json", "has no model section")(
+        lambda sandbox, loader=_loader: _config_archive_call(
+            sandbox, {"dataset_reader": {"type": "elmoc_lm_corpus"}}, loader))
+
+
+@case("archive-meta-not-json", ConfigurationError, "{archive}", "meta.json", "is not JSON")
+def _bad_meta(sandbox):
+    from tests.bad_input.conftest import _file
+
+    return _config_archive_call(sandbox, None, drop=("meta.json",),
+                                extra=[_file("meta.json", b"{not json")])
+
+
+def _limited(variable: str, value: str, loader: str = "load_archive"):
+    def prepare(sandbox):
+        call = _config_archive_call(sandbox, None, loader)
+
+        def run():
+            with _environment({variable: value}):
+                call()
+
+        return run
+
+    return prepare
+
+
+for _loader in ("load_archive", "ElmocEmbedder"):
+    case(f"archive-too-many-members-{_loader}", UnsafeArchiveError, "{archive}",
+         "ELMOC_ARCHIVE_MAX_MEMBERS")(_limited("ELMOC_ARCHIVE_MAX_MEMBERS", "2", _loader))
+    case(f"archive-too-many-bytes-{_loader}", UnsafeArchiveError, "{archive}",
+         "ELMOC_ARCHIVE_MAX_BYTES")(_limited("ELMOC_ARCHIVE_MAX_BYTES", "2000", _loader))
+    case(f"archive-json-member-too-large-{_loader}", UnsafeArchiveError, "{archive}",
+         "'config.json'", "ELMOC_ARCHIVE_MAX_JSON_BYTES")(
+        _limited("ELMOC_ARCHIVE_MAX_JSON_BYTES", "100", _loader))
+
+
+@case("archive-decompression-bomb", UnsafeArchiveError, "{archive}", "'weights.th'",
+      "ELMOC_ARCHIVE_MAX_RATIO", absent=("extracted",))
+def _bomb(sandbox):
+    """A few KB declaring a 3 GiB member: refused from its header, before a byte is written."""
+    import gzip
+
+    member = tarfile.TarInfo("weights.th")
+    member.size = 3 << 30
+    path = sandbox.root / "bomb.tar.gz"
+    path.write_bytes(gzip.compress(member.tobuf() + bytes(1 << 16)))
+    sandbox.paths["archive"] = str(path)
+    return lambda: extract_archive(path, sandbox.root / "extracted")
+
+
+@case("archive-is-a-zip", CorruptArchiveError, "{archive}", "not a tar archive")
+def _zip_archive(sandbox):
+    import zipfile
+
+    from allennlp.models.archival import load_archive
+
+    path = sandbox.root / "model.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", "{}")
+    sandbox.paths["archive"] = str(path)
+    return lambda: load_archive(str(path))
+
+
+@case("archive-is-a-fasttext-bin", CorruptArchiveError, "{archive}", "not a tar archive")
+def _bin_as_archive(sandbox):
+    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+
+    path = sandbox.copy(sandbox.fasttext, "vectors.bin")
+    sandbox.paths["archive"] = str(path)
+    return lambda: ElmocEmbedder(str(path))
+
+
+@case("archive-is-a-fifo", ConfigurationError, "{archive}", "not a regular file")
+def _fifo_archive(sandbox):
+    from allennlp.models.archival import load_archive
+
+    path = sandbox.root / "model.tar.gz"
+    os.mkfifo(path)
+    sandbox.paths["archive"] = str(path)
+    return lambda: load_archive(str(path))
+
+
+@case("serialization-dir-config-type-never-imported", ConfigurationError, "{folder}",
+      "model.type", "'this.Zen'")
+def _folder_type(sandbox):
+    """A biLM given as a folder (a serialization directory, or a carried `elmoc_bilm/<key>/`)."""
+    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+
+    folder = sandbox.root / "run"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(_with_model_type(sandbox, "this.Zen")))
+    sandbox.paths["folder"] = str(folder)
+    return lambda: ElmocArchive(str(folder))
 
 
 # Truncated archives: the real archive cut at random places, and other damaged files.
@@ -691,13 +869,121 @@ def _embed_latin1(sandbox):
     return call
 
 
+@case("elmoc-embed-disk-full", DiskFullError, "No space left on device", "{output}",
+      absent=("out.hdf5",))
+def _embed_disk_full(sandbox):
+    """The first failed write stops the export, with one error naming the file (no partial)."""
+    import h5py
+
+    call = _embed_call(sandbox, batch_size=1)
+
+    def full(self):
+        raise _no_space(sandbox.paths["output"])
+
+    def run():
+        original, h5py.File.flush = h5py.File.flush, full
+        try:
+            call()
+        finally:
+            h5py.File.flush = original
+
+    return run
+
+
+@case("elmoc-embed-input-is-a-folder", ConfigurationError, "{folder}", "is a directory",
+      absent=("out.hdf5",))
+def _embed_folder_input(sandbox):
+    from elmoc_allennlp.commands.elmoc_embed import embed_file
+
+    folder = sandbox.root / "sentences"
+    folder.mkdir()
+    sandbox.paths["folder"] = str(folder)
+    return lambda: embed_file(str(sandbox.archive), str(folder), str(sandbox.root / "out.hdf5"))
+
+
+@case("elmoc-embed-output-folder-not-writable", ConfigurationError, "not writable",
+      absent=("locked/out.hdf5",))
+def _embed_unwritable(sandbox):
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere")
+    (sandbox.root / "locked").mkdir(mode=0o500)
+    return _embed_call(sandbox, output="locked/out.hdf5")
+
+
+@case("elmoc-embed-cuda-device-without-cuda", ConfigurationError, "--cuda-device 0",
+      absent=("out.hdf5",))
+def _embed_cuda(sandbox):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    return _embed_call(sandbox, cuda_device=0)
+
+
+@case("elmoc-embed-archive-refused-before-anything-is-written", UnsafeArchiveError, "{archive}",
+      absent=("out.hdf5",))
+def _embed_unsafe(sandbox):
+    from elmoc_allennlp.commands.elmoc_embed import embed_file
+
+    path = sandbox.crafted_copy("duplicate-config")
+    sentences = sandbox.root / "in.txt"
+    sentences.write_text("the bank\n")
+    return lambda: embed_file(str(path), str(sentences), str(sandbox.root / "out.hdf5"))
+
+
+# ---------------------------------------------------------------------- merge, recover, vectors
+
+
+@case("merge-bilm-existing-output-without-force", ConfigurationError, "{output}", "--force")
+def _merge_existing(sandbox):
+    from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
+
+    output = sandbox.root / "merged.tar.gz"
+    output.write_bytes(b"an earlier merge")
+    sandbox.paths["output"] = str(output)
+    return lambda: merge_bilm_archives(str(sandbox.archive), str(sandbox.archive), str(output))
+
+
+@case("merge-bilm-output-is-an-input", ConfigurationError, "{output}", "--force")
+def _merge_onto_input(sandbox):
+    from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
+
+    forward = sandbox.copy(sandbox.archive, "forward.tar.gz")
+    sandbox.paths["output"] = str(forward)
+    return lambda: merge_bilm_archives(str(forward), str(sandbox.archive), str(forward))
+
+
+@case("fasttext-vectors-path-is-a-fifo", FastTextFormatError, "{bin}", "not a regular file")
+def _fifo_vectors(sandbox):
+    path = sandbox.root / "vectors.bin"
+    os.mkfifo(path)
+    sandbox.paths["bin"] = str(path)
+    return lambda: FastTextVectors(path)
+
+
+@case("recover-with-only-a-damaged-checkpoint", ConfigurationError, "--recover",
+      "{run}/model_state_e1_b0.th", unchanged=("run/model_state_e1_b0.th",),
+      absent=("run/model_state_e1_b0.th.corrupt",))
+def _recover_damaged(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    config = str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")
+    run_dir = sandbox.root / "run"
+    sandbox.paths["run"] = str(run_dir)
+    overrides = json.dumps({"trainer.num_epochs": 2})
+    train_model_from_file(config, str(run_dir), overrides=overrides)
+    for later in run_dir.glob("*_state_e2_b0.th"):
+        later.unlink()
+    damaged = run_dir / "model_state_e1_b0.th"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    return lambda: train_model_from_file(config, str(run_dir), overrides=overrides, recover=True)
+
+
 # ---------------------------------------------------------------------- the predictor
 
 
 _PREDICTORS: Dict[str, object] = {}
 
 
-def _predict_call(sandbox, lines: List[str], command_line: bool = False):
+def _predict_call(sandbox, lines: List[str], command_line: bool = False, onto_input=False):
     """`allennlp predict ARCHIVE input.jsonl` on `lines`: the whole command, or its
     `_PredictManager` with the biLM predictor loaded once for the module (much faster)."""
     from allennlp.commands import main
@@ -707,10 +993,11 @@ def _predict_call(sandbox, lines: List[str], command_line: bool = False):
     path = sandbox.root / "input.jsonl"
     path.write_text("".join(line + "\n" for line in lines))
     sandbox.paths["input"] = str(path)
-    output = str(sandbox.root / "predictions.jsonl")
+    output = str(path if onto_input else sandbox.root / "predictions.jsonl")
     if not command_line:
         if "bilm" not in _PREDICTORS:
             _PREDICTORS["bilm"] = Predictor.from_path(str(sandbox.archive))
+        _PREDICTORS["bilm"]._lines_read = 0  # a new input file
         manager = _PredictManager(_PREDICTORS["bilm"], str(path), output, 1, False, False)
         return manager.run
     argv = ["allennlp", "predict", str(sandbox.archive), str(path), "--silent",
@@ -737,14 +1024,26 @@ _PREDICT_CASES = {
     "no-sentence-key": ('{"text": "the bank"}', "needs a 'sentence' key"),
     "line-is-a-list": ('["the", "bank"]', "expected a JSON object"),
 }
+_PREDICT_CASES.update({
+    "deeply-nested": ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+    # Python >= 3.11 refuses to parse the number, older ones parse it and the key is named.
+    "huge-number": ('{"sentence": ' + "9" * 10_000 + "}", "input line 3"),
+})
 for _name, (_line, _words) in _PREDICT_CASES.items():
-    # The bad line is line 4 of the file (after two good lines and a blank one).
-    case(f"predict-{_name}", ConfigurationError, "{input}, line 4", _words,
+    # The bad line is the 3rd non-blank line of the file (allennlp skips blank lines before the
+    # predictor sees them).
+    case(f"predict-{_name}", ConfigurationError, "input line 3", _words,
          unchanged=("input.jsonl",))(
         lambda sandbox, line=_line: _predict_call(sandbox, [_GOOD_LINE, _GOOD_LINE, "", line]))
-case("predict-malformed-json-command-line", ConfigurationError, "{input}, line 3",
+case("predict-malformed-json-command-line", ConfigurationError, "input line 2",
      "not valid JSON", unchanged=("input.jsonl",))(
     lambda sandbox: _predict_call(sandbox, [_GOOD_LINE, "", "{oops"], command_line=True))
+
+
+@case("predict-output-file-is-the-input", ConfigurationError, "--output-file", "{input}",
+      unchanged=("input.jsonl",))
+def _predict_onto_input(sandbox):
+    return _predict_call(sandbox, [_GOOD_LINE], command_line=True, onto_input=True)
 
 
 # ---------------------------------------------------------------------- configs
@@ -808,6 +1107,21 @@ def _wrong_elmoc_dim(sandbox):
     from allennlp.commands.train import train_model_from_file
 
     environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_DIM="1024")
+
+    def run():
+        with _environment(environment):
+            train_model_from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+                                  str(sandbox.root / "run"))
+
+    return run
+
+
+@case("config-wrong-ELMOC_FASTTEXT_DIM", ConfigurationError, "ELMOC_FASTTEXT_DIM", "is 300",
+      "{fasttext}", "has 16 dimensions", unchanged=(), absent=("run/model.tar.gz",))
+def _wrong_fasttext_dim(sandbox):
+    from allennlp.commands.train import train_model_from_file
+
+    environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_FASTTEXT_DIM="300")
 
     def run():
         with _environment(environment):
@@ -942,8 +1256,17 @@ def test_a_stale_partial_export_is_removed_by_the_next_run(sandbox):
     stale.write_bytes(b"half an hdf5 file")
     other = sandbox.root / ".other.hdf5.partial-abc123"  # another output's: left alone
     other.write_bytes(b"x")
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True)
+    dead = sandbox.root / f".out.hdf5.partial-{finished.stdout.strip()}-x1"  # its writer is gone
+    dead.write_bytes(b"x")
+    # A run still writing (this process stands in for it): its partial file is not stale.
+    live = sandbox.root / f".out.hdf5.partial-{os.getpid()}-x2"
+    live.write_bytes(b"x")
     embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top")
-    assert not stale.exists() and other.exists()
+    assert not stale.exists() and not dead.exists()
+    assert other.exists() and live.exists()
+    live.unlink()
     embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top",
                force=True)
 
@@ -957,21 +1280,96 @@ def test_allow_different_vectors_is_the_documented_override(sandbox):
     assert embedder.embed_sentence(["the", "bank"]).shape == (3, 2, 12)
 
 
-def test_a_sound_archive_with_inner_links_still_loads(sandbox):
-    """The checks refuse what leaves the folder, not links inside it (the `data` filter's rule)."""
+def test_a_sound_archive_is_extracted_once_and_its_folder_removed_after_a_failure(sandbox):
+    """Extra regular files (`include_in_archive`) load; `read_archive` extracts once per
+    process; a user whose work failed releases the folder."""
+    from elmoc_allennlp.common.archives import read_archive
     from tests.bad_input.conftest import _file
 
-    path = write_archive(sandbox.archive, sandbox.root / "links.tar.gz", [
-        _file("extra/notes.txt"),
-        _file("extra/link", kind=tarfile.SYMTYPE, link="notes.txt"),
-        _file("extra/hard", kind=tarfile.LNKTYPE, link="extra/notes.txt"),
-    ])
-    with extracted_archive(path) as directory:
-        assert os.readlink(os.path.join(directory, "extra", "link")) == "notes.txt"
-        assert Path(directory, "extra", "hard").read_bytes() == b"planted\n"
+    path = write_archive(sandbox.archive, sandbox.root / "extra.tar.gz",
+                         [_file("extra/notes.txt")])
+    first = read_archive(path)
+    assert read_archive(str(path)) is first
+    assert (first.directory / "extra" / "notes.txt").read_bytes() == b"planted\n"
+    assert first.member("config.json") == first.directory / "config.json"
+    first.release()
+    assert first.directory.is_dir()  # the second user still has it
+    first.release()
+    assert not first.directory.exists()
     from allennlp.models.archival import load_archive
 
     assert load_archive(str(path)).model is not None
+
+
+def test_a_dotted_type_in_an_archive_is_never_imported(sandbox):
+    """`this` prints the Zen of Python when imported: refusing it must not import it."""
+    from allennlp.models.archival import load_archive
+
+    assert "this" not in sys.modules
+    config = _with_model_type(sandbox, "this.Zen")
+    path = write_archive(sandbox.archive, sandbox.root / "zen.tar.gz", [], config=config)
+    with pytest.raises(ConfigurationError, match="this.Zen"):
+        load_archive(str(path))
+    assert "this" not in sys.modules
+
+
+def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sandbox,
+                                                                                 monkeypatch):
+    """`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`, torch's opt-out: weights are still tensors only."""
+    import pickle
+
+    from allennlp.models.archival import load_archive
+    from tests.bad_input.conftest import _file
+
+    marker = sandbox.root / ESCAPE_NAME
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps({"weight": Payload()})
+    path = write_archive(sandbox.archive, sandbox.root / "pickle.tar.gz",
+                         [_file("weights.th", payload)], drop=("weights.th",))
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+        load_archive(str(path))
+    assert not marker.exists()
+    checkpoint = sandbox.root / "model_state_e1_b0.th"
+    checkpoint.write_bytes(payload)
+    (sandbox.root / "training_state_e1_b0.th").write_bytes(payload)
+    from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
+    from allennlp.training.checkpointer import Checkpointer
+
+    for checkpointer in (AtomicCheckpointer(sandbox.root), Checkpointer(sandbox.root)):
+        with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+            checkpointer.load_checkpoint()
+        assert not marker.exists()
+    from allennlp.nn.initializers import PretrainedModelInitializer
+
+    for weights in (checkpoint, path):  # a weights file, an archive
+        with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+            PretrainedModelInitializer(str(weights))
+        assert not marker.exists()
+
+
+def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
+    """The reported case: `"type": "this.Zen"` printed the Zen of Python under `allennlp predict
+    ... --include-package elmoc_allennlp`. Now: an error naming the archive, key and type."""
+    config = _with_model_type(sandbox, "this.Zen")
+    archive = write_archive(sandbox.archive, sandbox.root / "zen.tar.gz", [], config=config)
+    lines = sandbox.root / "input.jsonl"
+    lines.write_text(_GOOD_LINE + "\n")
+    allennlp = Path(sys.executable).with_name("allennlp")
+    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(sandbox.root / "tmp"))
+    result = subprocess.run(
+        command + ["predict", str(archive), str(lines), "--include-package", "elmoc_allennlp"],
+        cwd=sandbox.root, env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0
+    assert "Beautiful is better than ugly" not in result.stdout + result.stderr
+    assert f"{archive} (config.json): model.type is 'this.Zen'" in result.stderr
+    assert list((sandbox.root / "tmp").iterdir()) == []
 
 
 def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_path):

@@ -213,6 +213,51 @@ def test_merge_refuses_wrong_inputs(single_direction_runs, tmp_path):
         merge_bilm_archives(forward, str(tmp_path / "other.tar.gz"), str(tmp_path / "x.tar.gz"))
 
 
+def _repacked(source: str, destination: Path, change) -> str:
+    """`source` with `change(folder)` applied to its extracted members."""
+    folder = destination.with_suffix(".d")
+    with tarfile.open(source) as tar:
+        tar.extractall(folder)
+    change(folder)
+    with tarfile.open(destination, "w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            tar.add(path, arcname=path.name)
+    return str(destination)
+
+
+def test_vocabularies_are_compared_by_content_and_output_needs_force(single_direction_runs,
+                                                                     tmp_path):
+    """allennlp writes non_padded_namespaces.txt in set order (it differs with PYTHONHASHSEED):
+    the same vocabulary in another order merges; another vocabulary does not."""
+    root, _ = single_direction_runs
+    forward = str(root / "forward" / "model.tar.gz")
+    backward = str(root / "backward" / "model.tar.gz")
+
+    def reorder(folder: Path) -> None:
+        path = folder / "vocabulary" / "non_padded_namespaces.txt"
+        lines = path.read_text().split()
+        assert len(lines) >= 2, lines
+        path.write_text("\n".join(reversed(lines)) + "\n")
+
+    reordered = _repacked(backward, tmp_path / "reordered.tar.gz", reorder)
+    output = tmp_path / "merged.tar.gz"
+    merge_bilm_archives(forward, reordered, str(output), verify=False)
+    first = output.read_bytes()
+    with pytest.raises(ConfigurationError, match="--force"):
+        merge_bilm_archives(forward, reordered, str(output), verify=False)
+    assert output.read_bytes() == first
+    merge_bilm_archives(forward, reordered, str(output), verify=False, force=True)
+
+    def extend(folder: Path) -> None:
+        with open(folder / "vocabulary" / "non_padded_namespaces.txt", "a") as lines:
+            lines.write("*extra\n")
+
+    extended = _repacked(backward, tmp_path / "extended.tar.gz", extend)
+    with pytest.raises(ConfigurationError, match="different vocabularies"):
+        merge_bilm_archives(forward, extended, str(tmp_path / "x.tar.gz"), verify=False)
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
 def test_merge_requires_identical_shared_parameters():
     forward = {
         "_contextualizer.input_projection.weight": torch.ones(2, 2),

@@ -307,3 +307,28 @@ class TestValidation:
         path, _ = _synthetic(tmp_path)
         path.write_bytes(path.read_bytes()[:-4])
         self._error(path, "truncated: expected 96 bytes for the output matrix, file has 92")
+
+
+def test_the_fingerprint_samples_both_the_word_and_the_ngram_rows(tmp_path):
+    """Many words, few n-gram buckets: blocks spread over the whole file (the first fingerprint)
+    can all miss the n-gram rows; the fingerprint samples each region on its own. The same file
+    with its n-gram rows replaced (same size) must not keep its fingerprint."""
+    words = ["</s>"] + [f"w{index}" for index in range(4000)]
+    bucket, dim = 40, 8
+    matrix = np.random.default_rng(0).standard_normal((len(words) + bucket, dim)).astype(np.float32)
+    original = write_fasttext_bin(tmp_path / "a.bin", words, matrix, minn=2, maxn=3, bucket=bucket)
+    replaced = matrix.copy()
+    replaced[len(words):] = np.random.default_rng(1).standard_normal((bucket, dim))
+    forged = write_fasttext_bin(tmp_path / "b.bin", words, replaced, minn=2, maxn=3, bucket=bucket)
+    assert original.stat().st_size == forged.stat().st_size
+    first, second = FastTextVectors(original), FastTextVectors(forged)
+    for vectors in (first, second):
+        vectors.fingerprint_block_bytes = 64  # 64 blocks of 64 bytes: a sparse sample
+    # Spread over the whole file, the 64 blocks skip this file's n-gram rows entirely.
+    whole = [(first._matrix_offset, first._file_size)]
+    assert first._sampled_digest(whole) == second._sampled_digest(whole)
+    assert first.fingerprint != second.fingerprint
+    assert first.fingerprint.startswith("2:")
+    # Archives written with the first fingerprint still match their own vectors.
+    assert first.matches_fingerprint(first._sampled_digest(whole))
+    assert not second.matches_fingerprint(first.fingerprint)

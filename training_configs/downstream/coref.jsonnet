@@ -55,7 +55,9 @@ local reader(max_sentences) = {
     type: 'coref',
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
+        tokens: {
+          type: 'elmoc_fasttext', vectors_path: fasttext, embedding_dim: fasttext_dim,
+        },
         token_characters: {
           type: 'character_encoding',
           embedding: { embedding_dim: 16, vocab_namespace: 'token_characters' },

@@ -49,7 +49,9 @@ local reader(use_subtrees) = {
     type: 'bcn',
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
+        tokens: {
+          type: 'elmoc_fasttext', vectors_path: fasttext, embedding_dim: fasttext_dim,
+        },
         [if use_bilm then 'elmoc']: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,

@@ -35,7 +35,9 @@ local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
     include_start_end_transitions: false,
     text_field_embedder: {
       token_embedders: {
-        tokens: { type: 'elmoc_fasttext', vectors_path: fasttext },
+        tokens: {
+          type: 'elmoc_fasttext', vectors_path: fasttext, embedding_dim: fasttext_dim,
+        },
         [if use_bilm then 'elmo']: {
           type: 'elmoc_token_embedder',
           archive_file: elmoc_archive,

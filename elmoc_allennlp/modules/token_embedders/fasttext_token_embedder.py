@@ -67,6 +67,10 @@ class FastTextTokenEmbedder(TokenEmbedder):
         `-o '{"model.text_field_embedder.token_embedders.fasttext.allow_different_vectors":
         true}'`: representations computed from other vectors than the training ones are
         meaningless.
+    embedding_dim : `int`, optional (default=`None`)
+        The dimension the config was sized for (`ELMOC_FASTTEXT_DIM` in
+        `training_configs/downstream`): a `.bin` of another dimension is a `ConfigurationError`
+        naming both, instead of a size mismatch deep in the model.
     serialization_dir : `str`, optional (default=`None`)
         Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
         for next to the archive, then in `ELMOC_VECTORS_PATH` (see
@@ -78,6 +82,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
         vectors_path: str,
         trainable: bool = False,
         allow_different_vectors: bool = False,
+        embedding_dim: Optional[int] = None,
         serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
@@ -85,6 +90,12 @@ class FastTextTokenEmbedder(TokenEmbedder):
         # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
         vectors_path = locate_fasttext(vectors_path, serialization_dir)
         self._vectors = FastTextVectors.from_path(vectors_path)
+        if embedding_dim is not None and embedding_dim != self._vectors.dim:
+            raise ConfigurationError(
+                f"elmoc_fasttext.embedding_dim (ELMOC_FASTTEXT_DIM in the training_configs/"
+                f"downstream configs) is {embedding_dim}, but the fastText model {vectors_path} "
+                f"has {self._vectors.dim} dimensions: set ELMOC_FASTTEXT_DIM={self._vectors.dim}"
+            )
         self._num_rows = self._vectors.num_rows
         self._no_vector_id = no_vector_id(self._vectors)
         self.weight: Optional[torch.nn.Parameter]
@@ -142,7 +153,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
                 f"The weights being loaded have a corrupt {VECTORS_RECORD_KEY} ({error})"
             ) from None
         current = self._vectors.fingerprint
-        if saved_fingerprint == current:
+        if self._vectors.matches_fingerprint(saved_fingerprint):
             return
         message = (
             f"These weights were trained with the fastText model {saved_path} (fingerprint "

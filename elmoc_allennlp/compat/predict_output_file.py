@@ -1,0 +1,39 @@
+"""
+allennlp 2.10.1 problem: `allennlp predict ARCHIVE in.jsonl --output-file in.jsonl` opens the
+output for writing (`_PredictManager.__init__`) before reading the input: the input is truncated
+to nothing and the command exits 0.
+
+`install()` wraps `_PredictManager.__init__` to raise a `ConfigurationError` naming both options
+when `--output-file` is the input file (the same path, or a link to it), before anything is
+opened. To drop it: once allennlp checks this itself, delete this module and its name in `SHIMS`.
+"""
+import functools
+import os
+
+from allennlp.common.checks import ConfigurationError
+
+REPLACES = "`allennlp predict` refuses an --output-file that is its input file"
+TARGETS = ("allennlp.commands.predict._PredictManager.__init__",)
+
+
+def install() -> bool:
+    """Makes `allennlp predict` refuse to overwrite its input (idempotent)."""
+    from allennlp.commands.predict import _PredictManager
+
+    original = _PredictManager.__init__
+    if getattr(original, "_elmoc_checked", False):
+        return True
+
+    @functools.wraps(original)
+    def __init__(self, predictor, input_file, output_file, *args, **kwargs):
+        if output_file is not None and input_file != "-" and os.path.exists(output_file):
+            if os.path.exists(input_file) and os.path.samefile(input_file, output_file):
+                raise ConfigurationError(
+                    f"--output-file {output_file} is the input file {input_file}: writing it "
+                    "would erase the input. Choose another --output-file."
+                )
+        original(self, predictor, input_file, output_file, *args, **kwargs)
+
+    __init__._elmoc_checked = True  # type: ignore[attr-defined]
+    _PredictManager.__init__ = __init__  # type: ignore[assignment]
+    return True
