@@ -33,12 +33,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     `save_every_num_batches` checkpoint), the batches already trained are still skipped by
     reading them, as allennlp does.
 
-    The one difference from the stock trainer: a loader that draws its order from a random
-    generator (the `bucket` batch sampler of the pretraining configs shuffles its batches) gives
-    the remaining epochs another random order than an uninterrupted run would, since the
-    generator did not replay the skipped epochs. The recovered run is not bit-identical to an
-    uninterrupted one, but trains on the same data with the same schedule. Checkpoints written
-    by `gradient_descent` (without the count) are recovered the stock way.
+    Since every epoch's order is drawn from (seed, epoch) (below), the skipped epochs need no
+    replay of random generators: the remaining epochs are in the uninterrupted run's order.
+    Checkpoints written by `gradient_descent` (without the count) are recovered the stock way.
 
     Two LMs in one job: with a biLM whose two directions train disjoint parameters
     (`direction_parameters`; the paper config), `grad_norm` clips each direction's gradient norm

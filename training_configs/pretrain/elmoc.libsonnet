@@ -74,7 +74,8 @@ local defaults = {
   // stand_alone_scripts/train.py, the Adam of `NoamOpt_ADAM`.
   learning_rate: 1e-4,  // lr0. Authors: optimizer.base_scale 1e-4.
   adam_epsilon: 1e-6,
-  // Gradient norm clipping. Authors: other_stuff.clip 1.0 (train.py `sparse_clip_norm`).
+  // Gradient norm clipping. Authors: other_stuff.clip 1.0 (train.py `sparse_clip_norm`), in each
+  // direction's own job; elmoc_gradient_descent clips each direction on its own here too.
   grad_norm: 1.0,
   // 'authors' (`elmoc_rnmt_plus`): source/models/optimizers.py `NoamOpt_ADAM` set up as
   // stand_alone_scripts/parse_config.py does, for the global batch B (instances per step, all
@@ -106,7 +107,10 @@ local defaults = {
   num_nodes: 1,
   primary_address: null,
   primary_port: null,
-  // Train 'forward' or 'backward' only, as two jobs to merge with `allennlp elmoc-merge-bilm`.
+  // 'both': the two LMs in one job, exactly as two jobs (loss = sum of the directions' losses,
+  // per-direction clipping). 'forward' / 'backward': one LM per job, merged with
+  // `allennlp elmoc-merge-bilm`. Authors: rnn_layer.bidirectional false (one job per direction;
+  // whether on 2 + 2 or 4 + 4 GPUs is not in their code: README "Config reference").
   directions: 'both',
   // Crash-safe checkpoints (`elmoc_atomic`); set a step interval for long epochs so that a
   // crash loses at most that many steps (null: only at the end of each epoch).
