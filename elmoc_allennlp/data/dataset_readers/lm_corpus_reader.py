@@ -71,11 +71,11 @@ class LanguageModelCorpusReader(DatasetReader):
       window_length`, `L + 1` tokens: consecutive windows share one token), so that every
       token of the stream is the target of the forward LM in exactly one window and of the
       backward LM in exactly one window, and each LM predicts `L` tokens per window. The last
-      window of a worker's share may be shorter. The stream never holds more than one window
-      and one sentence in memory.
+      window of the corpus may be shorter. The stream never holds more than one window and one
+      sentence in memory.
 
     `file_path` may be a file, a directory (all its non-hidden files) or a glob pattern such as
-    `"shards/news.en-*"`; files are read in sorted order, lazily, line by line. Lines are decoded
+    `"shards/news.en-*"`; files are read in sorted order (unless `shuffle`), lazily, line by line. Lines are decoded
     as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
     the file, line and byte offset). Blank and whitespace-only lines are skipped.
 
