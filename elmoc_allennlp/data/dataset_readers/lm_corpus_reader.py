@@ -93,7 +93,9 @@ class LanguageModelCorpusReader(DatasetReader):
     a new order drawn from `(seed, epoch)` (as the authors' `data.py` reshuffles files and
     sentences at every pass), the same in every process and every recovered run. The
     `elmoc_gradient_descent` trainer sets the epoch (`set_epoch`); a read with no epoch (e.g.
-    validation) is in corpus order. A shuffled file is held in memory while it is read.
+    validation) is in corpus order. A shuffled file is held in memory while it is read. The
+    loader must read the corpus every epoch (`max_instances_in_memory` set, as in the configs):
+    one that keeps all instances reads it once.
 
     The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
     `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
