@@ -285,7 +285,9 @@ class BidirectionalLanguageModel(Model):
         disjoint, and `elmoc_gradient_descent` clips each direction's gradient norm on its own.
         """
         if direction not in _DIRECTIONS[1:]:
-            raise ConfigurationError(f"direction must be 'forward' or 'backward', got {direction!r}")
+            raise ConfigurationError(
+                f"direction must be 'forward' or 'backward', got {direction!r}"
+            )
         other = "backward" if direction == "forward" else "forward"
         if not all(hasattr(self._contextualizer, f"{d}_layers") for d in _DIRECTIONS[1:]):
             other_ids = set()  # one stack for both directions: everything is shared

@@ -107,7 +107,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
         norms = [
-            torch.nn.utils.clip_grad_norm_([p for p in group if p.grad is not None], self._grad_norm)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in group if p.grad is not None], self._grad_norm
+            )
             for group in self._clip_groups
         ]
         return torch.stack(norms).norm().item()

@@ -204,9 +204,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch : `int`, optional (default = `-1`)
         """
         for name, value in (("batch_size", batch_size), ("reference_batch_size", reference_batch_size)):
-            if value is None and name == "batch_size":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigurationError(f"elmoc_rnmt_plus: {name} must be a positive integer, got {value!r}")
         if world_size is not None and (
             isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1

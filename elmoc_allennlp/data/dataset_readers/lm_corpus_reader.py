@@ -75,8 +75,8 @@ class LanguageModelCorpusReader(DatasetReader):
       sentence in memory.
 
     `file_path` may be a file, a directory (all its non-hidden files) or a glob pattern such as
-    `"shards/news.en-*"`; files are read in sorted order (unless `shuffle`), lazily, line by line. Lines are decoded
-    as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
+    `"shards/news.en-*"`; files are read in sorted order (unless `shuffle`), lazily, line by line.
+    Lines are decoded as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
     the file, line and byte offset). Blank and whitespace-only lines are skipped.
 
     With several data-loader workers and/or distributed processes, the instances are dealt out
@@ -267,7 +267,8 @@ class LanguageModelCorpusReader(DatasetReader):
         statistics = self._new_statistics()
         self.last_read_statistics = statistics
         corpus_lines = [0]  # set to 1 at the first non-blank line
-        texts = self._texts(self._numbered_lines(paths, statistics, corpus_lines, order), statistics)
+        lines = self._numbered_lines(paths, statistics, corpus_lines, order)
+        texts = self._texts(lines, statistics)
         make = self._windows if self._mode == "window" else self._sentence_chunks
         for chunk in make(texts, statistics, *self._slot()):
             statistics["instances"] += 1
