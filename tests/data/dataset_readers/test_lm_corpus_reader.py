@@ -454,9 +454,11 @@ def _many_shards(tmp_path, num_files: int) -> Path:
     return directory
 
 
-def test_the_multiprocess_loader_yields_the_single_process_windows(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_multiprocess_loader_yields_the_single_process_windows(tmp_path, shuffle):
     corpus = _many_shards(tmp_path, 6)
-    reader = LanguageModelCorpusReader(mode="window", window_length=4)
+    reader = LanguageModelCorpusReader(mode="window", window_length=4, shuffle=shuffle)
+    reader.set_epoch(3)  # carried into the worker processes
     expected = Counter(map(tuple, _texts(reader.read(corpus))))
     loader = MultiProcessDataLoader(reader, str(corpus), batch_size=1_000, num_workers=2)
     assert Counter(map(tuple, _texts(loader.iter_instances()))) == expected
