@@ -1,5 +1,5 @@
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -106,7 +106,11 @@ class BidirectionalLanguageModel(Model):
     "window"). Of `m` tokens the forward LM predicts positions 1..m-1 from their left context
     and the backward LM positions 0..m-2 from their right context.
 
-    The loss is the mean of the forward and backward LMs' mean per-token losses. Metrics:
+    The loss is the sum of the forward and backward LMs' mean per-token losses, so that each
+    direction's gradient is what it would be in its own job (the authors train the two LMs
+    separately; with `elmoc_gradient_descent` each direction is also clipped on its own, see
+    `direction_parameters`). Metrics (read from the device only when not training or at `reset`,
+    i.e. when allennlp logs them at the end of an epoch, not after every step):
     `forward_loss`, `backward_loss`; for continuous heads also `cosine_similarity` (mean cosine
     between prediction and target vector) and `retrieval_accuracy` (the target word's vector is
     the nearest, by cosine, to the prediction among all distinct target words of the batch;
@@ -257,6 +261,46 @@ class BidirectionalLanguageModel(Model):
         """`"both"`, `"forward"` or `"backward"`: the language models this model trains."""
         return self._directions
 
+    def _direction_only_modules(self, direction: str) -> List[torch.nn.Module]:
+        """The modules only the `direction` LM uses: its LSTM stack, input projection and head."""
+        contextualizer = self._contextualizer
+        modules = [getattr(contextualizer, f"{direction}_layers")]
+        if getattr(contextualizer, "separate_input_projections", False):
+            prefix = "" if direction == "forward" else "backward_"
+            for name in ("input_projection", "input_layer_norm"):
+                module = getattr(contextualizer, prefix + name, None)
+                if module is not None:
+                    modules.append(module)
+        if self._backward_output_layer is not None:
+            modules.append(
+                self._output_layer if direction == "forward" else self._backward_output_layer
+            )
+        return modules
+
+    def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        """
+        The trainable parameters that the `direction` (`"forward"` or `"backward"`) LM's loss
+        depends on: every trainable parameter except those only the other direction uses. With
+        separate input projections and output layers (the paper config) the two sets are
+        disjoint, and `elmoc_gradient_descent` clips each direction's gradient norm on its own.
+        """
+        if direction not in _DIRECTIONS[1:]:
+            raise ConfigurationError(
+                f"direction must be 'forward' or 'backward', got {direction!r}"
+            )
+        other = "backward" if direction == "forward" else "forward"
+        if not all(hasattr(self._contextualizer, f"{d}_layers") for d in _DIRECTIONS[1:]):
+            other_ids = set()  # one stack for both directions: everything is shared
+        else:
+            other_ids = {
+                id(parameter)
+                for module in self._direction_only_modules(other)
+                for parameter in module.parameters()
+            }
+        for name, parameter in self.named_parameters():
+            if parameter.requires_grad and id(parameter) not in other_ids:
+                yield name, parameter
+
     def _freeze_other_direction(self, directions: str) -> None:
         contextualizer = self._contextualizer
         if not all(hasattr(contextualizer, name) for name in ("forward_layers", "backward_layers")):
@@ -265,21 +309,20 @@ class BidirectionalLanguageModel(Model):
                 f"forward_layers and backward_layers (e.g. elmoc_lstm); "
                 f"{type(contextualizer).__name__} has none"
             )
-        trained = [getattr(contextualizer, f"{directions}_layers")]
-        if getattr(contextualizer, "separate_input_projections", False):
-            prefix = "" if directions == "forward" else "backward_"
-            for name in ("input_projection", "input_layer_norm"):
-                module = getattr(contextualizer, prefix + name, None)
-                if module is not None:
-                    trained.append(module)
-        elif hasattr(contextualizer, "input_projection"):
+        if not getattr(contextualizer, "separate_input_projections", False) and hasattr(
+            contextualizer, "input_projection"
+        ):
             logger.warning(
                 "model.directions = %r: the input projection is shared by both directions, so "
                 "it stays frozen at its initialisation; set the contextualizer's "
                 "separate_input_projections to train one per direction",
                 directions,
             )
-        trained_ids = {id(parameter) for module in trained for parameter in module.parameters()}
+        trained_ids = {
+            id(parameter)
+            for module in self._direction_only_modules(directions)
+            for parameter in module.parameters()
+        }
         for parameter in contextualizer.parameters():
             if id(parameter) not in trained_ids:
                 parameter.requires_grad_(False)
@@ -360,7 +403,7 @@ class BidirectionalLanguageModel(Model):
                     predict_at,
                     output_dict,
                 )
-        output_dict["loss"] = losses[0] if len(losses) == 1 else 0.5 * (losses[0] + losses[1])
+        output_dict["loss"] = losses[0] if len(losses) == 1 else losses[0] + losses[1]
         return output_dict
 
     def contextual_layers(
@@ -458,6 +501,10 @@ class BidirectionalLanguageModel(Model):
         return (nearest == gold).all(dim=-1).float().mean()
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        if self.training and not reset:
+            # allennlp asks after every training step; reading the device sums there would cost a
+            # host sync (and an all-reduce under DDP) per metric and step.
+            return {}
         metrics = {}
         if self._directions in ("both", "forward"):
             metrics["forward_loss"] = self._forward_loss.get_metric(reset)

@@ -247,6 +247,11 @@ class ElmocElmo(Elmo):
         An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
     serialization_dir : `str`, optional (default = `None`)
         Given by allennlp; see `ElmocBiLm`.
+    projection_dim : `int`, optional (default = `None`)
+        If given, each representation is projected by its own trained linear layer to this size
+        (as `elmoc_token_embedder`'s `projection_dim`), so that a biLM of any size fits a model
+        sized for ELMo's 1024 (e.g. allennlp-models' BCN config, whose dimension checks use
+        `get_output_dim()`).
     """
 
     def __init__(
@@ -263,7 +268,12 @@ class ElmocElmo(Elmo):
         module: Optional[ElmocBiLm] = None,
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
+        projection_dim: Optional[int] = None,
     ) -> None:
+        if projection_dim is not None and (isinstance(projection_dim, bool) or projection_dim < 1):
+            raise ConfigurationError(
+                f"projection_dim must be a positive integer (or null), got {projection_dim}"
+            )
         if num_output_representations < 1:
             raise ConfigurationError(
                 f"num_output_representations must be at least 1, got {num_output_representations}"
@@ -301,6 +311,14 @@ class ElmocElmo(Elmo):
             scalar_mix_parameters=scalar_mix_parameters,
             module=bilm,
         )
+        self._projections = (
+            None
+            if projection_dim is None
+            else torch.nn.ModuleList(
+                torch.nn.Linear(bilm.get_output_dim(), projection_dim)
+                for _ in range(num_output_representations)
+            )
+        )
         self.scalar_mix_l2_penalty = scalar_mix_l2_penalty
         if scalar_mix_l2_penalty > 0:
             for scalar_mix in self._scalar_mixes:
@@ -319,7 +337,20 @@ class ElmocElmo(Elmo):
         return self._elmo_lstm
 
     def get_output_dim(self) -> int:
+        if self._projections is not None:
+            return self._projections[0].out_features
         return self._elmo_lstm.get_output_dim()
+
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None):  # type: ignore
+        output = super().forward(inputs, word_inputs)
+        if self._projections is not None:
+            output["elmo_representations"] = [
+                projection(representation)
+                for projection, representation in zip(
+                    self._projections, output["elmo_representations"]
+                )
+            ]
+        return output
 
 
 def tokens_to_subword_ids(

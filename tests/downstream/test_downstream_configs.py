@@ -145,12 +145,13 @@ def _sst_batch(elmo_key, indexer, words, vocab):
     return batch.as_tensor_dict()
 
 
-def _bcn(vocab, text_field_embedder, input_dim, elmo=None, use_input=False, use_output=False):
+def _bcn(vocab, text_field_embedder, input_dim, elmo=None, use_input=False, use_output=False,
+         elmo_dim=12):
     from allennlp_models.classification.models.biattentive_classification_network import (
         BiattentiveClassificationNetwork,
     )
 
-    integrator_dim = 8 + (12 if use_output else 0)
+    integrator_dim = 8 + (elmo_dim if use_output else 0)
     return BiattentiveClassificationNetwork(
         vocab,
         text_field_embedder,
@@ -215,6 +216,37 @@ def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fastt
     output["loss"].backward()
     for mix in (elmo.scalar_mix_0, elmo.scalar_mix_1):
         assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in mix.scalar_parameters)
+
+
+def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
+    elmoc_archive, tiny_fasttext_path
+):
+    # The config's model-level `elmo` block (BCN's official config is sized for ELMo's 1024;
+    # here a BCN sized for 20 and a 12-d biLM).
+    from allennlp.modules.elmo import Elmo
+
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
+    block = {"archive_file": str(elmoc_archive), "num_output_representations": 2, "dropout": 0.0}
+    fasttext = BasicTextFieldEmbedder({"tokens": FastTextTokenEmbedder(str(tiny_fasttext_path))})
+    with pytest.raises(ConfigurationError, match="ELMo output dim"):
+        _bcn(vocab, fasttext, 36, Elmo.from_params(Params(dict(block))), True, True, elmo_dim=20)
+    elmo = Elmo.from_params(Params({**block, "projection_dim": 20}))
+    assert isinstance(elmo, ElmocElmo) and elmo.get_output_dim() == 20
+    model = _bcn(vocab, fasttext, 36, elmo, use_input=True, use_output=True, elmo_dim=20)
+    words = FastTextSubwordIndexer(str(tiny_fasttext_path))
+    batch = _sst_batch("elmo", ElmocSubwordIndexer(str(elmoc_archive)), words, vocab)
+    output = model(**batch)
+    output["loss"].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in elmo._projections.parameters())
+    # Each representation is its own linear map of the unprojected mix.
+    plain = ElmocElmo(None, 2, dropout=0.0, module=elmo.bilm)
+    plain.load_state_dict({k: v for k, v in elmo.state_dict().items() if "_projections" not in k},
+                          strict=False)
+    elmo_tokens = batch["tokens"]["elmo"]["elmo_tokens"]
+    projected = elmo(elmo_tokens)["elmo_representations"]
+    for index, representation in enumerate(plain(elmo_tokens)["elmo_representations"]):
+        torch.testing.assert_close(projected[index], elmo._projections[index](representation))
 
 
 @pytest.mark.parametrize("config_name", ["ner_crf_tagger.jsonnet", "sst5_bcn.jsonnet", "ud_pos_tagger.jsonnet"])

@@ -46,13 +46,12 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         batch.index_instances(self.vocab)
         return batch.as_tensor_dict()
 
-    def test_loss_is_mean_of_directions_and_equals_hand_computed_cosine(self):
+    def test_loss_is_sum_of_directions_and_equals_hand_computed_cosine(self):
         self.model.eval()
         tensors = self._tensors()
         output = self.model(**tensors)
-        assert torch.allclose(
-            output["loss"], 0.5 * (output["forward_loss"] + output["backward_loss"])
-        )
+        # Each direction's gradient is what its own job would get (two LMs, not their mean).
+        assert torch.allclose(output["loss"], output["forward_loss"] + output["backward_loss"])
         tokens = tensors["tokens"]
         embedded = self.model._text_field_embedder(tokens)
         mask = tokens["fasttext"]["mask"]
@@ -102,6 +101,14 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         embedder = self.model._text_field_embedder._token_embedders["fasttext"]
         # No table in the state: only the record of which vectors were used.
         assert list(embedder.state_dict()) == ["vectors_record"]
+
+    def test_metrics_are_not_read_after_every_training_step(self):
+        self.model.train()
+        self.model(**self._tensors())
+        assert self.model.get_metrics() == {}  # allennlp's per-step read: no device read
+        metrics = self.model.get_metrics(reset=True)  # end of epoch: read and reset
+        assert set(metrics) == {"forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy"}
+        assert metrics["forward_loss"] > 0
 
     def test_metrics(self):
         self.model.eval()

@@ -111,13 +111,13 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
     ids = tokens_to_subword_ids(indexer, [["a", "b", "c"], ["d"]])
     with_boundaries, mask = bilm.add_sentence_boundaries(ids, (ids > 0).any(-1))
-    boundary = indexer.token_subword_ids("<S>")
-    assert boundary == indexer.token_subword_ids("</S>") == indexer.boundary_subword_ids
+    # Two boundary vectors, as pretrained (the authors' `<s>` and `</s>`).
+    start, end = indexer.token_subword_ids("<S>"), indexer.token_subword_ids("</S>")
+    assert start != end
     width = with_boundaries.size(-1)
-    padded_boundary = boundary + [0] * (width - len(boundary))
     for row, length in ((0, 3), (1, 1)):
-        assert with_boundaries[row, 0].tolist() == padded_boundary
-        assert with_boundaries[row, length + 1].tolist() == padded_boundary
+        assert with_boundaries[row, 0].tolist() == start + [0] * (width - len(start))
+        assert with_boundaries[row, length + 1].tolist() == end + [0] * (width - len(end))
         assert torch.equal(with_boundaries[row, 1 : length + 1, : ids.size(-1)], ids[row, :length])
         assert mask[row].tolist() == [True] * (length + 2) + [False] * (3 - length)
     assert torch.all(with_boundaries[1, 3:] == 0)
