@@ -154,8 +154,7 @@ class BidirectionalLanguageModel(Model):
         directions in the forward pass (the unused one without building an autograd graph).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate output layer for the backward LM (by default both directions share
-        `output_layer`), as the authors' two independent LMs have. A state dict without one
-        (written with a shared head) loads into both heads.
+        `output_layer`), as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
         The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
         whose weight becomes the output layer's output embedding, e.g. for the subword LM
@@ -240,17 +239,6 @@ class BidirectionalLanguageModel(Model):
                     tie_output_embedding_to(text_field_embedder, head, tie_output_embedding)
         if directions != "both":
             self._freeze_other_direction(directions)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # A state dict written with one head shared by both directions.
-        backward_head = f"{prefix}_backward_output_layer."
-        head = f"{prefix}_output_layer."
-        if self._backward_output_layer is not None and not any(
-            key.startswith(backward_head) for key in state_dict
-        ):
-            for key in [key for key in state_dict if key.startswith(head)]:
-                state_dict[backward_head + key[len(head) :]] = state_dict[key]
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def directions(self) -> str:

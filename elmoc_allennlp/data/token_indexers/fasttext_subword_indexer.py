@@ -12,7 +12,6 @@ from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
 from elmoc_allennlp.common.portable_bilm import locate_fasttext
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 # Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
 # index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
@@ -20,7 +19,6 @@ PADDING_ID = 0
 
 
 @TokenIndexer.register("elmoc_fasttext_subwords")
-@register_old_name(TokenIndexer, "fasttext_subwords")
 class FastTextSubwordIndexer(TokenIndexer):
     """
     Represents each token by the fastText input-matrix rows its vector is the mean of: its own
@@ -44,8 +42,7 @@ class FastTextSubwordIndexer(TokenIndexer):
     only passes it on and the model's forward neither reads the table nor copies ids from the
     device to the host. The vectors are the embedder's own within float32 rounding.
 
-    Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords"
-    ("fasttext_subwords" in older configs).
+    Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 
     # Parameters
 

@@ -20,7 +20,6 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.data.tokenizers import Token, Tokenizer
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +111,6 @@ def train_sentencepiece_bpe(
 
 
 @Tokenizer.register("elmoc_sentencepiece_bpe")
-@register_old_name(Tokenizer, "sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
     Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
@@ -128,8 +126,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
     happens once.
 
-    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe"
-    ("sentencepiece_bpe" in older configs).
+    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 
     # Parameters
 

@@ -5,13 +5,11 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
-@register_old_name(LanguageModelOutputLayer, "adaptive_softmax")
 class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
     """
     The adaptive softmax of Grave et al. (2017), as `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
@@ -24,8 +22,7 @@ class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
     The vocabulary must be sorted by decreasing frequency (allennlp's `from_instances`
     vocabulary is), so that the cutoffs split it into frequency bands.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax"
-    ("adaptive_softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax".
 
     # Parameters
 

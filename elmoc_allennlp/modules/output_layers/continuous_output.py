@@ -5,7 +5,6 @@ import torch.nn.functional as F
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     MIN_VMF_DIMENSION,
@@ -16,7 +15,6 @@ _LOSSES = ("cosine", "l2", "vmf")
 
 
 @LanguageModelOutputLayer.register("elmoc_continuous")
-@register_old_name(LanguageModelOutputLayer, "continuous")
 class ContinuousOutputHead(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
@@ -24,8 +22,7 @@ class ContinuousOutputHead(LanguageModelOutputLayer):
     embedding, trained to point at the target word's vector. It has `input_dim · embedding_dim +
     embedding_dim` parameters whatever the vocabulary size, and no softmax normalisation.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous"
-    ("continuous" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous".
 
     # Parameters
 

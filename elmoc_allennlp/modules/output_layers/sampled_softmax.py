@@ -8,7 +8,6 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
@@ -84,7 +83,6 @@ class LogUniformSampler:
 
 
 @LanguageModelOutputLayer.register("elmoc_sampled_softmax")
-@register_old_name(LanguageModelOutputLayer, "sampled_softmax")
 class SampledSoftmaxHead(LanguageModelOutputLayer):
     """
     The sampled softmax of ELMo (Jean et al., 2015, as in TensorFlow's `sampled_softmax_loss`):
@@ -107,8 +105,7 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
       fastText dimension, so it has about the parameters of the continuous head (plus the bias),
       but keeps the softmax loss.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax"
-    ("sampled_softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax".
 
     # Parameters
 

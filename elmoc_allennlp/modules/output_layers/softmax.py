@@ -6,7 +6,6 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 
@@ -28,7 +27,6 @@ def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: 
 
 
 @LanguageModelOutputLayer.register("elmoc_softmax")
-@register_old_name(LanguageModelOutputLayer, "softmax")
 class SoftmaxHead(LanguageModelOutputLayer):
     """
     A full softmax over a closed vocabulary: the logits of every word are `W h + b`, where `W`
@@ -40,8 +38,7 @@ class SoftmaxHead(LanguageModelOutputLayer):
     `embedding_dim` (a `Linear` layer). The output embedding can be tied to an input embedding
     (ELMo-Sub, the subword LM baseline) with `tie_weights`.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_softmax"
-    ("softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_softmax".
 
     # Parameters
 

@@ -69,7 +69,7 @@ class TestFastTextSubwordIndexer:
         from_params = TokenIndexer.from_params(
             Params(
                 {
-                    "type": "fasttext_subwords",
+                    "type": "elmoc_fasttext_subwords",
                     "vectors_path": str(tiny_fasttext_path),
                     "lowercase_tokens": True,
                 }
@@ -145,7 +145,7 @@ class TestFastTextSubwordIndexer:
         indexer = TokenIndexer.from_params(
             Params(
                 {
-                    "type": "fasttext_subwords",
+                    "type": "elmoc_fasttext_subwords",
                     "vectors_path": str(tiny_fasttext_path),
                     "boundary_tokens": ["<S>"],
                 }

@@ -285,25 +285,6 @@ def test_float64_and_implementation_attribute():
     torch.testing.assert_close(encoder(inputs, mask), expected, atol=1e-12, rtol=1e-10)
 
 
-@pytest.mark.parametrize("legacy", ["native", "torch"])
-def test_legacy_implementations_mean_auto_with_a_warning(legacy, caplog):
-    """Configs (and archives) of earlier versions named the removed C-kernel path "native"."""
-    params = {
-        "type": "elmoc_lstm", "input_dim": INPUT_DIM, "projection_dim": PROJ, "cell_dim": CELL,
-        "implementation": legacy,
-    }
-    with caplog.at_level(logging.WARNING, logger=layer_norm_lstm.__name__):
-        encoder = Seq2SeqEncoder.from_params(Params(params))
-    assert encoder.implementation == "auto"
-    assert all(
-        layer.implementation == "auto"
-        for layer in list(encoder.forward_layers) + list(encoder.backward_layers)
-    )
-    assert f"implementation {legacy!r} is read as 'auto'" in caplog.text
-    layer = LayerNormLstmLayer(INPUT_DIM, PROJ, CELL, implementation=legacy)
-    assert layer.implementation == "auto"
-
-
 def test_from_params_implementation_and_errors():
     params = {
         "type": "elmoc_lstm", "input_dim": INPUT_DIM, "projection_dim": PROJ, "cell_dim": CELL
