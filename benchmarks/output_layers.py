@@ -402,11 +402,14 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
     timer = Timer(device)
     model = build_model(job).to(device)
     model.train()
+    output_parameters = {
+        id(p): p for d in ("forward", "backward") for p in model.output_layer(d).parameters()
+    }.values()
     optimizer = Optimizer(model.parameters())
     parameters = optimizer.parameters
     result: Dict[str, Any] = {
         "params": sum(p.numel() for p in parameters),
-        "output_params": sum(p.numel() for p in model._output_layer.parameters() if p.requires_grad),
+        "output_params": sum(p.numel() for p in output_parameters if p.requires_grad),
         "baseline_bytes": meter.baseline,
         "memory_reset": True,
     }
@@ -461,9 +464,9 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
 
     # Time share of the output layer at the memory batch: full step vs encoder-only step.
     batch = batches.make(job["memory_batch"], device)
+    output_ids = {id(p) for p in output_parameters}
     encoder_parameters = [
-        p for name, p in model.named_parameters()
-        if p.requires_grad and not name.startswith("_output_layer.")
+        p for p in model.parameters() if p.requires_grad and id(p) not in output_ids
     ]
     encoder_optimizer = Optimizer(encoder_parameters)
 
@@ -471,12 +474,12 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
         encoder_optimizer.zero_grad()
         tokens = {key: value for key, value in batch.items() if key != "targets"}
         mask = next(iter(tokens.values())).get("mask")
-        embedded = model._text_field_embedder(tokens)
+        embedded = model.text_field_embedder(tokens)
         if mask is None:
             from allennlp.nn import util
 
             mask = util.get_text_field_mask(tokens)
-        contextual = model._dropout(model._contextualizer(embedded, mask))
+        contextual = model.contextualizer(embedded, mask)
         contextual.pow(2).mean().backward()
         encoder_optimizer.step()
 

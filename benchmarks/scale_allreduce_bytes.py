@@ -67,7 +67,7 @@ def paper_size_counts(fasttext: Path) -> Dict[str, Dict[str, float]]:
         results[name] = {
             "trainable_parameters_M": round(size / 4 / 1e6, 2),
             "allreduce_MB_per_step": round(size / 1e6, 1),
-            "of_which_output_layer_MB": round(_trainable_bytes(model._output_layer) / 1e6, 2),
+            "of_which_output_layer_MB": round(_trainable_bytes(model.output_layer()) / 1e6, 2),
         }
         print(name, results[name], flush=True)
     return results

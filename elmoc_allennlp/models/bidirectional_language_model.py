@@ -1,5 +1,6 @@
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+import re
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,14 @@ from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutpu
 logger = logging.getLogger(__name__)
 
 _DIRECTIONS = ("both", "forward", "backward")
+# Parameter names (as `named_parameters()` gives them) of the contextualizers here (`elmoc_lstm`,
+# `elmoc_interlayer_norm_lstm`): per-layer modules are `<direction>_layers.<i>` and
+# `<direction>_layer_norms.<i>`; `backward_input_*` exist with separate input projections.
+_LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
+_INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
+_BACKWARD_INPUT = ("_contextualizer.backward_input_projection.", "_contextualizer.backward_input_layer_norm.")
+_FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
+_HEAD, _BACKWARD_HEAD = "_output_layer.", "_backward_output_layer."
 
 
 class DeviceAverage(Metric):
@@ -245,6 +254,88 @@ class BidirectionalLanguageModel(Model):
         """`"both"`, `"forward"` or `"backward"`: the language models this model trains."""
         return self._directions
 
+    @property
+    def contextualizer(self) -> Seq2SeqEncoder:
+        return self._contextualizer
+
+    @property
+    def text_field_embedder(self) -> TextFieldEmbedder:
+        return self._text_field_embedder
+
+    def output_layer(self, direction: str = "forward") -> LanguageModelOutputLayer:
+        """The output layer of the `"forward"` or `"backward"` LM (the same one when shared)."""
+        if direction == "backward" and self._backward_output_layer is not None:
+            return self._backward_output_layer
+        return self._output_layer
+
+    @staticmethod
+    def parameter_directions(parameter_names: Iterable[str]) -> Dict[str, Optional[str]]:
+        """
+        For each parameter name of an `elmoc_bilm` (a `named_parameters()` or `state_dict()`
+        key), the one direction that trains it, `"forward"` or `"backward"`, or `None` if both
+        use it (the embedders, a shared input projection, a shared output layer). Works on the
+        names alone, so that weights can be sorted without building the model.
+        """
+        names = list(parameter_names)
+        separate_inputs = any(name.startswith(_BACKWARD_INPUT) for name in names)
+        separate_heads = any(name.startswith(_BACKWARD_HEAD) for name in names)
+        directions: Dict[str, Optional[str]] = {}
+        for name in names:
+            layer = _LSTM_LAYER.match(name)
+            if layer:
+                directions[name] = layer.group(1)
+            elif name.startswith(_BACKWARD_INPUT) or name.startswith(_BACKWARD_HEAD):
+                directions[name] = "backward"
+            elif (separate_inputs and name.startswith(_FORWARD_INPUT)) or (
+                separate_heads and name.startswith(_HEAD)
+            ):
+                directions[name] = "forward"
+            else:
+                directions[name] = None
+        return directions
+
+    def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        """The named parameters that only the `"forward"` or `"backward"` LM trains."""
+        named = list(self.named_parameters())
+        directions = self.parameter_directions(name for name, _ in named)
+        return ((name, parameter) for name, parameter in named if directions[name] == direction)
+
+    @staticmethod
+    def layer_groups(parameter_names: Iterable[str]) -> List[Tuple[str, List[str]]]:
+        """
+        Parameter names of an `elmoc_bilm` by layer, bottom to top: `("layer 0", ...)`, the
+        input side (input projection, LayerNorm, any trainable input embedding), `("layer 1",
+        ...)` to `("layer L", ...)`, the LSTM layers of both directions, and `("output", ...)`,
+        the output layer(s); layers numbered as ELMo numbers its representations. Names only,
+        because allennlp gives an optimizer the names, not the model. A name that fits none is a
+        `ConfigurationError`.
+        """
+        input_names: List[str] = []
+        layers: Dict[int, List[str]] = {}
+        output_names: List[str] = []
+        unknown: List[str] = []
+        for name in parameter_names:
+            match = _LSTM_LAYER.match(name)
+            if match:
+                layers.setdefault(int(match.group(2)), []).append(name)
+            elif name.startswith((_HEAD, _BACKWARD_HEAD)):
+                output_names.append(name)
+            elif name.startswith(_INPUT_PREFIXES):
+                input_names.append(name)
+            else:
+                unknown.append(name)
+        if unknown:
+            raise ConfigurationError(
+                f"Parameters {unknown} are not part of a biLM layer (input side, LSTM layer or "
+                "output layer); 'elmoc_bilm_layerwise' groups the parameters of an 'elmoc_bilm'"
+            )
+        if sorted(layers) != list(range(len(layers))):
+            raise ConfigurationError(f"biLM LSTM layers {sorted(layers)} are not numbered 0..L-1")
+        groups = [("layer 0", input_names)]
+        groups.extend((f"layer {index + 1}", layers[index]) for index in sorted(layers))
+        groups.append(("output", output_names))
+        return [(label, names) for label, names in groups if names]
+
     def _freeze_other_direction(self, directions: str) -> None:
         contextualizer = self._contextualizer
         if not all(hasattr(contextualizer, name) for name in ("forward_layers", "backward_layers")):
@@ -253,29 +344,22 @@ class BidirectionalLanguageModel(Model):
                 f"forward_layers and backward_layers (e.g. elmoc_lstm); "
                 f"{type(contextualizer).__name__} has none"
             )
-        trained = [getattr(contextualizer, f"{directions}_layers")]
-        if getattr(contextualizer, "separate_input_projections", False):
-            prefix = "" if directions == "forward" else "backward_"
-            for name in ("input_projection", "input_layer_norm"):
-                module = getattr(contextualizer, prefix + name, None)
-                if module is not None:
-                    trained.append(module)
-        elif hasattr(contextualizer, "input_projection"):
+        if hasattr(contextualizer, "input_projection") and not getattr(
+            contextualizer, "separate_input_projections", False
+        ):
             logger.warning(
                 "model.directions = %r: the input projection is shared by both directions, so "
                 "it stays frozen at its initialisation; set the contextualizer's "
                 "separate_input_projections to train one per direction",
                 directions,
             )
-        trained_ids = {id(parameter) for module in trained for parameter in module.parameters()}
-        for parameter in contextualizer.parameters():
-            if id(parameter) not in trained_ids:
+        named = list(self.named_parameters())
+        trained_by = self.parameter_directions(name for name, _ in named)
+        for name, parameter in named:
+            other_direction = trained_by[name] not in (None, directions)
+            shared_in_contextualizer = trained_by[name] is None and name.startswith("_contextualizer.")
+            if other_direction or shared_in_contextualizer:
                 parameter.requires_grad_(False)
-        if self._backward_output_layer is not None:
-            unused_head = (
-                self._backward_output_layer if directions == "forward" else self._output_layer
-            )
-            unused_head.requires_grad_(False)
 
     def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore
         """

@@ -72,7 +72,7 @@ class ElmocBiLm(torch.nn.Module):
         self.archive, model, reader = open_bilm(
             archive_file, vectors_path, serialization_dir, allow_different_vectors
         )
-        contextualizer = model._contextualizer
+        contextualizer = model.contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(
                 f"ELMo-C archive {archive_file}: model.contextualizer "
