@@ -24,7 +24,7 @@ from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, 
 def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
     """The ids a boundary token (`<S>`, `</S>`) had in pretraining, from the biLM's own indexer."""
     if kind == FASTTEXT_INPUT:
-        return list(pretraining_indexer.token_subword_ids(token))
+        return pretraining_indexer.token_ids(token)
     indexed = pretraining_indexer.tokens_to_indices([Token(token)], vocabulary)
     ids = next(iter(indexed.values()))[0]
     return [ids] if isinstance(ids, int) else list(ids)

@@ -5,17 +5,16 @@ Using a trained ELMo-C biLM downstream, in the roles of allennlp's `allennlp/mod
 * `ElmocElmo` mixes the layers into `num_output_representations` ELMo representations (it *is* an
   allennlp `Elmo`, built around `ElmocBiLm`, so models that take an `Elmo` accept it).
 """
-import itertools
 from typing import Dict, List, Optional, Tuple, Union
 
-import numpy
 import torch
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import Elmo
 
 from elmoc_allennlp.common.portable_bilm import open_bilm
-from elmoc_allennlp.common.bilm_inputs import PIECES_INPUT
+from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT, PIECES_INPUT
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import pretraining_token_cap
 from elmoc_allennlp.modules.bilm_input_tensors import (
     bilm_token_tensors,
     boundary_token_ids,
@@ -86,6 +85,9 @@ class ElmocBiLm(torch.nn.Module):
 
         # The biLM's own pretraining indexer (for fastText input a `FastTextSubwordIndexer`).
         indexer = reader._token_indexers[self.archive.input_key]
+        if self.archive.input_kind == FASTTEXT_INPUT:
+            # Cut tokens where pretraining did (its reader may have cut shorter than its indexer).
+            indexer.max_token_characters = pretraining_token_cap(self.archive)
         self.indexer = indexer
         self.input_kind = self.archive.input_kind
         begin = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.start_token)
@@ -321,32 +323,3 @@ class ElmocElmo(Elmo):
     def get_output_dim(self) -> int:
         return self._elmo_lstm.get_output_dim()
 
-
-def tokens_to_subword_ids(
-    indexer,
-    sentences: List[List[str]],
-    device: Optional[torch.device] = None,
-    max_token_characters: Optional[int] = None,
-) -> torch.LongTensor:
-    """
-    The padded `elmo_tokens` tensor, shape `(batch_size, timesteps, num_subwords)`, of a batch of
-    tokenized sentences (the counterpart of allennlp's `batch_to_ids`), from a
-    `FastTextSubwordIndexer` such as the `elmoc_subwords` indexer: each token's fastText rows + 1,
-    padded with 0. Tokens are first cut to `max_token_characters`, if given.
-    """
-    limit = max_token_characters
-    rows = [
-        [indexer.token_subword_ids(token if limit is None else token[:limit]) for token in sentence]
-        for sentence in sentences
-    ]
-    timesteps = max((len(row) for row in rows), default=0)
-    width = max((len(ids) for row in rows for ids in row), default=1)
-    subword_ids = numpy.zeros((len(rows), timesteps, width), dtype=numpy.int64)
-    for row_index, row in enumerate(rows):
-        if not row:
-            continue
-        lengths = numpy.fromiter((len(ids) for ids in row), dtype=numpy.int64, count=len(row))
-        filled = numpy.arange(width) < lengths[:, None]
-        subword_ids[row_index, : len(row)][filled] = list(itertools.chain.from_iterable(row))
-    tensor = torch.from_numpy(subword_ids)
-    return tensor if device is None else tensor.to(device)

@@ -20,7 +20,7 @@ from allennlp.nn.util import remove_sentence_boundaries
 
 from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch, non_fasttext_indexer
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, tokens_to_subword_ids
+from elmoc_allennlp.modules.elmoc import ElmocBiLm
 
 
 OUTPUT_MODES = ("all", "top", "average")
@@ -38,8 +38,8 @@ class ElmocEmbedder:
     floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:
     pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
     sentence's vectors do not depend on the other sentences of its batch. Tokens are indexed
-    as in pretraining: cut to the archive's `max_token_characters` and lowercased if its
-    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`.
+    as in pretraining (cut to `max_token_characters`, lowercased if its
+    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`).
 
     # Parameters
 
@@ -76,9 +76,8 @@ class ElmocEmbedder:
         # fastText input: the pretraining indexer, the same ids as the `elmoc_subwords` indexer;
         # other inputs: the `elmoc_subwords` indexer of the archive, lowercasing as asked.
         self._indexer = self._bilm.indexer
-        self._downstream_indexer = None
         if self._bilm.input_kind != FASTTEXT_INPUT:
-            self._downstream_indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
+            self._indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
 
@@ -96,14 +95,7 @@ class ElmocEmbedder:
 
     def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
         """The `elmo_tokens` tensor of a batch, as the `elmoc_subwords` indexer makes it."""
-        if self._downstream_indexer is not None:
-            return indexed_batch(self._downstream_indexer, sentences, self._device)
-        return tokens_to_subword_ids(
-            self._indexer,
-            sentences,
-            device=self._device,
-            max_token_characters=self._bilm.archive.max_token_characters,
-        )
+        return indexed_batch(self._indexer, sentences, self._device)
 
     def embed_batch(
         self, sentences: List[List[str]], output: Output = "all"

@@ -461,7 +461,7 @@ def _nan_embedder(sandbox):
     path = _tiny_vectors(sandbox.root / "vectors.bin", values={1: float("-inf")})
     sandbox.paths["bin"] = str(path)
     indexer = FastTextSubwordIndexer(str(path))
-    ids = torch.tensor([[indexer.token_subword_ids("the")]])
+    ids = torch.tensor([[indexer.token_ids("the")]])
     return lambda: FastTextTokenEmbedder(str(path))(ids)
 
 

@@ -92,6 +92,25 @@ def test_archive_input_kind_and_indexer(archives, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_million_character_token_gives_bounded_ids(archives, kind):
+    """Every kind cuts a token at 50 characters (ELMo's cap) before it becomes ids."""
+    import tracemalloc
+
+    indexer = TokenIndexer.from_params(
+        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+    )
+    long_token = "x" * 1_000_000
+    tracemalloc.start()
+    ids = indexer.tokens_to_indices([Token(long_token)], Vocabulary())["elmo_tokens"][0]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    expected = indexer.tokens_to_indices([Token(long_token[:50])], Vocabulary())["elmo_tokens"][0]
+    assert ids == expected
+    assert len(ids) <= 50 * 6  # at most a few ids per character (fastText n-grams of 3-6)
+    assert peak < 8 * len(long_token)  # a few copies of the token, not its n-grams
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_token_embedder_from_config(archives, kind, one_torch_thread):
     params = {"archive_file": str(archives[kind])}
     indexer = TokenIndexer.from_params(Params({"type": "elmoc_subwords", **params}))

@@ -1,21 +1,85 @@
 """
-Downstream indexers for biLM archives whose input is not fastText, made by the `elmoc_subwords`
-indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Each gives `elmo_tokens` of
-shape `(num_tokens, width)`, 0 for padding and non-zero for every real token, like ELMo's
-`elmo_characters`, so the `elmoc_token_embedder` and `ElmocBiLm` read every kind the same way.
+Where a token becomes biLM input ids (`BilmInputIndexer.token_ids`, the one place long tokens are
+cut), and the downstream indexers for biLM archives whose input is not fastText, made by the
+`elmoc_subwords` indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Those give
+`elmo_tokens` of shape `(num_tokens, width)`, 0 for padding and non-zero for every real token,
+like ELMo's `elmo_characters`, so the `elmoc_token_embedder` and `ElmocBiLm` read every kind the
+same way.
 """
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
+
+import numpy
 
 import torch
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.common.util import pad_sequence_to_length
 from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 ELMO_TOKENS_KEY = "elmo_tokens"
+# ELMo's cap on a token's length (allennlp's `ELMoCharacterMapper.max_word_length`): a token's ids
+# (its fastText n-grams, its BPE pieces) grow with its length, so an unbounded token would cost
+# unbounded memory.
+MAX_TOKEN_CHARACTERS = 50
+
+
+def padded_ids(rows: Sequence[Sequence[int]], num_rows: int, width: int) -> torch.LongTensor:
+    """`(num_rows, width)` ids: each row left-aligned and cut to `width`, 0 padding."""
+    rows = [row[:width] for row in rows[:num_rows]]
+    lengths = numpy.fromiter((len(row) for row in rows), dtype=numpy.int64, count=len(rows))
+    padded = numpy.zeros((num_rows, width), dtype=numpy.int64)
+    filled = numpy.arange(width) < lengths[:, None]
+    padded[: len(rows)][filled] = [index for row in rows for index in row]
+    return torch.from_numpy(padded)
+
+
+def pretraining_token_cap(archive) -> int:
+    """
+    Where a biLM archive's pretraining cut tokens (`ElmocArchive`): its input indexer's
+    `max_token_characters`, or its `elmoc_lm_corpus` reader's if that is shorter.
+    """
+    indexer = archive.config["dataset_reader"]["token_indexers"][archive.input_key]
+    limits = (archive.max_token_characters, indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS))
+    return min(limit for limit in limits if limit is not None)
+
+
+class BilmInputIndexer(TokenIndexer):
+    """
+    Base of the indexers that turn a token into a biLM's input ids (fastText subwords, BPE
+    pieces): `token_ids` cuts the token to `max_token_characters` first, so that every way text
+    reaches a biLM (the corpus reader, the downstream indexers, the predictor, `ElmocEmbedder`,
+    `allennlp elmoc-embed`) has bounded ids per token. ELMo's character ids are cut by ELMo's
+    own mapper (`MAX_TOKEN_CHARACTERS`).
+
+    # Parameters
+
+    max_token_characters : `int`, optional (default = `50`, ELMo's)
+        A longer token is indexed as its first `max_token_characters` characters.
+    token_min_padding_length : `int`, optional (default = `0`)
+        See :class:`TokenIndexer`.
+    """
+
+    def __init__(
+        self, max_token_characters: int = MAX_TOKEN_CHARACTERS, token_min_padding_length: int = 0
+    ) -> None:
+        super().__init__(token_min_padding_length)
+        if max_token_characters < 1:
+            raise ConfigurationError(
+                f"max_token_characters must be a positive integer, got {max_token_characters}"
+            )
+        self.max_token_characters = max_token_characters
+
+    def token_ids(self, text: str) -> List[int]:
+        """The biLM input ids of a token with this text."""
+        return list(self._ids_of(text[: self.max_token_characters]))
+
+    def _ids_of(self, text: str) -> Sequence[int]:
+        raise NotImplementedError
+
+    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+        pass  # vocabulary-free
 
 
 class ElmocCharacterIndexer(ELMoTokenCharactersIndexer):
@@ -41,7 +105,7 @@ class ElmocCharacterIndexer(ELMoTokenCharactersIndexer):
         return self._mapper.convert_word_to_char_ids(token)
 
 
-class ElmocPieceIndexer(TokenIndexer):
+class ElmocPieceIndexer(BilmInputIndexer):
     """
     The BPE pieces of each token for a subword-input biLM (ELMo-Sub,
     training_configs/pretrain/elmo_sub.jsonnet): its SentencePiece model splits each word (as the
@@ -55,6 +119,7 @@ class ElmocPieceIndexer(TokenIndexer):
     piece_ids : `Dict[str, int]`, the archive's `subwords` namespace (piece -> id).
     unknown_id : `int`, the id of an unknown piece.
     lowercase_tokens : `bool`, lowercase words before splitting them.
+    max_token_characters : `int`, see `BilmInputIndexer`.
     """
 
     def __init__(
@@ -64,18 +129,16 @@ class ElmocPieceIndexer(TokenIndexer):
         unknown_id: int,
         lowercase_tokens: bool = False,
         token_min_padding_length: int = 0,
+        max_token_characters: int = MAX_TOKEN_CHARACTERS,
     ) -> None:
-        super().__init__(token_min_padding_length)
+        super().__init__(max_token_characters, token_min_padding_length)
         self._piece_tokenizer = piece_tokenizer
         self._piece_ids = piece_ids
         self._unknown_id = unknown_id
         self.lowercase_tokens = lowercase_tokens
 
-    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
-        pass
-
-    def token_ids(self, token: str) -> List[int]:
-        """The ids of one word's pieces (a boundary token is one piece, as in pretraining)."""
+    def _ids_of(self, token: str) -> List[int]:
+        # The ids of one word's pieces (a boundary token is one piece, as in pretraining).
         pieces = [piece.text for piece in self._piece_tokenizer.tokenize(token)]
         if not pieces:
             raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
@@ -100,14 +163,9 @@ class ElmocPieceIndexer(TokenIndexer):
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
+        rows = tokens[ELMO_TOKENS_KEY]
         width = padding_lengths["num_pieces"]
-        rows = pad_sequence_to_length(
-            tokens[ELMO_TOKENS_KEY], padding_lengths[ELMO_TOKENS_KEY], default_value=lambda: []
-        )
-        padded = torch.zeros(len(rows), width, dtype=torch.long)
-        for index, row in enumerate(rows):
-            padded[index, : len(row)] = torch.tensor(row[:width], dtype=torch.long)
-        return {ELMO_TOKENS_KEY: padded}
+        return {ELMO_TOKENS_KEY: padded_ids(rows, padding_lengths[ELMO_TOKENS_KEY], width)}
 
 
 def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
@@ -137,6 +195,7 @@ def non_fasttext_indexer(archive, lowercase_tokens: bool, token_min_padding_leng
 
     if archive.input_kind == CHARACTERS_INPUT:
         return ElmocCharacterIndexer(lowercase_tokens, token_min_padding_length)
+    max_token_characters = pretraining_token_cap(archive)
     if archive.input_kind == PIECES_INPUT:
         from allennlp.common import Params
         from allennlp.data import Tokenizer
@@ -148,21 +207,32 @@ def non_fasttext_indexer(archive, lowercase_tokens: bool, token_min_padding_leng
         piece_ids = _piece_vocabulary(archive, namespace)
         unknown_id = piece_ids.get("@@UNKNOWN@@", 1)
         return ElmocPieceIndexer(
-            tokenizer, piece_ids, unknown_id, lowercase_tokens, token_min_padding_length
+            tokenizer,
+            piece_ids,
+            unknown_id,
+            lowercase_tokens,
+            token_min_padding_length,
+            max_token_characters,
         )
     raise ConfigurationError(f"biLM archive {archive.archive_file}: no indexer for {archive.input_kind} input")
 
 
-def indexed_batch(indexer: TokenIndexer, sentences: List[List[str]], device=None) -> torch.LongTensor:
-    """The padded `elmo_tokens` tensor `(batch_size, timesteps, width)` of tokenized sentences."""
-    rows = [
-        indexer.tokens_to_indices([Token(token) for token in sentence], None)[ELMO_TOKENS_KEY]
-        for sentence in sentences
-    ]
+def indexed_batch(
+    indexer: TokenIndexer, sentences: List[List[str]], device: Optional[torch.device] = None
+) -> torch.LongTensor:
+    """
+    The padded ids `(batch_size, timesteps, width)` of tokenized sentences (the counterpart of
+    allennlp's `batch_to_ids`), from any indexer here or ELMo's character indexer: the
+    indexer's one id list per token (`elmo_tokens`, or a `FastTextSubwordIndexer`'s
+    `subword_ids`).
+    """
+    rows = []
+    for sentence in sentences:
+        indexed = indexer.tokens_to_indices([Token(token) for token in sentence], None)
+        rows.append(indexed.get(ELMO_TOKENS_KEY, indexed.get("subword_ids")))
     timesteps = max((len(row) for row in rows), default=0)
     width = max((len(ids) for row in rows for ids in row), default=1)
-    batch = torch.zeros(len(rows), timesteps, width, dtype=torch.long)
-    for row_index, row in enumerate(rows):
-        for token_index, ids in enumerate(row):
-            batch[row_index, token_index, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    batch = torch.stack([padded_ids(row, timesteps, width) for row in rows]) if rows else (
+        torch.zeros(0, timesteps, width, dtype=torch.long)
+    )
     return batch if device is None else batch.to(device)

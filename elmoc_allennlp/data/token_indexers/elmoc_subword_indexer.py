@@ -12,7 +12,10 @@ from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastText
 from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import non_fasttext_indexer
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+    non_fasttext_indexer,
+    pretraining_token_cap,
+)
 
 ELMO_TOKENS_KEY = "elmo_tokens"
 
@@ -24,9 +27,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
     becomes the fastText subword ids (its input-matrix rows + 1, 0 for padding) of the fastText
     model the biLM was pretrained with, which is found from the biLM archive (see `ElmocArchive`),
     so that the indexer and the `elmoc_token_embedder` always agree. Like `elmo_characters` it
-    needs no vocabulary, and it adds no sentence boundaries (the embedder does). If pretraining cut
-    long tokens (`max_token_characters` of the archive's `elmoc_lm_corpus` reader), so does this
-    indexer.
+    needs no vocabulary, and it adds no sentence boundaries (the embedder does). Long tokens are
+    cut as in pretraining: at the archive's indexer's `max_token_characters`, or its
+    `elmoc_lm_corpus` reader's if that is shorter.
 
     The output has a single key, `elmo_tokens`, of shape `(num_tokens, num_subwords)` (the key of
     `elmo_characters`, so models that read ELMo's tensor by name, such as `bcn`, find it). There
@@ -77,9 +80,9 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
                 archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
             ),
             token_min_padding_length=token_min_padding_length,
+            max_token_characters=pretraining_token_cap(archive),
         )
         self._archive_file = str(archive_file)
-        self._max_token_characters = archive.max_token_characters
 
     @classmethod
     def from_params(
@@ -121,13 +124,7 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         return NotImplemented
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        limit = self._max_token_characters
-        texts = (token.ensure_text() for token in tokens)
-        return {
-            ELMO_TOKENS_KEY: [
-                self.token_subword_ids(text if limit is None else text[:limit]) for text in texts
-            ]
-        }
+        return {ELMO_TOKENS_KEY: [self.token_ids(token.ensure_text()) for token in tokens]}
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {ELMO_TOKENS_KEY: []}

@@ -113,7 +113,7 @@ def test_vmf_loss_prefers_aligned_predictions():
 
 @pytest.mark.parametrize("dimension", [3, 11])
 def test_vmf_loss_refuses_dimensions_its_expansion_does_not_cover(dimension):
-    params = {"type": "continuous", "input_dim": 4, "embedding_dim": dimension, "loss": "vmf"}
+    params = {"type": "elmoc_continuous", "input_dim": 4, "embedding_dim": dimension, "loss": "vmf"}
     with pytest.raises(ConfigurationError, match=r"output_layer\.embedding_dim is .*'vmf'.* 12"):
         LanguageModelOutputLayer.from_params(Params(params))
     # The same dimension is fine with the other losses, and 12 with vmf.
@@ -132,7 +132,7 @@ def test_log_bessel_is_accurate_down_to_the_smallest_vmf_dimension():
 
 def test_from_params_and_bad_configuration():
     head = LanguageModelOutputLayer.from_params(
-        Params({"type": "continuous", "input_dim": 8, "embedding_dim": 5, "loss": "l2"})
+        Params({"type": "elmoc_continuous", "input_dim": 8, "embedding_dim": 5, "loss": "l2"})
     )
     assert isinstance(head, ContinuousOutputHead)
     assert head.get_input_dim() == 8 and head.get_output_dim() == 5

@@ -93,9 +93,9 @@ def test_softmax_needs_a_vocabulary_namespace():
 @pytest.mark.parametrize(
     "params",
     [
-        {"type": "softmax", "input_dim": 8},
-        {"type": "sampled_softmax", "input_dim": 8, "num_samples": 10},
-        {"type": "adaptive_softmax", "input_dim": 8, "cutoffs": [6, 20], "div_value": 2.0},
+        {"type": "elmoc_softmax", "input_dim": 8},
+        {"type": "elmoc_sampled_softmax", "input_dim": 8, "num_samples": 10},
+        {"type": "elmoc_adaptive_softmax", "input_dim": 8, "cutoffs": [6, 20], "div_value": 2.0},
     ],
 )
 def test_loss_decreases_on_a_toy_corpus(params):
@@ -254,7 +254,7 @@ def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
     head = LanguageModelOutputLayer.from_params(
         Params(
             {
-                "type": "sampled_softmax",
+                "type": "elmoc_sampled_softmax",
                 "input_dim": 6,
                 "num_samples": 3,
                 "pretrained_file": path,

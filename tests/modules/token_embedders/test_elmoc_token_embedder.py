@@ -15,7 +15,8 @@ from allennlp.nn.util import get_text_field_mask
 from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo, tokens_to_subword_ids
+from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
@@ -69,7 +70,7 @@ def expected_layers(elmoc_archive):
 
 
 def embed(module, indexer, sentences):
-    return module(tokens_to_subword_ids(indexer, sentences))
+    return module(indexed_batch(indexer, sentences))
 
 
 # ---------------------------------------------------------------------- archive and biLM
@@ -109,10 +110,10 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 
 
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
-    ids = tokens_to_subword_ids(indexer, [["a", "b", "c"], ["d"]])
+    ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
     with_boundaries, mask = bilm.add_sentence_boundaries(ids, (ids > 0).any(-1))
-    boundary = indexer.token_subword_ids("<S>")
-    assert boundary == indexer.token_subword_ids("</S>") == indexer.boundary_subword_ids
+    boundary = indexer.token_ids("<S>")
+    assert boundary == indexer.token_ids("</S>") == indexer.boundary_subword_ids
     width = with_boundaries.size(-1)
     padded_boundary = boundary + [0] * (width - len(boundary))
     for row, length in ((0, 3), (1, 1)):
@@ -127,7 +128,7 @@ def test_biLM_stays_in_eval_mode_so_features_are_deterministic(elmoc_archive, in
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     embedder.train()
     assert embedder.training and not embedder.elmo.bilm.bilm.training
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     # The tiny biLM was pretrained with recurrent dropout 0.1: in train mode it would differ.
     assert torch.equal(embedder(ids), embedder(ids))
 
@@ -189,7 +190,7 @@ def test_do_layer_norm_normalizes_each_layer_over_the_tokens_and_boundaries(
 def test_projection_dim_and_dropout(elmoc_archive, indexer):
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.5, projection_dim=5)
     assert embedder.get_output_dim() == 5
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     embedder.train()
     trained = embedder(ids)
     assert trained.shape == (len(SENTENCES), 6, 5)
@@ -216,7 +217,7 @@ def test_biLM_is_frozen_by_default_and_fine_tuned_with_requires_grad(elmoc_archi
 
 
 def test_scalar_mix_l2_penalty_adds_its_gradient_once_per_backward(bilm, indexer):
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     gradients = []
     for penalty in (0.0, 0.25):
         elmo = ElmocElmo(
@@ -237,7 +238,7 @@ def test_elmoc_elmo_has_several_output_representations(bilm, indexer):
     elmo = ElmocElmo(None, 2, dropout=0.0, module=bilm)
     with torch.no_grad():
         elmo.scalar_mix_1.scalar_parameters[2].fill_(5.0)
-    output = elmo(tokens_to_subword_ids(indexer, SENTENCES))
+    output = elmo(indexed_batch(indexer, SENTENCES))
     first, second = output["elmo_representations"]
     assert first.shape == second.shape == (len(SENTENCES), 6, 12)
     assert not torch.allclose(first, second)
@@ -304,8 +305,8 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
     assert cutting.tokens_to_indices(tokens, Vocabulary()) == indexer.tokens_to_indices(
         [Token("unse"), Token("cat")], Vocabulary()
     )
-    ids = tokens_to_subword_ids(indexer, [["unseenword", "cat"]], max_token_characters=4)
-    assert torch.equal(ids, tokens_to_subword_ids(indexer, [["unse", "cat"]]))
+    ids = indexed_batch(cutting, [["unseenword", "cat"]])
+    assert torch.equal(ids, indexed_batch(indexer, [["unse", "cat"]]))
 
 
 def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexer, tmp_path):
