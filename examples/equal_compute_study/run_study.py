@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """
 ELMo vs ELMo-C downstream, through the project's own configs: for every task, model and seed it
-runs `allennlp train` on a downstream config of training_configs/downstream/ (with
+runs `allennlp train` on a downstream config (training_configs/downstream/, and this folder's
+`ud_pos_tagger.jsonnet` with its reader, `--include-package examples.equal_compute_study`; with
 `evaluate_on_test`, i.e. `allennlp evaluate`'s evaluation of the best-dev-epoch weights on the test
 set), then writes `results.json` and a Markdown table (mean +- std over seeds) to `--output-dir`.
 
@@ -18,7 +19,7 @@ run). A run whose serialization directory has a `metrics.json` is
 not run again, so an interrupted study resumes where it stopped; pretraining rows are read from
 `--pretrain NAME=SERIALIZATION_DIR` (metrics.json, config.json, model.tar.gz).
 
-    OMP_NUM_THREADS=1 python scripts/equal_compute_study.py --fasttext ptb.bin --lowercase \\
+    OMP_NUM_THREADS=1 python examples/equal_compute_study/run_study.py --fasttext ptb.bin --lowercase \\
         --bilm ELMo=runs/elmo/model.tar.gz --bilm ELMo-C=runs/elmoc/model.tar.gz \\
         --pretrain ELMo=runs/elmo --pretrain ELMo-C=runs/elmoc --pretrain-tokens ptb.train.txt \\
         --data-dir ../shared/data --train-size 500 --eval-size 300 --epochs 4 --seeds 3 --jobs 2
@@ -37,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+STUDY_DIR = Path(__file__).resolve().parent
+REPO_ROOT = STUDY_DIR.parents[1]
 CONFIGS = REPO_ROOT / "training_configs" / "downstream"
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
 ALLENNLP = Path(sys.executable).with_name("allennlp")
@@ -48,7 +50,7 @@ TASKS = {
             ("eng.train", "eng.testa", "eng.testb"), "f1-measure-overall", "NER F1"),
     "sst5": ("sst5_bcn.jsonnet", "SST", "sst5",
              ("train.txt", "dev.txt", "test.txt"), "accuracy", "SST-5 acc"),
-    "pos": ("ud_pos_tagger.jsonnet", "POS", "ud_ewt",
+    "pos": (str(STUDY_DIR / "ud_pos_tagger.jsonnet"), "POS", "ud_ewt",
             ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "en_ewt-ud-test.conllu"),
             "accuracy", "POS acc"),
 }
@@ -195,7 +197,7 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
             environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
         command = [
             str(ALLENNLP), "train", str(CONFIGS / config), "-s", str(run_dir),
-            "--include-package", "elmoc_allennlp",
+            "--include-package", "elmoc_allennlp", "--include-package", "examples.equal_compute_study",
             "-o", json.dumps(overrides(task, seed, args, archive is not None)),
         ]
         log(f"start {task} {model} seed {seed}")

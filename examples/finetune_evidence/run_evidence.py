@@ -21,7 +21,7 @@ Every step writes its output atomically and is skipped when the output exists, s
 run resumes where it stopped (a half-finished training run is started again). The tables go to
 `OUTPUT_DIR/results.md`, every figure to `OUTPUT_DIR/results.json`.
 
-    python scripts/finetune_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
+    python examples/finetune_evidence/run_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
         [--data-dir ../shared/data] [--seeds 3] [--epochs 10] [--max-train 2000]
         [--output-dir runs/finetune_evidence]
 """
@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from elmoc_allennlp.common.atomic_files import atomic_write  # noqa: E402
