@@ -29,7 +29,7 @@ from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     ElmocPieceIndexer,
     indexed_batch,
 )
-from elmoc_allennlp.modules.bilm_input_tensors import lay_out_pieces, pieces_to_words
+from elmoc_allennlp.modules.elmoc import lay_out_pieces, pieces_to_words
 from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 from tests.conftest import rewrite_archive

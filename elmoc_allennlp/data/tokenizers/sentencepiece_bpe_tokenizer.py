@@ -118,7 +118,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     `tokenize_words` also returns the position of each word's first piece. Downstream, ELMo-Sub
     gives a word the forward state of its last piece and the backward state of its first (see
-    `elmoc_allennlp.modules.bilm_input_tensors`).
+    `elmoc_allennlp.modules.elmoc`).
 
     The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
     trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if
