@@ -12,6 +12,7 @@ from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
 from allennlp.training.metrics import Metric
 
+from elmoc_allennlp.common.checks import check_one_of
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 logger = logging.getLogger(__name__)
@@ -189,10 +190,7 @@ class BidirectionalLanguageModel(Model):
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
-        if directions not in _DIRECTIONS:
-            raise ConfigurationError(
-                f"model.directions must be one of {list(_DIRECTIONS)}, got {directions!r}"
-            )
+        check_one_of(directions, _DIRECTIONS, "model.directions")
         if not contextualizer.is_bidirectional():
             raise ConfigurationError("model.contextualizer must be bidirectional")
         check_dimensions_match(

@@ -27,6 +27,7 @@ from allennlp.data.tokenizers import Token
 from allennlp.modules.elmo import Elmo
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
+from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import pretraining_token_cap
@@ -345,16 +346,9 @@ class ElmocElmo(Elmo):
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
     ) -> None:
-        if num_output_representations < 1:
-            raise ConfigurationError(
-                f"num_output_representations must be at least 1, got {num_output_representations}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigurationError(f"dropout must be in [0, 1), got {dropout}")
-        if scalar_mix_l2_penalty < 0:
-            raise ConfigurationError(
-                f"scalar_mix_l2_penalty must be non-negative, got {scalar_mix_l2_penalty}"
-            )
+        check_positive(num_output_representations, "num_output_representations")
+        check_probability(dropout, "dropout")
+        check_non_negative(scalar_mix_l2_penalty, "scalar_mix_l2_penalty")
         if scalar_mix_parameters is not None and scalar_mix_l2_penalty > 0:
             raise ConfigurationError(
                 "scalar_mix_l2_penalty regularizes trained mixing weights, but "

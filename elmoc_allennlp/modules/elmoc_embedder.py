@@ -19,6 +19,7 @@ from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch, non_fasttext_indexer
 from elmoc_allennlp.modules.elmoc import ElmocBiLm
 
@@ -135,8 +136,7 @@ class ElmocEmbedder:
         self, sentences: Iterable[List[str]], batch_size: int = 64, output: Output = "all"
     ) -> Iterator[numpy.ndarray]:
         """Embeds any number of tokenized sentences, `batch_size` at a time, lazily and in order."""
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
+        check_positive(batch_size, "batch_size")
         for batch in lazy_groups_of(iter(sentences), batch_size):
             yield from self.embed_batch(batch, output)
 

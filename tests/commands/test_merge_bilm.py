@@ -239,7 +239,7 @@ def test_directions_is_validated():
 
     model_params = params["model"]
     model_params["directions"] = "sideways"
-    with pytest.raises(ConfigurationError, match="model.directions must be one of"):
+    with pytest.raises(ConfigurationError, match="model.directions"):
         Model.from_params(vocab=Vocabulary.empty(), params=model_params)
 
 

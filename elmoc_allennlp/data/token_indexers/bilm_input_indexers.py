@@ -18,6 +18,8 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
+from elmoc_allennlp.common.checks import check_positive
+
 ELMO_TOKENS_KEY = "elmo_tokens"
 # ELMo's cap on a token's length (allennlp's `ELMoCharacterMapper.max_word_length`): a token's ids
 # (its fastText n-grams, its BPE pieces) grow with its length, so an unbounded token would cost
@@ -65,10 +67,7 @@ class BilmInputIndexer(TokenIndexer):
         self, max_token_characters: int = MAX_TOKEN_CHARACTERS, token_min_padding_length: int = 0
     ) -> None:
         super().__init__(token_min_padding_length)
-        if max_token_characters < 1:
-            raise ConfigurationError(
-                f"max_token_characters must be a positive integer, got {max_token_characters}"
-            )
+        check_positive(max_token_characters, "max_token_characters")
         self.max_token_characters = max_token_characters
 
     def token_ids(self, text: str) -> List[int]:

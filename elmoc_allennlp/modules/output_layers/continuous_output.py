@@ -5,6 +5,7 @@ import torch.nn.functional as F
 
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.common.checks import check_one_of, check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     MIN_VMF_DIMENSION,
@@ -49,13 +50,9 @@ class ContinuousOutputHead(LanguageModelOutputLayer):
         vmf_norm_penalty: float = 0.02,
     ) -> None:
         super().__init__()
-        if loss not in _LOSSES:
-            raise ConfigurationError(f"output_layer.loss must be one of {_LOSSES}, got {loss!r}")
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_one_of(loss, _LOSSES, "output_layer.loss")
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         if loss == "vmf" and embedding_dim < MIN_VMF_DIMENSION:
             raise ConfigurationError(
                 f"output_layer.embedding_dim is {embedding_dim}, but output_layer.loss 'vmf' "

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
@@ -159,11 +160,8 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
                 )
             embedding_dim = pretrained.size(1)
         embedding_dim = embedding_dim or input_dim
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         # Candidates are the ids 1 .. num_words - 1: index 0 is the namespace's padding.
         self._padding_offset = 1 if vocab.is_padded(vocab_namespace) else 0
         self.sampler = LogUniformSampler(num_words - self._padding_offset, num_samples)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 
@@ -64,11 +65,8 @@ class SoftmaxHead(LanguageModelOutputLayer):
     ) -> None:
         super().__init__()
         embedding_dim = embedding_dim or input_dim
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         self._input_dim = input_dim
         self._embedding_dim = embedding_dim
         self._vocab_namespace = vocab_namespace

@@ -28,6 +28,7 @@ from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
+from elmoc_allennlp.common.checks import check_one_of, check_positive, check_probability
 from elmoc_allennlp.common.torch_versions import autocast_enabled
 from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
@@ -42,11 +43,6 @@ logger = logging.getLogger(__name__)
 IMPLEMENTATIONS = ("auto", "reference")
 
 
-def _check_positive(value: int, name: str) -> None:
-    if value < 1:
-        raise ConfigurationError(f"{name} must be a positive integer, but got {value}.")
-
-
 def _check_lstm_config(
     input_dim: int,
     projection_dim: int,
@@ -55,26 +51,15 @@ def _check_lstm_config(
     projection_clip: Optional[float],
     recurrent_dropout: float,
 ) -> None:
-    _check_positive(input_dim, "input_dim")
-    _check_positive(projection_dim, "projection_dim")
-    _check_positive(cell_dim, "cell_dim")
-    for clip, name in ((cell_clip, "cell_clip"), (projection_clip, "projection_clip")):
-        if clip is not None and not clip > 0:
-            raise ConfigurationError(
-                f"{name} must be positive (or null to disable clipping), but got {clip}."
-            )
-    if not 0.0 <= recurrent_dropout < 1.0:
-        raise ConfigurationError(
-            f"recurrent_dropout must be in [0, 1), but got {recurrent_dropout}."
-        )
+    for value, key in ((input_dim, "input_dim"), (projection_dim, "projection_dim"), (cell_dim, "cell_dim")):
+        check_positive(value, key)
+    check_positive(cell_clip, "cell_clip", allow_none=True)
+    check_positive(projection_clip, "projection_clip", allow_none=True)
+    check_probability(recurrent_dropout, "recurrent_dropout")
 
 
 def _checked_implementation(implementation: str) -> str:
-    if implementation not in IMPLEMENTATIONS:
-        raise ConfigurationError(
-            f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, "
-            f"but got {implementation!r}."
-        )
+    check_one_of(implementation, IMPLEMENTATIONS, "implementation")
     return implementation
 
 
@@ -429,7 +414,7 @@ class ElmocLstm(Seq2SeqEncoder):
         _check_lstm_config(
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
-        _check_positive(num_layers, "num_layers")
+        check_positive(num_layers, "num_layers")
         implementation = _checked_implementation(implementation)
         self._input_dim = input_dim
         self.projection_dim = projection_dim

@@ -7,6 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.time_distributed import TimeDistributed
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.modules.elmo_block_options import (
     check_boundary_tokens,
@@ -95,10 +96,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
-        if projection_dim is not None and projection_dim < 1:
-            raise ConfigurationError(
-                f"projection_dim must be a positive integer (or null), got {projection_dim}"
-            )
+        check_positive(projection_dim, "projection_dim", allow_none=True)
         self._elmo = ElmocElmo(
             archive_file,
             num_output_representations=1,

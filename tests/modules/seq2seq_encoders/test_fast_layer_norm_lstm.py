@@ -272,7 +272,7 @@ def test_float64_and_implementation_attribute():
         layer.implementation == "reference"
         for layer in list(encoder.forward_layers) + list(encoder.backward_layers)
     )
-    with pytest.raises(ConfigurationError, match="implementation must be one of"):
+    with pytest.raises(ConfigurationError, match="implementation"):
         encoder.implementation = "fastest"
     assert encoder.implementation == "reference"
 
@@ -293,9 +293,9 @@ def test_from_params_implementation_and_errors():
     assert encoder.implementation == "reference"
     encoder = Seq2SeqEncoder.from_params(Params(dict(params, parallel_directions=False)))
     assert encoder.implementation == "auto" and encoder.parallel_directions is False
-    with pytest.raises(ConfigurationError, match="implementation must be one of"):
+    with pytest.raises(ConfigurationError, match="implementation"):
         Seq2SeqEncoder.from_params(Params(dict(params, implementation="cudnn")))
-    with pytest.raises(ConfigurationError, match="implementation must be one of"):
+    with pytest.raises(ConfigurationError, match="implementation"):
         LayerNormLstmLayer(INPUT_DIM, PROJ, CELL, implementation="")
 
 
