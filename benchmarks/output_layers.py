@@ -292,10 +292,10 @@ def build_model(job: Dict[str, Any]):
 
     from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
     from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
-    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
-    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
-    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxHead
-    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
+    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxOutputLayer
+    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
+    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxOutputLayer
+    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
     from elmoc_allennlp.models.bidirectional_language_model import tie_output_embedding_to
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,
@@ -335,18 +335,18 @@ def build_model(job: Dict[str, Any]):
     )
     V = job["vocab_size"]
     if kind == "cont":
-        head = ContinuousOutputHead(P, D)
+        head = ContinuousOutputLayer(P, D)
     elif kind in ("sampled", "elmo"):
-        head = SampledSoftmaxHead(vocab, P, num_samples=8192, sparse=True)
+        head = SampledSoftmaxOutputLayer(vocab, P, num_samples=8192, sparse=True)
     elif kind == "fixed":
-        head = SampledSoftmaxHead(
+        head = SampledSoftmaxOutputLayer(
             vocab, P, num_samples=8192, embedding_dim=D, trainable_embedding=False, sparse=True
         )
     elif kind == "adaptive":
         cutoffs, div_value = job["cutoffs"], job["div_value"]
-        head = AdaptiveSoftmaxHead(vocab, P, cutoffs=cutoffs, div_value=div_value)
+        head = AdaptiveSoftmaxOutputLayer(vocab, P, cutoffs=cutoffs, div_value=div_value)
     elif kind in ("full", "subword"):
-        head = SoftmaxHead(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
+        head = SoftmaxOutputLayer(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
     else:
         raise ValueError(kind)
     model = BidirectionalLanguageModel(vocab, embedder, encoder, head, dropout=0.1)

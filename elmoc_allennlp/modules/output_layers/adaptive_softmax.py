@@ -10,7 +10,7 @@ from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
-class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
+class AdaptiveSoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     The adaptive softmax of Grave et al. (2017), as `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
     frequent words (ids below `cutoffs[0]`) and one entry per tail cluster form the head
@@ -97,7 +97,7 @@ class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("AdaptiveSoftmaxHead needs target_ids")
+            raise ValueError("AdaptiveSoftmaxOutputLayer needs target_ids")
         if hidden_states.size(0) == 0:
             return {"loss": hidden_states.new_zeros(0)}
         target_log_probabilities = self.adaptive(hidden_states, target_ids).output

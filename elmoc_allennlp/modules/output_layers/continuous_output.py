@@ -16,7 +16,7 @@ _LOSSES = ("cosine", "l2", "vmf")
 
 
 @LanguageModelOutputLayer.register("elmoc_continuous")
-class ContinuousOutputHead(LanguageModelOutputLayer):
+class ContinuousOutputLayer(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
     section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
@@ -78,7 +78,7 @@ class ContinuousOutputHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_embeddings is None:
-            raise ValueError("ContinuousOutputHead needs target_embeddings")
+            raise ValueError("ContinuousOutputLayer needs target_embeddings")
         if target_embeddings.size(-1) != self._embedding_dim:
             raise ConfigurationError(
                 f"output_layer.embedding_dim is {self._embedding_dim} but the target vectors have "

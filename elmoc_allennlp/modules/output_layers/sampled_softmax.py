@@ -84,7 +84,7 @@ class LogUniformSampler:
 
 
 @LanguageModelOutputLayer.register("elmoc_sampled_softmax")
-class SampledSoftmaxHead(LanguageModelOutputLayer):
+class SampledSoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     The sampled softmax of ELMo (Jean et al., 2015, as in TensorFlow's `sampled_softmax_loss`):
     in training, each target is scored against itself and `num_samples` negative words shared by
@@ -203,7 +203,7 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("SampledSoftmaxHead needs target_ids")
+            raise ValueError("SampledSoftmaxOutputLayer needs target_ids")
         hidden_states = self._project(hidden_states)
         if hidden_states.size(0) == 0:
             return {"loss": hidden_states.new_zeros(0)}

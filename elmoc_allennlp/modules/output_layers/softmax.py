@@ -28,7 +28,7 @@ def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: 
 
 
 @LanguageModelOutputLayer.register("elmoc_softmax")
-class SoftmaxHead(LanguageModelOutputLayer):
+class SoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     A full softmax over a closed vocabulary: the logits of every word are `W h + b`, where `W`
     (`num_words x embedding_dim`) is the output embedding. The loss is the negative log-likelihood
@@ -112,6 +112,6 @@ class SoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("SoftmaxHead needs target_ids")
+            raise ValueError("SoftmaxOutputLayer needs target_ids")
         loss = F.cross_entropy(self.logits(hidden_states), target_ids, reduction="none")
         return {"loss": loss}
