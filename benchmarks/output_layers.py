@@ -291,7 +291,7 @@ def build_model(job: Dict[str, Any]):
     from allennlp.modules.token_embedders import Embedding, TokenCharactersEncoder
 
     from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
+    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
     from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxOutputLayer
     from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
     from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxOutputLayer
@@ -325,7 +325,7 @@ def build_model(job: Dict[str, Any]):
         embedder = BasicTextFieldEmbedder({"elmo_characters": characters})
     else:
         embedder = BasicTextFieldEmbedder({"fasttext": FastTextTokenEmbedder(job["fasttext_path"])})
-    encoder = ElmocLstm(
+    encoder = LayerNormLstm(
         embedder.get_output_dim(),
         P,
         job["cell_dim"],

@@ -27,7 +27,7 @@ def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch
 @Seq2SeqEncoder.register("elmoc_interlayer_norm_lstm")
 class InterLayerNormLstm(Seq2SeqEncoder):
     """
-    A bidirectional LSTM encoder with the layout of [`ElmocLstm`](layer_norm_lstm.md#elmoclstm)
+    A bidirectional LSTM encoder with the layout of [`LayerNormLstm`](layer_norm_lstm.md#elmoclstm)
     (input projection, separate forward and backward stacks, residual connections from layer 1,
     output `[forward; backward]`), where each layer of each direction is one
     `torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim)`, i.e. PyTorch's fused LSTM

@@ -340,7 +340,7 @@ class LayerNormLstmLayer(torch.nn.Module):
 
 
 @Seq2SeqEncoder.register("elmoc_lstm")
-class ElmocLstm(Seq2SeqEncoder):
+class LayerNormLstm(Seq2SeqEncoder):
     """
     The ELMo-C bidirectional language model encoder.
 

@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm, LayerNormLstmLayer
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm, LayerNormLstmLayer
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
 
@@ -166,7 +166,7 @@ def test_fast_layer_gradcheck(go_forward, dropout):
 def test_encoder_fast_equals_reference(parallel, dropout):
     torch.set_num_threads(2 if parallel else 1)  # directions run concurrently with >= 2
     torch.manual_seed(4)
-    encoder = ElmocLstm(
+    encoder = LayerNormLstm(
         INPUT_DIM, PROJ, CELL, num_layers=2, recurrent_dropout=dropout,
         parallel_directions=parallel,
     )
@@ -195,7 +195,7 @@ def test_parallel_directions_equal_sequential():
     torch.set_num_threads(2)
     assert layer_norm_lstm._CONCURRENT.is_concurrent(2)
     torch.manual_seed(5)
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, recurrent_dropout=0.2)
+    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL, num_layers=2, recurrent_dropout=0.2)
     encoder.train()
     inputs = torch.randn(4, 6, INPUT_DIM)
     mask = lengths_to_mask([6, 5, 3, 6], 6)
@@ -208,7 +208,7 @@ def test_parallel_directions_equal_sequential():
 
 def test_eval_mode_and_no_grad():
     torch.manual_seed(6)
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, recurrent_dropout=0.5)
+    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL, recurrent_dropout=0.5)
     encoder.eval()
     inputs = torch.randn(3, 5, INPUT_DIM)
     mask = lengths_to_mask([5, 2, 4], 5)
@@ -228,7 +228,7 @@ def test_fast_path_under_autocast_runs_in_the_parameters_precision():
     and the input gradient comes back in the inputs' dtype.
     """
     torch.manual_seed(11)
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="auto")
+    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="auto")
     randomize(encoder)
     inputs = torch.randn(3, 5, INPUT_DIM).bfloat16()
     mask = lengths_to_mask([5, 2, 4], 5)
@@ -252,7 +252,7 @@ def test_fast_path_under_autocast_runs_in_the_parameters_precision():
 
 def test_mask_with_inner_padding_uses_reference_path(caplog):
     torch.manual_seed(7)
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL)
+    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL)
     inputs = torch.randn(2, 5, INPUT_DIM)
     mask = torch.tensor([[True, False, True, True, False], [True] * 5])
     encoder.implementation = "reference"
@@ -266,7 +266,7 @@ def test_mask_with_inner_padding_uses_reference_path(caplog):
 
 
 def test_float64_and_implementation_attribute():
-    encoder = ElmocLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="reference")
+    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="reference")
     assert encoder.implementation == "reference"
     assert all(
         layer.implementation == "reference"
@@ -301,8 +301,8 @@ def test_from_params_implementation_and_errors():
 
 def test_state_dicts_are_shared_by_all_implementations():
     torch.manual_seed(8)
-    reference = ElmocLstm(INPUT_DIM, PROJ, CELL, implementation="reference")
-    fast = ElmocLstm(INPUT_DIM, PROJ, CELL, implementation="auto")
+    reference = LayerNormLstm(INPUT_DIM, PROJ, CELL, implementation="reference")
+    fast = LayerNormLstm(INPUT_DIM, PROJ, CELL, implementation="auto")
     assert reference.state_dict().keys() == fast.state_dict().keys()
     fast.load_state_dict(reference.state_dict(), strict=True)
     inputs = torch.randn(2, 4, INPUT_DIM)
@@ -317,7 +317,7 @@ class TinyContinuousLm(torch.nn.Module):
 
     def __init__(self, dim: int = 8) -> None:
         super().__init__()
-        self.encoder = ElmocLstm(dim, 6, 12, num_layers=2, recurrent_dropout=0.1)
+        self.encoder = LayerNormLstm(dim, 6, 12, num_layers=2, recurrent_dropout=0.1)
         self.output = torch.nn.Linear(6, dim)
 
     def loss(self, vectors: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
