@@ -1,7 +1,7 @@
 """
 The input kinds of the biLMs this project pretrains (training_configs/pretrain/), read from an
 archive's `config.json`: which text field key feeds the encoder and what its indexer makes. Used by
-`ElmocArchive`, the `elmoc_subwords` indexer and `ElmocBiLm` to run any of them downstream.
+`ElmocArchive`, the `elmoc_bilm_inputs` indexer and `ElmocBiLm` to run any of them downstream.
 
 | kind         | pretraining configs                        | embedder / indexer                          |
 |--------------|--------------------------------------------|---------------------------------------------|

@@ -6,7 +6,7 @@ Using a trained ELMo-C biLM downstream, in the roles of allennlp's `allennlp/mod
   allennlp `Elmo`, built around `ElmocBiLm`, so models that take an `Elmo` accept it).
 
 `ElmocBiLm` feeds each input kind of biLM (see `elmoc_allennlp.common.bilm_inputs`) from the
-`elmo_tokens` of the `elmoc_subwords` indexer, shape `(batch_size, timesteps, width)`, 0 padding:
+`elmo_tokens` of the `elmoc_bilm_inputs` indexer, shape `(batch_size, timesteps, width)`, 0 padding:
 
 * `fasttext`: each token's fastText subword ids; the biLM's `elmoc_fasttext` embedder reads
   `{"subword_ids", "mask"}`.
@@ -118,7 +118,7 @@ def pieces_to_words(
 class ElmocBiLm(torch.nn.Module):
     """
     Runs a trained biLM and returns all of its layers, in the role of allennlp's
-    `_ElmoBiLm`: the input is the output of the `elmoc_subwords` indexer (no sentence
+    `_ElmoBiLm`: the input is the output of the `elmoc_bilm_inputs` indexer (no sentence
     boundaries): fastText subword ids of each token for an ELMo-C biLM, ELMo's character ids for
     a character-CNN biLM (ELMo), BPE piece ids of each word for a subword biLM (ELMo-Sub, whose
     word states come from its pieces' as the module docstring says).
@@ -132,7 +132,7 @@ class ElmocBiLm(torch.nn.Module):
     The biLM is always run in eval mode (no recurrent dropout): its representations are
     deterministic features, as ELMo's are. By default its parameters are frozen. The biLM's own
     pretraining indexer (a `FastTextSubwordIndexer`, which gives the same ids as the
-    `elmoc_subwords` indexer) is the `indexer` attribute.
+    `elmoc_bilm_inputs` indexer) is the `indexer` attribute.
 
     # Parameters
 
@@ -251,7 +251,7 @@ class ElmocBiLm(torch.nn.Module):
 
         inputs : `torch.Tensor`
             Shape `(batch_size, timesteps, num_subwords)`: the `elmo_tokens` of the
-            `elmoc_subwords` indexer (0 is padding; every real token has a non-zero id).
+            `elmoc_bilm_inputs` indexer (0 is padding; every real token has a non-zero id).
         word_inputs : `torch.Tensor`, optional
             Not supported (ELMo's cached vocabulary); must be `None`.
 
@@ -294,7 +294,7 @@ class ElmocElmo(Elmo):
     eq. 1), removes the sentence boundaries and applies dropout. It is a drop-in `Elmo` for models
     that take one (e.g. `bcn`'s `elmo` in Python; see `ElmocTokenEmbedder` for configs).
 
-    The input is the `elmo_tokens` tensor of the `elmoc_subwords` indexer.
+    The input is the `elmo_tokens` tensor of the `elmoc_bilm_inputs` indexer.
 
     # Parameters
 

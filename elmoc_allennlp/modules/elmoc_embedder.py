@@ -74,8 +74,8 @@ class ElmocEmbedder:
             allow_different_vectors=allow_different_vectors,
         )
         self._bilm.eval()
-        # fastText input: the pretraining indexer, the same ids as the `elmoc_subwords` indexer;
-        # other inputs: the `elmoc_subwords` indexer of the archive, lowercasing as asked.
+        # fastText input: the pretraining indexer, the same ids as the `elmoc_bilm_inputs` indexer;
+        # other inputs: the `elmoc_bilm_inputs` indexer of the archive, lowercasing as asked.
         self._indexer = self._bilm.indexer
         if self._bilm.input_kind != FASTTEXT_INPUT:
             self._indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
@@ -95,7 +95,7 @@ class ElmocEmbedder:
         return self._bilm
 
     def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
-        """The `elmo_tokens` tensor of a batch, as the `elmoc_subwords` indexer makes it."""
+        """The `elmo_tokens` tensor of a batch, as the `elmoc_bilm_inputs` indexer makes it."""
         return indexed_batch(self._indexer, sentences, self._device)
 
     def embed_batch(

@@ -23,7 +23,7 @@ local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
     type: 'elmoc_ud_pos',
     token_indexers: {
       tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
-      [if use_bilm then 'elmo']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      [if use_bilm then 'elmo']: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('POS_TRAIN_DATA_PATH'),

@@ -19,7 +19,7 @@ from allennlp.modules import FeedForward, Maxout
 from allennlp.modules.seq2seq_encoders import LstmSeq2SeqEncoder
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 
-from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.modules.elmoc import ElmocElmo
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
@@ -171,7 +171,7 @@ def test_bcn_with_elmoc_in_the_embedder_equals_bcn_with_elmoc_as_input_elmo(
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer(str(elmoc_archive))
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     fasttext = FastTextTokenEmbedder(str(tiny_fasttext_path))
 
@@ -198,7 +198,7 @@ def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fastt
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer(str(elmoc_archive))
     elmo = ElmocElmo(str(elmoc_archive), 2, dropout=0.0)
     model = _bcn(
         vocab,

@@ -1,6 +1,6 @@
 """
 Every biLM the project pretrains works downstream: fastText input (ELMo-C), character-CNN input
-(ELMo) and BPE-piece input (ELMo-Sub), through the `elmoc_subwords` indexer, the
+(ELMo) and BPE-piece input (ELMo-Sub), through the `elmoc_bilm_inputs` indexer, the
 `elmoc_token_embedder`, `ElmocBiLm`/`ElmocElmo`, `ElmocEmbedder` and `elmoc-embed`, each on a
 tiny trained archive. The downstream layers equal the biLM run the way pretraining ran it.
 """
@@ -23,7 +23,7 @@ import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive, archive_with_its_fasttext
 from elmoc_allennlp.commands.elmoc_embed import embed_file
-from elmoc_allennlp.data.token_indexers import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     ElmocCharacterIndexer,
     ElmocPieceIndexer,
@@ -78,10 +78,10 @@ def test_archive_input_kind_and_indexer(archives, kind):
     assert archive.output_dim == OUTPUT_DIM
     assert (archive.input_vectors_path is not None) == (kind == FASTTEXT_INPUT)
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     expected = {
-        FASTTEXT_INPUT: ElmocSubwordIndexer,
+        FASTTEXT_INPUT: BilmArchiveIndexer,
         CHARACTERS_INPUT: ElmocCharacterIndexer,
         PIECES_INPUT: ElmocPieceIndexer,
     }[kind]
@@ -97,7 +97,7 @@ def test_a_million_character_token_gives_bounded_ids(archives, kind):
     import tracemalloc
 
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     long_token = "x" * 1_000_000
     tracemalloc.start()
@@ -113,7 +113,7 @@ def test_a_million_character_token_gives_bounded_ids(archives, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_token_embedder_from_config(archives, kind, one_torch_thread):
     params = {"archive_file": str(archives[kind])}
-    indexer = TokenIndexer.from_params(Params({"type": "elmoc_subwords", **params}))
+    indexer = TokenIndexer.from_params(Params({"type": "elmoc_bilm_inputs", **params}))
     embedder = TokenEmbedder.from_params(
         Params({"type": "elmoc_token_embedder", "bilm_dim": OUTPUT_DIM, "dropout": 0.0, **params})
     )
@@ -149,7 +149,7 @@ def _pretraining_layers(bilm: ElmocBiLm, pieces_or_tokens):
 def test_bilm_layers_equal_pretraining_run(archives, kind, one_torch_thread):
     bilm = ElmocBiLm(str(archives[kind]))
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     with torch.no_grad():
         output = bilm(indexed_batch(indexer, SENTENCES[:1]))
@@ -161,7 +161,7 @@ def test_bilm_layers_equal_pretraining_run(archives, kind, one_torch_thread):
 def test_piece_bilm_words_take_last_and_first_piece_states(archives, one_torch_thread):
     bilm = ElmocBiLm(str(archives[PIECES_INPUT]))
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[PIECES_INPUT])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[PIECES_INPUT])})
     )
     words = ["unbelievably", "the", "bankers"]
     piece_rows = indexer.tokens_to_indices([Token(w) for w in words], None)["elmo_tokens"]
@@ -216,10 +216,10 @@ def test_embedder_api_and_elmoc_embed(archives, kind, tmp_path, one_torch_thread
 
 def test_character_indexer_lowercases_when_asked(archives):
     upper = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[CHARACTERS_INPUT]), "lowercase_tokens": True})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT]), "lowercase_tokens": True})
     )
     plain = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[CHARACTERS_INPUT])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT])})
     )
     assert upper.tokens_to_indices([Token("Bank")], None) == plain.tokens_to_indices([Token("bank")], None)
     assert plain.tokens_to_indices([Token("Bank")], None) != plain.tokens_to_indices([Token("bank")], None)
@@ -232,7 +232,7 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
     with pytest.raises(ConfigurationError, match="fastText-input biLM"):
         archive_with_its_fasttext(characters)
     with pytest.raises(ConfigurationError, match="from_archive"):
-        ElmocSubwordIndexer(characters)
+        BilmArchiveIndexer(characters)
 
     def unsupported_embedder(config):
         config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"]["type"] = "pass_through"

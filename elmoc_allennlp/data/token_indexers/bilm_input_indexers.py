@@ -1,7 +1,7 @@
 """
 Where a token becomes biLM input ids (`BilmInputIndexer.token_ids`, the one place long tokens are
 cut), and the downstream indexers for biLM archives whose input is not fastText, made by the
-`elmoc_subwords` indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Those give
+`elmoc_bilm_inputs` indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Those give
 `elmo_tokens` of shape `(num_tokens, width)`, 0 for padding and non-zero for every real token,
 like ELMo's `elmo_characters`, so the `elmoc_token_embedder` and `ElmocBiLm` read every kind the
 same way.

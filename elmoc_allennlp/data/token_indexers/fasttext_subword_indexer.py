@@ -55,7 +55,7 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)
         Lowercase each token (not the boundary tokens) before looking it up: for fastText models
-        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_subwords`
+        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_bilm_inputs`
         indexer and `ElmocEmbedder` of that archive lowercase too.
     gather_vectors : `bool`, optional (default=`False`)
         Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`

@@ -94,7 +94,7 @@ def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monk
     blocks = [
         (TokenEmbedder, Params({"type": "elmoc_token_embedder", "archive_file": missing},
                                history=EMBEDDERS)),
-        (TokenIndexer, Params({"type": "elmoc_subwords", "archive_file": missing},
+        (TokenIndexer, Params({"type": "elmoc_bilm_inputs", "archive_file": missing},
                               history="validation_dataset_reader.token_indexers.elmo.")),
         (Elmo, Params({"archive_file": missing, "num_output_representations": 1},
                       history="model.elmo.")),

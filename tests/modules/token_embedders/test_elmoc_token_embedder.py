@@ -12,7 +12,7 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 from allennlp.nn.util import get_text_field_mask
 
-from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
@@ -61,7 +61,7 @@ def bilm(elmoc_archive):
 
 @pytest.fixture(scope="module")
 def indexer(elmoc_archive):
-    return ElmocSubwordIndexer(str(elmoc_archive))
+    return BilmArchiveIndexer(str(elmoc_archive))
 
 
 @pytest.fixture(scope="module")
@@ -298,7 +298,7 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
     def cut_long_tokens(config):
         config["dataset_reader"]["max_token_characters"] = 4
 
-    cutting = ElmocSubwordIndexer(
+    cutting = BilmArchiveIndexer(
         str(rewrite_archive(elmoc_archive, tmp_path / "cut.tar.gz", cut_long_tokens))
     )
     tokens = [Token("unseenword"), Token("cat")]
@@ -321,14 +321,14 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
     assert ElmocArchive.read(lowered_archive).lowercase_tokens
     assert not ElmocArchive.read(elmoc_archive).lowercase_tokens
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
-    inherited = ElmocSubwordIndexer(str(lowered_archive))
+    inherited = BilmArchiveIndexer(str(lowered_archive))
     assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         lower, Vocabulary()
     )
     assert indexer.tokens_to_indices(cased, Vocabulary()) != indexer.tokens_to_indices(
         lower, Vocabulary()
     )
-    overridden = ElmocSubwordIndexer(str(lowered_archive), lowercase_tokens=False)
+    overridden = BilmArchiveIndexer(str(lowered_archive), lowercase_tokens=False)
     assert overridden.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         cased, Vocabulary()
     )
@@ -372,7 +372,7 @@ def test_wrong_indexer_output_is_a_clear_error(elmoc_archive, tiny_fasttext_path
         words.tokens_to_indices([Token("a")], Vocabulary()), {"num_tokens": 1, "num_subwords": 4}
     )
     batched = {"elmo": {key: value.unsqueeze(0) for key, value in tensors.items()}}
-    with pytest.raises(ConfigurationError, match="elmoc_subwords"):
+    with pytest.raises(ConfigurationError, match="elmoc_bilm_inputs"):
         embedder(batched)
 
 
@@ -382,7 +382,7 @@ def test_missing_or_non_archive_files(tmp_path):
     text = tmp_path / "model.tar.gz"
     text.write_text("not an archive")
     with pytest.raises(ConfigurationError, match="is not a readable model archive"):
-        ElmocSubwordIndexer(str(text))
+        BilmArchiveIndexer(str(text))
 
 
 def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
@@ -402,14 +402,14 @@ def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
     # Character input is supported (ELMo), but only with the indexer it was pretrained with.
     cnn = rewrite_archive(elmoc_archive, tmp_path / "cnn.tar.gz", character_input)
     with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
-        ElmocSubwordIndexer(str(cnn))
+        BilmArchiveIndexer(str(cnn))
 
     def unsupported_input(config):
         config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {"type": "pass_through", "hidden_dim": 16}
 
     other_input = rewrite_archive(elmoc_archive, tmp_path / "other.tar.gz", unsupported_input)
     with pytest.raises(ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"):
-        ElmocSubwordIndexer(str(other_input))
+        BilmArchiveIndexer(str(other_input))
 
 
 def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_path):
@@ -426,7 +426,7 @@ def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_pat
     assert "dataset_reader.token_indexers.fasttext.vectors_path" in message
     assert "vectors_path" in message and str(tmp_path / "bilm" / "ft.bin") in message
     with pytest.raises(ConfigurationError, match=r"nope\.bin \(vectors_path\) does not exist"):
-        ElmocSubwordIndexer(str(moved), vectors_path=str(tmp_path / "nope.bin"))
+        BilmArchiveIndexer(str(moved), vectors_path=str(tmp_path / "nope.bin"))
 
 
 def test_a_moved_archive_finds_its_vectors_relative_to_it(
@@ -436,7 +436,7 @@ def test_a_moved_archive_finds_its_vectors_relative_to_it(
     assert archive.input_vectors_path == str(relocated_archive.parents[1] / "fasttext" / "tiny.bin")
     moved = ElmocTokenEmbedder(str(relocated_archive), dropout=0.0)
     original = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
-    moved_indexer = ElmocSubwordIndexer(str(relocated_archive))
+    moved_indexer = BilmArchiveIndexer(str(relocated_archive))
     assert torch.equal(
         embed(moved, moved_indexer, SENTENCES), embed(original, indexer, SENTENCES)
     )

@@ -20,8 +20,8 @@ from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
 ELMO_TOKENS_KEY = "elmo_tokens"
 
 
-@TokenIndexer.register("elmoc_subwords", constructor="from_archive")
-class ElmocSubwordIndexer(FastTextSubwordIndexer):
+@TokenIndexer.register("elmoc_bilm_inputs", constructor="from_archive")
+class BilmArchiveIndexer(FastTextSubwordIndexer):
     """
     Indexes tokens for a trained ELMo-C biLM, in the role of ELMo's `elmo_characters`: each token
     becomes the fastText subword ids (its input-matrix rows + 1, 0 for padding) of the fastText
@@ -37,7 +37,7 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
     `elmoc_fasttext_subwords`); `get_text_field_mask` derives the mask from the ids (every real
     token has a non-zero id).
 
-    Registered as a `TokenIndexer` with name "elmoc_subwords", built by `from_archive`, which
+    Registered as a `TokenIndexer` with name "elmoc_bilm_inputs", built by `from_archive`, which
     takes the indexer that matches the archive's input: this class for a fastText-input biLM
     (ELMo-C and its ablations), `ElmocCharacterIndexer` for a character-CNN biLM (ELMo) and
     `ElmocPieceIndexer` for a BPE-input biLM (ELMo-Sub), all with the same `elmo_tokens` output.
@@ -71,7 +71,7 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
             raise ConfigurationError(
                 f"biLM archive {archive_file} has {archive.input_kind} input (model."
                 f"text_field_embedder.token_embedders.{archive.input_key}), not fastText: build "
-                "the indexer with ElmocSubwordIndexer.from_archive (the 'elmoc_subwords' type)"
+                "the indexer with BilmArchiveIndexer.from_archive (the 'elmoc_bilm_inputs' type)"
             )
         super().__init__(
             vectors_path=archive.input_vectors_path,
@@ -119,7 +119,7 @@ class ElmocSubwordIndexer(FastTextSubwordIndexer):
         return non_fasttext_indexer(archive, bool(lowercase_tokens), token_min_padding_length)
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, ElmocSubwordIndexer):
+        if isinstance(other, BilmArchiveIndexer):
             return super().__eq__(other)
         return NotImplemented
 
