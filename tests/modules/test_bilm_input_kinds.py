@@ -23,7 +23,7 @@ import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive, archive_with_its_fasttext
 from elmoc_allennlp.commands.elmoc_embed import embed_file
-from elmoc_allennlp.data.token_indexers import BilmArchiveIndexer
+from elmoc_allennlp.data.token_indexers import BilmArchiveIndexer, FastTextSubwordIndexer
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     ElmocCharacterIndexer,
     ElmocPieceIndexer,
@@ -81,11 +81,12 @@ def test_archive_input_kind_and_indexer(archives, kind):
         Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     expected = {
-        FASTTEXT_INPUT: BilmArchiveIndexer,
+        FASTTEXT_INPUT: FastTextSubwordIndexer,
         CHARACTERS_INPUT: ElmocCharacterIndexer,
         PIECES_INPUT: ElmocPieceIndexer,
     }[kind]
-    assert type(indexer) is expected
+    assert type(indexer) is BilmArchiveIndexer and indexer.input_kind == kind
+    assert type(indexer.kind_indexer) is expected
     indexed = indexer.tokens_to_indices([Token("bank"), Token("unbelievably")], Vocabulary())
     rows = indexed["elmo_tokens"]
     assert len(rows) == 2 and all(len(row) >= 1 and min(row) > 0 for row in rows)
@@ -167,7 +168,7 @@ def test_piece_bilm_words_take_last_and_first_piece_states(archives, one_torch_t
     piece_rows = indexer.tokens_to_indices([Token(w) for w in words], None)["elmo_tokens"]
     assert max(len(row) for row in piece_rows) > 1, "the test needs a word of several pieces"
     # The pretraining tokenizer's pieces of the sentence, run the way pretraining ran them.
-    tokenizer = indexer._piece_tokenizer
+    tokenizer = indexer.kind_indexer._piece_tokenizer
     pieces = [piece.text for piece in tokenizer.tokenize(" ".join(words))]
     expected_layers = _pretraining_layers(bilm, pieces)  # (layers, pieces + 2, dim)
     with torch.no_grad():
@@ -231,8 +232,6 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
         ElmocArchive.read(characters, str(tiny_fasttext_path))
     with pytest.raises(ConfigurationError, match="fastText-input biLM"):
         archive_with_its_fasttext(characters)
-    with pytest.raises(ConfigurationError, match="from_archive"):
-        BilmArchiveIndexer(characters)
 
     def unsupported_embedder(config):
         config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"]["type"] = "pass_through"

@@ -1,46 +1,38 @@
-from typing import Dict, List, Optional
-
-import torch
+from typing import List, Optional
 
 from allennlp.common import Params
-from allennlp.common.checks import ConfigurationError
-from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
-from allennlp.data.tokenizers import Token
-from allennlp.data.vocabulary import Vocabulary
+from allennlp.data.token_indexers.token_indexer import TokenIndexer
 
-from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+    BilmInputIndexer,
     non_fasttext_indexer,
     pretraining_token_cap,
 )
+from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 
-ELMO_TOKENS_KEY = "elmo_tokens"
 
-
-@TokenIndexer.register("elmoc_bilm_inputs", constructor="from_archive")
-class BilmArchiveIndexer(FastTextSubwordIndexer):
+@TokenIndexer.register("elmoc_bilm_inputs")
+class BilmArchiveIndexer(BilmInputIndexer):
     """
-    Indexes tokens for a trained ELMo-C biLM, in the role of ELMo's `elmo_characters`: each token
-    becomes the fastText subword ids (its input-matrix rows + 1, 0 for padding) of the fastText
-    model the biLM was pretrained with, which is found from the biLM archive (see `ElmocArchive`),
-    so that the indexer and the `elmoc_token_embedder` always agree. Like `elmo_characters` it
-    needs no vocabulary, and it adds no sentence boundaries (the embedder does). Long tokens are
-    cut as in pretraining: at the archive's indexer's `max_token_characters`, or its
-    `elmoc_lm_corpus` reader's if that is shorter.
+    Indexes tokens for a trained biLM, in the role of ELMo's `elmo_characters`: each token
+    becomes the ids the biLM's input was pretrained on, whatever its kind (see
+    `elmoc_allennlp.common.bilm_inputs`): the fastText subword ids of the biLM's own fastText
+    model (ELMo-C and its ablations), ELMo's character ids (ELMo) or the BPE piece ids of its
+    SentencePiece model and vocabulary (ELMo-Sub), all read from the biLM archive (see
+    `ElmocArchive`), so that the indexer and the `elmoc_token_embedder` always agree
+    (`kind_indexer` is the indexer of that kind). Like `elmo_characters` it needs no vocabulary
+    and adds no sentence boundaries (the embedder does). Long tokens are cut as in pretraining:
+    at the archive's indexer's `max_token_characters`, or its `elmoc_lm_corpus` reader's if that
+    is shorter.
 
-    The output has a single key, `elmo_tokens`, of shape `(num_tokens, num_subwords)` (the key of
-    `elmo_characters`, so models that read ELMo's tensor by name, such as `bcn`, find it). There
-    is no `mask` key, so it can sit next to an indexer that has one (e.g.
-    `elmoc_fasttext_subwords`); `get_text_field_mask` derives the mask from the ids (every real
-    token has a non-zero id).
+    The output has a single key, `elmo_tokens` (see `BilmInputIndexer`). There is no `mask` key,
+    so it can sit next to an indexer that has one (e.g. `elmoc_fasttext_subwords`);
+    `get_text_field_mask` derives the mask from the ids.
 
-    Registered as a `TokenIndexer` with name "elmoc_bilm_inputs", built by `from_archive`, which
-    takes the indexer that matches the archive's input: this class for a fastText-input biLM
-    (ELMo-C and its ablations), `ElmocCharacterIndexer` for a character-CNN biLM (ELMo) and
-    `ElmocPieceIndexer` for a BPE-input biLM (ELMo-Sub), all with the same `elmo_tokens` output.
+    Registered as a `TokenIndexer` with name "elmoc_bilm_inputs".
 
     # Parameters
 
@@ -67,22 +59,25 @@ class BilmArchiveIndexer(FastTextSubwordIndexer):
         serialization_dir: Optional[str] = None,
     ) -> None:
         archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
-        if archive.input_kind != FASTTEXT_INPUT:
-            raise ConfigurationError(
-                f"biLM archive {archive_file} has {archive.input_kind} input (model."
-                f"text_field_embedder.token_embedders.{archive.input_key}), not fastText: build "
-                "the indexer with BilmArchiveIndexer.from_archive (the 'elmoc_bilm_inputs' type)"
-            )
-        super().__init__(
-            vectors_path=archive.input_vectors_path,
-            boundary_tokens=archive.boundary_tokens,
-            lowercase_tokens=(
-                archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
-            ),
-            token_min_padding_length=token_min_padding_length,
-            max_token_characters=pretraining_token_cap(archive),
-        )
+        self.input_kind = archive.input_kind
         self._archive_file = str(archive_file)
+        self.kind_indexer: BilmInputIndexer
+        if archive.input_kind == FASTTEXT_INPUT:
+            self.kind_indexer = FastTextSubwordIndexer(
+                vectors_path=archive.input_vectors_path,
+                boundary_tokens=archive.boundary_tokens,
+                lowercase_tokens=(
+                    archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
+                ),
+                max_token_characters=pretraining_token_cap(archive),
+            )
+        else:
+            self.kind_indexer = non_fasttext_indexer(archive, bool(lowercase_tokens))
+        super().__init__(
+            self.kind_indexer.lowercase_tokens,
+            self.kind_indexer.max_token_characters,
+            token_min_padding_length,
+        )
 
     @classmethod
     def from_params(
@@ -97,45 +92,10 @@ class BilmArchiveIndexer(FastTextSubwordIndexer):
                 **extras,
             )
 
-    @classmethod
-    def from_archive(
-        cls,
-        archive_file: str,
-        vectors_path: Optional[str] = None,
-        lowercase_tokens: Optional[bool] = None,
-        token_min_padding_length: int = 0,
-        serialization_dir: Optional[str] = None,
-    ) -> TokenIndexer:
-        """The downstream indexer of any biLM archive (see the class docstring)."""
-        archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
-        if archive.input_kind == FASTTEXT_INPUT:
-            return cls(
-                archive_file,
-                vectors_path,
-                lowercase_tokens,
-                token_min_padding_length,
-                serialization_dir,
-            )
-        return non_fasttext_indexer(archive, bool(lowercase_tokens), token_min_padding_length)
+    def token_ids(self, text: str) -> List[int]:
+        return self.kind_indexer.token_ids(text)
 
     def __eq__(self, other) -> bool:
         if isinstance(other, BilmArchiveIndexer):
-            return super().__eq__(other)
+            return self.__dict__ == other.__dict__
         return NotImplemented
-
-    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: [self.token_ids(token.ensure_text()) for token in tokens]}
-
-    def get_empty_token_list(self) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: []}
-
-    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        return super().get_padding_lengths({"subword_ids": indexed_tokens[ELMO_TOKENS_KEY]})
-
-    def as_padded_tensor_dict(
-        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
-    ) -> Dict[str, torch.Tensor]:
-        padded = super().as_padded_tensor_dict(
-            {"subword_ids": tokens[ELMO_TOKENS_KEY]}, padding_lengths
-        )
-        return {ELMO_TOKENS_KEY: padded["subword_ids"]}

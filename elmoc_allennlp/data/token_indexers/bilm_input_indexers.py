@@ -13,7 +13,7 @@ import numpy
 import torch
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
+from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
@@ -49,14 +49,18 @@ def pretraining_token_cap(archive) -> int:
 
 class BilmInputIndexer(TokenIndexer):
     """
-    Base of the indexers that turn a token into a biLM's input ids (fastText subwords, BPE
-    pieces): `token_ids` cuts the token to `max_token_characters` first, so that every way text
-    reaches a biLM (the corpus reader, the downstream indexers, the predictor, `ElmocEmbedder`,
-    `allennlp elmoc-embed`) has bounded ids per token. ELMo's character ids are cut by ELMo's
-    own mapper (`MAX_TOKEN_CHARACTERS`).
+    Base of the indexers that turn a token into a biLM's input ids (fastText subwords, ELMo's
+    characters, BPE pieces): `token_ids` cuts the token to `max_token_characters` and lowercases
+    it if asked, then the kind's `_ids_of` gives its ids. Every way text reaches a biLM (the
+    corpus reader, the downstream indexer, the predictor, `ElmocEmbedder`, `allennlp
+    elmoc-embed`) goes through it, so a token's ids are bounded. The output is `elmo_tokens`,
+    `(num_tokens, width)` with 0 padding and a non-zero id in every real token (ELMo's key, so
+    models that read ELMo's tensor by name, such as `bcn`, find it).
 
     # Parameters
 
+    lowercase_tokens : `bool`, optional (default = `False`)
+        Lowercase a token before indexing it.
     max_token_characters : `int`, optional (default = `50`, ELMo's)
         A longer token is indexed as its first `max_token_characters` characters.
     token_min_padding_length : `int`, optional (default = `0`)
@@ -64,11 +68,19 @@ class BilmInputIndexer(TokenIndexer):
     """
 
     def __init__(
-        self, max_token_characters: int = MAX_TOKEN_CHARACTERS, token_min_padding_length: int = 0
+        self,
+        lowercase_tokens: bool = False,
+        max_token_characters: int = MAX_TOKEN_CHARACTERS,
+        token_min_padding_length: int = 0,
     ) -> None:
         super().__init__(token_min_padding_length)
         check_positive(max_token_characters, "max_token_characters")
         self.max_token_characters = max_token_characters
+        self._lowercase_tokens = lowercase_tokens
+
+    @property
+    def lowercase_tokens(self) -> bool:
+        return self._lowercase_tokens
 
     def token_ids(self, text: str) -> List[int]:
         """The biLM input ids of a token with this text."""
@@ -77,31 +89,45 @@ class BilmInputIndexer(TokenIndexer):
     def _ids_of(self, text: str) -> Sequence[int]:
         raise NotImplementedError
 
+    def _lowered(self, text: str) -> str:
+        return text.lower() if self._lowercase_tokens else text
+
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
         pass  # vocabulary-free
 
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        return {ELMO_TOKENS_KEY: [self.token_ids(token.ensure_text()) for token in tokens]}
 
-class ElmocCharacterIndexer(ELMoTokenCharactersIndexer):
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {ELMO_TOKENS_KEY: []}
+
+    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
+        rows = indexed_tokens[ELMO_TOKENS_KEY]
+        return {
+            ELMO_TOKENS_KEY: max(len(rows), self._token_min_padding_length),
+            "num_ids": max((len(row) for row in rows), default=1),
+        }
+
+    def as_padded_tensor_dict(
+        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
+    ) -> Dict[str, torch.Tensor]:
+        rows, width = tokens[ELMO_TOKENS_KEY], padding_lengths["num_ids"]
+        return {ELMO_TOKENS_KEY: padded_ids(rows, padding_lengths[ELMO_TOKENS_KEY], width)}
+
+
+class ElmocCharacterIndexer(BilmInputIndexer):
     """
     The `elmo_characters` ids (ELMo's 50 character ids per token, + 1) of a character-CNN-input
-    biLM (ELMo, training_configs/pretrain/elmo.jsonnet), optionally lowercasing tokens first (for
-    a biLM pretrained on lowercased text). `<S>` / `</S>` are ELMo's boundary characters, as in
-    pretraining.
+    biLM (ELMo, training_configs/pretrain/elmo.jsonnet). `<S>` / `</S>` are ELMo's boundary
+    characters, as in pretraining. Parameters as `BilmInputIndexer`'s.
     """
 
     def __init__(self, lowercase_tokens: bool = False, token_min_padding_length: int = 0) -> None:
-        super().__init__(token_min_padding_length=token_min_padding_length)
-        self.lowercase_tokens = lowercase_tokens
+        super().__init__(lowercase_tokens, token_min_padding_length=token_min_padding_length)
+        self._mapper = ELMoCharacterMapper()
 
-    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        texts = [token.ensure_text() for token in tokens]
-        if self.lowercase_tokens:
-            texts = [text.lower() for text in texts]
-        return super().tokens_to_indices([Token(text) for text in texts], vocabulary)
-
-    def token_ids(self, token: str) -> List[int]:
-        """One token's ids, as pretraining indexed it (without lowercasing)."""
-        return self._mapper.convert_word_to_char_ids(token)
+    def _ids_of(self, text: str) -> List[int]:
+        return self._mapper.convert_word_to_char_ids(self._lowered(text))
 
 
 class ElmocPieceIndexer(BilmInputIndexer):
@@ -127,44 +153,20 @@ class ElmocPieceIndexer(BilmInputIndexer):
         piece_ids: Dict[str, int],
         unknown_id: int,
         lowercase_tokens: bool = False,
-        token_min_padding_length: int = 0,
         max_token_characters: int = MAX_TOKEN_CHARACTERS,
+        token_min_padding_length: int = 0,
     ) -> None:
-        super().__init__(max_token_characters, token_min_padding_length)
+        super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
         self._piece_tokenizer = piece_tokenizer
         self._piece_ids = piece_ids
         self._unknown_id = unknown_id
-        self.lowercase_tokens = lowercase_tokens
 
     def _ids_of(self, token: str) -> List[int]:
         # The ids of one word's pieces (a boundary token is one piece, as in pretraining).
-        pieces = [piece.text for piece in self._piece_tokenizer.tokenize(token)]
+        pieces = [piece.text for piece in self._piece_tokenizer.tokenize(self._lowered(token))]
         if not pieces:
             raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
         return [self._piece_ids.get(piece, self._unknown_id) for piece in pieces]
-
-    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        texts = [token.ensure_text() for token in tokens]
-        if self.lowercase_tokens:
-            texts = [text.lower() for text in texts]
-        return {ELMO_TOKENS_KEY: [self.token_ids(text) for text in texts]}
-
-    def get_empty_token_list(self) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: []}
-
-    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        rows = indexed_tokens[ELMO_TOKENS_KEY]
-        return {
-            ELMO_TOKENS_KEY: max(len(rows), self._token_min_padding_length),
-            "num_pieces": max((len(row) for row in rows), default=1),
-        }
-
-    def as_padded_tensor_dict(
-        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
-    ) -> Dict[str, torch.Tensor]:
-        rows = tokens[ELMO_TOKENS_KEY]
-        width = padding_lengths["num_pieces"]
-        return {ELMO_TOKENS_KEY: padded_ids(rows, padding_lengths[ELMO_TOKENS_KEY], width)}
 
 
 def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
@@ -188,7 +190,9 @@ def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
     return {piece: index + 1 for index, piece in enumerate(pieces)}
 
 
-def non_fasttext_indexer(archive, lowercase_tokens: bool, token_min_padding_length: int = 0) -> TokenIndexer:
+def non_fasttext_indexer(
+    archive, lowercase_tokens: bool, token_min_padding_length: int = 0
+) -> BilmInputIndexer:
     """The downstream indexer of a character- or piece-input biLM archive (`ElmocArchive`)."""
     from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, PIECES_INPUT
 
@@ -206,12 +210,7 @@ def non_fasttext_indexer(archive, lowercase_tokens: bool, token_min_padding_leng
         piece_ids = _piece_vocabulary(archive, namespace)
         unknown_id = piece_ids.get("@@UNKNOWN@@", 1)
         return ElmocPieceIndexer(
-            tokenizer,
-            piece_ids,
-            unknown_id,
-            lowercase_tokens,
-            token_min_padding_length,
-            max_token_characters,
+            tokenizer, piece_ids, unknown_id, lowercase_tokens, max_token_characters, token_min_padding_length
         )
     raise ConfigurationError(f"biLM archive {archive.archive_file}: no indexer for {archive.input_kind} input")
 

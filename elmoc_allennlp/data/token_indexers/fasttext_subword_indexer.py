@@ -82,13 +82,12 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         serialization_dir: Optional[str] = None,
         max_token_characters: int = MAX_TOKEN_CHARACTERS,
     ) -> None:
-        super().__init__(max_token_characters, token_min_padding_length)
+        super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
         self._gather_vectors = gather_vectors
         # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
         vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
-        self._lowercase_tokens = lowercase_tokens
         self._vectors = FastTextVectors.from_path(vectors_path)
         self._make_cache()
 
@@ -126,10 +125,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         return self._vectors
 
     @property
-    def lowercase_tokens(self) -> bool:
-        return self._lowercase_tokens
-
-    @property
     def gather_vectors(self) -> bool:
         return self._gather_vectors
 
@@ -161,9 +156,7 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self._boundary_tokens:
             return tuple(self._eos_ids)
-        if self._lowercase_tokens:
-            text = text.lower()
-        ids = self._vectors.subword_ids_tuple(text)
+        ids = self._vectors.subword_ids_tuple(self._lowered(text))
         if not ids:
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)

@@ -113,7 +113,7 @@ def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
     ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
     with_boundaries, mask = bilm.add_sentence_boundaries(ids, (ids > 0).any(-1))
     boundary = indexer.token_ids("<S>")
-    assert boundary == indexer.token_ids("</S>") == indexer.boundary_subword_ids
+    assert boundary == indexer.token_ids("</S>") == indexer.kind_indexer.boundary_subword_ids
     width = with_boundaries.size(-1)
     padded_boundary = boundary + [0] * (width - len(boundary))
     for row, length in ((0, 3), (1, 1)):
