@@ -38,8 +38,8 @@ _KIND_TYPES = {
 
 def registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
     """
-    Whether the config type `name` means the class registered as `registered_name` (an older,
-    unprefixed name counts too).
+    Whether the config type `name` means the class registered as `registered_name` (its dotted
+    class name counts too).
     """
     if not isinstance(name, str):
         return False

@@ -125,6 +125,10 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         return self._vectors
 
     @property
+    def boundary_tokens(self) -> List[str]:
+        return list(self._boundary_tokens)
+
+    @property
     def gather_vectors(self) -> bool:
         return self._gather_vectors
 
