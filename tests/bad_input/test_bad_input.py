@@ -39,7 +39,8 @@ from elmoc_allennlp.common.archives import (
     extract_archive,
     extracted_archive,
 )
-from elmoc_allennlp.common.disk_full import DiskFullError, quiet_full_log_files
+from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.compat.quiet_log_files import quiet_full_log_files
 from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
