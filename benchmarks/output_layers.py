@@ -46,6 +46,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from synthetic_data import random_fasttext  # noqa: E402
+
 # The paper's S2 ratios to Cont (Table 4), for reference in the printed table.
 PAPER_S2_RATIOS = {
     ("fixed", None): 1.24,
@@ -210,20 +212,6 @@ def _source_hashes() -> Dict[str, str]:
         if path.exists():
             hashes[relative] = hashlib.sha1(path.read_bytes()).hexdigest()[:12]
     return hashes
-
-
-def synthetic_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
-    """A fastText `.bin` with random vectors (same format and reader as a trained one)."""
-    import numpy as np
-
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-
-    if path.exists():
-        return path
-    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
-    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
-    matrix *= 0.1
-    return write_fasttext_bin(path, words, matrix, minn=3, maxn=6, bucket=bucket)
 
 
 class BatchMaker:
@@ -731,11 +719,12 @@ def main(argv=None) -> None:
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    fasttext_path = synthetic_fasttext(
+    fasttext_path = random_fasttext(
         args.work_dir / f"synthetic-{args.fasttext_words}-{args.fasttext_bucket}-{sizes['embedding_dim']}d.bin",
         args.fasttext_words,
         args.fasttext_bucket,
         sizes["embedding_dim"],
+        scale=0.1,
     )
     jobs = make_jobs(args, sizes, fasttext_path)
     machine = machine_description(args.device)

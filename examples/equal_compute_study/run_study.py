@@ -30,7 +30,6 @@ import math
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -43,6 +42,9 @@ REPO_ROOT = STUDY_DIR.parents[1]
 CONFIGS = REPO_ROOT / "training_configs" / "downstream"
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
 ALLENNLP = Path(sys.executable).with_name("allennlp")
+sys.path.insert(0, str(REPO_ROOT))
+
+from examples.reporting import log, mean_std, write_text  # noqa: E402
 
 # task -> (config, environment variable prefix, data folder, split files, metric, metric name)
 TASKS = {
@@ -56,16 +58,6 @@ TASKS = {
 }
 SPLITS = ("TRAIN", "VALIDATION", "TEST")
 FASTTEXT_ONLY = "fastText"
-
-
-def log(message: str) -> None:
-    print(time.strftime("%H:%M:%S"), message, flush=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------------- data subsets
@@ -96,7 +88,7 @@ def make_subset(source: Path, target: Path, task: str, size: Optional[int]) -> N
             # CoNLL-2003 and UD files are in document order: the first sentences.
             chosen = examples[:size]
     separator = "\n" if task == "sst5" else "\n\n"
-    atomic_write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
+    write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
 
 
 def prepare_data(args) -> Dict[str, Dict[str, Path]]:
@@ -280,14 +272,6 @@ def count_tokens(path: Optional[str]) -> Optional[int]:
 
 # ---------------------------------------------------------------------- table
 
-def _mean_std(values: List[float]) -> str:
-    if not values:
-        return "-"
-    scale = [100 * value for value in values]
-    std = statistics.stdev(scale) if len(scale) > 1 else 0.0
-    return f"{statistics.mean(scale):.1f} ± {std:.1f}"
-
-
 def table(results: Dict) -> str:
     tasks = results["settings"]["tasks"]
     pretraining = {row["model"]: row for row in results["pretraining"]}
@@ -306,7 +290,7 @@ def table(results: Dict) -> str:
         ]
         for task in tasks:
             runs = [r for r in results["runs"] if r["task"] == task and r["model"] == model]
-            cells += [_mean_std([r["dev"] for r in runs]), _mean_std([r["test"] for r in runs])]
+            cells += [mean_std([r["dev"] for r in runs], digits=1), mean_std([r["test"] for r in runs], digits=1)]
             if runs and len(runs) < len(results["settings"]["seeds"]):
                 cells[-1] += f" ({len(runs)} seeds)"
         lines.append("| " + " | ".join(cells) + " |")
@@ -396,8 +380,8 @@ def main() -> None:
             "runs": sorted(runs, key=lambda r: (r["task"], r["model"], r["seed"])),
             "failures": failures,
         }
-        atomic_write_text(args.output_dir / "results.json", json.dumps(results, indent=2) + "\n")
-        atomic_write_text(args.output_dir / "results.md", table(results))
+        write_text(args.output_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        write_text(args.output_dir / "results.md", table(results))
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for result in pool.map(attempt, grid):
