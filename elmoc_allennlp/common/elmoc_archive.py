@@ -17,16 +17,19 @@ from allennlp.common.file_utils import cached_path
 from allennlp.models.archival import CONFIG_NAME, load_archive
 
 from elmoc_allennlp.common.archives import read_archive_member
-from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT, find_bilm_input
+from elmoc_allennlp.common.bilm_inputs import (
+    FASTTEXT_EMBEDDER_TYPE,
+    FASTTEXT_INDEXER_TYPE,
+    FASTTEXT_INPUT,
+    find_bilm_input,
+)
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
 
 # The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
 BILM_MODEL_TYPE = "elmoc_bilm"
-# The fastText input of an ELMo-C biLM: these registered names, joined by the text field key.
-FASTTEXT_EMBEDDER_TYPE = "elmoc_fasttext"
-FASTTEXT_INDEXER_TYPE = "elmoc_fasttext_subwords"
+# The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
 # Defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
 DEFAULT_START_TOKEN = "<S>"
