@@ -216,21 +216,16 @@ def non_fasttext_indexer(
 
 
 def indexed_batch(
-    indexer: TokenIndexer, sentences: List[List[str]], device: Optional[torch.device] = None
+    indexer: BilmInputIndexer, sentences: List[List[str]], device: Optional[torch.device] = None
 ) -> torch.LongTensor:
     """
     The padded ids `(batch_size, timesteps, width)` of tokenized sentences (the counterpart of
-    allennlp's `batch_to_ids`), from any indexer here or ELMo's character indexer: the
-    indexer's one id list per token (`elmo_tokens`, or a `FastTextSubwordIndexer`'s
-    `subword_ids`).
+    allennlp's `batch_to_ids`): each token's `indexer.token_ids`, 0 padding.
     """
-    rows = []
-    for sentence in sentences:
-        indexed = indexer.tokens_to_indices([Token(token) for token in sentence], None)
-        rows.append(indexed.get(ELMO_TOKENS_KEY, indexed.get("subword_ids")))
+    rows = [[indexer.token_ids(token) for token in sentence] for sentence in sentences]
     timesteps = max((len(row) for row in rows), default=0)
     width = max((len(ids) for row in rows for ids in row), default=1)
-    batch = torch.stack([padded_ids(row, timesteps, width) for row in rows]) if rows else (
-        torch.zeros(0, timesteps, width, dtype=torch.long)
-    )
+    batch = torch.zeros(0, timesteps, width, dtype=torch.long)
+    if rows:
+        batch = torch.stack([padded_ids(row, timesteps, width) for row in rows])
     return batch if device is None else batch.to(device)
