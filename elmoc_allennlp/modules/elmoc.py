@@ -30,7 +30,6 @@ from allennlp.nn.util import add_sentence_boundary_token_ids
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import pretraining_token_cap
 
 
 def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
@@ -177,9 +176,6 @@ class ElmocBiLm(torch.nn.Module):
 
         # The biLM's own pretraining indexer (for fastText input a `FastTextSubwordIndexer`).
         indexer = reader._token_indexers[self.archive.input_key]
-        if self.archive.input_kind == FASTTEXT_INPUT:
-            # Cut tokens where pretraining did (its reader may have cut shorter than its indexer).
-            indexer.max_token_characters = pretraining_token_cap(self.archive)
         self.indexer = indexer
         self.input_kind = self.archive.input_kind
         begin = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.start_token)

@@ -18,9 +18,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch, non_fasttext_indexer
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import archive_input_indexer, indexed_batch
 from elmoc_allennlp.modules.elmoc import ElmocBiLm
 
 
@@ -54,9 +53,9 @@ class ElmocEmbedder:
         Accept a `.bin` other than the one the biLM was trained with (their fingerprints
         differ), with a warning; by default that is a `ConfigurationError` naming both files.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase tokens for a biLM whose input is not fastText (character CNN or BPE pieces),
-        e.g. one pretrained on lowercased text; a fastText-input biLM lowercases as in
-        pretraining.
+        Lowercase every token, e.g. for a character-CNN or BPE-piece biLM pretrained on
+        lowercased text; with `False` tokens are indexed as in pretraining (a fastText-input biLM
+        records whether it lowercased).
     """
 
     def __init__(
@@ -74,11 +73,8 @@ class ElmocEmbedder:
             allow_different_vectors=allow_different_vectors,
         )
         self._bilm.eval()
-        # fastText input: the pretraining indexer, the same ids as the `elmoc_bilm_inputs` indexer;
-        # other inputs: the `elmoc_bilm_inputs` indexer of the archive, lowercasing as asked.
-        self._indexer = self._bilm.indexer
-        if self._bilm.input_kind != FASTTEXT_INPUT:
-            self._indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
+        # The ids of the `elmoc_bilm_inputs` indexer: as in pretraining, lowercasing if asked.
+        self._indexer = archive_input_indexer(self._bilm.archive, lowercase_tokens or None)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
 

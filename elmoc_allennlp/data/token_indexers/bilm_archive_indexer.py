@@ -3,15 +3,12 @@ from typing import List, Optional
 from allennlp.common import Params
 from allennlp.data.token_indexers.token_indexer import TokenIndexer
 
-from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     BilmInputIndexer,
-    non_fasttext_indexer,
-    pretraining_token_cap,
+    archive_input_indexer,
 )
-from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 
 
 @TokenIndexer.register("elmoc_bilm_inputs")
@@ -61,18 +58,7 @@ class BilmArchiveIndexer(BilmInputIndexer):
         archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
         self.input_kind = archive.input_kind
         self._archive_file = str(archive_file)
-        self.kind_indexer: BilmInputIndexer
-        if archive.input_kind == FASTTEXT_INPUT:
-            self.kind_indexer = FastTextSubwordIndexer(
-                vectors_path=archive.input_vectors_path,
-                boundary_tokens=archive.boundary_tokens,
-                lowercase_tokens=(
-                    archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
-                ),
-                max_token_characters=pretraining_token_cap(archive),
-            )
-        else:
-            self.kind_indexer = non_fasttext_indexer(archive, bool(lowercase_tokens))
+        self.kind_indexer = archive_input_indexer(archive, lowercase_tokens)
         super().__init__(
             self.kind_indexer.lowercase_tokens,
             self.kind_indexer.max_token_characters,

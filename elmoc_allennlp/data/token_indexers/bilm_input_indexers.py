@@ -190,15 +190,30 @@ def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
     return {piece: index + 1 for index, piece in enumerate(pieces)}
 
 
-def non_fasttext_indexer(
-    archive, lowercase_tokens: bool, token_min_padding_length: int = 0
+def archive_input_indexer(
+    archive, lowercase_tokens: Optional[bool] = None, token_min_padding_length: int = 0
 ) -> BilmInputIndexer:
-    """The downstream indexer of a character- or piece-input biLM archive (`ElmocArchive`)."""
-    from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, PIECES_INPUT
+    """
+    The indexer of a biLM archive's input kind (`ElmocArchive`), indexing as pretraining did:
+    `FastTextSubwordIndexer` (the archive's fastText model, boundary tokens and lowercasing),
+    `ElmocCharacterIndexer` or `ElmocPieceIndexer`, cut at `pretraining_token_cap`.
+    `lowercase_tokens` overrides the archive's lowercasing (`None`: as in pretraining; only
+    fastText indexers record it, the others do not lowercase by default).
+    """
+    from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
+    from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 
-    if archive.input_kind == CHARACTERS_INPUT:
-        return ElmocCharacterIndexer(lowercase_tokens, token_min_padding_length)
     max_token_characters = pretraining_token_cap(archive)
+    if archive.input_kind == FASTTEXT_INPUT:
+        return FastTextSubwordIndexer(
+            vectors_path=archive.input_vectors_path,
+            boundary_tokens=archive.boundary_tokens,
+            lowercase_tokens=archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens,
+            token_min_padding_length=token_min_padding_length,
+            max_token_characters=max_token_characters,
+        )
+    if archive.input_kind == CHARACTERS_INPUT:
+        return ElmocCharacterIndexer(bool(lowercase_tokens), token_min_padding_length)
     if archive.input_kind == PIECES_INPUT:
         from allennlp.common import Params
         from allennlp.data import Tokenizer
@@ -206,11 +221,14 @@ def non_fasttext_indexer(
         reader = archive.config["dataset_reader"]
         tokenizer = Tokenizer.from_params(Params(dict(reader["tokenizer"])))
         embedder = archive.config["model"]["text_field_embedder"]["token_embedders"][archive.input_key]
-        namespace = embedder.get("vocab_namespace", "tokens")
-        piece_ids = _piece_vocabulary(archive, namespace)
-        unknown_id = piece_ids.get("@@UNKNOWN@@", 1)
+        piece_ids = _piece_vocabulary(archive, embedder.get("vocab_namespace", "tokens"))
         return ElmocPieceIndexer(
-            tokenizer, piece_ids, unknown_id, lowercase_tokens, max_token_characters, token_min_padding_length
+            tokenizer,
+            piece_ids,
+            piece_ids.get("@@UNKNOWN@@", 1),
+            bool(lowercase_tokens),
+            max_token_characters,
+            token_min_padding_length,
         )
     raise ConfigurationError(f"biLM archive {archive.archive_file}: no indexer for {archive.input_kind} input")
 
