@@ -23,8 +23,9 @@
 // The Table 3 rows use the character CNN of a trained ELMo, frozen, as the paper does (and the
 // authors' code: input_layer.name "cnn" loads ELMo's weight file, input_layer.freeze true):
 // `elmo_archive` is the model.tar.gz of an `elmo` run (elmo.jsonnet, or baselines_small.jsonnet
-// with ELMOC_BASELINE=elmo), and the char_cnn_* settings must be that run's. Its CNN is copied in by allennlp's `pretrained` initializer and
-// frozen with an optimizer parameter group `{"requires_grad": false}`.
+// with ELMOC_BASELINE=elmo), and the char_cnn_* settings must be that run's. Its CNN is copied in
+// by allennlp's `pretrained` initializer and frozen with an optimizer parameter group
+// `{"requires_grad": false}`.
 //
 // The closed vocabularies (every output but the continuous one) are built from the training
 // corpus by frequency, capped at `vocabulary_size` words (allennlp's `from_instances`
