@@ -7,7 +7,8 @@ from allennlp.common.checks import ConfigurationError
 def check_positive(value: Optional[float], key: str, allow_none: bool = False) -> None:
     """`value > 0` (or `None`, if `allow_none`)."""
     if (value is None and not allow_none) or (value is not None and not value > 0):
-        raise ConfigurationError(f"{key} must be positive{' (or null)' if allow_none else ''}, got {value!r}")
+        or_null = " (or null)" if allow_none else ""
+        raise ConfigurationError(f"{key} must be positive{or_null}, got {value!r}")
 
 
 def check_non_negative(value: float, key: str) -> None:

@@ -2,9 +2,9 @@
 What a downstream user needs to know about a trained ELMo-C biLM archive, read from its
 `config.json` without loading the weights (`ElmocArchive`): the text field key and boundary tokens
 of its fastText input, and where the fastText model it needs is on this machine. Both the
-`elmoc_bilm_inputs` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM itself
-is loaded through allennlp's `load_archive` and recognised by its registered name, so nothing here
-imports the model.
+`elmoc_bilm_inputs` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM
+itself is loaded through allennlp's `load_archive` and recognised by its registered name, so
+nothing here imports the model.
 """
 import json
 import logging

@@ -23,7 +23,10 @@ _DIRECTIONS = ("both", "forward", "backward")
 # `<direction>_layer_norms.<i>`; `backward_input_*` exist with separate input projections.
 _LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
 _INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
-_BACKWARD_INPUT = ("_contextualizer.backward_input_projection.", "_contextualizer.backward_input_layer_norm.")
+_BACKWARD_INPUT = (
+    "_contextualizer.backward_input_projection.",
+    "_contextualizer.backward_input_layer_norm.",
+)
 _FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
 _HEAD, _BACKWARD_HEAD = "_output_layer.", "_backward_output_layer."
 
@@ -355,8 +358,8 @@ class BidirectionalLanguageModel(Model):
         trained_by = self.parameter_directions(name for name, _ in named)
         for name, parameter in named:
             other_direction = trained_by[name] not in (None, directions)
-            shared_in_contextualizer = trained_by[name] is None and name.startswith("_contextualizer.")
-            if other_direction or shared_in_contextualizer:
+            shared_encoder = trained_by[name] is None and name.startswith("_contextualizer.")
+            if other_direction or shared_encoder:
                 parameter.requires_grad_(False)
 
     def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore

@@ -42,7 +42,11 @@ def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -
 
 
 # The key of the ids in what each kind's pretraining embedder reads.
-_INPUT_IDS_KEY = {FASTTEXT_INPUT: "subword_ids", CHARACTERS_INPUT: "elmo_tokens", PIECES_INPUT: "tokens"}
+_INPUT_IDS_KEY = {
+    FASTTEXT_INPUT: "subword_ids",
+    CHARACTERS_INPUT: "elmo_tokens",
+    PIECES_INPUT: "tokens",
+}
 
 
 def bilm_token_tensors(
@@ -81,7 +85,10 @@ def lay_out_pieces(
 
 
 def pieces_to_words(
-    layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
+    layers: torch.Tensor,
+    first: torch.LongTensor,
+    last: torch.LongTensor,
+    word_mask: torch.BoolTensor,
 ) -> Tuple[torch.Tensor, torch.BoolTensor]:
     """
     Word states from piece states `layers`, `(num_layers, batch_size, pieces + 2, dim)`:
@@ -234,9 +241,10 @@ class ElmocBiLm(torch.nn.Module):
         `(subword_ids, mask)` of shapes `(batch_size, timesteps + 2, max(num_subwords, w))` and
         `(batch_size, timesteps + 2)`, where `w` is the width of the boundary ids.
         """
-        width = max(subword_ids.size(-1), self._boundary_ids.size(1))
+        boundaries = self._boundary_ids
+        width = max(subword_ids.size(-1), boundaries.size(1))
         padded = torch.nn.functional.pad(subword_ids, (0, width - subword_ids.size(-1)))
-        begin, end = torch.nn.functional.pad(self._boundary_ids, (0, width - self._boundary_ids.size(1)))
+        begin, end = torch.nn.functional.pad(boundaries, (0, width - boundaries.size(1)))
         return add_sentence_boundary_token_ids(padded, mask, begin, end)
 
     def forward(

@@ -25,9 +25,9 @@ class BilmLayerwiseOptimizer(Optimizer):
     """
     A constructor, not an optimizer of its own: returns the optimizer given as `optimizer` (any
     registered `Optimizer`, e.g. `adam`) with one parameter group per layer of the biLM being
-    trained, bottom to top (see `BidirectionalLanguageModel.layer_groups`): the input side, each LSTM layer (forward
-    and backward together), the output layer, then allennlp's default group, which stays empty.
-    That is the order allennlp's `slanted_triangular` scheduler expects for
+    trained, bottom to top (see `BidirectionalLanguageModel.layer_groups`): the input side, each
+    LSTM layer (forward and backward together), the output layer, then allennlp's default group,
+    which stays empty. That is the order allennlp's `slanted_triangular` scheduler expects for
     `discriminative_fine_tuning` and `gradual_unfreezing`, and it works for any number of LSTM
     layers without naming parameters in the config. The groups are logged.
 

@@ -43,7 +43,8 @@ def pretraining_token_cap(archive) -> int:
     `max_token_characters`, or its `elmoc_lm_corpus` reader's if that is shorter.
     """
     indexer = archive.config["dataset_reader"]["token_indexers"][archive.input_key]
-    limits = (archive.max_token_characters, indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS))
+    indexer_limit = indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS)
+    limits = (archive.max_token_characters, indexer_limit)
     return min(limit for limit in limits if limit is not None)
 
 
@@ -208,7 +209,9 @@ def archive_input_indexer(
         return FastTextSubwordIndexer(
             vectors_path=archive.input_vectors_path,
             boundary_tokens=archive.boundary_tokens,
-            lowercase_tokens=archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens,
+            lowercase_tokens=(
+                archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
+            ),
             token_min_padding_length=token_min_padding_length,
             max_token_characters=max_token_characters,
         )

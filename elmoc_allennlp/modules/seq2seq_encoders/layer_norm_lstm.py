@@ -51,8 +51,9 @@ def _check_lstm_config(
     projection_clip: Optional[float],
     recurrent_dropout: float,
 ) -> None:
-    for value, key in ((input_dim, "input_dim"), (projection_dim, "projection_dim"), (cell_dim, "cell_dim")):
-        check_positive(value, key)
+    check_positive(input_dim, "input_dim")
+    check_positive(projection_dim, "projection_dim")
+    check_positive(cell_dim, "cell_dim")
     check_positive(cell_clip, "cell_clip", allow_none=True)
     check_positive(projection_clip, "projection_clip", allow_none=True)
     check_probability(recurrent_dropout, "recurrent_dropout")
