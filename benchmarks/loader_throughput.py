@@ -39,17 +39,9 @@ from allennlp.data.dataset_readers import DatasetReader  # noqa: E402
 from allennlp.models import Model  # noqa: E402
 
 import elmoc_allennlp  # noqa: E402,F401
-from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin  # noqa: E402
+from synthetic_data import random_fasttext  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
-
-
-def make_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
-    if path.exists():
-        return path
-    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
-    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
-    return write_fasttext_bin(path, words, matrix * 0.1, minn=3, maxn=6, bucket=bucket)
 
 
 def make_corpus(directory: Path, shards: int, sentences: int, num_words: int) -> Path:
@@ -145,7 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     work = Path(args.work_dir)
-    fasttext = make_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100)
+    fasttext = random_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100, scale=0.1)
     corpus = make_corpus(
         work / f"corpus_{args.shards}x{args.sentences_per_shard}",
         args.shards,

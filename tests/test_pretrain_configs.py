@@ -147,7 +147,7 @@ def test_start_and_end_tokens_have_two_vectors_as_the_authors(corpus_environment
     )
 
     def vector(text: str) -> torch.Tensor:
-        ids = torch.tensor([[indexer.token_subword_ids(text)]])
+        ids = torch.tensor([[indexer.token_ids(text)]])
         return embedder(ids)[0, 0]
 
     # `</S>` is fastText's end-of-sentence word `</s>`; `<S>` is a vector of its own (the

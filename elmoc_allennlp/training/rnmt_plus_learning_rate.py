@@ -23,7 +23,6 @@ from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
     LearningRateScheduler,
 )
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +47,6 @@ def data_parallel_workers() -> int:
 
 
 @LearningRateScheduler.register("elmoc_rnmt_plus_steps")
-@register_old_name(LearningRateScheduler, "rnmt_plus")
 @LearningRateScheduler.register("elmoc_rnmt_plus", constructor="from_global_batch")
 class RnmtPlusLearningRate(LearningRateScheduler):
     """
@@ -71,7 +69,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     `min_learning_rate`.
 
     Registered as a `LearningRateScheduler` with name "elmoc_rnmt_plus_steps" (the arguments
-    below; "rnmt_plus" in older configs), and
+    below), and
     with name "elmoc_rnmt_plus" for the authors' set-up, computed from the global batch size
     (see `from_global_batch`): in their code `lr0 = 1e-4` and `n = B / 128`, and the decay runs
     from step `0.4 * 4e8 / B` to step `2.0 * 4e8 / B`, i.e. over a fixed number of instances

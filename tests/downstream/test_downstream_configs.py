@@ -19,7 +19,7 @@ from allennlp.modules import FeedForward, Maxout
 from allennlp.modules.seq2seq_encoders import LstmSeq2SeqEncoder
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 
-from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.modules.elmoc import ElmocElmo
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
@@ -33,7 +33,6 @@ VALIDATION_METRICS = {
     "ner_crf_tagger.jsonnet": "f1-measure-overall",
     "srl.jsonnet": "f1-measure-overall",
     "coref.jsonnet": "coref_f1",
-    "ud_pos_tagger.jsonnet": "accuracy",
 }
 # Test-only overrides that shrink the two slowest recipes (8 x 300 alternating LSTM layers, a
 # 2400 -> 1200 -> 600 maxout) so that the suite stays fast. They touch hidden sizes only: every
@@ -56,7 +55,6 @@ PAPER_SCORES = {
     "ner_crf_tagger.jsonnet": "92.24",
     "srl.jsonnet": "82.4",
     "coref.jsonnet": "72.9",
-    "ud_pos_tagger.jsonnet": "Not a task of Li et al.",
 }
 
 
@@ -174,7 +172,7 @@ def test_bcn_with_elmoc_in_the_embedder_equals_bcn_with_elmoc_as_input_elmo(
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer(str(elmoc_archive))
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     fasttext = FastTextTokenEmbedder(str(tiny_fasttext_path))
 
@@ -201,7 +199,7 @@ def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fastt
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = ElmocSubwordIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer(str(elmoc_archive))
     elmo = ElmocElmo(str(elmoc_archive), 2, dropout=0.0)
     model = _bcn(
         vocab,
@@ -235,7 +233,7 @@ def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
     assert isinstance(elmo, ElmocElmo) and elmo.get_output_dim() == 20
     model = _bcn(vocab, fasttext, 36, elmo, use_input=True, use_output=True, elmo_dim=20)
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    batch = _sst_batch("elmo", ElmocSubwordIndexer(str(elmoc_archive)), words, vocab)
+    batch = _sst_batch("elmo", BilmArchiveIndexer(str(elmoc_archive)), words, vocab)
     output = model(**batch)
     output["loss"].backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in elmo._projections.parameters())
@@ -249,7 +247,7 @@ def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
         torch.testing.assert_close(projected[index], elmo._projections[index](representation))
 
 
-@pytest.mark.parametrize("config_name", ["ner_crf_tagger.jsonnet", "sst5_bcn.jsonnet", "ud_pos_tagger.jsonnet"])
+@pytest.mark.parametrize("config_name", ["ner_crf_tagger.jsonnet", "sst5_bcn.jsonnet"])
 def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_environment, monkeypatch):
     monkeypatch.setenv("ELMOC_ARCHIVE", "")
     monkeypatch.delenv("ELMOC_DIM")

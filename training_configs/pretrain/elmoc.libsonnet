@@ -13,7 +13,7 @@ local defaults = {
   train_data_path: error 'train_data_path is required',
   validation_data_path: null,
   // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
-  // the archive records it, so the downstream `elmoc_subwords` indexer lowercases too.
+  // the archive records it, so the downstream `elmoc_bilm_inputs` indexer lowercases too.
   lowercase_tokens: false,
 
   // --- Model ---
