@@ -6,7 +6,7 @@ A downstream archive trained in one environment evaluates in another to the same
     B/bin/python scripts/cross_environment_check.py evaluate OUT     # compared with A's: |diff| <= 1e-4
 
 `train` builds, in the running environment, a tiny fastText model, the tiny ELMo-C biLM of the tests
-(`tests/fixtures/elmoc_tiny.jsonnet`) and a POS tagger with it (`training_configs/downstream/
+(`tests/fixtures/elmoc_tiny.jsonnet`) and a POS tagger with it (`examples/equal_compute_study/
 ud_pos_tagger.jsonnet`, ten epochs on the fixture treebank). `evaluate` runs `python -m allennlp
 evaluate` on the tagger archive in the running environment, writes `OUT/metrics-<env>.json` and
 compares every metric with those of the other environments already evaluated; it exits 1 if one
@@ -47,6 +47,7 @@ def train(out: Path) -> None:
     torch.set_num_threads(1)
     import_module_and_submodules("allennlp_models")
     import_module_and_submodules("elmoc_allennlp")
+    import_module_and_submodules("examples.equal_compute_study")
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     corpus.write_text("".join(p.read_text() for p in sorted(LM_CORPUS.glob("*.txt"))), encoding="utf-8")
@@ -60,7 +61,7 @@ def train(out: Path) -> None:
         ELMOC_FASTTEXT=str(fasttext_path), ELMOC_FASTTEXT_DIM="16",
         POS_TRAIN_DATA_PATH=pos_data, POS_VALIDATION_DATA_PATH=pos_data, POS_TEST_DATA_PATH=pos_data,
     )
-    train_model_from_file(str(REPO / "training_configs" / "downstream" / "ud_pos_tagger.jsonnet"),
+    train_model_from_file(str(REPO / "examples" / "equal_compute_study" / "ud_pos_tagger.jsonnet"),
                           str(out / "pos"), overrides=json.dumps({"trainer.num_epochs": 10}))
     (out / "trained-in.txt").write_text(describe() + "\n")
     print(f"trained in {describe()}: {out / 'pos' / 'model.tar.gz'}")
@@ -72,7 +73,8 @@ def evaluate(out: Path) -> int:
     metrics_file = out / f"metrics-{environment_name()}.json"
     command = [sys.executable, "-m", "allennlp", "evaluate", str(out / "pos" / "model.tar.gz"),
                str(FIXTURES_ROOT / "downstream" / "ud_pos.conllu"), "--output-file", str(metrics_file),
-               "--include-package", "elmoc_allennlp", "--include-package", "allennlp_models"]
+               "--include-package", "elmoc_allennlp", "--include-package", "allennlp_models",
+               "--include-package", "examples.equal_compute_study"]
     subprocess.run(command, check=True, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"))
     metrics = json.loads(metrics_file.read_text())
     trained_in = (out / "trained-in.txt").read_text().strip()
