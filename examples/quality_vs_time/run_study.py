@@ -28,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "scripts")]
 
 from examples.equal_compute_study import run_study as grid  # noqa: E402
+from examples.reporting import log, mean_std, write_json, write_text  # noqa: E402
 
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 # name -> (label, config, ELMOC_BASELINE)
@@ -66,7 +67,7 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
     }
     command = [str(grid.ALLENNLP), "train", str(config), "-s", str(run_dir),
                "--include-package", "elmoc_allennlp", "-o", json.dumps(overrides)]
-    grid.log(f"pretraining {label} to {args.marks[-1]:g} min ({config.name})")
+    log(f"pretraining {label} to {args.marks[-1]:g} min ({config.name})")
     with open(run_dir.parent / f"{name}.log", "w") as output:
         process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
         done = 0
@@ -75,7 +76,7 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
             records = read_marks(str(run_dir)) if marks_path.exists() else []
             if len(records) > done:
                 done = len(records)
-                grid.log(f"  {label}: {done}/{len(args.marks)} marks archived "
+                log(f"  {label}: {done}/{len(args.marks)} marks archived "
                          f"(epoch {records[-1]['epoch'] + 1}, {records[-1]['minutes']:g} min)")
             if done == len(args.marks):
                 process.send_signal(signal.SIGTERM)
@@ -150,11 +151,11 @@ def table(results: Dict) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for point in results["points"]:
         cells = [point["model"], f"{point['minutes']:g}", str(point["epoch"] + 1), point["intrinsic"]]
-        cells += [grid._mean_std(point["test"][task]) for task in tasks]
+        cells += [mean_std(point["test"][task], digits=1) for task in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     for task in tasks:
         lines.append(f"\nfastText only, {grid.TASKS[task][5]} test: "
-                     f"{grid._mean_std(results['reference'][task])}")
+                     f"{mean_std(results['reference'][task], digits=1)}")
     speed = results.get("embedding_sentences_per_second", {})
     if speed:
         lines.append("\nallennlp elmoc-embed, sentences/s: "
@@ -220,7 +221,7 @@ def main() -> None:
     corpus = quickstart.prepare_corpus(args.output_dir / "data")
     args.fasttext = args.output_dir / "fasttext" / "ptb.bin"
     if not args.fasttext.exists():
-        grid.log("fastText on PTB train")
+        log("fastText on PTB train")
         quickstart.train_vectors(corpus["train"], args.fasttext, threads=os.cpu_count() or 1)
     environment = dict(os.environ, ELMOC_FASTTEXT=str(args.fasttext),
                        ELMOC_TRAIN_DATA=str(corpus["train"]), ELMOC_VALIDATION_DATA=str(corpus["valid"]),
@@ -259,11 +260,11 @@ def main() -> None:
         "runs": runs,
     }
     results["total_minutes_this_invocation"] = round((time.time() - started) / 60, 1)
-    grid.atomic_write_text(args.output_dir / "results.json", json.dumps(results, indent=2) + "\n")
-    grid.atomic_write_text(args.output_dir / "results.md", table(results))
+    write_json(args.output_dir / "results.json", results)
+    write_text(args.output_dir / "results.md", table(results))
     plot(results, args.output_dir / FIGURE)
     print(table(results))
-    grid.log(f"done in {results['total_minutes_this_invocation']} min; figure: {args.output_dir / FIGURE}")
+    log(f"done in {results['total_minutes_this_invocation']} min; figure: {args.output_dir / FIGURE}")
 
 
 if __name__ == "__main__":
