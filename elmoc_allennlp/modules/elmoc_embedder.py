@@ -19,10 +19,8 @@ from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
-    archive_input_indexer,
-    indexed_batch,
-)
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import archive_input_indexer
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.modules.elmoc import ElmocBiLm
 
 

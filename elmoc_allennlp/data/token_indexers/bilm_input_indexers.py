@@ -37,17 +37,6 @@ def padded_ids(rows: Sequence[Sequence[int]], num_rows: int, width: int) -> torc
     return torch.from_numpy(padded)
 
 
-def pretraining_token_cap(archive) -> int:
-    """
-    Where a biLM archive's pretraining cut tokens (`ElmocArchive`): its input indexer's
-    `max_token_characters`, or its `elmoc_lm_corpus` reader's if that is shorter.
-    """
-    indexer = archive.config["dataset_reader"]["token_indexers"][archive.input_key]
-    indexer_limit = indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS)
-    limits = (archive.max_token_characters, indexer_limit)
-    return min(limit for limit in limits if limit is not None)
-
-
 class BilmInputIndexer(TokenIndexer):
     """
     Base of the indexers that turn a token into a biLM's input ids (fastText subwords, ELMo's
@@ -168,72 +157,6 @@ class ElmocPieceIndexer(BilmInputIndexer):
         if not pieces:
             raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
         return [self._piece_ids.get(piece, self._unknown_id) for piece in pieces]
-
-
-def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
-    """piece -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
-    from elmoc_allennlp.common.archives import read_archive_member
-
-    name = f"vocabulary/{namespace}.txt"
-    if archive.local_path.is_dir():
-        path = archive.local_path / name
-        data = path.read_bytes() if path.is_file() else None
-    else:
-        data = read_archive_member(archive.local_path, name)
-    if data is None:
-        raise ConfigurationError(
-            f"biLM archive {archive.archive_file} has no {name}: the vocabulary of its pieces "
-            f"(model.text_field_embedder.token_embedders.{archive.input_key}.vocab_namespace)"
-        )
-    pieces = data.decode("utf-8").split("\n")
-    if pieces and pieces[-1] == "":
-        pieces.pop()
-    return {piece: index + 1 for index, piece in enumerate(pieces)}
-
-
-def archive_input_indexer(
-    archive, lowercase_tokens: Optional[bool] = None, token_min_padding_length: int = 0
-) -> BilmInputIndexer:
-    """
-    The indexer of a biLM archive's input kind (`ElmocArchive`), indexing as pretraining did:
-    `FastTextSubwordIndexer` (the archive's fastText model, boundary tokens and lowercasing),
-    `ElmocCharacterIndexer` or `ElmocPieceIndexer`, cut at `pretraining_token_cap`.
-    `lowercase_tokens` overrides the archive's lowercasing (`None`: as in pretraining; only
-    fastText indexers record it, the others do not lowercase by default).
-    """
-    from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-    from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-
-    max_token_characters = pretraining_token_cap(archive)
-    if archive.input_kind == FASTTEXT_INPUT:
-        return FastTextSubwordIndexer(
-            vectors_path=archive.input_vectors_path,
-            boundary_tokens=archive.boundary_tokens,
-            lowercase_tokens=(
-                archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
-            ),
-            token_min_padding_length=token_min_padding_length,
-            max_token_characters=max_token_characters,
-        )
-    if archive.input_kind == CHARACTERS_INPUT:
-        return ElmocCharacterIndexer(bool(lowercase_tokens), token_min_padding_length)
-    if archive.input_kind == PIECES_INPUT:
-        from allennlp.common import Params
-        from allennlp.data import Tokenizer
-
-        reader = archive.config["dataset_reader"]
-        tokenizer = Tokenizer.from_params(Params(dict(reader["tokenizer"])))
-        embedder = archive.config["model"]["text_field_embedder"]["token_embedders"][archive.input_key]
-        piece_ids = _piece_vocabulary(archive, embedder.get("vocab_namespace", "tokens"))
-        return ElmocPieceIndexer(
-            tokenizer,
-            piece_ids,
-            piece_ids.get("@@UNKNOWN@@", 1),
-            bool(lowercase_tokens),
-            max_token_characters,
-            token_min_padding_length,
-        )
-    raise ConfigurationError(f"biLM archive {archive.archive_file}: no indexer for {archive.input_kind} input")
 
 
 def indexed_batch(
