@@ -3,6 +3,13 @@
 #   make test  - set up .venv, then the test suite
 # Both are idempotent: the venv is rebuilt only when the install files change.
 #
+# The published allennlp environment (CPython 3.8-3.10, torch 1.12; README "Install into your
+# AllenNLP environment"), built as its users build it, in .venv-published:
+#   make test-published        - allennlp 2.10.1 + this package with a plain `pip install`, the suite
+#   make check-wheel           - `python -m build`; the wheel installs, imports and loads through
+#                                .allennlp_plugins in both environments
+#   make check-cross-environment - an archive trained in each environment evaluates in the other
+#
 # Variables:
 #   PYTHON=python3.12          the interpreter for .venv (default: the first of python3.11,
 #                              python3.12, python3.13, python3 that runs and is CPython 3.11-3.13)
@@ -11,6 +18,8 @@
 #                              proper, Linux torch is the CUDA build, several GB)
 #   ELMOC_TEST_THREADS=1       intra-op threads for the test suite (tests/conftest.py)
 #   PYTEST_ARGS="-x -k lstm"   passed to pytest; DEMO_ARGS to scripts/quickstart.py
+#   PUBLISHED_PYTHON=python3.9 the interpreter for .venv-published (default: the first of python3.10,
+#                              3.9, 3.8 that runs, on PATH or in pyenv's versions)
 
 SUPPORTED_PYTHONS := python3.11 python3.12 python3.13 python3
 SUPPORTED_VERSIONS := 3.11, 3.12 or 3.13
@@ -39,7 +48,7 @@ export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
 
-.PHONY: install demo test benchmark clean check-python
+.PHONY: install demo test benchmark clean check-python install-published test-published check-wheel check-cross-environment
 
 install: $(STAMP)
 
@@ -55,7 +64,7 @@ check-python:
 	fi
 	@echo "Python: $(PYTHON) ($$($(PYTHON) --version 2>&1))"
 
-$(STAMP): setup.py requirements/constraints.txt tools/torchvision_placeholder/setup.py tools/torchvision_placeholder/torchvision_placeholder.py
+$(STAMP): setup.py pyproject.toml requirements/constraints.txt tools/torchvision_placeholder/setup.py tools/torchvision_placeholder/torchvision_placeholder.py
 	@$(MAKE) --no-print-directory check-python PYTHON="$(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(TORCH_PIP_ARGS) "$(TORCH_REQUIREMENT)"
@@ -76,5 +85,63 @@ test: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/output_layers.py
 
+# --- The published environment ------------------------------------------------------------------
+PUBLISHED_VENV := .venv-published
+PUBLISHED_BIN := $(PUBLISHED_VENV)/bin
+PUBLISHED_STAMP := $(PUBLISHED_VENV)/.installed
+IS_PUBLISHED := -c 'import platform, sys; sys.exit(not (platform.python_implementation() == "CPython" and (3, 8) <= sys.version_info[:2] <= (3, 10)))'
+# The first of these that runs as CPython 3.8-3.10, 3.10 first (pyenv's interpreters count even
+# when they are not on PATH).
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+PUBLISHED_CANDIDATES := $(foreach v,3.10 3.9 3.8,python$(v) $(wildcard $(PYENV_VERSIONS)/$(v).*/bin/python$(v)))
+ifeq ($(origin PUBLISHED_PYTHON), undefined)
+PUBLISHED_PYTHON := $(shell for candidate in $(PUBLISHED_CANDIDATES); do \
+	$$candidate $(IS_PUBLISHED) >/dev/null 2>&1 && { command -v $$candidate; break; }; done)
+endif
+
+# What a user has: allennlp's own install (pinned to one verified resolution for CI), then this
+# package with a plain `pip install`, which must only add packages, never replace one.
+$(PUBLISHED_STAMP): setup.py requirements/published-constraints.txt
+	@$(PUBLISHED_PYTHON) $(IS_PUBLISHED) >/dev/null 2>&1 || { echo "No CPython 3.8-3.10 for the published environment (PUBLISHED_PYTHON='$(PUBLISHED_PYTHON)'): install one, or name it: make install-published PUBLISHED_PYTHON=/path/to/python3.10" >&2; exit 1; }
+	@echo "Published environment's Python: $(PUBLISHED_PYTHON) ($$($(PUBLISHED_PYTHON) --version 2>&1))"
+	rm -rf $(PUBLISHED_VENV)
+	$(PUBLISHED_PYTHON) -m venv $(PUBLISHED_VENV)
+	$(PUBLISHED_BIN)/pip install --quiet -c requirements/published-constraints.txt allennlp==2.10.1 allennlp-models==2.10.1 "numpy<2"
+	$(PUBLISHED_BIN)/pip freeze | sort > $(PUBLISHED_VENV)/allennlp-freeze.txt
+	$(PUBLISHED_BIN)/pip install --quiet -c requirements/published-constraints.txt ".[test]"
+	@replaced=$$($(PUBLISHED_BIN)/pip freeze | sort | comm -23 $(PUBLISHED_VENV)/allennlp-freeze.txt -); \
+	if [ -n "$$replaced" ]; then echo "installing the plugin replaced: $$replaced" >&2; exit 1; fi
+	mkdir -p $(PUBLISHED_VENV)/nltk_data/tokenizers/punkt
+	touch $(PUBLISHED_STAMP)
+
+install-published: $(PUBLISHED_STAMP)
+
+# The plugin is reinstalled (not editable, seconds) so that processes the tests start run this tree.
+test-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
+test-published: $(PUBLISHED_STAMP)
+	$(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall .
+	$(PUBLISHED_BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+check-wheel: $(STAMP) $(PUBLISHED_STAMP)
+	rm -rf dist
+	$(BIN)/pip install --quiet -c requirements/constraints.txt build
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/pip install --quiet --no-deps --force-reinstall dist/elmoc_allennlp-*.whl
+	$(BIN)/python tools/check_wheel.py
+	NLTK_DATA=$(CURDIR)/$(PUBLISHED_VENV)/nltk_data $(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall dist/elmoc_allennlp-*.whl
+	NLTK_DATA=$(CURDIR)/$(PUBLISHED_VENV)/nltk_data $(PUBLISHED_BIN)/python tools/check_wheel.py
+	@# back to the editable install of this tree
+	$(BIN)/pip install --quiet --no-deps -e .
+
+CROSS := .cross-environment
+check-cross-environment: $(STAMP) $(PUBLISHED_STAMP)
+	rm -rf $(CROSS)
+	$(BIN)/python scripts/cross_environment_check.py train $(CROSS)/modern-trained
+	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py train $(CROSS)/published-trained
+	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
+	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(PUBLISHED_VENV) $(CROSS) dist build .pytest_cache

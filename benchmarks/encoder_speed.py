@@ -5,7 +5,7 @@ Speed of one bidirectional LSTM-with-projection layer, forward + backward, float
 * `allennlp LstmCellWithProjection`: two of them (one per direction), clipping on;
 * `nn.LSTM(proj_size)`: `torch.nn.LSTM(P, C, proj_size=P, bidirectional=True)`, the fused baseline
   (no LayerNorm, no clipping, no recurrent dropout) that every ratio is relative to;
-* `elmoc_lstm reference`, `elmoc_lstm fast`, ...: `ElmocLstm(P, P, C, num_layers=1)` (LayerNorm in
+* `elmoc_lstm reference`, `elmoc_lstm fast`, ...: `LayerNormLstm(P, P, C, num_layers=1)` (LayerNorm in
   the recurrence, clipping, variational recurrent dropout 0.1, training mode) with each
   `implementation`; these include the encoder's input projection and LayerNorm (a P x P product,
   ~1% of the work), which the first two rows do not have;
@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection  # noqa: E402
 
 from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm  # noqa: E402
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm  # noqa: E402
 
 
 class Shape(NamedTuple):
@@ -104,7 +104,7 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
         for go_forward in (True, False)
     ]
     lstm = torch.nn.LSTM(P, C, proj_size=P, batch_first=True, bidirectional=True)
-    elmoc = ElmocLstm(P, P, C, num_layers=1, recurrent_dropout=0.1)
+    elmoc = LayerNormLstm(P, P, C, num_layers=1, recurrent_dropout=0.1)
     variant = InterLayerNormLstm(P, P, C, num_layers=1)
     for module in (*cells, lstm, elmoc, variant):
         module.to(device)

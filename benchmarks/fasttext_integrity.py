@@ -33,7 +33,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from elmoc_allennlp.modules import fasttext_vectors as ft  # noqa: E402
+from elmoc_allennlp.common import fasttext_vectors as ft  # noqa: E402
 
 CHUNK_ROWS = 1 << 16
 

@@ -9,10 +9,7 @@ trains on those batches on the same machine.
 The corpus is synthetic: `--shards` files of Zipfian sentences over the words of a synthetic
 fastText model (random vectors, same format and reader as a trained one), written to `--work-dir`.
 
-* Bytes per worker: each (rank, worker) share is read in this process with the rank and worker
-  set as allennlp sets them (`_set_distributed_info`, `_set_worker_info`); the reader counts the
-  bytes of the files it opens (`last_read_statistics["bytes"]`). "lines" is the old split
-  (`shard_by_file=False`: every worker reads every file, keeps every (R x W)-th line).
+(How the corpus is split between ranks, and what it costs: `benchmarks/ddp_data_balance.py`.)
 * Loader: sentences/s and tokens/s of one pass over the corpus with 0 (in the main process), 1
   and 2 workers, with and without `gather_vectors` (fastText vectors looked up in the workers).
 * Model: tokens/s of training steps (forward, backward, Adam) of the quickstart model on loader
@@ -28,7 +25,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -39,21 +36,12 @@ from allennlp.common import Params  # noqa: E402
 from allennlp.data import Vocabulary  # noqa: E402
 from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
 from allennlp.data.dataset_readers import DatasetReader  # noqa: E402
-from allennlp.data.dataset_readers.dataset_reader import DistributedInfo, WorkerInfo  # noqa: E402
 from allennlp.models import Model  # noqa: E402
 
 import elmoc_allennlp  # noqa: E402,F401
-from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin  # noqa: E402
+from synthetic_data import random_fasttext  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
-
-
-def make_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
-    if path.exists():
-        return path
-    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
-    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
-    return write_fasttext_bin(path, words, matrix * 0.1, minn=3, maxn=6, bucket=bucket)
 
 
 def make_corpus(directory: Path, shards: int, sentences: int, num_words: int) -> Path:
@@ -85,28 +73,12 @@ def config_params(fasttext: Path) -> Params:
     )
 
 
-def reader_params(fasttext: Path, gather: bool, shard_by_file: bool = True) -> Params:
+def reader_params(fasttext: Path, gather: bool) -> Params:
     reader = config_params(fasttext)["dataset_reader"].as_dict()
     reader.pop("max_sequence_length", None)
-    reader.update({"mode": "window", "window_length": 20, "shard_by_file": shard_by_file})
+    reader.update({"mode": "window", "window_length": 20})
     reader["token_indexers"]["fasttext"]["gather_vectors"] = gather
     return Params(reader)
-
-
-def bytes_per_worker(corpus: Path, fasttext: Path, ranks: int, workers: int) -> Dict[str, List[int]]:
-    result = {}
-    for split, by_file in (("files", True), ("lines", False)):
-        reader = DatasetReader.from_params(reader_params(fasttext, False, by_file))
-        read = []
-        for rank in range(ranks):
-            for worker in range(workers):
-                reader._set_distributed_info(DistributedInfo(ranks, rank) if ranks > 1 else None)
-                reader._set_worker_info(WorkerInfo(workers, worker) if workers > 1 else None)
-                for _ in reader.read(str(corpus)):
-                    pass
-                read.append(reader.last_read_statistics["bytes"])
-        result[split] = read
-    return result
 
 
 def loader_pass(corpus: Path, fasttext: Path, workers: int, gather: bool, batch_size: int):
@@ -162,11 +134,10 @@ def main() -> None:
     parser.add_argument("--bucket", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=6, help="model steps timed")
-    parser.add_argument("--layout", nargs=2, type=int, default=[4, 2], metavar=("RANKS", "WORKERS"))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     work = Path(args.work_dir)
-    fasttext = make_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100)
+    fasttext = random_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100, scale=0.1)
     corpus = make_corpus(
         work / f"corpus_{args.shards}x{args.sentences_per_shard}",
         args.shards,
@@ -180,16 +151,6 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}; corpus {args.shards} shards x {args.sentences_per_shard} "
         f"sentences, {total_bytes / 1e6:.2f} MB; window mode, 20 tokens; batch {args.batch_size}"
     )
-
-    ranks, workers = args.layout
-    print(f"\n**Bytes read per (rank, worker), {ranks} ranks x {workers} workers**\n")
-    print("| split | min MB | max MB | total MB | corpus read (times) |")
-    print("|---|---:|---:|---:|---:|")
-    for split, read in bytes_per_worker(corpus, fasttext, ranks, workers).items():
-        print(
-            f"| {split} | {min(read) / 1e6:.2f} | {max(read) / 1e6:.2f} | "
-            f"{sum(read) / 1e6:.2f} | {sum(read) / total_bytes:.1f} |"
-        )
 
     print("\n**Loader, one pass over the corpus (single process, rank 0 of 1)**\n")
     print("| workers | gather_vectors | s | windows/s | sentences/s | predicted tokens/s |")

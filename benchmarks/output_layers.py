@@ -46,6 +46,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from synthetic_data import random_fasttext  # noqa: E402
+
 # The paper's S2 ratios to Cont (Table 4), for reference in the printed table.
 PAPER_S2_RATIOS = {
     ("fixed", None): 1.24,
@@ -212,20 +214,6 @@ def _source_hashes() -> Dict[str, str]:
     return hashes
 
 
-def synthetic_fasttext(path: Path, num_words: int, bucket: int, dim: int) -> Path:
-    """A fastText `.bin` with random vectors (same format and reader as a trained one)."""
-    import numpy as np
-
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-
-    if path.exists():
-        return path
-    words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
-    matrix = np.random.RandomState(0).standard_normal((num_words + bucket, dim)).astype("float32")
-    matrix *= 0.1
-    return write_fasttext_bin(path, words, matrix, minn=3, maxn=6, bucket=bucket)
-
-
 class BatchMaker:
     """Synthetic batches: Zipfian word ids over a frequency-sorted vocabulary."""
 
@@ -291,11 +279,11 @@ def build_model(job: Dict[str, Any]):
     from allennlp.modules.token_embedders import Embedding, TokenCharactersEncoder
 
     from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
-    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
-    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
-    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxHead
-    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
+    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
+    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxOutputLayer
+    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
+    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxOutputLayer
+    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
     from elmoc_allennlp.models.bidirectional_language_model import tie_output_embedding_to
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,
@@ -325,7 +313,7 @@ def build_model(job: Dict[str, Any]):
         embedder = BasicTextFieldEmbedder({"elmo_characters": characters})
     else:
         embedder = BasicTextFieldEmbedder({"fasttext": FastTextTokenEmbedder(job["fasttext_path"])})
-    encoder = ElmocLstm(
+    encoder = LayerNormLstm(
         embedder.get_output_dim(),
         P,
         job["cell_dim"],
@@ -335,18 +323,18 @@ def build_model(job: Dict[str, Any]):
     )
     V = job["vocab_size"]
     if kind == "cont":
-        head = ContinuousOutputHead(P, D)
+        head = ContinuousOutputLayer(P, D)
     elif kind in ("sampled", "elmo"):
-        head = SampledSoftmaxHead(vocab, P, num_samples=8192, sparse=True)
+        head = SampledSoftmaxOutputLayer(vocab, P, num_samples=8192, sparse=True)
     elif kind == "fixed":
-        head = SampledSoftmaxHead(
+        head = SampledSoftmaxOutputLayer(
             vocab, P, num_samples=8192, embedding_dim=D, trainable_embedding=False, sparse=True
         )
     elif kind == "adaptive":
         cutoffs, div_value = job["cutoffs"], job["div_value"]
-        head = AdaptiveSoftmaxHead(vocab, P, cutoffs=cutoffs, div_value=div_value)
+        head = AdaptiveSoftmaxOutputLayer(vocab, P, cutoffs=cutoffs, div_value=div_value)
     elif kind in ("full", "subword"):
-        head = SoftmaxHead(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
+        head = SoftmaxOutputLayer(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
     else:
         raise ValueError(kind)
     model = BidirectionalLanguageModel(vocab, embedder, encoder, head, dropout=0.1)
@@ -402,11 +390,14 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
     timer = Timer(device)
     model = build_model(job).to(device)
     model.train()
+    output_parameters = {
+        id(p): p for d in ("forward", "backward") for p in model.output_layer(d).parameters()
+    }.values()
     optimizer = Optimizer(model.parameters())
     parameters = optimizer.parameters
     result: Dict[str, Any] = {
         "params": sum(p.numel() for p in parameters),
-        "output_params": sum(p.numel() for p in model._output_layer.parameters() if p.requires_grad),
+        "output_params": sum(p.numel() for p in output_parameters if p.requires_grad),
         "baseline_bytes": meter.baseline,
         "memory_reset": True,
     }
@@ -461,9 +452,9 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
 
     # Time share of the output layer at the memory batch: full step vs encoder-only step.
     batch = batches.make(job["memory_batch"], device)
+    output_ids = {id(p) for p in output_parameters}
     encoder_parameters = [
-        p for name, p in model.named_parameters()
-        if p.requires_grad and not name.startswith("_output_layer.")
+        p for p in model.parameters() if p.requires_grad and id(p) not in output_ids
     ]
     encoder_optimizer = Optimizer(encoder_parameters)
 
@@ -471,12 +462,12 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
         encoder_optimizer.zero_grad()
         tokens = {key: value for key, value in batch.items() if key != "targets"}
         mask = next(iter(tokens.values())).get("mask")
-        embedded = model._text_field_embedder(tokens)
+        embedded = model.text_field_embedder(tokens)
         if mask is None:
             from allennlp.nn import util
 
             mask = util.get_text_field_mask(tokens)
-        contextual = model._dropout(model._contextualizer(embedded, mask))
+        contextual = model.contextualizer(embedded, mask)
         contextual.pow(2).mean().backward()
         encoder_optimizer.step()
 
@@ -728,11 +719,12 @@ def main(argv=None) -> None:
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    fasttext_path = synthetic_fasttext(
+    fasttext_path = random_fasttext(
         args.work_dir / f"synthetic-{args.fasttext_words}-{args.fasttext_bucket}-{sizes['embedding_dim']}d.bin",
         args.fasttext_words,
         args.fasttext_bucket,
         sizes["embedding_dim"],
+        scale=0.1,
     )
     jobs = make_jobs(args, sizes, fasttext_path)
     machine = machine_description(args.device)

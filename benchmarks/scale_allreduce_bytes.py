@@ -27,9 +27,12 @@ from typing import Dict
 
 import numpy as np
 import torch
+from elmoc_allennlp.common import torch_versions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+
+from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 
 
@@ -61,35 +64,22 @@ def paper_size_counts(fasttext: Path) -> Dict[str, Dict[str, float]]:
             vocab = Vocabulary()
             # A padded namespace: padding + OOV + the words.
             vocab.add_tokens_to_namespace([f"w{i}" for i in range(vocabulary_size - 2)], "targets")
-        with torch.device("meta"):
+        with torch_versions.meta_device():
             model = Model.from_params(vocab=vocab, params=params["model"])
         size = _trainable_bytes(model)
         results[name] = {
             "trainable_parameters_M": round(size / 4 / 1e6, 2),
             "allreduce_MB_per_step": round(size / 1e6, 1),
-            "of_which_output_layer_MB": round(_trainable_bytes(model._output_layer) / 1e6, 2),
+            "of_which_output_layer_MB": round(_trainable_bytes(model.output_layer()) / 1e6, 2),
         }
         print(name, results[name], flush=True)
     return results
 
 
-def _synthetic_corpus(path: Path, sentences: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    vocabulary = np.array([f"w{i}" for i in range(5000)])
-    ranks = np.arange(1, len(vocabulary) + 1)
-    probabilities = (1.0 / ranks) / (1.0 / ranks).sum()
-    lines = []
-    for _ in range(sentences):
-        words = rng.choice(len(vocabulary), size=int(rng.integers(5, 25)), p=probabilities)
-        lines.append(" ".join(vocabulary[words]))
-    path.write_text("\n".join(lines) + "\n")
-
-
 def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
     from elmoc_allennlp.training.step_log_callback import read_step_log
 
-    corpus = output / "corpus.txt"
-    _synthetic_corpus(corpus, 1280, 0)
+    (corpus,) = zipf_corpus(output / "corpus", 1280, 1, lengths=(5, 25))
     common = {
         "fasttext_path": str(fasttext),
         "embedding_dim": 16,
@@ -158,15 +148,7 @@ def main() -> None:
 
     from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 
-    words = ["</s>"] + [f"w{i}" for i in range(5000)]
-    small = write_fasttext_bin(
-        output / "small.bin",
-        words,
-        np.random.default_rng(0).standard_normal((len(words) + 20000, 16), dtype=np.float32),
-        minn=3,
-        maxn=5,
-        bucket=20000,
-    )
+    small = random_fasttext(output / "small.bin", 5001, 20000, 16, maxn=5)
     # Only the header (dim 300) matters for building the paper-size models on the meta device.
     header_only = write_fasttext_bin(
         output / "dim300.bin", ["</s>"], np.zeros((1 + 10, 300), dtype=np.float32), minn=3, maxn=6, bucket=10

@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+
+from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
 
 PAGE_KB = 1  # smaps figures are in kB
 
@@ -168,45 +169,14 @@ def _write_config(path: Path, settings: Dict, data_loader: Dict = None) -> None:
     path.write_text(text + "\n")
 
 
-def _synthetic_corpus(directory: Path, sentences: int, shards: int, seed: int) -> int:
-    rng = np.random.default_rng(seed)
-    directory.mkdir(parents=True, exist_ok=True)
-    vocabulary = np.array([f"w{i}" for i in range(5000)])
-    ranks = np.arange(1, len(vocabulary) + 1)
-    probabilities = (1.0 / ranks) / (1.0 / ranks).sum()
-    per_shard = sentences // shards
-    size = 0
-    for shard in range(shards):
-        lengths = rng.integers(5, 40, size=per_shard)
-        words = rng.choice(len(vocabulary), size=int(lengths.sum()), p=probabilities)
-        lines, start = [], 0
-        for length in lengths:
-            lines.append(" ".join(vocabulary[words[start : start + length]]))
-            start += length
-        path = directory / f"news.en-{shard:05d}-of-{shards:05d}"
-        path.write_text("\n".join(lines) + "\n")
-        size += path.stat().st_size
-    return size
-
-
-def _fasttext(path: Path, words: int, bucket: int, dim: int, seed: int) -> Path:
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-
-    if path.exists():
-        return path
-    vocabulary = ["</s>"] + [f"w{i}" for i in range(words - 1)]
-    matrix = np.random.default_rng(seed).standard_normal((words + bucket, dim), dtype=np.float32)
-    return write_fasttext_bin(path, vocabulary, matrix, minn=3, maxn=6, bucket=bucket)
-
-
 def corpus_mode(args: argparse.Namespace, output: Path) -> Dict:
-    fasttext = _fasttext(output / "vectors.bin", 5001, 20000, 16, args.seed)
+    fasttext = random_fasttext(output / "vectors.bin", 5001, 20000, 16, args.seed)
     results = {}
     for scale in args.scales:
         corpus = output / f"corpus_x{scale}"
         if corpus.exists():
             shutil.rmtree(corpus)
-        size = _synthetic_corpus(corpus, args.sentences * scale, 10 * scale, args.seed)
+        size = sum(path.stat().st_size for path in zipf_corpus(corpus, args.sentences * scale, 10 * scale, args.seed))
         config = output / f"corpus_x{scale}.jsonnet"
         _write_config(
             config,
@@ -261,7 +231,7 @@ print(after["Anonymous"] - before["Anonymous"], file_pages, time.time() - starte
 
 def fasttext_mode(args: argparse.Namespace, output: Path) -> Dict:
     started = time.time()
-    fasttext = _fasttext(
+    fasttext = random_fasttext(
         output / f"big_{args.words}_{args.bucket}_{args.dim}.bin",
         args.words,
         args.bucket,
@@ -270,7 +240,7 @@ def fasttext_mode(args: argparse.Namespace, output: Path) -> Dict:
     )
     write_seconds = time.time() - started
     corpus = output / "corpus_small"
-    _synthetic_corpus(corpus, 4000, 2, args.seed)
+    zipf_corpus(corpus, 4000, 2, args.seed)
     table_mb = (args.words + args.bucket) * args.dim * 4 / 2**20
     results = {
         "fasttext_file_mb": round(fasttext.stat().st_size / 2**20, 1),

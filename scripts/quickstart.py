@@ -268,7 +268,7 @@ def main() -> int:
     if fasttext_seconds:
         rows.append(("fastText training", f"{fasttext_seconds:.0f} s"))
     rows += [
-        ("valid loss (1 - cosine)", f"{metrics['loss']:.4f}"),
+        ("valid loss (1 - cosine)", f"{(metrics['forward_loss'] + metrics['backward_loss']) / 2:.4f}"),
         ("valid forward / backward", f"{metrics['forward_loss']:.4f} / {metrics['backward_loss']:.4f}"),
         ("valid mean cosine", f"{metrics['cosine_similarity']:.4f}"),
         ("valid retrieval accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),

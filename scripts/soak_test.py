@@ -29,36 +29,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
-
-def make_corpus(directory: Path, sentences: int, seed: int) -> List[str]:
-    """A Zipfian synthetic corpus in 4 shards; returns the vocabulary."""
-    rng = np.random.default_rng(seed)
-    vocabulary = [f"w{i}" for i in range(2000)]
-    directory.mkdir(parents=True, exist_ok=True)
-    ranks = np.arange(1, len(vocabulary) + 1)
-    probabilities = (1.0 / ranks) / (1.0 / ranks).sum()
-    shards = [[] for _ in range(4)]
-    for index in range(sentences):
-        length = int(rng.integers(4, 25))
-        words = rng.choice(len(vocabulary), size=length, p=probabilities)
-        shards[index % 4].append(" ".join(vocabulary[w] for w in words))
-    for index, lines in enumerate(shards):
-        (directory / f"news.en-{index:05d}-of-00004").write_text("\n".join(lines) + "\n")
-    return vocabulary
-
-
-def make_fasttext(path: Path, vocabulary: List[str], dim: int, seed: int) -> Path:
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-
-    words = ["</s>"] + vocabulary
-    bucket = 5000
-    matrix = np.random.default_rng(seed).standard_normal((len(words) + bucket, dim))
-    return write_fasttext_bin(path, words, matrix.astype(np.float32), minn=3, maxn=5, bucket=bucket)
+from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
 
 
 def write_config(path: Path, fasttext: Path, corpus: Path, args: argparse.Namespace) -> None:
@@ -169,8 +145,8 @@ def main() -> int:
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
-    vocabulary = make_corpus(output / "corpus", args.sentences, args.seed)
-    fasttext = make_fasttext(output / "vectors.bin", vocabulary, 16, args.seed)
+    zipf_corpus(output / "corpus", args.sentences, 4, args.seed, vocabulary_size=2000, lengths=(4, 25))
+    fasttext = random_fasttext(output / "vectors.bin", 2001, 5000, 16, args.seed, maxn=5)
     config = output / "soak.jsonnet"
     write_config(config, fasttext, output / "corpus", args)
     run = output / "run"

@@ -27,7 +27,6 @@ import elmoc_allennlp.modules.output_layers.adaptive_softmax  # noqa: F401
 import elmoc_allennlp.modules.output_layers.continuous_output  # noqa: F401
 import elmoc_allennlp.modules.output_layers.sampled_softmax  # noqa: F401
 import elmoc_allennlp.modules.output_layers.softmax  # noqa: F401
-import elmoc_allennlp.models.tied_language_model  # noqa: F401
 import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer  # noqa: F401
 import elmoc_allennlp.data.token_indexers.fasttext_subword_indexer  # noqa: F401
 import elmoc_allennlp.data.dataset_readers.lm_corpus_reader  # noqa: F401
@@ -211,16 +210,6 @@ def test_table_3_rows_use_the_trained_elmo_cnn_frozen(variant, tmp_path, tiny_el
     assert metrics["validation_loss"] > 0.05 and metrics["training_loss"] > 0.05
 
 
-def test_elmoc_cnn_is_the_cnn_cc_row(tmp_path, tiny_elmo_archive):
-    import _jsonnet
-
-    env = {"ELMOC_ELMO_ARCHIVE": "e.tar.gz", "ELMOC_FASTTEXT": "f.bin", "ELMOC_TRAIN_DATA": "t",
-           "ELMOC_VALIDATION_DATA": "v"}
-    assert _jsonnet.evaluate_file(str(CONFIGS / "elmoc_cnn.jsonnet"), ext_vars=env) == (
-        _jsonnet.evaluate_file(str(CONFIGS / "elmoc_cnn_cc.jsonnet"), ext_vars=env)
-    )
-
-
 def test_table_3_rows_need_an_elmo_archive(tmp_path):
     with pytest.raises(RuntimeError, match="elmo_archive .* is required for the Table 3 rows"):
         Params.from_file(str(tiny_config("elmoc_cc_cnn", tmp_path)))
@@ -243,20 +232,10 @@ def test_subword_model_ties_input_and_output_embeddings(tmp_path):
     assert not any(name.startswith("_output_layer.weight") for name in names)  # counted once
 
 
-def test_tied_alias_and_bad_tie_keys(tmp_path):
-    """`elmoc_bilm_tied` (older configs) builds the same model; bad keys name the config key."""
+def test_bad_tie_keys_name_the_config_key(tmp_path):
     config = tiny_config("elmo_sub", tmp_path)
     model, instances, vocab, _ = build(config)
-    params = Params.from_file(str(config))
-    model_params = params.pop("model").as_dict()
-    alias_params = Params(dict(copy.deepcopy(model_params), type="elmoc_bilm_tied"))
-    alias = Model.from_params(vocab=vocab, params=alias_params)
-    assert type(alias).__name__ == "TiedBidirectionalLanguageModel"
-    embedding = alias._text_field_embedder._token_embedders["subwords"]
-    assert alias._output_layer.weight is embedding.weight
-    assert sorted(name for name, _ in alias.named_parameters()) == sorted(
-        name for name, _ in model.named_parameters()
-    )
+    model_params = Params.from_file(str(config)).pop("model").as_dict()
     with pytest.raises(ConfigurationError, match="tie_output_embedding is 'words'"):
         Model.from_params(
             vocab=vocab, params=Params(dict(copy.deepcopy(model_params), tie_output_embedding="words"))
@@ -369,6 +348,7 @@ PAPER_SIZES = [
 ]
 
 
+@pytest.mark.needs_meta_device
 @pytest.mark.parametrize("config,cap,overrides,paper,tolerance", PAPER_SIZES)
 def test_parameter_counts_match_the_paper(config, cap, overrides, paper, tolerance, fasttext_300d):
     sizes = {} if cap is None else {"targets": cap + 2}  # + padding and @@UNKNOWN@@
@@ -376,6 +356,7 @@ def test_parameter_counts_match_the_paper(config, cap, overrides, paper, toleran
     assert abs(count / 1e6 - paper) <= tolerance, count
 
 
+@pytest.mark.needs_meta_device
 def test_subword_parameter_count_matches_the_paper(fasttext_300d):
     # 32,000 pieces + padding, @@UNKNOWN@@, <S>, </S>.
     count = trainable_parameters_at_paper_size(
@@ -384,6 +365,7 @@ def test_subword_parameter_count_matches_the_paper(fasttext_300d):
     assert abs(count / 1e6 - 92) <= 0.5, count
 
 
+@pytest.mark.needs_meta_device
 def test_elmo_has_a_char_cnn_and_a_793k_sampled_softmax(fasttext_300d):
     count = trainable_parameters_at_paper_size(
         "elmo.jsonnet", fasttext_300d, sizes={"targets": 793473}
@@ -402,6 +384,7 @@ def test_sparse_softmax_trains_with_dense_sparse_adam_and_no_norm_clipping(tmp_p
     assert math.isfinite(metrics["training_loss"])
 
 
+@pytest.mark.needs_meta_device
 @pytest.mark.parametrize(
     "config, trainable",
     [

@@ -11,6 +11,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import output_layers  # noqa: E402
 import vocabulary_coverage  # noqa: E402
+from synthetic_data import random_fasttext  # noqa: E402
 
 TOY = [
     "--cell-dim", "12", "--projection-dim", "8", "--embedding-dim", "10",
@@ -26,7 +27,7 @@ def toy_job(tmp_path, kind, vocab_size):
     for key in ("cell_dim", "projection_dim", "embedding_dim", "vocab_sizes", "seq_len", "tokens",
                 "max_batch", "memory_batch", "subword_vocab"):
         sizes[key] = getattr(args, key)
-    path = output_layers.synthetic_fasttext(tmp_path / "ft.bin", 500, 1000, 10)
+    path = random_fasttext(tmp_path / "ft.bin", 500, 1000, 10, scale=0.1)
     jobs = output_layers.make_jobs(args, sizes, path)
     return next(job for job in jobs if job["kind"] == kind and job["vocab_size"] == vocab_size)
 

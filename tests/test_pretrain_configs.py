@@ -59,6 +59,7 @@ def _trainable(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+@pytest.mark.needs_meta_device
 def test_paper_config_has_76m_trainable_parameters(corpus_environment):
     params = _params("elmoc.jsonnet", corpus_environment, 300)
     with torch.device("meta"):
@@ -87,13 +88,18 @@ def test_paper_config_is_the_authors_recipe(corpus_environment):
     assert trainer["grad_norm"] == 1.0
     assert params["model"]["dropout"] == 0.0
     assert params["model"]["contextualizer"]["recurrent_dropout"] == 0.1
-    # The schedule the trainer builds is the authors' for the global batch, here 768 x 1 worker.
+    # Every epoch in a new order (authors' data.py).
+    assert params["dataset_reader"]["shuffle"] is True
+    # The schedule is the authors' for the global batch, which the trainer gives it (here 768 x
+    # 1 worker); the config does not repeat the batch size.
+    assert "batch_size" not in trainer["learning_rate_scheduler"]
     optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-4, eps=1e-6)
     scheduler = LearningRateScheduler.from_params(
         optimizer=optimizer, params=Params(trainer["learning_rate_scheduler"])
     )
     batch = params["data_loader"]["batch_sampler"]["batch_size"]
     assert batch == 768
+    scheduler.set_global_batch(batch)
     for step in (1, 5000, 10000, 200000, 500000, 1041666, 2000000):
         scheduler.step_batch(step)
         assert optimizer.param_groups[0]["lr"] == pytest.approx(
@@ -128,6 +134,26 @@ def test_paper_config_trains_in_window_mode(tmp_path, tiny_fasttext_path):
     assert config["trainer"]["learning_rate_scheduler"]["type"] == "elmoc_rnmt_plus"
     assert metrics["training_forward_loss"] > 0 and metrics["training_backward_loss"] > 0
     assert type(model).__name__ == "BidirectionalLanguageModel"
+
+
+def test_start_and_end_tokens_have_two_vectors_as_the_authors(corpus_environment):
+    from allennlp.data.token_indexers import TokenIndexer
+    from allennlp.modules.token_embedders import TokenEmbedder
+
+    params = _params("elmoc.jsonnet", corpus_environment, 300).as_dict()
+    indexer = TokenIndexer.from_params(Params(params["dataset_reader"]["token_indexers"]["fasttext"]))
+    embedder = TokenEmbedder.from_params(
+        Params(params["model"]["text_field_embedder"]["token_embedders"]["fasttext"])
+    )
+
+    def vector(text: str) -> torch.Tensor:
+        ids = torch.tensor([[indexer.token_ids(text)]])
+        return embedder(ids)[0, 0]
+
+    # `</S>` is fastText's end-of-sentence word `</s>`; `<S>` is a vector of its own (the
+    # authors' get_word_vector("<s>") / ("</s>"), source/models/build_word_vectors.py).
+    torch.testing.assert_close(vector("</S>"), vector("</s>"))
+    assert (vector("<S>") - vector("</S>")).abs().max() > 1e-3
 
 
 def test_small_config_builds_and_is_small(corpus_environment):

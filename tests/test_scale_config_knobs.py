@@ -13,6 +13,7 @@ from allennlp.models import Model
 import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401
 import elmoc_allennlp.training.step_log_callback  # noqa: F401
+from elmoc_allennlp.common import torch_versions
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
 LIBSONNET = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc.libsonnet"
@@ -60,7 +61,12 @@ def test_distributed_and_other_knobs():
     assert _config(cuda_devices=[-1, -1])["distributed"] == {"cuda_devices": [-1, -1]}
 
 
-@pytest.mark.parametrize("implementation", ["auto", "reference"])
+CPU_BF16_LAYER_NORM = pytest.mark.skipif(
+    not torch_versions.CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD, reason="torch 1.12: CPU bf16 autocast layer_norm backward"
+)
+
+
+@pytest.mark.parametrize("implementation", ["auto", pytest.param("reference", marks=CPU_BF16_LAYER_NORM)])
 def test_model_is_autocast_safe(implementation):
     """
     `use_amp` needs a GPU (allennlp's trainer uses CUDA autocast); on CPU, bfloat16 autocast

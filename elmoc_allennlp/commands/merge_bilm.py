@@ -27,6 +27,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 
 logger = logging.getLogger(__name__)
 
@@ -35,18 +36,8 @@ WEIGHTS_NAME = "weights.th"
 META_NAME = "meta.json"
 VOCABULARY_NAME = "vocabulary"
 
-_CONTEXTUALIZER = "_contextualizer."
 _HEAD_PREFIX = "_output_layer."
 _BACKWARD_HEAD_PREFIX = "_backward_output_layer."
-# The parameters each direction's job trains: its LSTM stack, its input projection and LayerNorm
-# (when the contextualizer has one per direction) and its head (when the model has two).
-_FORWARD_STACK = (_CONTEXTUALIZER + "forward_layers.",)
-_BACKWARD_STACK = (_CONTEXTUALIZER + "backward_layers.",)
-_FORWARD_INPUT = (_CONTEXTUALIZER + "input_projection.", _CONTEXTUALIZER + "input_layer_norm.")
-_BACKWARD_INPUT = (
-    _CONTEXTUALIZER + "backward_input_projection.",
-    _CONTEXTUALIZER + "backward_input_layer_norm.",
-)
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
 @Subcommand.register("elmoc-merge-bilm", exist_ok=True)
@@ -128,20 +119,6 @@ def _vocabulary_content(directory: Path) -> Dict[str, Any]:
     return content
 
 
-def _direction_of(key: str, separate_inputs: bool, separate_heads: bool) -> Optional[str]:
-    """Which job's weights `key` comes from in the merge: "forward", "backward" or `None` (both)."""
-    forward = _FORWARD_STACK + (_FORWARD_INPUT if separate_inputs else ())
-    backward = _BACKWARD_STACK + (_BACKWARD_INPUT if separate_inputs else ())
-    if separate_heads:
-        forward += (_HEAD_PREFIX,)
-        backward += (_BACKWARD_HEAD_PREFIX,)
-    if key.startswith(forward):
-        return "forward"
-    if key.startswith(backward):
-        return "backward"
-    return None
-
-
 def merge_bilm_state_dicts(
     forward_state: Dict[str, torch.Tensor],
     backward_state: Dict[str, torch.Tensor],
@@ -162,12 +139,12 @@ def merge_bilm_state_dicts(
             f"The {forward_name} and the {backward_name} have different parameters "
             f"(e.g. {only[:3]}); they must be the same architecture"
         )
-    separate_inputs = any(key.startswith(_BACKWARD_INPUT) for key in forward_state)
+    trained_by = BidirectionalLanguageModel.parameter_directions(forward_state)
     separate_heads = any(key.startswith(_BACKWARD_HEAD_PREFIX) for key in forward_state)
     merged: Dict[str, torch.Tensor] = {}
     for key, forward_value in forward_state.items():
         backward_value = backward_state[key]
-        direction = _direction_of(key, separate_inputs, separate_heads)
+        direction = trained_by[key]
         if direction == "forward":
             merged[key] = forward_value
         elif direction == "backward":

@@ -1,7 +1,7 @@
 """
 The input kinds of the biLMs this project pretrains (training_configs/pretrain/), read from an
 archive's `config.json`: which text field key feeds the encoder and what its indexer makes. Used by
-`ElmocArchive`, the `elmoc_subwords` indexer and `ElmocBiLm` to run any of them downstream.
+`ElmocArchive`, the `elmoc_bilm_inputs` indexer and `ElmocBiLm` to run any of them downstream.
 
 | kind         | pretraining configs                        | embedder / indexer                          |
 |--------------|--------------------------------------------|---------------------------------------------|
@@ -38,8 +38,8 @@ _KIND_TYPES = {
 
 def registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
     """
-    Whether the config type `name` means the class registered as `registered_name` (an older,
-    unprefixed name counts too).
+    Whether the config type `name` means the class registered as `registered_name` (its dotted
+    class name counts too).
     """
     if not isinstance(name, str):
         return False

@@ -4,15 +4,11 @@ A full disk, reported once and clearly.
 Writers here go through `atomic_files`, which turns a write that fails for lack of space (the
 `OSError` ENOSPC / EDQUOT, also when torch wraps it in a `RuntimeError`) into a `DiskFullError`
 naming the file, its folder and the free space left, and keeps the previous version of the file.
-A full disk also makes every record of a log file fail, and `logging` prints a traceback for
-each one (hundreds of lines, burying the actual error): `quiet_full_log_files()` makes the log
-file handlers report that once and then stop writing to the file.
+(allennlp's log files on a full disk: `elmoc_allennlp/compat/quiet_log_files.py`.)
 """
 import errno
-import logging
 import os
 import shutil
-import sys
 from typing import Optional, Union
 
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -53,35 +49,3 @@ def disk_full_error(path: Union[str, os.PathLike], cause: OSError) -> DiskFullEr
     )
     error.filename = path
     return error
-
-
-def quiet_full_log_files(logger: Optional[logging.Logger] = None) -> None:
-    """
-    Makes every `logging.FileHandler` of `logger` (default: the root logger, where allennlp puts
-    `out.log` and the per-worker logs) report a failed write once, on stderr, naming the file,
-    and then drop its records instead of printing a traceback per record. Idempotent.
-    """
-    logger = logger or logging.getLogger()
-    for handler in logger.handlers:
-        if isinstance(handler, logging.FileHandler) and not hasattr(handler, "_elmoc_quiet"):
-            handler._elmoc_quiet = False  # type: ignore[attr-defined]
-            handler.handleError = _quiet_handle_error(handler)  # type: ignore[assignment]
-
-
-def _quiet_handle_error(handler: logging.FileHandler):
-    original = handler.handleError
-
-    def handle_error(record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not isinstance(error, OSError):
-            original(record)
-            return
-        if not handler._elmoc_quiet:  # type: ignore[attr-defined]
-            handler._elmoc_quiet = True  # type: ignore[attr-defined]
-            reason = error.strerror or str(error)
-            sys.stderr.write(
-                f"Logging to {handler.baseFilename} failed ({reason}); its later records are "
-                "dropped (they still reach the console).\n"
-            )
-
-    return handle_error

@@ -2,9 +2,9 @@
 What a downstream user needs to know about a trained ELMo-C biLM archive, read from its
 `config.json` without loading the weights (`ElmocArchive`): the text field key and boundary tokens
 of its fastText input, and where the fastText model it needs is on this machine. Both the
-`elmoc_subwords` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM itself
-is loaded through allennlp's `load_archive` and recognised by its registered name, so nothing here
-imports the model.
+`elmoc_bilm_inputs` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM
+itself is loaded through allennlp's `load_archive` and recognised by its registered name, so
+nothing here imports the model.
 """
 import logging
 import os
@@ -23,9 +23,7 @@ logger = logging.getLogger(__name__)
 
 # The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
 BILM_MODEL_TYPE = "elmoc_bilm"
-# The fastText input of an ELMo-C biLM: these registered names, joined by the text field key.
-FASTTEXT_EMBEDDER_TYPE = "elmoc_fasttext"
-FASTTEXT_INDEXER_TYPE = "elmoc_fasttext_subwords"
+# The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
 # Defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
 DEFAULT_START_TOKEN = "<S>"
@@ -228,7 +226,7 @@ class ElmocArchive:
                     f"ELMo-C archive {self.archive_file} needs the fastText model {recorded} (its "
                     f"config key {key}), which does not exist on this machine; also looked for "
                     f"it relative to the archive: {looked}. Copy the .bin next to the archive "
-                    "or give its path as `vectors_path` (of the `elmoc_subwords` indexer and "
+                    "or give its path as `vectors_path` (of the `elmoc_bilm_inputs` indexer and "
                     "the `elmoc_token_embedder`, or --vectors-path of `allennlp elmoc-embed`)"
                 )
             if found != Path(str(recorded)):

@@ -29,6 +29,7 @@ SHIMS = (
     "reduce_on_plateau",
     "atomic_train_files",
     "elmoc_as_elmo",
+    "quiet_log_files",
 )
 
 _installed: List[str] = []

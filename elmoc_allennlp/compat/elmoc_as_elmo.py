@@ -10,7 +10,7 @@ it, so BCN's ELMo at the integrator output (`use_integrator_output_elmo`) was ou
 
 **Workaround.** `install()` gives `Elmo` a `from_params` that builds `ElmocElmo` (with the same
 options: `num_output_representations`, `do_layer_norm`, `dropout`, `requires_grad`,
-`keep_sentence_boundaries`, `scalar_mix_parameters`, plus ELMo-C's) when the block has an
+`keep_sentence_boundaries`, `scalar_mix_parameters`, plus ELMo-C's, e.g. `projection_dim`) when the block has an
 `archive_file`; `options_file` and `weight_file` next to it are a `ConfigurationError` ("ELMo-C
 takes archive_file; remove options_file and weight_file"). A block without `archive_file` is
 built by allennlp's own `from_params`, unchanged.

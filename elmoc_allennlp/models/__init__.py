@@ -1,3 +1,2 @@
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-from elmoc_allennlp.models.tied_language_model import TiedBidirectionalLanguageModel
 from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive

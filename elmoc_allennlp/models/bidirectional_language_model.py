@@ -1,5 +1,6 @@
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+import re
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -11,11 +12,23 @@ from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
 from allennlp.training.metrics import Metric
 
+from elmoc_allennlp.common.checks import check_one_of
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 logger = logging.getLogger(__name__)
 
 _DIRECTIONS = ("both", "forward", "backward")
+# Parameter names (as `named_parameters()` gives them) of the contextualizers here (`elmoc_lstm`,
+# `elmoc_interlayer_norm_lstm`): per-layer modules are `<direction>_layers.<i>` and
+# `<direction>_layer_norms.<i>`; `backward_input_*` exist with separate input projections.
+_LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
+_INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
+_BACKWARD_INPUT = (
+    "_contextualizer.backward_input_projection.",
+    "_contextualizer.backward_input_layer_norm.",
+)
+_FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
+_HEAD, _BACKWARD_HEAD = "_output_layer.", "_backward_output_layer."
 
 
 class DeviceAverage(Metric):
@@ -106,7 +119,11 @@ class BidirectionalLanguageModel(Model):
     "window"). Of `m` tokens the forward LM predicts positions 1..m-1 from their left context
     and the backward LM positions 0..m-2 from their right context.
 
-    The loss is the mean of the forward and backward LMs' mean per-token losses. Metrics:
+    The loss is the sum of the forward and backward LMs' mean per-token losses, so that each
+    direction's gradient is what it would be in its own job (the authors train the two LMs
+    separately; with `elmoc_gradient_descent` each direction is also clipped on its own, see
+    `direction_parameters`). Metrics (read from the device only when not training or at `reset`,
+    i.e. when allennlp logs them at the end of an epoch, not after every step):
     `forward_loss`, `backward_loss`; for continuous heads also `cosine_similarity` (mean cosine
     between prediction and target vector) and `retrieval_accuracy` (the target word's vector is
     the nearest, by cosine, to the prediction among all distinct target words of the batch;
@@ -154,8 +171,7 @@ class BidirectionalLanguageModel(Model):
         directions in the forward pass (the unused one without building an autograd graph).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate output layer for the backward LM (by default both directions share
-        `output_layer`), as the authors' two independent LMs have. A state dict without one
-        (written with a shared head) loads into both heads.
+        `output_layer`), as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
         The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
         whose weight becomes the output layer's output embedding, e.g. for the subword LM
@@ -181,10 +197,7 @@ class BidirectionalLanguageModel(Model):
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
-        if directions not in _DIRECTIONS:
-            raise ConfigurationError(
-                f"model.directions must be one of {list(_DIRECTIONS)}, got {directions!r}"
-            )
+        check_one_of(directions, _DIRECTIONS, "model.directions")
         if not contextualizer.is_bidirectional():
             raise ConfigurationError("model.contextualizer must be bidirectional")
         check_dimensions_match(
@@ -241,21 +254,102 @@ class BidirectionalLanguageModel(Model):
         if directions != "both":
             self._freeze_other_direction(directions)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # A state dict written with one head shared by both directions.
-        backward_head = f"{prefix}_backward_output_layer."
-        head = f"{prefix}_output_layer."
-        if self._backward_output_layer is not None and not any(
-            key.startswith(backward_head) for key in state_dict
-        ):
-            for key in [key for key in state_dict if key.startswith(head)]:
-                state_dict[backward_head + key[len(head) :]] = state_dict[key]
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     @property
     def directions(self) -> str:
         """`"both"`, `"forward"` or `"backward"`: the language models this model trains."""
         return self._directions
+
+    @property
+    def contextualizer(self) -> Seq2SeqEncoder:
+        return self._contextualizer
+
+    @property
+    def text_field_embedder(self) -> TextFieldEmbedder:
+        return self._text_field_embedder
+
+    def output_layer(self, direction: str = "forward") -> LanguageModelOutputLayer:
+        """The output layer of the `"forward"` or `"backward"` LM (the same one when shared)."""
+        if direction == "backward" and self._backward_output_layer is not None:
+            return self._backward_output_layer
+        return self._output_layer
+
+    @staticmethod
+    def parameter_directions(parameter_names: Iterable[str]) -> Dict[str, Optional[str]]:
+        """
+        For each parameter name of an `elmoc_bilm` (a `named_parameters()` or `state_dict()`
+        key), the one direction that trains it, `"forward"` or `"backward"`, or `None` if both
+        use it (the embedders, a shared input projection, a shared output layer). Works on the
+        names alone, so that weights can be sorted without building the model.
+        """
+        names = list(parameter_names)
+        separate_inputs = any(name.startswith(_BACKWARD_INPUT) for name in names)
+        separate_heads = any(name.startswith(_BACKWARD_HEAD) for name in names)
+        directions: Dict[str, Optional[str]] = {}
+        for name in names:
+            layer = _LSTM_LAYER.match(name)
+            if layer:
+                directions[name] = layer.group(1)
+            elif name.startswith(_BACKWARD_INPUT) or name.startswith(_BACKWARD_HEAD):
+                directions[name] = "backward"
+            elif (separate_inputs and name.startswith(_FORWARD_INPUT)) or (
+                separate_heads and name.startswith(_HEAD)
+            ):
+                directions[name] = "forward"
+            else:
+                directions[name] = None
+        return directions
+
+    def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
+        """
+        The trainable parameters that the `"forward"` or `"backward"` LM's loss depends on: its
+        own and any that both directions share. The paper config shares none, and
+        `elmoc_gradient_descent` then clips each direction's gradient norm on its own.
+        """
+        if direction not in ("forward", "backward"):
+            raise ConfigurationError(f"direction must be 'forward' or 'backward', got {direction!r}")
+        named = list(self.named_parameters())
+        trained_by = self.parameter_directions(name for name, _ in named)
+        return (
+            (name, parameter)
+            for name, parameter in named
+            if parameter.requires_grad and trained_by[name] in (None, direction)
+        )
+
+    @staticmethod
+    def layer_groups(parameter_names: Iterable[str]) -> List[Tuple[str, List[str]]]:
+        """
+        Parameter names of an `elmoc_bilm` by layer, bottom to top: `("layer 0", ...)`, the
+        input side (input projection, LayerNorm, any trainable input embedding), `("layer 1",
+        ...)` to `("layer L", ...)`, the LSTM layers of both directions, and `("output", ...)`,
+        the output layer(s); layers numbered as ELMo numbers its representations. Names only,
+        because allennlp gives an optimizer the names, not the model. A name that fits none is a
+        `ConfigurationError`.
+        """
+        input_names: List[str] = []
+        layers: Dict[int, List[str]] = {}
+        output_names: List[str] = []
+        unknown: List[str] = []
+        for name in parameter_names:
+            match = _LSTM_LAYER.match(name)
+            if match:
+                layers.setdefault(int(match.group(2)), []).append(name)
+            elif name.startswith((_HEAD, _BACKWARD_HEAD)):
+                output_names.append(name)
+            elif name.startswith(_INPUT_PREFIXES):
+                input_names.append(name)
+            else:
+                unknown.append(name)
+        if unknown:
+            raise ConfigurationError(
+                f"Parameters {unknown} are not part of a biLM layer (input side, LSTM layer or "
+                "output layer); 'elmoc_bilm_layerwise' groups the parameters of an 'elmoc_bilm'"
+            )
+        if sorted(layers) != list(range(len(layers))):
+            raise ConfigurationError(f"biLM LSTM layers {sorted(layers)} are not numbered 0..L-1")
+        groups = [("layer 0", input_names)]
+        groups.extend((f"layer {index + 1}", layers[index]) for index in sorted(layers))
+        groups.append(("output", output_names))
+        return [(label, names) for label, names in groups if names]
 
     def _freeze_other_direction(self, directions: str) -> None:
         contextualizer = self._contextualizer
@@ -265,29 +359,22 @@ class BidirectionalLanguageModel(Model):
                 f"forward_layers and backward_layers (e.g. elmoc_lstm); "
                 f"{type(contextualizer).__name__} has none"
             )
-        trained = [getattr(contextualizer, f"{directions}_layers")]
-        if getattr(contextualizer, "separate_input_projections", False):
-            prefix = "" if directions == "forward" else "backward_"
-            for name in ("input_projection", "input_layer_norm"):
-                module = getattr(contextualizer, prefix + name, None)
-                if module is not None:
-                    trained.append(module)
-        elif hasattr(contextualizer, "input_projection"):
+        if hasattr(contextualizer, "input_projection") and not getattr(
+            contextualizer, "separate_input_projections", False
+        ):
             logger.warning(
                 "model.directions = %r: the input projection is shared by both directions, so "
                 "it stays frozen at its initialisation; set the contextualizer's "
                 "separate_input_projections to train one per direction",
                 directions,
             )
-        trained_ids = {id(parameter) for module in trained for parameter in module.parameters()}
-        for parameter in contextualizer.parameters():
-            if id(parameter) not in trained_ids:
+        named = list(self.named_parameters())
+        trained_by = self.parameter_directions(name for name, _ in named)
+        for name, parameter in named:
+            other_direction = trained_by[name] not in (None, directions)
+            shared_encoder = trained_by[name] is None and name.startswith("_contextualizer.")
+            if other_direction or shared_encoder:
                 parameter.requires_grad_(False)
-        if self._backward_output_layer is not None:
-            unused_head = (
-                self._backward_output_layer if directions == "forward" else self._output_layer
-            )
-            unused_head.requires_grad_(False)
 
     def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore
         """
@@ -360,7 +447,7 @@ class BidirectionalLanguageModel(Model):
                     predict_at,
                     output_dict,
                 )
-        output_dict["loss"] = losses[0] if len(losses) == 1 else 0.5 * (losses[0] + losses[1])
+        output_dict["loss"] = losses[0] if len(losses) == 1 else losses[0] + losses[1]
         return output_dict
 
     def contextual_layers(
@@ -458,6 +545,10 @@ class BidirectionalLanguageModel(Model):
         return (nearest == gold).all(dim=-1).float().mean()
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        if self.training and not reset:
+            # allennlp asks after every training step; reading the device sums there would cost a
+            # host sync (and an all-reduce under DDP) per metric and step.
+            return {}
         metrics = {}
         if self._directions in ("both", "forward"):
             metrics["forward_loss"] = self._forward_loss.get_metric(reset)

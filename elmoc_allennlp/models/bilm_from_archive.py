@@ -73,10 +73,10 @@ class BilmFromArchive(Model):
                 f"ELMo-C archive {archive_file} (model.archive_file) holds a "
                 f"{type(model).__name__}, not a BidirectionalLanguageModel"
             )
-        if model._output_layer.requires_target_ids:
+        if model.output_layer().requires_target_ids:
             raise ConfigurationError(
                 f"ELMo-C archive {archive_file} (model.archive_file) has a softmax-family output "
-                f"layer ({type(model._output_layer).__name__}), whose vocabulary a fine-tuning "
+                f"layer ({type(model.output_layer()).__name__}), whose vocabulary a fine-tuning "
                 "run does not carry over; fine-tuning supports continuous-output biLMs "
                 "(model.output_layer.type 'continuous')"
             )

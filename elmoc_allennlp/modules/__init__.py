@@ -1,10 +1,10 @@
-from elmoc_allennlp.modules.seq2seq_encoders import ElmocLstm, InterLayerNormLstm
+from elmoc_allennlp.modules.seq2seq_encoders import LayerNormLstm, InterLayerNormLstm
 from elmoc_allennlp.modules.output_layers import (
-    AdaptiveSoftmaxHead,
-    ContinuousOutputHead,
+    AdaptiveSoftmaxOutputLayer,
+    ContinuousOutputLayer,
     LanguageModelOutputLayer,
-    SampledSoftmaxHead,
-    SoftmaxHead,
+    SampledSoftmaxOutputLayer,
+    SoftmaxOutputLayer,
 )
 from elmoc_allennlp.modules.token_embedders import ElmocTokenEmbedder, FastTextTokenEmbedder
 from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo

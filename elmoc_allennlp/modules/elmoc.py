@@ -4,33 +4,130 @@ Using a trained ELMo-C biLM downstream, in the roles of allennlp's `allennlp/mod
 * `ElmocBiLm` runs the trained biLM and returns every layer (the role of allennlp's `_ElmoBiLm`);
 * `ElmocElmo` mixes the layers into `num_output_representations` ELMo representations (it *is* an
   allennlp `Elmo`, built around `ElmocBiLm`, so models that take an `Elmo` accept it).
+
+`ElmocBiLm` feeds each input kind of biLM (see `elmoc_allennlp.common.bilm_inputs`) from the
+`elmo_tokens` of the `elmoc_bilm_inputs` indexer, shape `(batch_size, timesteps, width)`, 0 padding:
+
+* `fasttext`: each token's fastText subword ids; the biLM's `elmoc_fasttext` embedder reads
+  `{"subword_ids", "mask"}`.
+* `characters`: each token's 50 ELMo character ids; the `character_encoding` embedder reads
+  `{"elmo_tokens"}`.
+* `pieces`: each word's BPE piece ids (left-aligned). The pieces of the whole sentence are laid out
+  in order (`<S>`, the pieces, `</S>`, as in pretraining), the biLM runs over them, and each word
+  gets, in every layer, the forward half of the state at its *last* piece and the backward half of
+  the state at its *first* piece: the states of each direction after reading the whole word. The
+  embedding embedder reads `{"tokens"}`.
 """
-import itertools
 from typing import Dict, List, Optional, Tuple, Union
 
-import numpy
 import torch
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.data.tokenizers import Token
 from allennlp.modules.elmo import Elmo
+from allennlp.nn.util import add_sentence_boundary_token_ids
 
+from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
-from elmoc_allennlp.common.bilm_inputs import PIECES_INPUT
-from elmoc_allennlp.modules.bilm_input_tensors import (
-    bilm_token_tensors,
-    boundary_token_ids,
-    lay_out_pieces,
-    pieces_to_words,
-)
+from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
+
+
+def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
+    """The ids a boundary token (`<S>`, `</S>`) had in pretraining, from the biLM's own indexer."""
+    if kind == FASTTEXT_INPUT:
+        return pretraining_indexer.token_ids(token)
+    indexed = pretraining_indexer.tokens_to_indices([Token(token)], vocabulary)
+    ids = next(iter(indexed.values()))[0]
+    return [ids] if isinstance(ids, int) else list(ids)
+
+
+# The key of the ids in what each kind's pretraining embedder reads.
+_INPUT_IDS_KEY = {
+    FASTTEXT_INPUT: "subword_ids",
+    CHARACTERS_INPUT: "elmo_tokens",
+    PIECES_INPUT: "tokens",
+}
+
+
+def bilm_token_tensors(
+    kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor
+) -> Dict[str, torch.Tensor]:
+    """The tensors the biLM's input embedder reads, from ids with sentence boundaries."""
+    tensors = {_INPUT_IDS_KEY[kind]: token_ids}
+    if kind == FASTTEXT_INPUT:
+        tensors["mask"] = mask
+    return tensors
+
+
+def lay_out_pieces(
+    piece_ids: torch.LongTensor, start_id: int, end_id: int
+) -> Tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
+    """
+    `(sequence, first, last, word_mask)`: the piece sequence of each sentence with boundaries,
+    shape `(batch_size, 2 + max pieces)`; the positions in it of each word's first and last piece,
+    `(batch_size, timesteps)`; and the words' mask.
+    """
+    word_mask = (piece_ids > 0).any(-1)
+    lengths = (piece_ids > 0).sum(-1)
+    ends = lengths.cumsum(-1)  # 1-based position of each word's last piece (<S> is at 0)
+    first = ends - lengths + 1
+    totals = lengths.sum(-1)
+    batch_size, _, width = piece_ids.shape
+    sequence = piece_ids.new_zeros(batch_size, int(totals.max().item() if batch_size else 0) + 2)
+    sequence[:, 0] = start_id
+    offsets = torch.arange(width, device=piece_ids.device)
+    filled = offsets < lengths.unsqueeze(-1)
+    positions = first.unsqueeze(-1) + offsets
+    rows = torch.arange(batch_size, device=piece_ids.device).view(-1, 1, 1).expand_as(positions)
+    sequence[rows[filled], positions[filled]] = piece_ids[filled]
+    sequence[torch.arange(batch_size, device=piece_ids.device), totals + 1] = end_id
+    return sequence, first * word_mask, ends * word_mask, word_mask
+
+
+def pieces_to_words(
+    layers: torch.Tensor,
+    first: torch.LongTensor,
+    last: torch.LongTensor,
+    word_mask: torch.BoolTensor,
+) -> Tuple[torch.Tensor, torch.BoolTensor]:
+    """
+    Word states from piece states `layers`, `(num_layers, batch_size, pieces + 2, dim)`:
+    `(num_layers, batch_size, timesteps + 2, dim)` with `<S>` first and `</S>` right after each
+    sentence's last word (forward half from the last piece, backward half from the first), and the
+    mask with boundaries.
+    """
+    num_layers, batch_size, _, dim = layers.shape
+    timesteps = word_mask.size(1)
+    counts = word_mask.sum(-1)
+    rows = torch.arange(batch_size, device=layers.device)
+    forward_index = last.new_zeros(batch_size, timesteps + 2)
+    backward_index = last.new_zeros(batch_size, timesteps + 2)
+    forward_index[:, 1 : timesteps + 1] = last
+    backward_index[:, 1 : timesteps + 1] = first
+    end_positions = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
+    forward_index[rows, counts + 1] = end_positions
+    backward_index[rows, counts + 1] = end_positions
+    half = dim // 2
+
+    def gather(index: torch.LongTensor) -> torch.Tensor:
+        expanded = index.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)
+        return layers.gather(2, expanded)
+
+    words = torch.cat([gather(forward_index)[..., :half], gather(backward_index)[..., half:]], -1)
+    mask = word_mask.new_zeros(batch_size, timesteps + 2)
+    mask[:, 0] = True
+    mask[:, 1 : timesteps + 1] = word_mask
+    mask[rows, counts + 1] = True
+    return words * mask.view(1, batch_size, -1, 1), mask
 
 
 class ElmocBiLm(torch.nn.Module):
     """
     Runs a trained biLM and returns all of its layers, in the role of allennlp's
-    `_ElmoBiLm`: the input is the output of the `elmoc_subwords` indexer (no sentence
+    `_ElmoBiLm`: the input is the output of the `elmoc_bilm_inputs` indexer (no sentence
     boundaries): fastText subword ids of each token for an ELMo-C biLM, ELMo's character ids for
     a character-CNN biLM (ELMo), BPE piece ids of each word for a subword biLM (ELMo-Sub, whose
-    word states come from its pieces' as `elmoc_allennlp.modules.bilm_input_tensors` says).
+    word states come from its pieces' as the module docstring says).
     The boundary tokens the biLM was pretrained with (`<S>`, `</S>`) are added in index space,
     and the output is `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of
     shape `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
@@ -41,7 +138,7 @@ class ElmocBiLm(torch.nn.Module):
     The biLM is always run in eval mode (no recurrent dropout): its representations are
     deterministic features, as ELMo's are. By default its parameters are frozen. The biLM's own
     pretraining indexer (a `FastTextSubwordIndexer`, which gives the same ids as the
-    `elmoc_subwords` indexer) is the `indexer` attribute.
+    `elmoc_bilm_inputs` indexer) is the `indexer` attribute.
 
     # Parameters
 
@@ -72,7 +169,7 @@ class ElmocBiLm(torch.nn.Module):
         self.archive, model, reader = open_bilm(
             archive_file, vectors_path, serialization_dir, allow_different_vectors
         )
-        contextualizer = model._contextualizer
+        contextualizer = model.contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(
                 f"ELMo-C archive {archive_file}: model.contextualizer "
@@ -144,22 +241,11 @@ class ElmocBiLm(torch.nn.Module):
         `(subword_ids, mask)` of shapes `(batch_size, timesteps + 2, max(num_subwords, w))` and
         `(batch_size, timesteps + 2)`, where `w` is the width of the boundary ids.
         """
-        batch_size, timesteps, width = subword_ids.shape
-        boundary_width = self._boundary_ids.size(1)
-        new_width = max(width, boundary_width)
-        with_boundaries = subword_ids.new_zeros(batch_size, timesteps + 2, new_width)
-        with_boundaries[:, 1 : timesteps + 1, :width] = subword_ids
-        rows = torch.arange(batch_size, device=subword_ids.device)
-        ends = mask.sum(-1) + 1
-        boundary_ids = self._boundary_ids.to(subword_ids.device)
-        with_boundaries[:, 0, :boundary_width] = boundary_ids[0]
-        with_boundaries[rows, ends] = 0
-        with_boundaries[rows, ends, :boundary_width] = boundary_ids[1]
-        new_mask = mask.new_zeros(batch_size, timesteps + 2)
-        new_mask[:, 0] = True
-        new_mask[:, 1 : timesteps + 1] = mask
-        new_mask[rows, ends] = True
-        return with_boundaries, new_mask
+        boundaries = self._boundary_ids
+        width = max(subword_ids.size(-1), boundaries.size(1))
+        padded = torch.nn.functional.pad(subword_ids, (0, width - subword_ids.size(-1)))
+        begin, end = torch.nn.functional.pad(boundaries, (0, width - boundaries.size(1)))
+        return add_sentence_boundary_token_ids(padded, mask, begin, end)
 
     def forward(
         self, inputs: torch.Tensor, word_inputs: torch.Tensor = None
@@ -169,7 +255,7 @@ class ElmocBiLm(torch.nn.Module):
 
         inputs : `torch.Tensor`
             Shape `(batch_size, timesteps, num_subwords)`: the `elmo_tokens` of the
-            `elmoc_subwords` indexer (0 is padding; every real token has a non-zero id).
+            `elmoc_bilm_inputs` indexer (0 is padding; every real token has a non-zero id).
         word_inputs : `torch.Tensor`, optional
             Not supported (ELMo's cached vocabulary); must be `None`.
 
@@ -195,7 +281,7 @@ class ElmocBiLm(torch.nn.Module):
 
     def _forward_pieces(self, piece_ids: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         # A BPE-input biLM runs over the sentence's pieces; each word gets the states of its
-        # pieces (see `elmoc_allennlp.modules.bilm_input_tensors`).
+        # pieces (see the module docstring).
         start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
         sequence, first, last, word_mask = lay_out_pieces(piece_ids, start_id, end_id)
         tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
@@ -212,7 +298,7 @@ class ElmocElmo(Elmo):
     eq. 1), removes the sentence boundaries and applies dropout. It is a drop-in `Elmo` for models
     that take one (e.g. `bcn`'s `elmo` in Python; see `ElmocTokenEmbedder` for configs).
 
-    The input is the `elmo_tokens` tensor of the `elmoc_subwords` indexer.
+    The input is the `elmo_tokens` tensor of the `elmoc_bilm_inputs` indexer.
 
     # Parameters
 
@@ -247,6 +333,11 @@ class ElmocElmo(Elmo):
         An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
     serialization_dir : `str`, optional (default = `None`)
         Given by allennlp; see `ElmocBiLm`.
+    projection_dim : `int`, optional (default = `None`)
+        If given, each representation is projected by its own trained linear layer to this size
+        (as `elmoc_token_embedder`'s `projection_dim`), so that a biLM of any size fits a model
+        sized for ELMo's 1024 (e.g. allennlp-models' BCN config, whose dimension checks use
+        `get_output_dim()`).
     """
 
     def __init__(
@@ -263,17 +354,13 @@ class ElmocElmo(Elmo):
         module: Optional[ElmocBiLm] = None,
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
+        projection_dim: Optional[int] = None,
     ) -> None:
-        if num_output_representations < 1:
-            raise ConfigurationError(
-                f"num_output_representations must be at least 1, got {num_output_representations}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ConfigurationError(f"dropout must be in [0, 1), got {dropout}")
-        if scalar_mix_l2_penalty < 0:
-            raise ConfigurationError(
-                f"scalar_mix_l2_penalty must be non-negative, got {scalar_mix_l2_penalty}"
-            )
+        if projection_dim is not None:
+            check_positive(projection_dim, "projection_dim")
+        check_positive(num_output_representations, "num_output_representations")
+        check_probability(dropout, "dropout")
+        check_non_negative(scalar_mix_l2_penalty, "scalar_mix_l2_penalty")
         if scalar_mix_parameters is not None and scalar_mix_l2_penalty > 0:
             raise ConfigurationError(
                 "scalar_mix_l2_penalty regularizes trained mixing weights, but "
@@ -301,6 +388,14 @@ class ElmocElmo(Elmo):
             scalar_mix_parameters=scalar_mix_parameters,
             module=bilm,
         )
+        self._projections = (
+            None
+            if projection_dim is None
+            else torch.nn.ModuleList(
+                torch.nn.Linear(bilm.get_output_dim(), projection_dim)
+                for _ in range(num_output_representations)
+            )
+        )
         self.scalar_mix_l2_penalty = scalar_mix_l2_penalty
         if scalar_mix_l2_penalty > 0:
             for scalar_mix in self._scalar_mixes:
@@ -319,34 +414,17 @@ class ElmocElmo(Elmo):
         return self._elmo_lstm
 
     def get_output_dim(self) -> int:
+        if self._projections is not None:
+            return self._projections[0].out_features
         return self._elmo_lstm.get_output_dim()
 
-
-def tokens_to_subword_ids(
-    indexer,
-    sentences: List[List[str]],
-    device: Optional[torch.device] = None,
-    max_token_characters: Optional[int] = None,
-) -> torch.LongTensor:
-    """
-    The padded `elmo_tokens` tensor, shape `(batch_size, timesteps, num_subwords)`, of a batch of
-    tokenized sentences (the counterpart of allennlp's `batch_to_ids`), from a
-    `FastTextSubwordIndexer` such as the `elmoc_subwords` indexer: each token's fastText rows + 1,
-    padded with 0. Tokens are first cut to `max_token_characters`, if given.
-    """
-    limit = max_token_characters
-    rows = [
-        [indexer.token_subword_ids(token if limit is None else token[:limit]) for token in sentence]
-        for sentence in sentences
-    ]
-    timesteps = max((len(row) for row in rows), default=0)
-    width = max((len(ids) for row in rows for ids in row), default=1)
-    subword_ids = numpy.zeros((len(rows), timesteps, width), dtype=numpy.int64)
-    for row_index, row in enumerate(rows):
-        if not row:
-            continue
-        lengths = numpy.fromiter((len(ids) for ids in row), dtype=numpy.int64, count=len(row))
-        filled = numpy.arange(width) < lengths[:, None]
-        subword_ids[row_index, : len(row)][filled] = list(itertools.chain.from_iterable(row))
-    tensor = torch.from_numpy(subword_ids)
-    return tensor if device is None else tensor.to(device)
+    def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None):  # type: ignore
+        output = super().forward(inputs, word_inputs)
+        if self._projections is not None:
+            output["elmo_representations"] = [
+                projection(representation)
+                for projection, representation in zip(
+                    self._projections, output["elmo_representations"]
+                )
+            ]
+        return output

@@ -18,9 +18,12 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmoc_allennlp.common.bilm_inputs import FASTTEXT_INPUT
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch, non_fasttext_indexer
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, tokens_to_subword_ids
+from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+    archive_input_indexer,
+    indexed_batch,
+)
+from elmoc_allennlp.modules.elmoc import ElmocBiLm
 
 
 OUTPUT_MODES = ("all", "top", "average")
@@ -38,8 +41,8 @@ class ElmocEmbedder:
     floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:
     pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
     sentence's vectors do not depend on the other sentences of its batch. Tokens are indexed
-    as in pretraining: cut to the archive's `max_token_characters` and lowercased if its
-    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`.
+    as in pretraining (cut to `max_token_characters`, lowercased if its
+    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`).
 
     # Parameters
 
@@ -53,9 +56,9 @@ class ElmocEmbedder:
         Accept a `.bin` other than the one the biLM was trained with (their fingerprints
         differ), with a warning; by default that is a `ConfigurationError` naming both files.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase tokens for a biLM whose input is not fastText (character CNN or BPE pieces),
-        e.g. one pretrained on lowercased text; a fastText-input biLM lowercases as in
-        pretraining.
+        Lowercase every token, e.g. for a character-CNN or BPE-piece biLM pretrained on
+        lowercased text; with `False` tokens are indexed as in pretraining (a fastText-input biLM
+        records whether it lowercased).
     """
 
     def __init__(
@@ -73,12 +76,8 @@ class ElmocEmbedder:
             allow_different_vectors=allow_different_vectors,
         )
         self._bilm.eval()
-        # fastText input: the pretraining indexer, the same ids as the `elmoc_subwords` indexer;
-        # other inputs: the `elmoc_subwords` indexer of the archive, lowercasing as asked.
-        self._indexer = self._bilm.indexer
-        self._downstream_indexer = None
-        if self._bilm.input_kind != FASTTEXT_INPUT:
-            self._downstream_indexer = non_fasttext_indexer(self._bilm.archive, lowercase_tokens)
+        # The ids of the `elmoc_bilm_inputs` indexer: as in pretraining, lowercasing if asked.
+        self._indexer = archive_input_indexer(self._bilm.archive, lowercase_tokens or None)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
 
@@ -95,15 +94,8 @@ class ElmocEmbedder:
         return self._bilm
 
     def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
-        """The `elmo_tokens` tensor of a batch, as the `elmoc_subwords` indexer makes it."""
-        if self._downstream_indexer is not None:
-            return indexed_batch(self._downstream_indexer, sentences, self._device)
-        return tokens_to_subword_ids(
-            self._indexer,
-            sentences,
-            device=self._device,
-            max_token_characters=self._bilm.archive.max_token_characters,
-        )
+        """The `elmo_tokens` tensor of a batch, as the `elmoc_bilm_inputs` indexer makes it."""
+        return indexed_batch(self._indexer, sentences, self._device)
 
     def embed_batch(
         self, sentences: List[List[str]], output: Output = "all"
@@ -143,8 +135,7 @@ class ElmocEmbedder:
         self, sentences: Iterable[List[str]], batch_size: int = 64, output: Output = "all"
     ) -> Iterator[numpy.ndarray]:
         """Embeds any number of tokenized sentences, `batch_size` at a time, lazily and in order."""
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
+        check_positive(batch_size, "batch_size")
         for batch in lazy_groups_of(iter(sentences), batch_size):
             yield from self.embed_batch(batch, output)
 

@@ -5,3 +5,4 @@ from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
 from elmoc_allennlp.training.bilm_layer_groups import BilmLayerwiseOptimizer
 from elmoc_allennlp.training.gradual_unfreezing import RecoverableSlantedTriangular
 from elmoc_allennlp.training.finetune_callback import FineTuneCallback
+from elmoc_allennlp.training.archive_at_marks import ArchiveAtMarksCallback

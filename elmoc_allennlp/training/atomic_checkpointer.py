@@ -9,7 +9,6 @@ from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
 from elmoc_allennlp.common.torch_versions import load_tensors
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
-from elmoc_allennlp.common.disk_full import quiet_full_log_files
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +86,6 @@ class AtomicCheckpointer(Checkpointer):
             keep_most_recent_by_count=keep_most_recent_by_count,
             keep_most_recent_by_age=keep_most_recent_by_age,
         )
-        # allennlp has set up its log files by now: a full disk is then reported once.
-        quiet_full_log_files()
         if self._is_primary and os.path.isdir(self._serialization_dir):
             remove_stale_partial_files(self._serialization_dir)
 

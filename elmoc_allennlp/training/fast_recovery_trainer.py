@@ -1,9 +1,13 @@
 """
 allennlp's `gradient_descent` trainer, except that `--recover` does not read the data of the
-epochs the checkpoint has already completed.
+epochs the checkpoint has already completed, a biLM's two directions are clipped as two LMs, and
+every epoch's data order is a function of (seed, epoch).
 """
 import logging
-from typing import Any, Dict, Optional
+import random
+from typing import Any, Dict, List, Optional
+
+import torch
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
@@ -29,12 +33,26 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     `save_every_num_batches` checkpoint), the batches already trained are still skipped by
     reading them, as allennlp does.
 
-    The one difference from the stock trainer: a loader that draws its order from a random
-    generator (the `bucket` batch sampler of the pretraining configs shuffles its batches) gives
-    the remaining epochs another random order than an uninterrupted run would, since the
-    generator did not replay the skipped epochs. The recovered run is not bit-identical to an
-    uninterrupted one, but trains on the same data with the same schedule. Checkpoints written
-    by `gradient_descent` (without the count) are recovered the stock way.
+    Since every epoch's order is drawn from (seed, epoch) (below), the skipped epochs need no
+    replay of random generators: the remaining epochs are in the uninterrupted run's order.
+    Checkpoints written by `gradient_descent` (without the count) are recovered the stock way.
+
+    Two LMs in one job: with a biLM whose two directions train disjoint parameters
+    (`direction_parameters`; the paper config), `grad_norm` clips each direction's gradient norm
+    on its own, as the authors' two jobs did (`other_stuff.clip` 1.0 in each), so that a spike in
+    one direction does not shrink the other's update. With the model's summed loss and Adam's
+    per-parameter update, a joint step equals the two single-direction steps. The returned
+    gradient norm is that of both.
+
+    Per-epoch order: before each training epoch the reader (if it has `set_epoch`, as
+    `elmoc_lm_corpus` has) is told the epoch, and Python's `random` (which the `bucket` sampler
+    shuffles with) is seeded from (the trainer's seed, epoch), the same on every rank. The order
+    of an epoch is therefore the same in a run recovered in its middle (with `num_workers` 0:
+    worker processes interleave their batches in arrival order), and the batches the stock skip
+    loop passes are the ones already trained. Validation is read with no epoch (unshuffled).
+
+    The global batch: a learning-rate scheduler with `set_global_batch` (`elmoc_rnmt_plus`) is
+    given `B` = the loader's batch size x `num_gradient_accumulation_steps` x the world size.
 
     It also refuses, at construction, settings that would train nothing or silently train
     wrongly (`num_epochs`, `num_gradient_accumulation_steps`, `grad_norm`, `grad_clipping`, the
@@ -49,6 +67,52 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._check_settings()
+        # Drawn after allennlp seeded `random`: the same on every rank and in a recovered run.
+        self._epoch_seed = random.getrandbits(31)
+        self._clip_groups = self._direction_groups()
+        scheduler = self._learning_rate_scheduler
+        if hasattr(scheduler, "set_global_batch"):
+            sampler = getattr(self.data_loader, "batch_sampler", None)
+            batch_size = (
+                sampler.get_batch_size() if sampler is not None
+                else getattr(self.data_loader, "batch_size", None)
+            )
+            if batch_size is None:
+                raise ConfigurationError(
+                    "trainer.learning_rate_scheduler (elmoc_rnmt_plus) needs a fixed "
+                    "data_loader.batch_sampler.batch_size (not max_tokens) to know the global batch"
+                )
+            scheduler.set_global_batch(  # type: ignore[union-attr]
+                batch_size * self._num_gradient_accumulation_steps * self._world_size
+            )
+
+    def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
+        """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""
+        model = self.model
+        if getattr(model, "directions", None) != "both" or not hasattr(
+            model, "direction_parameters"
+        ):
+            return None
+        groups = [[p for _, p in model.direction_parameters(d)] for d in ("forward", "backward")]
+        if {id(p) for p in groups[0]} & {id(p) for p in groups[1]}:
+            logger.warning(
+                "The biLM's directions share trainable parameters: grad_norm clips them together"
+            )
+            return None
+        return groups
+
+    def rescale_gradients(self) -> Optional[float]:
+        if self._clip_groups is None or isinstance(self._grad_norm, bool):
+            return super().rescale_gradients()
+        if self._scaler is not None:
+            self._scaler.unscale_(self.optimizer)
+        norms = [
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in group if p.grad is not None], self._grad_norm
+            )
+            for group in self._clip_groups
+        ]
+        return torch.stack(norms).norm().item()
 
     def _check_settings(self) -> None:
         """Settings that would train nothing, or silently wrongly, are errors naming the key."""
@@ -121,7 +185,16 @@ class FastRecoveryTrainer(GradientDescentTrainer):
             )
             self._total_batches_completed = self._restored_total_batches
             return {}
-        metrics = super()._train_epoch(epoch)
+        reader = getattr(self.data_loader, "reader", None)
+        set_epoch = getattr(reader, "set_epoch", None)
+        random.seed(self._epoch_seed * 1_000_003 + epoch)
+        if set_epoch is not None:
+            set_epoch(epoch)
+        try:
+            metrics = super()._train_epoch(epoch)
+        finally:
+            if set_epoch is not None:
+                set_epoch(None)
         if self._batches_in_epoch_completed == 0:
             # Nothing trained: an empty corpus, or a data loader that yields no batch. Going on
             # would write an untrained model.tar.gz and exit 0.

@@ -132,9 +132,9 @@ class FineTuneCallback(TrainerCallback):
                 f"{archive.archive_file} was pretrained with lowercase_tokens = "
                 f"{archive.lowercase_tokens}"
             )
-        if list(indexer._boundary_tokens) != list(archive.boundary_tokens):
+        if indexer.boundary_tokens != list(archive.boundary_tokens):
             raise ConfigurationError(
-                f"{where}.boundary_tokens are {list(indexer._boundary_tokens)}, but the biLM of "
+                f"{where}.boundary_tokens are {indexer.boundary_tokens}, but the biLM of "
                 f"{archive.archive_file} was pretrained with {archive.boundary_tokens}"
             )
         for option, expected in (

@@ -23,7 +23,6 @@ from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
     LearningRateScheduler,
 )
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +47,6 @@ def data_parallel_workers() -> int:
 
 
 @LearningRateScheduler.register("elmoc_rnmt_plus_steps")
-@register_old_name(LearningRateScheduler, "rnmt_plus")
 @LearningRateScheduler.register("elmoc_rnmt_plus", constructor="from_global_batch")
 class RnmtPlusLearningRate(LearningRateScheduler):
     """
@@ -71,7 +69,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     `min_learning_rate`.
 
     Registered as a `LearningRateScheduler` with name "elmoc_rnmt_plus_steps" (the arguments
-    below; "rnmt_plus" in older configs), and
+    below), and
     with name "elmoc_rnmt_plus" for the authors' set-up, computed from the global batch size
     (see `from_global_batch`): in their code `lr0 = 1e-4` and `n = B / 128`, and the decay runs
     from step `0.4 * 4e8 / B` to step `2.0 * 4e8 / B`, i.e. over a fixed number of instances
@@ -163,7 +161,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     def from_global_batch(
         cls,
         optimizer: torch.optim.Optimizer,
-        batch_size: int,
+        batch_size: Optional[int] = None,
         world_size: Optional[int] = None,
         warmup_steps: int = AUTHORS_WARMUP_STEPS,
         decay_start_instances: float = AUTHORS_DECAY_START_RATIO * AUTHORS_DECAY_SCALE,
@@ -173,21 +171,27 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch: int = -1,
     ) -> "RnmtPlusLearningRate":
         """
-        The ELMo-C authors' schedule for a global batch of `B = batch_size * world_size`
-        instances per step: `formula = "authors"`, `n = B / reference_batch_size`,
-        `s = int(decay_start_instances / B)`, `e = int(decay_end_instances / B)` (the defaults
-        are the authors' constants: `n = B / 128`, decay from 1.6e8 to 8e8 instances, warm-up
-        10,000 steps). With the optimizer's `lr = 1e-4` (their `base_scale`) the peak learning
-        rate is `1e-4 * B / 128`. Registered as "elmoc_rnmt_plus".
+        The ELMo-C authors' schedule for a global batch of `B` instances per step:
+        `formula = "authors"`, `n = B / reference_batch_size`, `s = int(decay_start_instances /
+        B)`, `e = int(decay_end_instances / B)` (the defaults are the authors' constants: `n = B
+        / 128`, decay from 1.6e8 to 8e8 instances, warm-up 10,000 steps). With the optimizer's
+        `lr = 1e-4` (their `base_scale`) the peak learning rate is `1e-4 * B / 128`. Registered
+        as "elmoc_rnmt_plus".
+
+        `B` comes from the `elmoc_gradient_descent` trainer (`set_global_batch`): the data
+        loader's batch size x `num_gradient_accumulation_steps` x the world size, so that
+        overriding the loader's batch size or the number of workers cannot leave the schedule
+        behind. With another trainer, `batch_size` must be given and `B = batch_size x
+        world_size`.
 
         # Parameters
 
-        batch_size : `int`, required
-            Instances per step and per worker (the data loader's batch size; multiply it by
-            `num_gradient_accumulation_steps` if the trainer accumulates gradients).
+        batch_size : `int`, optional (default = `None`)
+            Not needed with `elmoc_gradient_descent`; if given there, it must be the loader's
+            batch size x the accumulation steps, or the trainer raises a `ConfigurationError`.
         world_size : `int`, optional (default = `None`)
-            The number of data-parallel workers; `None` reads it from `torch.distributed`
-            (1 when training is not distributed).
+            With `batch_size`: the number of data-parallel workers; `None` reads it from
+            `torch.distributed` (1 when training is not distributed).
         warmup_steps : `int`, optional (default = `10000`)
         decay_start_instances : `float`, optional (default = `1.6e8`)
             The decay starts after this many instances (global), i.e. at step `int(... / B)`.
@@ -198,47 +202,77 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch : `int`, optional (default = `-1`)
         """
         for name, value in (("batch_size", batch_size), ("reference_batch_size", reference_batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigurationError(f"elmoc_rnmt_plus: {name} must be a positive integer, got {value!r}")
-        if world_size is None:
-            world_size = data_parallel_workers()
-        elif isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        if world_size is not None and (
+            isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1
+        ):
             raise ConfigurationError(
                 f"elmoc_rnmt_plus: world_size must be a positive integer or null, got {world_size!r}"
             )
-        global_batch = batch_size * world_size
-        num_replicas = global_batch / reference_batch_size
-        decay_start = int(decay_start_instances / global_batch)
-        decay_end = int(decay_end_instances / global_batch)
-        if 2 * num_replicas <= 1:
-            logger.warning(
-                "elmoc_rnmt_plus: with a global batch of %d (n = %g) the authors' decay term does "
-                "not decrease; the learning rate drops to lr0 / 2 at step %d",
-                global_batch,
-                num_replicas,
-                decay_end,
-            )
-        logger.info(
-            "elmoc_rnmt_plus: global batch %d (%d x %d workers): n = %g, warm-up %d steps, "
-            "decay from step %d to step %d",
-            global_batch,
-            batch_size,
-            world_size,
-            num_replicas,
-            warmup_steps,
-            decay_start,
-            decay_end,
-        )
-        return cls(
+        # Placeholders until `set_global_batch`.
+        scheduler = cls(
             optimizer,
             warmup_steps=warmup_steps,
-            decay_start=decay_start,
-            decay_end=decay_end,
-            num_replicas=num_replicas,
+            decay_start=0,
+            decay_end=1,
             formula="authors",
             min_learning_rate=min_learning_rate,
             last_epoch=last_epoch,
         )
+        scheduler._instances = (decay_start_instances, decay_end_instances, reference_batch_size)
+        scheduler.global_batch = None
+        if batch_size is not None:
+            scheduler.set_global_batch(
+                batch_size * (world_size or data_parallel_workers()), from_trainer=False
+            )
+        return scheduler
+
+    def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:
+        """
+        Sets `B` (instances per optimizer step, all workers) of an "elmoc_rnmt_plus" schedule:
+        `n`, the decay steps. Called by the `elmoc_gradient_descent` trainer.
+        """
+        if not hasattr(self, "_instances"):
+            return  # "elmoc_rnmt_plus_steps": explicit steps
+        if from_trainer and self.global_batch is not None:
+            if global_batch != self.global_batch:
+                raise ConfigurationError(
+                    f"trainer.learning_rate_scheduler.batch_size gives a global batch of "
+                    f"{self.global_batch}, but the loader's batch size x "
+                    f"num_gradient_accumulation_steps x world size is {global_batch}: leave "
+                    "learning_rate_scheduler.batch_size out (the trainer derives it)"
+                )
+            return
+        decay_start_instances, decay_end_instances, reference_batch_size = self._instances
+        self.global_batch = global_batch
+        self.num_replicas = global_batch / reference_batch_size
+        self.decay_start = int(decay_start_instances / global_batch)
+        self.decay_end = int(decay_end_instances / global_batch)
+        if self.decay_end <= self.decay_start:
+            raise ConfigurationError(
+                f"elmoc_rnmt_plus: a global batch of {global_batch} leaves no decay steps "
+                f"(decay_start_instances {decay_start_instances}, decay_end_instances "
+                f"{decay_end_instances})"
+            )
+        if 2 * self.num_replicas <= 1:
+            logger.warning(
+                "elmoc_rnmt_plus: with a global batch of %d (n = %g) the authors' decay term does "
+                "not decrease; the learning rate drops to lr0 / 2 at step %d",
+                global_batch,
+                self.num_replicas,
+                self.decay_end,
+            )
+        logger.info(
+            "elmoc_rnmt_plus: global batch %d: n = %g, warm-up %d steps, decay from step %d to "
+            "step %d",
+            global_batch,
+            self.num_replicas,
+            self.warmup_steps,
+            self.decay_start,
+            self.decay_end,
+        )
+        self._set_learning_rates()
 
     def learning_rate_factor(self, step: int) -> float:
         """
@@ -274,6 +308,12 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         pass
 
     def step_batch(self, batch_num_total: int = None) -> None:
+        if getattr(self, "global_batch", 0) is None:
+            raise ConfigurationError(
+                "elmoc_rnmt_plus does not know the global batch: train with the "
+                "elmoc_gradient_descent trainer (which derives it) or set "
+                "learning_rate_scheduler.batch_size"
+            )
         if batch_num_total is None:
             self.last_epoch += 1
         else:

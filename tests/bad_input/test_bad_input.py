@@ -41,7 +41,8 @@ from elmoc_allennlp.common.archives import (
     extract_archive,
     remove_extracted_archives,
 )
-from elmoc_allennlp.common.disk_full import DiskFullError, quiet_full_log_files
+from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.compat.quiet_log_files import quiet_full_log_files
 from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
@@ -638,7 +639,7 @@ def _nan_embedder(sandbox):
     path = _tiny_vectors(sandbox.root / "vectors.bin", values={1: float("-inf")})
     sandbox.paths["bin"] = str(path)
     indexer = FastTextSubwordIndexer(str(path))
-    ids = torch.tensor([[indexer.token_subword_ids("the")]])
+    ids = torch.tensor([[indexer.token_ids("the")]])
     return lambda: FastTextTokenEmbedder(str(path))(ids)
 
 

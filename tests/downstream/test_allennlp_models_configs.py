@@ -33,7 +33,7 @@ SHARED_FIXTURES = SHARED_DATA / "fixtures" / "allennlp_models"
 ARCHIVE = "bilm/model.tar.gz"  # relative to the training run's working directory
 BASE_PREDICTOR = "allennlp.predictors.predictor.Predictor"  # the task predictors load spaCy
 
-ELMO_INDEXER = {"type": "elmoc_subwords", "archive_file": ARCHIVE}
+ELMO_INDEXER = {"type": "elmoc_bilm_inputs", "archive_file": ARCHIVE}
 
 
 def elmoc_embedder(**recipe_options) -> Dict[str, Any]:

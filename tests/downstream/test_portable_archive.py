@@ -55,7 +55,7 @@ def _tagger_config(archive_file: str, fasttext: str) -> Params:
                 "tag_label": "ner",
                 "coding_scheme": "BIOUL",
                 "token_indexers": {
-                    "elmo": {"type": "elmoc_subwords", "archive_file": archive_file},
+                    "elmo": {"type": "elmoc_bilm_inputs", "archive_file": archive_file},
                     "tokens": {"type": "elmoc_fasttext_subwords", "vectors_path": fasttext},
                 },
             },

@@ -16,7 +16,7 @@ from allennlp.common import Params
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.models.bidirectional_language_model import DeviceAverage
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 from tests.models.test_no_host_syncs import _model_and_batch
 
@@ -33,7 +33,7 @@ def _to(tensors, device):
 
 def test_fast_path_equals_reference_on_cuda():
     torch.manual_seed(0)
-    encoder = ElmocLstm(12, 8, 16, num_layers=2, recurrent_dropout=0.0).to(CUDA).train()
+    encoder = LayerNormLstm(12, 8, 16, num_layers=2, recurrent_dropout=0.0).to(CUDA).train()
     inputs = torch.randn(5, 9, 12, device=CUDA)
     mask = torch.ones(5, 9, dtype=torch.bool, device=CUDA)
     mask[1, 6:] = False

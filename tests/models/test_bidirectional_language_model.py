@@ -46,13 +46,12 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         batch.index_instances(self.vocab)
         return batch.as_tensor_dict()
 
-    def test_loss_is_mean_of_directions_and_equals_hand_computed_cosine(self):
+    def test_loss_is_sum_of_directions_and_equals_hand_computed_cosine(self):
         self.model.eval()
         tensors = self._tensors()
         output = self.model(**tensors)
-        assert torch.allclose(
-            output["loss"], 0.5 * (output["forward_loss"] + output["backward_loss"])
-        )
+        # Each direction's gradient is what its own job would get (two LMs, not their mean).
+        assert torch.allclose(output["loss"], output["forward_loss"] + output["backward_loss"])
         tokens = tensors["tokens"]
         embedded = self.model._text_field_embedder(tokens)
         mask = tokens["fasttext"]["mask"]
@@ -103,6 +102,14 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         # No table in the state: only the record of which vectors were used.
         assert list(embedder.state_dict()) == ["vectors_record"]
 
+    def test_metrics_are_not_read_after_every_training_step(self):
+        self.model.train()
+        self.model(**self._tensors())
+        assert self.model.get_metrics() == {}  # allennlp's per-step read: no device read
+        metrics = self.model.get_metrics(reset=True)  # end of epoch: read and reset
+        assert set(metrics) == {"forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy"}
+        assert metrics["forward_loss"] > 0
+
     def test_metrics(self):
         self.model.eval()
         self.model(**self._tensors())
@@ -139,3 +146,33 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             expected = layer_norm(projection(embedded)) * mask.unsqueeze(-1)
             torch.testing.assert_close(layer, expected, atol=1e-5, rtol=1e-5)
         assert not torch.allclose(layers[0, ..., :half], layers[0, ..., half:])
+
+    def test_public_accessors_are_the_modules_the_model_runs(self):
+        model = self.model
+        encoder = model.contextualizer
+        assert encoder.get_output_dim() == 2 * model.output_layer("forward").get_input_dim()
+        # elmoc_tiny has a head and an input projection per direction.
+        assert model.output_layer("forward") is not model.output_layer("backward")
+        parameter_ids = {
+            direction: {id(p) for _, p in model.direction_parameters(direction)}
+            for direction in ("forward", "backward")
+        }
+        assert not parameter_ids["forward"] & parameter_ids["backward"]
+        for direction in ("forward", "backward"):
+            owned = [
+                getattr(encoder, f"{direction}_layers"),
+                model.output_layer(direction),
+                encoder.input_projection if direction == "forward" else encoder.backward_input_projection,
+            ]
+            assert {id(p) for module in owned for p in module.parameters()} <= parameter_ids[direction]
+        shared = {id(p) for p in model.text_field_embedder.parameters()}
+        assert not shared & (parameter_ids["forward"] | parameter_ids["backward"])
+
+    def test_layer_groups_cover_every_parameter_bottom_to_top(self):
+        names = [name for name, _ in self.model.named_parameters()]
+        groups = self.model.layer_groups(names)
+        labels = [label for label, _ in groups]
+        assert labels == ["layer 0"] + [
+            f"layer {i + 1}" for i in range(self.model.contextualizer.num_layers)
+        ] + ["output"]
+        assert sorted(name for _, group in groups for name in group) == sorted(names)

@@ -1,6 +1,6 @@
 """
 Every biLM the project pretrains works downstream: fastText input (ELMo-C), character-CNN input
-(ELMo) and BPE-piece input (ELMo-Sub), through the `elmoc_subwords` indexer, the
+(ELMo) and BPE-piece input (ELMo-Sub), through the `elmoc_bilm_inputs` indexer, the
 `elmoc_token_embedder`, `ElmocBiLm`/`ElmocElmo`, `ElmocEmbedder` and `elmoc-embed`, each on a
 tiny trained archive. The downstream layers equal the biLM run the way pretraining ran it.
 """
@@ -23,13 +23,13 @@ import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive, archive_with_its_fasttext
 from elmoc_allennlp.commands.elmoc_embed import embed_file
-from elmoc_allennlp.data.token_indexers import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers import BilmArchiveIndexer, FastTextSubwordIndexer
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     ElmocCharacterIndexer,
     ElmocPieceIndexer,
     indexed_batch,
 )
-from elmoc_allennlp.modules.bilm_input_tensors import lay_out_pieces, pieces_to_words
+from elmoc_allennlp.modules.elmoc import lay_out_pieces, pieces_to_words
 from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 from tests.conftest import rewrite_archive
@@ -78,23 +78,43 @@ def test_archive_input_kind_and_indexer(archives, kind):
     assert archive.output_dim == OUTPUT_DIM
     assert (archive.input_vectors_path is not None) == (kind == FASTTEXT_INPUT)
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     expected = {
-        FASTTEXT_INPUT: ElmocSubwordIndexer,
+        FASTTEXT_INPUT: FastTextSubwordIndexer,
         CHARACTERS_INPUT: ElmocCharacterIndexer,
         PIECES_INPUT: ElmocPieceIndexer,
     }[kind]
-    assert type(indexer) is expected
+    assert type(indexer) is BilmArchiveIndexer and indexer.input_kind == kind
+    assert type(indexer.kind_indexer) is expected
     indexed = indexer.tokens_to_indices([Token("bank"), Token("unbelievably")], Vocabulary())
     rows = indexed["elmo_tokens"]
     assert len(rows) == 2 and all(len(row) >= 1 and min(row) > 0 for row in rows)
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_million_character_token_gives_bounded_ids(archives, kind):
+    """Every kind cuts a token at 50 characters (ELMo's cap) before it becomes ids."""
+    import tracemalloc
+
+    indexer = TokenIndexer.from_params(
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
+    )
+    long_token = "x" * 1_000_000
+    tracemalloc.start()
+    ids = indexer.tokens_to_indices([Token(long_token)], Vocabulary())["elmo_tokens"][0]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    expected = indexer.tokens_to_indices([Token(long_token[:50])], Vocabulary())["elmo_tokens"][0]
+    assert ids == expected
+    assert len(ids) <= 50 * 6  # at most a few ids per character (fastText n-grams of 3-6)
+    assert peak < 8 * len(long_token)  # a few copies of the token, not its n-grams
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_token_embedder_from_config(archives, kind, one_torch_thread):
     params = {"archive_file": str(archives[kind])}
-    indexer = TokenIndexer.from_params(Params({"type": "elmoc_subwords", **params}))
+    indexer = TokenIndexer.from_params(Params({"type": "elmoc_bilm_inputs", **params}))
     embedder = TokenEmbedder.from_params(
         Params({"type": "elmoc_token_embedder", "bilm_dim": OUTPUT_DIM, "dropout": 0.0, **params})
     )
@@ -130,7 +150,7 @@ def _pretraining_layers(bilm: ElmocBiLm, pieces_or_tokens):
 def test_bilm_layers_equal_pretraining_run(archives, kind, one_torch_thread):
     bilm = ElmocBiLm(str(archives[kind]))
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[kind])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     with torch.no_grad():
         output = bilm(indexed_batch(indexer, SENTENCES[:1]))
@@ -142,13 +162,13 @@ def test_bilm_layers_equal_pretraining_run(archives, kind, one_torch_thread):
 def test_piece_bilm_words_take_last_and_first_piece_states(archives, one_torch_thread):
     bilm = ElmocBiLm(str(archives[PIECES_INPUT]))
     indexer = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[PIECES_INPUT])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[PIECES_INPUT])})
     )
     words = ["unbelievably", "the", "bankers"]
     piece_rows = indexer.tokens_to_indices([Token(w) for w in words], None)["elmo_tokens"]
     assert max(len(row) for row in piece_rows) > 1, "the test needs a word of several pieces"
     # The pretraining tokenizer's pieces of the sentence, run the way pretraining ran them.
-    tokenizer = indexer._piece_tokenizer
+    tokenizer = indexer.kind_indexer._piece_tokenizer
     pieces = [piece.text for piece in tokenizer.tokenize(" ".join(words))]
     expected_layers = _pretraining_layers(bilm, pieces)  # (layers, pieces + 2, dim)
     with torch.no_grad():
@@ -197,10 +217,10 @@ def test_embedder_api_and_elmoc_embed(archives, kind, tmp_path, one_torch_thread
 
 def test_character_indexer_lowercases_when_asked(archives):
     upper = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[CHARACTERS_INPUT]), "lowercase_tokens": True})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT]), "lowercase_tokens": True})
     )
     plain = TokenIndexer.from_params(
-        Params({"type": "elmoc_subwords", "archive_file": str(archives[CHARACTERS_INPUT])})
+        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT])})
     )
     assert upper.tokens_to_indices([Token("Bank")], None) == plain.tokens_to_indices([Token("bank")], None)
     assert plain.tokens_to_indices([Token("Bank")], None) != plain.tokens_to_indices([Token("bank")], None)
@@ -212,8 +232,6 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
         ElmocArchive.read(characters, str(tiny_fasttext_path))
     with pytest.raises(ConfigurationError, match="fastText-input biLM"):
         archive_with_its_fasttext(characters)
-    with pytest.raises(ConfigurationError, match="from_archive"):
-        ElmocSubwordIndexer(characters)
 
     def unsupported_embedder(config):
         config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"]["type"] = "pass_through"
@@ -232,24 +250,24 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_pos_tagger_config_trains_with_every_kind(archives, kind, tiny_fasttext_path, tmp_path, monkeypatch, one_torch_thread):
+def test_ner_tagger_config_trains_with_every_kind(archives, kind, tiny_fasttext_path, tmp_path, monkeypatch, one_torch_thread):
     from allennlp.commands.train import train_model_from_file
     from allennlp.common.util import import_module_and_submodules
 
     import_module_and_submodules("allennlp_models.tagging")
-    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "downstream" / "ud_pos.conllu"
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "downstream" / "conll2003.txt"
     environment = {
         "ELMOC_ARCHIVE": str(archives[kind]), "ELMOC_DIM": str(OUTPUT_DIM),
         "ELMOC_FASTTEXT": str(tiny_fasttext_path), "ELMOC_FASTTEXT_DIM": "16",
-        "POS_TRAIN_DATA_PATH": str(fixtures), "POS_VALIDATION_DATA_PATH": str(fixtures),
-        "POS_TEST_DATA_PATH": str(fixtures),
+        "NER_TRAIN_DATA_PATH": str(fixtures), "NER_VALIDATION_DATA_PATH": str(fixtures),
+        "NER_TEST_DATA_PATH": str(fixtures),
     }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    config = Path(__file__).resolve().parents[2] / "training_configs" / "downstream" / "ud_pos_tagger.jsonnet"
+    config = Path(__file__).resolve().parents[2] / "training_configs" / "downstream" / "ner_crf_tagger.jsonnet"
     train_model_from_file(str(config), str(tmp_path / "run"), overrides=json.dumps({"trainer.num_epochs": 1}))
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert 0.0 <= metrics["test_f1-measure-overall"] <= 1.0
 
 
 def test_elmoc_embed_lowercases_a_character_biLM_when_asked(archives, tmp_path, one_torch_thread):

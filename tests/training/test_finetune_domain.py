@@ -24,13 +24,14 @@ from allennlp.models.archival import load_archive
 
 from elmoc_allennlp.common.fasttext_training import train_fasttext
 from elmoc_allennlp.data.token_indexers.archive_fasttext_indexer import ArchiveFastTextIndexer
-from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
 from elmoc_allennlp.common.elmoc_archive import same_fasttext_model
 from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive
 from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
-from elmoc_allennlp.training.bilm_layer_groups import bilm_layer_groups
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 from elmoc_allennlp.training.gradual_unfreezing import RecoverableSlantedTriangular
+from elmoc_allennlp.common import torch_versions
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS, TINY_FASTTEXT_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,7 @@ def _epoch_states(serialization_dir: Path) -> List[Dict[str, torch.Tensor]]:
         serialization_dir.glob("model_state_e*_b0.th"),
         key=lambda path: int(re.search(r"_e(\d+)_", path.name).group(1)),
     )
-    return [torch.load(path, map_location="cpu", weights_only=True) for path in paths]
+    return [torch_versions.load_tensors(path) for path in paths]
 
 
 def _changed_groups(before, after, groups) -> List[str]:
@@ -127,7 +128,7 @@ def _changed_groups(before, after, groups) -> List[str]:
 def test_layer_groups_are_the_bilm_layers_bottom_to_top(base_archive):
     model = load_archive(str(base_archive)).model
     names = [name for name, _ in model.named_parameters()]
-    groups = bilm_layer_groups(names)
+    groups = BidirectionalLanguageModel.layer_groups(names)
     assert [label for label, _ in groups] == GROUPS
     assert sorted(name for _, group in groups for name in group) == sorted(names)
     labels = {name: label for label, group in groups for name in group}
@@ -136,7 +137,7 @@ def test_layer_groups_are_the_bilm_layers_bottom_to_top(base_archive):
     assert labels["_contextualizer.backward_layers.1.state_linearity.weight"] == "layer 2"
     assert labels["_output_layer.projection.weight"] == "output"
     with pytest.raises(ConfigurationError, match="not part of a biLM layer"):
-        bilm_layer_groups(names + ["_classifier.weight"])
+        BidirectionalLanguageModel.layer_groups(names + ["_classifier.weight"])
 
 
 # ------------------------------------------------------------------- what trains in which epoch
@@ -144,7 +145,7 @@ def test_layer_groups_are_the_bilm_layers_bottom_to_top(base_archive):
 
 def test_gradual_unfreezing_trains_the_top_k_groups_in_epoch_k(base_archive, finetuned):
     archive, serialization_dir = finetuned
-    groups = bilm_layer_groups(list(_base_state(base_archive)))
+    groups = BidirectionalLanguageModel.layer_groups(list(_base_state(base_archive)))
     states = [_base_state(base_archive)] + _epoch_states(serialization_dir)
     assert len(states) == 5
     for epoch in range(4):
@@ -156,7 +157,7 @@ def test_gradual_unfreezing_trains_the_top_k_groups_in_epoch_k(base_archive, fin
 def test_discriminative_learning_rates_divide_by_2_6_per_layer(finetuned):
     _, serialization_dir = finetuned
     for path in serialization_dir.glob("training_state_e*_b0.th"):
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch_versions.load_trusted(path)
         rates = [group["lr"] for group in state["optimizer"]["param_groups"]]
         assert len(rates) == 5  # 4 layer groups and allennlp's empty default group
         for lower, upper in zip(rates[:3], rates[1:4]):
@@ -217,7 +218,7 @@ def test_finetuned_archive_is_an_ordinary_bilm_archive(finetuned, tiny_fasttext_
     original = json.loads((serialization_dir / "config_finetune.json").read_text())
     assert original["model"]["type"] == "elmoc_bilm_from_archive"
     # The archive holds the best epoch's weights.
-    best = torch.load(serialization_dir / "best.th", map_location="cpu", weights_only=True)
+    best = torch_versions.load_tensors(serialization_dir / "best.th")
     for name, value in loaded.model.state_dict().items():
         assert torch.equal(value, best[name]), name
 
@@ -243,7 +244,7 @@ def test_finetuned_archive_works_with_every_downstream_tool(
         numpy.testing.assert_allclose(hdf5["0"][()], tuned_layers, atol=1e-5)
 
     # The token embedder of the downstream configs, with its indexer.
-    indexer = ElmocSubwordIndexer(str(archive))
+    indexer = BilmArchiveIndexer(str(archive))
     embedder = ElmocTokenEmbedder(str(archive), dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1])
     indexed = indexer.tokens_to_indices([Token(word) for word in SENTENCE], Vocabulary())
     padded = indexer.as_padded_tensor_dict(indexed, indexer.get_padding_lengths(indexed))

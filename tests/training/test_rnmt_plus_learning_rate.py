@@ -14,7 +14,9 @@ from allennlp.training import Checkpointer, GradientDescentTrainer
 from allennlp.training.callbacks import TrainerCallback
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
+from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
+from elmoc_allennlp.common import torch_versions
 from tests.training.toy_models import ToyRegression
 
 LR0 = 0.5
@@ -137,7 +139,7 @@ def test_state_dict_round_trip_through_a_checkpoint():
     buffer = io.BytesIO()
     torch.save({"learning_rate_scheduler": scheduler.state_dict()}, buffer)
     buffer.seek(0)
-    state = torch.load(buffer, weights_only=True)["learning_rate_scheduler"]
+    state = torch_versions.load_tensors(buffer)["learning_rate_scheduler"]
 
     optimizer = _optimizer(LR0)  # a fresh optimizer at lr0
     restored = RnmtPlusLearningRate(optimizer, 100, 4000, 12000, num_replicas=4)
@@ -336,3 +338,47 @@ def test_authors_schedule_with_a_small_batch_still_halves_at_the_end():
     assert _lr_at(scheduler, 1000) == pytest.approx(0.5e-4)
     assert _lr_at(scheduler, scheduler.decay_end) == pytest.approx(0.5e-4)
     assert all(math.isfinite(_lr_at(scheduler, t)) for t in (0, 10**6, 10**8))
+
+
+@pytest.mark.parametrize("loader_batch, accumulation, world_size", [(8, 1, 1), (4, 3, 1), (6, 2, 4)])
+def test_the_trainer_gives_the_schedule_the_global_batch(loader_batch, accumulation, world_size):
+    # B = the loader's batch x gradient accumulation x world size, whatever the config says
+    # elsewhere: `-o '{"data_loader.batch_sampler.batch_size": N}'` moves the schedule with it.
+    model = ToyRegression()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    scheduler = RnmtPlusLearningRate.from_global_batch(
+        optimizer, warmup_steps=10, decay_start_instances=4800, decay_end_instances=9600,
+        reference_batch_size=4,
+    )
+    with pytest.raises(ConfigurationError, match="global batch"):
+        scheduler.step_batch(1)  # no trainer has told it B yet
+    instances = [
+        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
+    ]
+    FastRecoveryTrainer(
+        model, optimizer, SimpleDataLoader(instances, batch_size=loader_batch, vocab=model.vocab),
+        num_epochs=1, num_gradient_accumulation_steps=accumulation, world_size=world_size,
+        learning_rate_scheduler=scheduler,
+    )
+    global_batch = loader_batch * accumulation * world_size
+    assert scheduler.global_batch == global_batch
+    assert scheduler.num_replicas == global_batch / 4
+    assert (scheduler.decay_start, scheduler.decay_end) == (4800 // global_batch, 9600 // global_batch)
+
+
+def test_a_config_batch_size_that_disagrees_with_the_loader_is_an_error():
+    model = ToyRegression()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    instances = [Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})]
+    loader = SimpleDataLoader(instances, batch_size=16, vocab=model.vocab)
+    for configured, accumulation, ok in ((16, 1, True), (16, 2, False), (768, 1, False)):
+        scheduler = RnmtPlusLearningRate.from_global_batch(optimizer, batch_size=configured)
+        build = lambda: FastRecoveryTrainer(  # noqa: E731
+            model, optimizer, loader, num_epochs=1, num_gradient_accumulation_steps=accumulation,
+            learning_rate_scheduler=scheduler,
+        )
+        if ok:
+            build()
+        else:
+            with pytest.raises(ConfigurationError, match="learning_rate_scheduler.batch_size"):
+                build()

@@ -38,7 +38,7 @@ local reader(max_sentences) = {
   token_indexers: {
     tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
     token_characters: { type: 'characters', min_padding_length: 5 },
-    elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+    elmo: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
   },
   max_span_width: max_span_width,
   [if max_sentences != null then 'max_sentences']: max_sentences,

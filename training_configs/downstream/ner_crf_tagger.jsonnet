@@ -4,7 +4,7 @@
 // allennlp-models' training_config/tagging/ner_elmo.jsonnet (Peters et al. 2018's NER model:
 // word vectors + character CNN + ELMo, 2-layer BiLSTM, CRF), hyperparameters unchanged, including
 // the L2 penalty 0.1 on the ELMo mixing weights (`scalar_parameters`), with three changes:
-// * the two ELMo blocks replaced by ELMo-C (`elmoc_subwords` / `elmoc_token_embedder`);
+// * the two ELMo blocks replaced by ELMo-C (`elmoc_bilm_inputs` / `elmoc_token_embedder`);
 // * the 50-d GloVe vectors (lowercased, fine-tuned) -> the frozen, cased fastText vectors
 //   (ELMOC_FASTTEXT, ELMOC_FASTTEXT_DIM): GloVe cannot be downloaded here, and fine-tuning the
 //   whole fastText table (words + 2M n-gram buckets) is not practical; with a fastText model
@@ -34,7 +34,7 @@ local char_cnn_dim = 128;
     token_indexers: {
       tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
       token_characters: { type: 'characters', min_padding_length: 3 },
-      [if use_bilm then 'elmo']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      [if use_bilm then 'elmo']: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('NER_TRAIN_DATA_PATH'),

@@ -4,7 +4,7 @@
 // allennlp-models' training_config/pair_classification/esim_elmo.jsonnet (ESIM, Chen et al. 2017,
 // with one ELMo representation at the input and no GloVe, as in Peters et al. 2018), hyperparameters
 // unchanged, with the two ELMo blocks replaced by ELMo-C:
-//   "elmo": {"type": "elmo_characters"}                -> {"type": "elmoc_subwords", ...}
+//   "elmo": {"type": "elmo_characters"}                -> {"type": "elmoc_bilm_inputs", ...}
 //   "elmo": {"type": "elmo_token_embedder", ...}       -> {"type": "elmoc_token_embedder", ...}
 // and whitespace tokenization instead of spaCy (spaCy models cannot be downloaded here).
 // ELMOC_DIM is the biLM's 2 * projection_dim: 1024 at the paper's size, which keeps ESIM's encoder
@@ -22,7 +22,7 @@ local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
     type: 'snli',
     tokenizer: { type: 'whitespace' },
     token_indexers: {
-      elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      elmo: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('SNLI_TRAIN_DATA_PATH'),

@@ -21,7 +21,7 @@ local binary_feature_dim = 100;
   dataset_reader: {
     type: 'srl',
     token_indexers: {
-      elmo: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      elmo: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('SRL_TRAIN_DATA_PATH'),

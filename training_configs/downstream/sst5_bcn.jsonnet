@@ -34,7 +34,7 @@ local reader(use_subtrees) = {
   granularity: '5-class',
   token_indexers: {
     tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
-    [if use_bilm then 'elmoc']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+    [if use_bilm then 'elmoc']: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
   },
 };
 

@@ -20,12 +20,12 @@
 //                                                                             fastText output embedding
 //   full           full softmax (not in the paper's tables)  fastText         full softmax
 //
-// ("elmoc_cnn" is an older name of elmoc_cnn_cc.) The Table 3 rows use the character CNN of a
-// trained ELMo, frozen, as the paper does (and the authors' code: input_layer.name "cnn" loads
-// ELMo's weight file, input_layer.freeze true): `elmo_archive` is the model.tar.gz of an `elmo`
-// run (elmo.jsonnet, or baselines_small.jsonnet with ELMOC_BASELINE=elmo), and the char_cnn_*
-// settings must be that run's. Its CNN is copied in by allennlp's `pretrained` initializer and
-// frozen with an optimizer parameter group `{"requires_grad": false}`.
+// The Table 3 rows use the character CNN of a trained ELMo, frozen, as the paper does (and the
+// authors' code: input_layer.name "cnn" loads ELMo's weight file, input_layer.freeze true):
+// `elmo_archive` is the model.tar.gz of an `elmo` run (elmo.jsonnet, or baselines_small.jsonnet
+// with ELMOC_BASELINE=elmo), and the char_cnn_* settings must be that run's. Its CNN is copied in
+// by allennlp's `pretrained` initializer and frozen with an optimizer parameter group
+// `{"requires_grad": false}`.
 //
 // The closed vocabularies (every output but the continuous one) are built from the training
 // corpus by frequency, capped at `vocabulary_size` words (allennlp's `from_instances`
@@ -334,8 +334,6 @@ local sparse_optimizer(s) =
         },
       } + pretrained_cnn(s, ['_text_field_embedder']),
     };
-    local aliases = { elmoc_cnn: 'elmoc_cnn_cc' };
-    local variant = if std.objectHas(aliases, name) then aliases[name] else name;
-    if std.objectHas(variants, variant) then variants[variant]
+    if std.objectHas(variants, name) then variants[name]
     else error ('unknown baseline ' + name + '; one of ' + std.join(', ', std.objectFields(variants))),
 }

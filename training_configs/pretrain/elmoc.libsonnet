@@ -13,7 +13,7 @@ local defaults = {
   train_data_path: error 'train_data_path is required',
   validation_data_path: null,
   // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
-  // the archive records it, so the downstream `elmoc_subwords` indexer lowercases too.
+  // the archive records it, so the downstream `elmoc_bilm_inputs` indexer lowercases too.
   lowercase_tokens: false,
 
   // --- Model ---
@@ -64,13 +64,18 @@ local defaults = {
   num_epochs: 10,
   // Instances held (and shuffled) in memory by the data loader: ours, to bound memory.
   max_instances_in_memory: 100 * self.batch_size,
+  // Every epoch reads the files, and the sentences within each file, in a new order drawn from
+  // (seed, epoch), the same on every rank and after --recover. Authors: source/data.py
+  // (`random.shuffle(self.all_files)` at every pass, `random.shuffle(data)` in each file).
+  shuffle: true,
 
   // --- Optimizer and schedule ---
   // Adam, eps 1e-6, betas (0.9, 0.999), no weight decay. Authors:
   // stand_alone_scripts/train.py, the Adam of `NoamOpt_ADAM`.
   learning_rate: 1e-4,  // lr0. Authors: optimizer.base_scale 1e-4.
   adam_epsilon: 1e-6,
-  // Gradient norm clipping. Authors: other_stuff.clip 1.0 (train.py `sparse_clip_norm`).
+  // Gradient norm clipping. Authors: other_stuff.clip 1.0 (train.py `sparse_clip_norm`), in each
+  // direction's own job; elmoc_gradient_descent clips each direction on its own here too.
   grad_norm: 1.0,
   // 'authors' (`elmoc_rnmt_plus`): source/models/optimizers.py `NoamOpt_ADAM` set up as
   // stand_alone_scripts/parse_config.py does, for the global batch B (instances per step, all
@@ -102,7 +107,10 @@ local defaults = {
   num_nodes: 1,
   primary_address: null,
   primary_port: null,
-  // Train 'forward' or 'backward' only, as two jobs to merge with `allennlp elmoc-merge-bilm`.
+  // 'both': the two LMs in one job, exactly as two jobs (loss = sum of the directions' losses,
+  // per-direction clipping). 'forward' / 'backward': one LM per job, merged with
+  // `allennlp elmoc-merge-bilm`. Authors: rnn_layer.bidirectional false (one job per direction;
+  // whether on 2 + 2 or 4 + 4 GPUs is not in their code: README "Config reference").
   directions: 'both',
   // Crash-safe checkpoints (`elmoc_atomic`); set a step interval for long epochs so that a
   // crash loses at most that many steps (null: only at the end of each epoch).
@@ -115,9 +123,10 @@ local defaults = {
 };
 
 local schedulers(s) = {
+  // B is not given: the elmoc_gradient_descent trainer derives it from the loader's batch size,
+  // the gradient accumulation and the world size.
   authors: {
     type: 'elmoc_rnmt_plus',
-    batch_size: s.batch_size,
     warmup_steps: s.warmup_steps,
     decay_start_instances: s.decay_start_instances,
     decay_end_instances: s.decay_end_instances,
@@ -168,6 +177,7 @@ local inapplicable(settings, s) = [
       dataset_reader: {
         type: 'elmoc_lm_corpus',
         mode: mode,
+        [if s.shuffle then 'shuffle']: true,
         [if mode == 'window' then 'window_length']: s.window_length,
         [if mode == 'sentence' && s.max_sequence_length != null then 'max_sequence_length']:
           s.max_sequence_length,
@@ -175,6 +185,10 @@ local inapplicable(settings, s) = [
           fasttext: {
             type: 'elmoc_fasttext_subwords',
             vectors_path: s.fasttext_path,
+            // `</S>` is fastText's `</s>` and `<S>` a word of its own (its subword vector), two
+            // vectors as the authors' `<s>` / `</s>` (source/models/build_word_vectors.py:
+            // `get_word_vector` of each); `<S>` is their `<s>` exactly with lowercase_tokens.
+            boundary_tokens: ['</S>'],
             [if s.lowercase_tokens then 'lowercase_tokens']: true,
           },
         },

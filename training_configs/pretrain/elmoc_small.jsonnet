@@ -16,7 +16,7 @@ local settings = {
   train_data_path: std.extVar('ELMOC_TRAIN_DATA'),
   validation_data_path: std.extVar('ELMOC_VALIDATION_DATA'),
   // The PTB LM text is lowercased (the quickstart also lowercases its number token N before
-  // training fastText): downstream, the `elmoc_subwords` indexer then lowercases task text too.
+  // training fastText): downstream, the `elmoc_bilm_inputs` indexer then lowercases task text too.
   lowercase_tokens: true,
   projection_dim: 128,
   cell_dim: 512,

@@ -1,2 +1,1 @@
 from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader
-from elmoc_allennlp.data.dataset_readers.ud_pos_reader import UniversalDependenciesPosReader

@@ -3,9 +3,9 @@ A lazy, shardable reader for One Billion Word-style language-modelling corpora: 
 one sentence per line, spread over many shard files.
 """
 import glob
-import itertools
 import logging
 import os
+import random
 from os import PathLike
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar, Union
 
@@ -71,23 +71,31 @@ class LanguageModelCorpusReader(DatasetReader):
       window_length`, `L + 1` tokens: consecutive windows share one token), so that every
       token of the stream is the target of the forward LM in exactly one window and of the
       backward LM in exactly one window, and each LM predicts `L` tokens per window. The last
-      window of a worker's share may be shorter. The stream never holds more than one window
-      and one sentence in memory.
+      window of the corpus may be shorter. The stream never holds more than one window and one
+      sentence in memory.
 
     `file_path` may be a file, a directory (all its non-hidden files) or a glob pattern such as
-    `"shards/news.en-*"`; files are read in sorted order, lazily, line by line. Lines are decoded
-    as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
+    `"shards/news.en-*"`; files are read in sorted order (unless `shuffle`), lazily, line by line.
+    Lines are decoded as strict UTF-8 (an invalid line raises a `CorpusDecodingError`, a `ConfigurationError` naming
     the file, line and byte offset). Blank and whitespace-only lines are skipped.
 
-    With several data-loader workers and/or distributed processes, every worker reads a disjoint
-    share of the corpus, so no sentence is seen twice and none is skipped. With `F` files, `R`
-    processes and `W` workers per process, the split is by file where there are enough files and
-    by line otherwise: process `r` reads files `r, r + R, ...` when `F >= R` (else every process
-    reads every file and keeps every `R`-th line); then worker `w` of a process reads every
-    `W`-th of the process's files when it has at least `W` of them (else it keeps every `W`-th
-    of the process's lines). So with `F >= R * W` each (process, worker) opens only its own
-    files and each byte of the corpus is read once per epoch; the processes' shares differ by at
-    most one file. In window mode each worker cuts its own share of the sentences into windows.
+    With several data-loader workers and/or distributed processes, the instances are dealt out
+    in turn: of the `R * W` readers (`R` processes x `W` loader workers), reader `r * W + w`
+    yields instances `r * W + w`, `+ R * W`, ... of what one reader would yield (sentences or
+    chunks; windows of the whole stream, so that they are the single-process windows). So every
+    instance is read once per epoch, and the processes' counts differ by at most one: they end
+    their epoch together and allennlp, which ends it when the first process runs out, drops no
+    data (`docs/scale_and_fault_tolerance.md`). Every reader scans every file (reading and
+    decoding its bytes, counting the tokens of each line), and tokenizes only the lines its own
+    instances need.
+
+    With `shuffle`, each training epoch reads the files, and the sentences within each file, in
+    a new order drawn from `(seed, epoch)` (as the authors' `data.py` reshuffles files and
+    sentences at every pass), the same in every process and every recovered run. The
+    `elmoc_gradient_descent` trainer sets the epoch (`set_epoch`); a read with no epoch (e.g.
+    validation) is in corpus order. A shuffled file is held in memory while it is read. The
+    loader must read the corpus every epoch (`max_instances_in_memory` set, as in the configs):
+    one that keeps all instances reads it once.
 
     The counts of the most recent read (of this worker's share) are in `last_read_statistics`:
     `files`, `lines`, `blank_lines_skipped`, `sentences`, `sentences_split`, `sentences_truncated`,
@@ -138,9 +146,10 @@ class LanguageModelCorpusReader(DatasetReader):
     max_token_characters : `int`, optional (default = `None`)
         Tokens longer than this many characters are truncated to it (counted in
         `tokens_truncated`). ELMo caps tokens at 50 characters. `None`: no limit.
-    shard_by_file : `bool`, optional (default = `True`)
-        Split the corpus between processes and workers by file where there are enough files
-        (see above). `False` splits by line at both levels, so every worker reads every file.
+    shuffle : `bool`, optional (default = `False`)
+        Read each epoch in a new order drawn from `(seed, epoch)`, see above.
+    seed : `int`, optional (default = `0`)
+        The seed of the per-epoch order.
     """
 
     def __init__(
@@ -156,7 +165,8 @@ class LanguageModelCorpusReader(DatasetReader):
         invalid_lines: str = "error",
         max_line_bytes: Optional[int] = None,
         max_token_characters: Optional[int] = None,
-        shard_by_file: bool = True,
+        shuffle: bool = False,
+        seed: int = 0,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -196,7 +206,9 @@ class LanguageModelCorpusReader(DatasetReader):
                 isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
             ):
                 raise ConfigurationError(f"{name} must be a positive integer or null, got {limit!r}")
-        self._shard_by_file = shard_by_file
+        self._shuffle = shuffle
+        self._seed = seed
+        self._epoch: Optional[int] = None
         self._invalid_lines = invalid_lines
         self._max_line_bytes = max_line_bytes
         self._max_token_characters = max_token_characters
@@ -225,114 +237,52 @@ class LanguageModelCorpusReader(DatasetReader):
     def apply_token_indexers(self, instance: Instance) -> None:
         instance.fields["tokens"].token_indexers = self._token_indexers  # type: ignore
 
-    def shard_iterable(self, iterable: Iterable[_T]) -> Iterator[_T]:
-        """
-        Keeps the items of this worker: those of this process (distributed training), then those
-        of this data-loader worker. Unlike the base class, the distributed share is taken from
-        `get_distributed_info()` (which survives pickling into data-loader worker processes, where
-        `torch.distributed` is not initialized), and `max_instances` is not applied here because
-        the items are lines, not instances (`read()` applies it to the instances).
-        """
-        sharded: Iterator[_T] = iter(iterable)
-        distributed_info = self._distributed_info
-        if distributed_info is not None:
-            sharded = itertools.islice(
-                sharded, distributed_info.global_rank, None, distributed_info.world_size
-            )
-        elif util.is_distributed():
-            sharded = itertools.islice(sharded, dist.get_rank(), None, dist.get_world_size())
-        if self._worker_info is not None:
-            sharded = itertools.islice(
-                sharded, self._worker_info.id, None, self._worker_info.num_workers
-            )
-        return sharded
+    def set_epoch(self, epoch: Optional[int]) -> None:
+        """The training epoch the next reads belong to (`None`: corpus order), for `shuffle`."""
+        self._epoch = epoch
 
-    def _rank_and_world_size(self) -> Tuple[int, int]:
+    def _slot(self) -> Tuple[int, int]:
+        """This reader's index among all readers (processes x loader workers), and their number."""
         # `get_distributed_info()` survives pickling into data-loader worker processes, where
         # `torch.distributed` is not initialized.
         if self._distributed_info is not None:
-            return self._distributed_info.global_rank, self._distributed_info.world_size
-        if util.is_distributed():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-
-    def shard_plan(self, paths: List[str]) -> Tuple[List[str], List[Tuple[int, int]]]:
-        """
-        This worker's share of the corpus: the files it reads, and the line split it applies to
-        the concatenated lines of those files, as `(index, count)` pairs applied in turn (keep
-        line `index`, `index + count`, ... of the lines left by the previous pair). An empty
-        list of pairs means every line of the files.
-        """
-        files = list(paths)
-        line_split: List[Tuple[int, int]] = []
-        rank, world_size = self._rank_and_world_size()
-        if world_size > 1:
-            if self._shard_by_file and len(files) >= world_size:
-                files = files[rank::world_size]
-            else:
-                line_split.append((rank, world_size))
-        if self._worker_info is not None and self._worker_info.num_workers > 1:
-            worker_id, num_workers = self._worker_info.id, self._worker_info.num_workers
-            if self._shard_by_file and not line_split and len(files) >= num_workers:
-                files = files[worker_id::num_workers]
-            else:
-                line_split.append((worker_id, num_workers))
-        return files, line_split
+            rank, world_size = self._distributed_info.global_rank, self._distributed_info.world_size
+        elif util.is_distributed():
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, world_size = 0, 1
+        worker, num_workers = (
+            (self._worker_info.id, self._worker_info.num_workers)
+            if self._worker_info is not None
+            else (0, 1)
+        )
+        return rank * num_workers + worker, world_size * num_workers
 
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
-        all_paths = self._resolve_paths(file_path)
-        paths, line_split = self.shard_plan(all_paths)
+        paths = self._resolve_paths(file_path)
+        order = None
+        if self._shuffle and self._epoch is not None:
+            order = random.Random(self._seed * 1_000_003 + self._epoch)
+            order.shuffle(paths)
         statistics = self._new_statistics()
         self.last_read_statistics = statistics
-        corpus_lines = [0]  # set to 1 at the first non-blank line of the files read
-
-        sentences = self._sentences(paths, line_split, statistics, corpus_lines)
-        if self._mode == "window":
-            chunks = self._windows(sentences)
-        else:
-            chunks = (
-                self._with_boundaries(chunk)
-                for tokens in sentences
-                for chunk in self._limit_length(tokens, statistics)
-            )
-        for chunk in chunks:
+        corpus_lines = [0]  # set to 1 at the first non-blank line
+        lines = self._numbered_lines(paths, statistics, corpus_lines, order)
+        texts = self._texts(lines, statistics)
+        make = self._windows if self._mode == "window" else self._sentence_chunks
+        for chunk in make(texts, statistics, *self._slot()):
             statistics["instances"] += 1
             yield Instance({"tokens": TextField(chunk)})
-
         if corpus_lines[0] == 0:
-            # This worker's files may be blank while others' are not.
-            own_files = set(paths)
-            other_files = [path for path in all_paths if path not in own_files]
-            if not any(self._has_text(path) for path in other_files):
-                raise ConfigurationError(
-                    f"The corpus {file_path} has no text: its {len(all_paths)} file(s) are empty "
-                    f"or blank ({', '.join(all_paths[:3])}{', ...' if len(all_paths) > 3 else ''})"
-                )
+            raise ConfigurationError(
+                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty "
+                f"or blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+            )
 
-    @staticmethod
-    def _has_text(path: str) -> bool:
-        """Whether a file has a line that is not blank (reads up to the first one)."""
-        with open(path, "rb") as corpus_file:
-            for raw_line in iter(lambda: corpus_file.readline(_DISCARD_CHUNK), b""):
-                if raw_line.startswith(b"\xef\xbb\xbf"):
-                    raw_line = raw_line[3:]
-                if raw_line.strip():
-                    return True
-        return False
-
-    def _sentences(
-        self,
-        paths: List[str],
-        line_split: List[Tuple[int, int]],
-        statistics: Dict[str, int],
-        corpus_lines: List[int],
-    ) -> Iterator[List[Token]]:
-        """The tokens of every sentence of this worker's share of the lines, in order."""
-        numbered_lines: Iterator[Tuple[str, int, Optional[bytes]]] = self._numbered_lines(
-            paths, statistics, corpus_lines
-        )
-        for index, count in line_split:
-            numbered_lines = itertools.islice(numbered_lines, index, None, count)
+    def _texts(
+        self, numbered_lines: Iterator[Tuple[str, int, Optional[bytes]]], statistics: Dict[str, int]
+    ) -> Iterator[str]:
+        """The text of every sentence (valid, non-blank line), in order."""
         for path, line_number, raw_line in numbered_lines:
             statistics["lines"] += 1
             if raw_line is None:
@@ -354,32 +304,78 @@ class LanguageModelCorpusReader(DatasetReader):
                     f"invalid UTF-8 at byte offset {error.byte_offset} ({error.reason})",
                 )
                 continue
-            tokens = self._tokenizer.tokenize(text) if text and not text.isspace() else []
-            if not tokens:
+            if not text or text.isspace():
                 statistics["blank_lines_skipped"] += 1
                 continue
-            if self._max_token_characters is not None:
-                tokens = self._truncate_tokens(tokens, statistics)
+            yield text
+
+    def _tokens(self, text: str, statistics: Dict[str, int], own: bool) -> List[Token]:
+        tokens = self._tokenizer.tokenize(text)
+        if own:
             statistics["sentences"] += 1
             statistics["tokens"] += len(tokens)
-            yield tokens
+        if self._max_token_characters is not None:
+            tokens = self._truncate_tokens(tokens, statistics if own else dict(statistics))
+        return tokens
 
-    def _windows(self, sentences: Iterable[List[Token]]) -> Iterator[List[Token]]:
+    def _num_tokens(self, text: str) -> int:
+        # Whitespace tokenization without building the tokens (what most lines need).
+        if type(self._tokenizer) is WhitespaceTokenizer:
+            return len(text.split())
+        return len(self._tokenizer.tokenize(text))
+
+    def _sentence_chunks(
+        self, texts: Iterable[str], statistics: Dict[str, int], slot: int, num_slots: int
+    ) -> Iterator[List[Token]]:
+        """Sentence mode: this reader's chunks, every `num_slots`-th of all sentences' chunks."""
+        index = 0  # of the next chunk, among all readers'
+        max_length = self._max_sequence_length
+        for text in texts:
+            length = self._num_tokens(text)
+            num_chunks = 1
+            if length > max_length and self._long_sentences == "split":
+                num_chunks = -(-length // max_length)
+            first_own = (slot - index) % num_slots
+            if first_own < num_chunks:
+                own = first_own == 0
+                tokens = self._tokens(text, statistics, own)
+                for chunk_index, chunk in enumerate(self._limit_length(tokens, statistics, own)):
+                    if (index + chunk_index) % num_slots == slot:
+                        yield self._with_boundaries(chunk)
+            index += num_chunks
+
+    def _windows(
+        self, texts: Iterable[str], statistics: Dict[str, int], slot: int, num_slots: int
+    ) -> Iterator[List[Token]]:
         """
         Window mode: the sentences with their boundary tokens as one stream, cut into windows of
-        `window_length + 1` tokens, each starting at the last token of the previous one.
+        `window_length + 1` tokens, each starting at the last token of the previous one; this
+        reader's are every `num_slots`-th. The lines no own window needs are only counted.
         """
-        size = self._window_length + 1
-        stream: List[Token] = []
-        for tokens in sentences:
-            stream.extend(self._with_boundaries(tokens))
-            start = 0
-            while len(stream) - start >= size:
-                yield stream[start : start + size]
-                start += size - 1
-            del stream[:start]
-        if len(stream) > 1:
-            yield stream
+        length = self._window_length
+        size = length + 1
+        boundaries = (self._start_token is not None) + (self._end_token is not None)
+        stream: List[Optional[Token]] = []
+        offset = 0  # stream position of stream[0]
+        window = 0  # the next window starts at position window * length
+        for text in texts:
+            first = offset + len(stream)
+            last = first + self._num_tokens(text) + boundaries - 1
+            low, high = max(0, -((length - first) // length)), last // length  # windows touched
+            own = (first // length) % num_slots == slot
+            if own or high - low + 1 >= num_slots or (slot - low) % num_slots <= high - low:
+                stream.extend(self._with_boundaries(self._tokens(text, statistics, own)))
+            else:
+                stream.extend([None] * (last - first + 1))
+            while offset + len(stream) - window * length >= size:
+                if window % num_slots == slot:
+                    start = window * length - offset
+                    yield stream[start : start + size]  # type: ignore[misc]
+                window += 1
+            del stream[: window * length - offset]
+            offset = window * length
+        if len(stream) > 1 and window % num_slots == slot:
+            yield stream  # type: ignore[misc]
 
     def _truncate_tokens(self, tokens: List[Token], statistics: Dict[str, int]) -> List[Token]:
         limit = self._max_token_characters
@@ -408,7 +404,11 @@ class LanguageModelCorpusReader(DatasetReader):
             )
 
     def _numbered_lines(
-        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int]
+        self,
+        paths: List[str],
+        statistics: Dict[str, int],
+        corpus_lines: List[int],
+        order: Optional[random.Random] = None,
     ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
         """
         Yields `(path, 1-based line number, raw line without its newline)` for every line of
@@ -416,35 +416,17 @@ class LanguageModelCorpusReader(DatasetReader):
         line longer than `max_line_bytes` (which is not kept in memory). This generator is only
         resumed after the consumer has dealt with the previous line, so the counts are complete
         when a file ends. `corpus_lines[0]` is set to 1 at the first line of any file (of any
-        worker's share) that is not blank.
+        worker's share) that is not blank. With `order`, each file's lines are read whole and
+        yielded in an order drawn from it.
         """
-        limit = self._max_line_bytes
         for path in paths:
             statistics["files"] += 1
             before = dict(statistics)
-            with open(path, "rb") as corpus_file:
-                line_number = 0
-                while True:
-                    if limit is None:
-                        raw_line = corpus_file.readline()
-                    else:
-                        # One byte more than the limit, plus room for "\r\n".
-                        raw_line = corpus_file.readline(limit + 3)
-                    if not raw_line:
-                        break
-                    statistics["bytes"] += len(raw_line)
-                    line_number += 1
-                    if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
-                        raw_line = raw_line[3:]  # UTF-8 byte order mark
-                    if not corpus_lines[0] and raw_line.strip():
-                        corpus_lines[0] = 1
-                    if limit is not None and len(raw_line.rstrip(b"\r\n")) > limit:
-                        if not raw_line.endswith(b"\n"):
-                            statistics["bytes"] += self._discard_rest_of_line(corpus_file)
-                        corpus_lines[0] = 1
-                        yield path, line_number, None
-                        continue
-                    yield path, line_number, raw_line.rstrip(b"\r\n")
+            lines = self._file_lines(path, statistics, corpus_lines)
+            if order is not None:
+                lines = list(lines)  # type: ignore[assignment]
+                order.shuffle(lines)  # type: ignore[arg-type]
+            yield from lines
             in_file = {key: statistics[key] - before[key] for key in statistics}
             logger.info(
                 "Read %s: %d lines, %d blank lines skipped, %d sentences (%d split, %d truncated), "
@@ -463,6 +445,35 @@ class LanguageModelCorpusReader(DatasetReader):
                 ),
             )
 
+    def _file_lines(
+        self, path: str, statistics: Dict[str, int], corpus_lines: List[int]
+    ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
+        """The numbered lines of one file, streaming (see `_numbered_lines`)."""
+        limit = self._max_line_bytes
+        with open(path, "rb") as corpus_file:
+            line_number = 0
+            while True:
+                if limit is None:
+                    raw_line = corpus_file.readline()
+                else:
+                    # One byte more than the limit, plus room for "\r\n".
+                    raw_line = corpus_file.readline(limit + 3)
+                if not raw_line:
+                    break
+                statistics["bytes"] += len(raw_line)
+                line_number += 1
+                if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
+                    raw_line = raw_line[3:]  # UTF-8 byte order mark
+                if not corpus_lines[0] and raw_line.strip():
+                    corpus_lines[0] = 1
+                if limit is not None and len(raw_line.rstrip(b"\r\n")) > limit:
+                    if not raw_line.endswith(b"\n"):
+                        statistics["bytes"] += self._discard_rest_of_line(corpus_file)
+                    corpus_lines[0] = 1
+                    yield path, line_number, None
+                    continue
+                yield path, line_number, raw_line.rstrip(b"\r\n")
+
     @staticmethod
     def _discard_rest_of_line(corpus_file) -> int:
         """Reads past the rest of the current line; returns the number of bytes skipped."""
@@ -474,15 +485,15 @@ class LanguageModelCorpusReader(DatasetReader):
                 return skipped
 
     def _limit_length(
-        self, tokens: List[Token], statistics: Dict[str, int]
+        self, tokens: List[Token], statistics: Dict[str, int], own: bool = True
     ) -> List[List[Token]]:
         max_length = self._max_sequence_length
         if len(tokens) <= max_length:
             return [tokens]
         if self._long_sentences == "truncate":
-            statistics["sentences_truncated"] += 1
+            statistics["sentences_truncated"] += own
             return [tokens[:max_length]]
-        statistics["sentences_split"] += 1
+        statistics["sentences_split"] += own
         return [tokens[start : start + max_length] for start in range(0, len(tokens), max_length)]
 
     def _with_boundaries(self, tokens: List[Token]) -> List[Token]:

@@ -1,4 +1,3 @@
-import itertools
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
@@ -12,16 +11,18 @@ from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
 from elmoc_allennlp.common.portable_bilm import locate_fasttext
-from elmoc_allennlp.common.registry_aliases import register_old_name
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+    MAX_TOKEN_CHARACTERS,
+    BilmInputIndexer,
+    padded_ids,
+)
 
 # Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
 # index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
-PADDING_ID = 0
 
 
 @TokenIndexer.register("elmoc_fasttext_subwords")
-@register_old_name(TokenIndexer, "fasttext_subwords")
-class FastTextSubwordIndexer(TokenIndexer):
+class FastTextSubwordIndexer(BilmInputIndexer):
     """
     Represents each token by the fastText input-matrix rows its vector is the mean of: its own
     row if it is in the fastText dictionary, plus its hashed character n-grams (see
@@ -44,8 +45,7 @@ class FastTextSubwordIndexer(TokenIndexer):
     only passes it on and the model's forward neither reads the table nor copies ids from the
     device to the host. The vectors are the embedder's own within float32 rounding.
 
-    Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords"
-    ("fasttext_subwords" in older configs).
+    Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 
     # Parameters
 
@@ -55,7 +55,7 @@ class FastTextSubwordIndexer(TokenIndexer):
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)
         Lowercase each token (not the boundary tokens) before looking it up: for fastText models
-        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_subwords`
+        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_bilm_inputs`
         indexer and `ElmocEmbedder` of that archive lowercase too.
     gather_vectors : `bool`, optional (default=`False`)
         Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
@@ -63,6 +63,9 @@ class FastTextSubwordIndexer(TokenIndexer):
         bytes per instance in the batch.
     token_min_padding_length : `int`, optional (default=`0`)
         See :class:`TokenIndexer`.
+    max_token_characters : `int`, optional (default=`50`, ELMo's)
+        A longer token is indexed as its first `max_token_characters` characters (its n-grams
+        grow with its length; see `BilmInputIndexer`).
     serialization_dir : `str`, optional (default=`None`)
         Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
         for next to the archive, then in `ELMOC_VECTORS_PATH` (see
@@ -77,14 +80,14 @@ class FastTextSubwordIndexer(TokenIndexer):
         token_min_padding_length: int = 0,
         gather_vectors: bool = False,
         serialization_dir: Optional[str] = None,
+        max_token_characters: int = MAX_TOKEN_CHARACTERS,
     ) -> None:
-        super().__init__(token_min_padding_length)
+        super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
         self._gather_vectors = gather_vectors
         # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
         vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
-        self._lowercase_tokens = lowercase_tokens
         self._vectors = FastTextVectors.from_path(vectors_path)
         self._make_cache()
 
@@ -113,6 +116,7 @@ class FastTextSubwordIndexer(TokenIndexer):
                 and self._lowercase_tokens == other._lowercase_tokens
                 and self._token_min_padding_length == other._token_min_padding_length
                 and self._gather_vectors == other._gather_vectors
+                and self.max_token_characters == other.max_token_characters
             )
         return NotImplemented
 
@@ -121,8 +125,8 @@ class FastTextSubwordIndexer(TokenIndexer):
         return self._vectors
 
     @property
-    def lowercase_tokens(self) -> bool:
-        return self._lowercase_tokens
+    def boundary_tokens(self) -> List[str]:
+        return list(self._boundary_tokens)
 
     @property
     def gather_vectors(self) -> bool:
@@ -137,29 +141,26 @@ class FastTextSubwordIndexer(TokenIndexer):
         """
         The indices emitted for a boundary token (fastText's `</s>`), for inserting sentence
         boundaries in index space. Raises `ConfigurationError` if the model has no `</s>` and the
-        boundary tokens therefore index differently (use `token_subword_ids` for each).
+        boundary tokens therefore index differently (use `token_ids` for each).
         """
         if self._eos_ids is not None:
             return list(self._eos_ids)
-        distinct = {self._cached_ids(token) for token in self._boundary_tokens}
+        distinct = {tuple(self.token_ids(token)) for token in self._boundary_tokens}
         if len(distinct) != 1:
             raise ConfigurationError(
                 f"fastText model {self._vectors.path} has no '{self._vectors.eos_word}' word, so "
                 f"the boundary tokens {list(self._boundary_tokens)} have no single shared index; "
-                "use token_subword_ids(token) for each of them"
+                "use token_ids(token) for each of them"
             )
         return list(distinct.pop())
 
-    def token_subword_ids(self, text: str) -> List[int]:
-        """The indices `tokens_to_indices` emits for a token with this text."""
-        return list(self._cached_ids(text))
+    def _ids_of(self, text: str) -> Tuple[int, ...]:
+        return self._cached_ids(text)
 
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self._boundary_tokens:
             return tuple(self._eos_ids)
-        if self._lowercase_tokens:
-            text = text.lower()
-        ids = self._vectors.subword_ids_tuple(text)
+        ids = self._vectors.subword_ids_tuple(self._lowered(text))
         if not ids:
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)
@@ -181,14 +182,9 @@ class FastTextSubwordIndexer(TokenIndexer):
         vectors[has_rows] = sums / counts[has_rows, None].astype(np.float32)
         return vectors
 
-    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
-        # Vocabulary-free.
-        pass
-
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        cached_ids = self._cached_ids
         return {
-            "subword_ids": [list(cached_ids(token.ensure_text())) for token in tokens],
+            "subword_ids": [self.token_ids(token.ensure_text()) for token in tokens],
             "mask": [True] * len(tokens),
         }
 
@@ -207,18 +203,12 @@ class FastTextSubwordIndexer(TokenIndexer):
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
         num_tokens = padding_lengths["num_tokens"]
-        num_subwords = padding_lengths["num_subwords"]
-        rows = [ids[:num_subwords] for ids in tokens["subword_ids"][:num_tokens]]
-        lengths = np.array([len(ids) for ids in rows], dtype=np.int64)
-        subword_ids = np.full((num_tokens, num_subwords), PADDING_ID, dtype=np.int64)
-        # Fill the unpadded prefix of each row in one vectorized assignment.
-        filled = np.arange(num_subwords) < lengths[:, None]
-        subword_ids[: len(rows)][filled] = list(itertools.chain.from_iterable(rows))
+        subword_ids = padded_ids(tokens["subword_ids"], num_tokens, padding_lengths["num_subwords"])
         mask = torch.zeros(num_tokens, dtype=torch.bool)
-        mask[: len(rows)] = True
-        tensors = {"subword_ids": torch.from_numpy(subword_ids), "mask": mask}
+        mask[: min(len(tokens["subword_ids"]), num_tokens)] = True
+        tensors = {"subword_ids": subword_ids, "mask": mask}
         if self._gather_vectors:
             # One stat per instance: the table must be the one the run started with.
             self._vectors.check_unchanged()
-            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids, num_tokens))
+            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids.numpy(), num_tokens))
         return tensors

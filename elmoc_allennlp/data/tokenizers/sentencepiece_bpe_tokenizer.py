@@ -20,7 +20,6 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.data.tokenizers import Token, Tokenizer
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +111,6 @@ def train_sentencepiece_bpe(
 
 
 @Tokenizer.register("elmoc_sentencepiece_bpe")
-@register_old_name(Tokenizer, "sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
     Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
@@ -120,7 +118,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     `tokenize_words` also returns the position of each word's first piece. Downstream, ELMo-Sub
     gives a word the forward state of its last piece and the backward state of its first (see
-    `elmoc_allennlp.modules.bilm_input_tensors`).
+    `elmoc_allennlp.modules.elmoc`).
 
     The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
     trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if
@@ -128,8 +126,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
     happens once.
 
-    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe"
-    ("sentencepiece_bpe" in older configs).
+    Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 
     # Parameters
 

@@ -5,14 +5,12 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
 
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
-@register_old_name(LanguageModelOutputLayer, "adaptive_softmax")
-class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
+class AdaptiveSoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     The adaptive softmax of Grave et al. (2017), as `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
     frequent words (ids below `cutoffs[0]`) and one entry per tail cluster form the head
@@ -24,8 +22,7 @@ class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
     The vocabulary must be sorted by decreasing frequency (allennlp's `from_instances`
     vocabulary is), so that the cutoffs split it into frequency bands.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax"
-    ("adaptive_softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax".
 
     # Parameters
 
@@ -100,7 +97,7 @@ class AdaptiveSoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("AdaptiveSoftmaxHead needs target_ids")
+            raise ValueError("AdaptiveSoftmaxOutputLayer needs target_ids")
         if hidden_states.size(0) == 0:
             return {"loss": hidden_states.new_zeros(0)}
         target_log_probabilities = self.adaptive(hidden_states, target_ids).output

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
+from elmoc_allennlp.common.checks import check_one_of, check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     MIN_VMF_DIMENSION,
@@ -16,16 +16,14 @@ _LOSSES = ("cosine", "l2", "vmf")
 
 
 @LanguageModelOutputLayer.register("elmoc_continuous")
-@register_old_name(LanguageModelOutputLayer, "continuous")
-class ContinuousOutputHead(LanguageModelOutputLayer):
+class ContinuousOutputLayer(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
     section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
     embedding, trained to point at the target word's vector. It has `input_dim · embedding_dim +
     embedding_dim` parameters whatever the vocabulary size, and no softmax normalisation.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous"
-    ("continuous" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous".
 
     # Parameters
 
@@ -52,13 +50,9 @@ class ContinuousOutputHead(LanguageModelOutputLayer):
         vmf_norm_penalty: float = 0.02,
     ) -> None:
         super().__init__()
-        if loss not in _LOSSES:
-            raise ConfigurationError(f"output_layer.loss must be one of {_LOSSES}, got {loss!r}")
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_one_of(loss, _LOSSES, "output_layer.loss")
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         if loss == "vmf" and embedding_dim < MIN_VMF_DIMENSION:
             raise ConfigurationError(
                 f"output_layer.embedding_dim is {embedding_dim}, but output_layer.loss 'vmf' "
@@ -84,7 +78,7 @@ class ContinuousOutputHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_embeddings is None:
-            raise ValueError("ContinuousOutputHead needs target_embeddings")
+            raise ValueError("ContinuousOutputLayer needs target_embeddings")
         if target_embeddings.size(-1) != self._embedding_dim:
             raise ConfigurationError(
                 f"output_layer.embedding_dim is {self._embedding_dim} but the target vectors have "

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import closed_vocabulary_size
 
@@ -84,8 +84,7 @@ class LogUniformSampler:
 
 
 @LanguageModelOutputLayer.register("elmoc_sampled_softmax")
-@register_old_name(LanguageModelOutputLayer, "sampled_softmax")
-class SampledSoftmaxHead(LanguageModelOutputLayer):
+class SampledSoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     The sampled softmax of ELMo (Jean et al., 2015, as in TensorFlow's `sampled_softmax_loss`):
     in training, each target is scored against itself and `num_samples` negative words shared by
@@ -107,8 +106,7 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
       fastText dimension, so it has about the parameters of the continuous head (plus the bias),
       but keeps the softmax loss.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax"
-    ("sampled_softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax".
 
     # Parameters
 
@@ -162,11 +160,8 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
                 )
             embedding_dim = pretrained.size(1)
         embedding_dim = embedding_dim or input_dim
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         # Candidates are the ids 1 .. num_words - 1: index 0 is the namespace's padding.
         self._padding_offset = 1 if vocab.is_padded(vocab_namespace) else 0
         self.sampler = LogUniformSampler(num_words - self._padding_offset, num_samples)
@@ -208,7 +203,7 @@ class SampledSoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("SampledSoftmaxHead needs target_ids")
+            raise ValueError("SampledSoftmaxOutputLayer needs target_ids")
         hidden_states = self._project(hidden_states)
         if hidden_states.size(0) == 0:
             return {"loss": hidden_states.new_zeros(0)}

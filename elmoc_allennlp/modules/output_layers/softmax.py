@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.registry_aliases import register_old_name
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 
@@ -28,8 +28,7 @@ def closed_vocabulary_size(vocab: Vocabulary, vocab_namespace: str, config_key: 
 
 
 @LanguageModelOutputLayer.register("elmoc_softmax")
-@register_old_name(LanguageModelOutputLayer, "softmax")
-class SoftmaxHead(LanguageModelOutputLayer):
+class SoftmaxOutputLayer(LanguageModelOutputLayer):
     """
     A full softmax over a closed vocabulary: the logits of every word are `W h + b`, where `W`
     (`num_words x embedding_dim`) is the output embedding. The loss is the negative log-likelihood
@@ -40,8 +39,7 @@ class SoftmaxHead(LanguageModelOutputLayer):
     `embedding_dim` (a `Linear` layer). The output embedding can be tied to an input embedding
     (ELMo-Sub, the subword LM baseline) with `tie_weights`.
 
-    Registered as a `LanguageModelOutputLayer` with name "elmoc_softmax"
-    ("softmax" in older configs).
+    Registered as a `LanguageModelOutputLayer` with name "elmoc_softmax".
 
     # Parameters
 
@@ -67,11 +65,8 @@ class SoftmaxHead(LanguageModelOutputLayer):
     ) -> None:
         super().__init__()
         embedding_dim = embedding_dim or input_dim
-        if input_dim <= 0 or embedding_dim <= 0:
-            raise ConfigurationError(
-                f"output_layer dims must be positive, got input_dim={input_dim}, "
-                f"embedding_dim={embedding_dim}"
-            )
+        check_positive(input_dim, "output_layer.input_dim")
+        check_positive(embedding_dim, "output_layer.embedding_dim")
         self._input_dim = input_dim
         self._embedding_dim = embedding_dim
         self._vocab_namespace = vocab_namespace
@@ -117,6 +112,6 @@ class SoftmaxHead(LanguageModelOutputLayer):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         if target_ids is None:
-            raise ValueError("SoftmaxHead needs target_ids")
+            raise ValueError("SoftmaxOutputLayer needs target_ids")
         loss = F.cross_entropy(self.logits(hidden_states), target_ids, reduction="none")
         return {"loss": loss}

@@ -1,2 +1,2 @@
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import ElmocLstm
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
 from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm

@@ -9,10 +9,7 @@ import torch
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 
-
-def _check_positive(value: int, name: str) -> None:
-    if value < 1:
-        raise ConfigurationError(f"{name} must be a positive integer, but got {value}.")
+from elmoc_allennlp.common.checks import check_positive
 
 
 def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -30,7 +27,7 @@ def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch
 @Seq2SeqEncoder.register("elmoc_interlayer_norm_lstm")
 class InterLayerNormLstm(Seq2SeqEncoder):
     """
-    A bidirectional LSTM encoder with the layout of [`ElmocLstm`](layer_norm_lstm.md#elmoclstm)
+    A bidirectional LSTM encoder with the layout of [`LayerNormLstm`](layer_norm_lstm.md#elmoclstm)
     (input projection, separate forward and backward stacks, residual connections from layer 1,
     output `[forward; backward]`), where each layer of each direction is one
     `torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim)`, i.e. PyTorch's fused LSTM
@@ -81,7 +78,7 @@ class InterLayerNormLstm(Seq2SeqEncoder):
             (cell_dim, "cell_dim"),
             (num_layers, "num_layers"),
         ):
-            _check_positive(value, name)
+            check_positive(value, name)
         self._input_dim = input_dim
         self.projection_dim = projection_dim
         self.cell_dim = cell_dim

@@ -14,9 +14,6 @@ Two implementations compute the same thing (chosen with `implementation`):
   all in PyTorch operations (any device, nothing compiled). It needs the padding at the end of
   each sequence and uses the reference path for other masks.
 
-Configs written for earlier versions may say `"native"` or `"torch"` (the fast path with
-compiled C kernels, or with PyTorch operations): both now mean `"auto"`, with a warning.
-
 Under autocast (`use_amp`), the fast path runs in the parameters' precision (usually float32);
 the reference path follows autocast's per-operation rules.
 """
@@ -31,6 +28,7 @@ from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
+from elmoc_allennlp.common.checks import check_one_of, check_positive, check_probability
 from elmoc_allennlp.common.torch_versions import autocast_enabled
 from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
@@ -43,16 +41,6 @@ from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
 logger = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("auto", "reference")
-# Values of earlier versions, which had a fast path with C kernels compiled at run time.
-LEGACY_IMPLEMENTATIONS = {
-    "native": "the fast path's C kernels were removed; it now uses PyTorch operations",
-    "torch": "the fast path with PyTorch operations is now the only fast path",
-}
-
-
-def _check_positive(value: int, name: str) -> None:
-    if value < 1:
-        raise ConfigurationError(f"{name} must be a positive integer, but got {value}.")
 
 
 def _check_lstm_config(
@@ -63,35 +51,16 @@ def _check_lstm_config(
     projection_clip: Optional[float],
     recurrent_dropout: float,
 ) -> None:
-    _check_positive(input_dim, "input_dim")
-    _check_positive(projection_dim, "projection_dim")
-    _check_positive(cell_dim, "cell_dim")
-    for clip, name in ((cell_clip, "cell_clip"), (projection_clip, "projection_clip")):
-        if clip is not None and not clip > 0:
-            raise ConfigurationError(
-                f"{name} must be positive (or null to disable clipping), but got {clip}."
-            )
-    if not 0.0 <= recurrent_dropout < 1.0:
-        raise ConfigurationError(
-            f"recurrent_dropout must be in [0, 1), but got {recurrent_dropout}."
-        )
+    check_positive(input_dim, "input_dim")
+    check_positive(projection_dim, "projection_dim")
+    check_positive(cell_dim, "cell_dim")
+    check_positive(cell_clip, "cell_clip", allow_none=True)
+    check_positive(projection_clip, "projection_clip", allow_none=True)
+    check_probability(recurrent_dropout, "recurrent_dropout")
 
 
 def _checked_implementation(implementation: str) -> str:
-    """`implementation` if valid; a legacy value becomes `"auto"` with a warning."""
-    if implementation in LEGACY_IMPLEMENTATIONS:
-        logger.warning(
-            "implementation %r is read as 'auto' (%s); set implementation to 'auto' or "
-            "'reference' to silence this warning.",
-            implementation,
-            LEGACY_IMPLEMENTATIONS[implementation],
-        )
-        return "auto"
-    if implementation not in IMPLEMENTATIONS:
-        raise ConfigurationError(
-            f"implementation must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, "
-            f"but got {implementation!r}."
-        )
+    check_one_of(implementation, IMPLEMENTATIONS, "implementation")
     return implementation
 
 
@@ -183,9 +152,8 @@ class LayerNormLstmLayer(torch.nn.Module):
         How to compute it (the result is the same up to float rounding): `"auto"` (the fast
         path: packed sequences, hand-written backward pass; any device) or `"reference"` (Python
         loop over time steps, autograd backward). The fast path needs the padding at the end of
-        each sequence and uses the reference path for other masks. `"native"` and `"torch"`
-        (earlier versions' values) mean `"auto"`, with a warning. It is also an attribute, which
-        can be changed after construction.
+        each sequence and uses the reference path for other masks. It is also an attribute,
+        which can be changed after construction.
     """
 
     def __init__(
@@ -373,7 +341,7 @@ class LayerNormLstmLayer(torch.nn.Module):
 
 
 @Seq2SeqEncoder.register("elmoc_lstm")
-class ElmocLstm(Seq2SeqEncoder):
+class LayerNormLstm(Seq2SeqEncoder):
     """
     The ELMo-C bidirectional language model encoder.
 
@@ -447,7 +415,7 @@ class ElmocLstm(Seq2SeqEncoder):
         _check_lstm_config(
             input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
         )
-        _check_positive(num_layers, "num_layers")
+        check_positive(num_layers, "num_layers")
         implementation = _checked_implementation(implementation)
         self._input_dim = input_dim
         self.projection_dim = projection_dim
@@ -512,33 +480,6 @@ class ElmocLstm(Seq2SeqEncoder):
             output = projection(inputs)
             projected.append(output if layer_norm is None else layer_norm(output))
         return projected[0], projected[-1]
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        # State dicts written before the per-direction projections and the bias existed.
-        if (
-            self.separate_input_projections
-            and f"{prefix}backward_input_projection.weight" not in state_dict
-            and f"{prefix}input_projection.weight" in state_dict
-        ):
-            logger.info("Loading the shared input projection into both directions")
-            for key in list(state_dict):
-                name = key[len(prefix) :]
-                if key.startswith(prefix) and name.split(".")[0] in (
-                    "input_projection",
-                    "input_layer_norm",
-                ):
-                    state_dict[f"{prefix}backward_{name}"] = state_dict[key]
-        for name in ("input_projection", "backward_input_projection"):
-            module = getattr(self, name, None)
-            if (
-                module is not None
-                and module.bias is not None
-                and f"{prefix}{name}.weight" in state_dict
-                and f"{prefix}{name}.bias" not in state_dict
-            ):
-                logger.info("No %s%s.bias in the state dict: a zero bias (older layout)", prefix, name)
-                state_dict[f"{prefix}{name}.bias"] = torch.zeros_like(module.bias)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def get_output_dim(self) -> int:
         return 2 * self.projection_dim

@@ -7,6 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.time_distributed import TimeDistributed
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
+from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.modules.elmo_block_options import (
     check_boundary_tokens,
@@ -26,7 +27,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
 
     for
 
-        "elmo": {"type": "elmoc_subwords", "archive_file": ...}
+        "elmo": {"type": "elmoc_bilm_inputs", "archive_file": ...}
         "elmo": {"type": "elmoc_token_embedder", "archive_file": ...}
 
     and keep the rest (a `bidirectional_lm_token_embedder` block likewise: its type and
@@ -42,7 +43,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
     # Parameters
 
     archive_file : `str`
-        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_subwords` indexer's).
+        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_bilm_inputs` indexer's).
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if it is not where the archive says (see `ElmocArchive`).
     do_layer_norm : `bool`, optional (default = `False`)
@@ -95,10 +96,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
-        if projection_dim is not None and projection_dim < 1:
-            raise ConfigurationError(
-                f"projection_dim must be a positive integer (or null), got {projection_dim}"
-            )
+        check_positive(projection_dim, "projection_dim", allow_none=True)
         self._elmo = ElmocElmo(
             archive_file,
             num_output_representations=1,
@@ -159,7 +157,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         # Parameters
 
         elmo_tokens : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`: the output of the `elmoc_subwords`
+            Shape `(batch_size, timesteps, num_subwords)`: the output of the `elmoc_bilm_inputs`
             indexer.
 
         # Returns
@@ -169,7 +167,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         """
         if elmo_tokens is None or unexpected:
             raise ConfigurationError(
-                "The elmoc_token_embedder takes the output of an 'elmoc_subwords' token indexer "
+                "The elmoc_token_embedder takes the output of an 'elmoc_bilm_inputs' token indexer "
                 f"with the same key (a tensor named elmo_tokens), but got {sorted(unexpected)}: "
                 "check the dataset reader's token_indexers"
             )

@@ -11,7 +11,6 @@ from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
 from elmoc_allennlp.common.portable_bilm import locate_fasttext
-from elmoc_allennlp.common.registry_aliases import register_old_name
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +19,6 @@ VECTORS_RECORD_KEY = "vectors_record"
 
 
 @TokenEmbedder.register("elmoc_fasttext")
-@register_old_name(TokenEmbedder, "fasttext")
 class FastTextTokenEmbedder(TokenEmbedder):
     """
     Embeds the output of the `elmoc_fasttext_subwords` indexer as fastText does: each token's vector
@@ -49,8 +47,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
     then only masks them, on their device, with no synchronisation (a trainable one ignores them
     and looks up its own table).
 
-    Registered as a `TokenEmbedder` with name "elmoc_fasttext"
-    ("fasttext" in older configs).
+    Registered as a `TokenEmbedder` with name "elmoc_fasttext".
 
     # Parameters
 

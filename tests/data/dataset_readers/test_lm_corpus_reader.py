@@ -240,39 +240,51 @@ def _read_as(
     return [tuple(text) for text in _texts(reader.read(path))]
 
 
-@pytest.mark.parametrize(
-    "world_size, num_workers", [(1, 3), (2, 1), (2, 3), (4, 2)], ids=str
-)
-def test_workers_get_disjoint_shares_of_the_whole_corpus(tmp_path, world_size, num_workers):
-    corpus = _sharding_corpus(tmp_path) / "news.en-*"
-    reader = LanguageModelCorpusReader(max_sequence_length=5)
-    everything = _read_as(reader, corpus)
-    total_statistics = dict(reader.last_read_statistics)
-    assert total_statistics["sentences_split"] > 0 and total_statistics["blank_lines_skipped"] > 0
-    assert len(set(everything)) == len(everything)
-
-    shares = []
-    summed_statistics: Counter = Counter()
+def _shares(reader, corpus, world_size: int, num_workers: int) -> List[List[Tuple[str, ...]]]:
+    """What each (rank, worker) reads, and the summed share statistics in `reader.summed`."""
+    shares, summed = [], Counter()
     for rank in range(world_size):
         for worker_id in range(num_workers):
-            share = _read_as(
-                reader,
-                corpus,
-                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
-                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
+            shares.append(
+                _read_as(
+                    reader,
+                    corpus,
+                    worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
+                    distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
+                )
             )
-            assert share, "every worker gets some sentences"
-            shares.append(share)
-            summed_statistics.update(reader.last_read_statistics)
+            summed.update(reader.last_read_statistics)
+    reader.summed = summed
+    return shares
 
-    assert sum(len(share) for share in shares) == len(everything)  # disjoint ...
-    assert Counter(itertools.chain(*shares)) == Counter(everything)  # ... and complete
-    for key in total_statistics.keys() - {"files", "bytes"}:  # files: read once per line share
-        assert summed_statistics[key] == total_statistics[key], key
-    # The chunks of a split sentence stay with one worker, in order.
-    for share in shares:
-        ordered = sorted(share, key=everything.index)
-        assert share == ordered
+
+# Counted over what a reader scans (every reader scans the whole corpus), not over its share.
+_SCANNED = {"files", "bytes", "lines", "blank_lines_skipped"}
+
+
+@pytest.mark.parametrize("mode", ["sentence", "window"])
+@pytest.mark.parametrize(
+    "world_size, num_workers", [(1, 3), (2, 1), (2, 3), (4, 2), (3, 1)], ids=str
+)
+def test_readers_get_every_instance_once_and_equal_counts(tmp_path, mode, world_size, num_workers):
+    corpus = _sharding_corpus(tmp_path) / "news.en-*"
+    options = dict(mode="window", window_length=4) if mode == "window" else dict(max_sequence_length=5)
+    reader = LanguageModelCorpusReader(**options)
+    everything = _read_as(reader, corpus)
+    total_statistics = dict(reader.last_read_statistics)
+    if mode == "sentence":
+        assert total_statistics["sentences_split"] > 0
+    assert total_statistics["blank_lines_skipped"] > 0
+
+    shares = _shares(reader, corpus, world_size, num_workers)
+    # Instance i goes to reader i mod (R x W): the single reader's instances, dealt out in turn
+    # (windows included: they are the single-process windows, not windows of each share).
+    slots = world_size * num_workers
+    assert shares == [everything[slot::slots] for slot in range(slots)]
+    # So the counts differ by at most one: the ranks end their epoch together.
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    for key in total_statistics.keys() - _SCANNED:
+        assert reader.summed[key] == total_statistics[key], key
 
 
 def test_max_instances_counts_instances_not_lines(tmp_path):
@@ -425,32 +437,6 @@ def test_window_mode_is_lazy(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("world_size, num_workers", [(1, 3), (2, 1), (4, 2)], ids=str)
-def test_window_mode_is_sharded_by_sentence(tmp_path, world_size, num_workers):
-    corpus = _sharding_corpus(tmp_path) / "news.en-*"
-    sentence_reader = LanguageModelCorpusReader()
-    window_reader = LanguageModelCorpusReader(mode="window", window_length=6)
-    all_sentences = _read_as(sentence_reader, corpus)
-    total_windows = _read_as(window_reader, corpus)
-    total_statistics = dict(window_reader.last_read_statistics)
-    shares = []
-    for rank in range(world_size):
-        for worker_id in range(num_workers):
-            info = dict(
-                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
-                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
-            )
-            sentences = _read_as(sentence_reader, corpus, **info)
-            windows = _read_as(window_reader, corpus, **info)
-            # Each worker cuts the stream of its own share of the sentences.
-            assert _unwindow([list(w) for w in windows]) == _stream([list(s) for s in sentences])
-            shares.append(sentences)
-            assert window_reader.last_read_statistics["sentences"] == len(sentences)
-    assert Counter(itertools.chain(*shares)) == Counter(all_sentences)
-    assert total_statistics["sentences"] == len(all_sentences)
-    assert total_statistics["instances"] == len(total_windows)
-
-
 def _many_shards(tmp_path, num_files: int) -> Path:
     """`num_files` shards of unique sentences of varied lengths, some blank lines."""
     directory = tmp_path / f"many{num_files}"
@@ -468,88 +454,43 @@ def _many_shards(tmp_path, num_files: int) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("mode", ["sentence", "window"])
-@pytest.mark.parametrize(
-    "num_files, world_size, num_workers",
-    [(8, 2, 2), (9, 2, 2), (5, 2, 2), (3, 4, 1), (3, 1, 4), (6, 3, 1), (2, 1, 1)],
-    ids=str,
-)
-def test_file_sharding_reads_each_file_once_and_every_sentence_once(
-    tmp_path, mode, num_files, world_size, num_workers
-):
-    corpus = _many_shards(tmp_path, num_files)
-    options = dict(mode="window", window_length=4) if mode == "window" else {}
-    reader = LanguageModelCorpusReader(**options)
-    sentence_reader = LanguageModelCorpusReader()
-    all_sentences = _read_as(sentence_reader, corpus)
-    total_bytes = sentence_reader.last_read_statistics["bytes"]
-    all_files = sorted(str(path) for path in corpus.iterdir())
-
-    sentence_shares, files_read, bytes_read, sentences_counted = [], [], [], 0
-    rank_files = []
-    for rank in range(world_size):
-        files_of_rank = []
-        for worker_id in range(num_workers):
-            info = dict(
-                worker=WorkerInfo(num_workers, worker_id) if num_workers > 1 else None,
-                distributed=DistributedInfo(world_size, rank) if world_size > 1 else None,
-            )
-            reader._set_worker_info(info["worker"])
-            reader._set_distributed_info(info["distributed"])
-            files, line_split = reader.shard_plan(all_files)
-            instances = _read_as(reader, corpus, **info)
-            statistics = dict(reader.last_read_statistics)
-            assert statistics["files"] == len(files)
-            files_read.append(files)
-            files_of_rank.extend(files)
-            bytes_read.append(statistics["bytes"])
-            sentences_counted += statistics["sentences"]
-            if mode == "window":
-                assert all(len(window) <= 5 for window in instances)
-                stream = _unwindow([list(window) for window in instances])
-            sentence_shares.append(_read_as(sentence_reader, corpus, **info))
-            if mode == "window":
-                # The worker's windows cut exactly the stream of its own sentences.
-                assert stream == _stream([list(s) for s in sentence_shares[-1]])
-            if num_files >= world_size * num_workers:
-                assert line_split == [] and 0 < len(files) <= -(-num_files // (world_size * num_workers))
-        rank_files.append(files_of_rank)
-
-    # No sentence is seen twice, none is skipped.
-    assert Counter(itertools.chain(*sentence_shares)) == Counter(all_sentences)
-    assert sentences_counted == len(all_sentences)
-    if num_files >= world_size * num_workers:
-        # Each file is opened by exactly one (rank, worker): each byte read once.
-        assert sorted(itertools.chain(*files_read)) == all_files
-        assert sum(bytes_read) == total_bytes
-    if num_files >= world_size:
-        # Ranks' files are disjoint and differ in number by at most one.
-        assert sorted(itertools.chain(*(set(files) for files in rank_files))) == all_files
-        assert max(map(len, map(set, rank_files))) - min(map(len, map(set, rank_files))) <= 1
-
-
-def test_file_sharding_is_used_by_the_multiprocess_loader(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_multiprocess_loader_yields_the_single_process_windows(tmp_path, shuffle):
     corpus = _many_shards(tmp_path, 6)
-    reader = LanguageModelCorpusReader(mode="window", window_length=4)
-    expected_tokens = Counter(
-        token for window in _read_as(reader, corpus) for token in window[1:]
-    )
+    reader = LanguageModelCorpusReader(mode="window", window_length=4, shuffle=shuffle)
+    reader.set_epoch(3)  # carried into the worker processes
+    expected = Counter(map(tuple, _texts(reader.read(corpus))))
     loader = MultiProcessDataLoader(reader, str(corpus), batch_size=1_000, num_workers=2)
-    windows = _texts(loader.iter_instances())
-    # Every token is a forward-LM target exactly once, whichever worker read its file (each
-    # worker's stream starts with a "<S>" that is no target).
-    loaded_tokens = Counter(token for window in windows for token in window[1:])
-    assert loaded_tokens + Counter({"<S>": 1}) == expected_tokens
+    assert Counter(map(tuple, _texts(loader.iter_instances()))) == expected
 
 
-def test_line_sharding_when_asked(tmp_path):
-    corpus = _many_shards(tmp_path, 4)
-    reader = LanguageModelCorpusReader(shard_by_file=False)
-    reader._set_worker_info(WorkerInfo(2, 1))
-    files, line_split = reader.shard_plan(["a", "b", "c", "d"])
-    assert files == ["a", "b", "c", "d"] and line_split == [(1, 2)]
-    _read_as(reader, corpus, worker=WorkerInfo(2, 1))
-    assert reader.last_read_statistics["files"] == 4
+@pytest.mark.parametrize("mode", ["sentence", "window"])
+def test_shuffle_draws_a_new_order_each_epoch_the_same_on_every_rank(tmp_path, mode):
+    corpus = _many_shards(tmp_path, 5)
+    options = dict(mode="window", window_length=4) if mode == "window" else {}
+    reader = LanguageModelCorpusReader(shuffle=True, seed=7, **options)
+    sentences = LanguageModelCorpusReader(shuffle=True, seed=7)
+    in_order = _read_as(sentences, corpus)  # no epoch set: corpus order (validation)
+    assert in_order == _read_as(LanguageModelCorpusReader(), corpus)
+    orders = {}
+    for epoch in (0, 1, 2):
+        sentences.set_epoch(epoch)
+        order = _read_as(sentences, corpus)
+        assert Counter(order) == Counter(in_order)  # every sentence once per epoch
+        orders[epoch] = order
+        reader.set_epoch(epoch)
+        everything = _read_as(reader, corpus)
+        # Files and the sentences within them move; every process draws the same order and
+        # reads its own share of it.
+        assert _shares(reader, corpus, 2, 2) == [everything[slot::4] for slot in range(4)]
+    assert len({tuple(order) for order in orders.values()}) == 3
+    assert orders[0] != in_order
+    again = LanguageModelCorpusReader(shuffle=True, seed=7)
+    again.set_epoch(1)
+    assert _read_as(again, corpus) == orders[1]  # a recovered run redraws the same order
+    other_seed = LanguageModelCorpusReader(shuffle=True, seed=8)
+    other_seed.set_epoch(1)
+    assert _read_as(other_seed, corpus) != orders[1]
 
 
 def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path):
@@ -558,8 +499,8 @@ def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path)
     (directory / "a.txt").write_text("\n  \n")
     (directory / "b.txt").write_text("one sentence\n")
     reader = LanguageModelCorpusReader()
-    assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == []
-    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == [("<S>", "one", "sentence", "</S>")]
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == [("<S>", "one", "sentence", "</S>")]
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == []
     (directory / "b.txt").write_text("\n")
     with pytest.raises(ConfigurationError, match="has no text"):
         _read_as(reader, directory, worker=WorkerInfo(2, 0))

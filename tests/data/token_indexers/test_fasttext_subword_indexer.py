@@ -49,7 +49,7 @@ class TestFastTextSubwordIndexer:
         assert indexed["subword_ids"][0] == indexed["subword_ids"][2] == eos
         assert indexed["subword_ids"][3] == eos  # fastText's own EOS word, no n-grams
         assert indexer.boundary_subword_ids == eos
-        assert indexer.token_subword_ids("<S>") == eos
+        assert indexer.token_ids("<S>") == eos
 
         custom = FastTextSubwordIndexer(str(tiny_fasttext_path), boundary_tokens=["@@"])
         indexed = custom.tokens_to_indices(_tokens("@@", "<S>"), Vocabulary())
@@ -64,20 +64,20 @@ class TestFastTextSubwordIndexer:
         indexed = lowering.tokens_to_indices(_tokens("The", "CAT", "<S>"), Vocabulary())
         expected = cased.tokens_to_indices(_tokens("the", "cat", "<S>"), Vocabulary())
         assert indexed == expected
-        assert cased.token_subword_ids("The") != cased.token_subword_ids("the")
-        assert lowering.token_subword_ids("The") == cased.token_subword_ids("the")
+        assert cased.token_ids("The") != cased.token_ids("the")
+        assert lowering.token_ids("The") == cased.token_ids("the")
         from_params = TokenIndexer.from_params(
             Params(
                 {
-                    "type": "fasttext_subwords",
+                    "type": "elmoc_fasttext_subwords",
                     "vectors_path": str(tiny_fasttext_path),
                     "lowercase_tokens": True,
                 }
             )
         )
-        assert from_params.token_subword_ids("CAT") == cased.token_subword_ids("cat")
+        assert from_params.token_ids("CAT") == cased.token_ids("cat")
         restored = pickle.loads(pickle.dumps(lowering))
-        assert restored.token_subword_ids("The") == cased.token_subword_ids("the")
+        assert restored.token_ids("The") == cased.token_ids("the")
 
     def test_boundary_fallback_without_eos_word(self, tmp_path):
         path = _model(tmp_path, ["the", "cat"])
@@ -145,7 +145,7 @@ class TestFastTextSubwordIndexer:
         indexer = TokenIndexer.from_params(
             Params(
                 {
-                    "type": "fasttext_subwords",
+                    "type": "elmoc_fasttext_subwords",
                     "vectors_path": str(tiny_fasttext_path),
                     "boundary_tokens": ["<S>"],
                 }

@@ -63,7 +63,7 @@ def test_first_piece_of_each_word(model_path):
 
 def test_trains_once_into_the_cache_from_a_config(tmp_path, monkeypatch):
     monkeypatch.setattr(bpe, "DEFAULT_BPE_CACHE", str(tmp_path / "cache"))
-    params = {"type": "sentencepiece_bpe", "train_data_path": CORPUS, "vocab_size": 350}
+    params = {"type": "elmoc_sentencepiece_bpe", "train_data_path": CORPUS, "vocab_size": 350}
     tokenizer = Tokenizer.from_params(Params(dict(params)))
     assert tokenizer.model_path.startswith(str(tmp_path / "cache"))
     assert tokenizer.vocab_size == 350

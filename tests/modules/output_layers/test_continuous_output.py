@@ -8,7 +8,7 @@ from scipy.special import ive
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputHead
+from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
     MIN_VMF_DIMENSION,
@@ -17,9 +17,9 @@ from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
 )
 
 
-def _head(loss: str) -> ContinuousOutputHead:
+def _head(loss: str) -> ContinuousOutputLayer:
     torch.manual_seed(0)
-    return ContinuousOutputHead(input_dim=4, embedding_dim=3, loss=loss)
+    return ContinuousOutputLayer(input_dim=4, embedding_dim=3, loss=loss)
 
 
 def test_cosine_loss_matches_hand_computation():
@@ -83,7 +83,7 @@ def test_vmf_density_integrates_to_one_on_the_sphere(dimension, kappa):
 
 
 def test_vmf_loss_value_and_gradient():
-    head = ContinuousOutputHead(input_dim=4, embedding_dim=300, loss="vmf", vmf_norm_penalty=0.02)
+    head = ContinuousOutputLayer(input_dim=4, embedding_dim=300, loss="vmf", vmf_norm_penalty=0.02)
     hidden = torch.randn(6, 4, requires_grad=True)
     targets = torch.randn(6, 300)
     loss = head(hidden, target_embeddings=targets)["loss"]
@@ -101,7 +101,7 @@ def test_vmf_loss_value_and_gradient():
 
 
 def test_vmf_loss_prefers_aligned_predictions():
-    head = ContinuousOutputHead(input_dim=12, embedding_dim=12, loss="vmf")
+    head = ContinuousOutputLayer(input_dim=12, embedding_dim=12, loss="vmf")
     with torch.no_grad():
         head.projection.weight.copy_(torch.eye(12) * 5)
         head.projection.bias.zero_()
@@ -113,12 +113,12 @@ def test_vmf_loss_prefers_aligned_predictions():
 
 @pytest.mark.parametrize("dimension", [3, 11])
 def test_vmf_loss_refuses_dimensions_its_expansion_does_not_cover(dimension):
-    params = {"type": "continuous", "input_dim": 4, "embedding_dim": dimension, "loss": "vmf"}
+    params = {"type": "elmoc_continuous", "input_dim": 4, "embedding_dim": dimension, "loss": "vmf"}
     with pytest.raises(ConfigurationError, match=r"output_layer\.embedding_dim is .*'vmf'.* 12"):
         LanguageModelOutputLayer.from_params(Params(params))
     # The same dimension is fine with the other losses, and 12 with vmf.
-    ContinuousOutputHead(input_dim=4, embedding_dim=dimension, loss="cosine")
-    ContinuousOutputHead(input_dim=4, embedding_dim=12, loss="vmf")
+    ContinuousOutputLayer(input_dim=4, embedding_dim=dimension, loss="cosine")
+    ContinuousOutputLayer(input_dim=4, embedding_dim=12, loss="vmf")
 
 
 def test_log_bessel_is_accurate_down_to_the_smallest_vmf_dimension():
@@ -132,12 +132,12 @@ def test_log_bessel_is_accurate_down_to_the_smallest_vmf_dimension():
 
 def test_from_params_and_bad_configuration():
     head = LanguageModelOutputLayer.from_params(
-        Params({"type": "continuous", "input_dim": 8, "embedding_dim": 5, "loss": "l2"})
+        Params({"type": "elmoc_continuous", "input_dim": 8, "embedding_dim": 5, "loss": "l2"})
     )
-    assert isinstance(head, ContinuousOutputHead)
+    assert isinstance(head, ContinuousOutputLayer)
     assert head.get_input_dim() == 8 and head.get_output_dim() == 5
     assert not head.requires_target_ids
     with pytest.raises(ConfigurationError, match="output_layer.loss"):
-        ContinuousOutputHead(8, 5, loss="hinge")
+        ContinuousOutputLayer(8, 5, loss="hinge")
     with pytest.raises(ConfigurationError, match="embedding_dim"):
         head(torch.randn(2, 8), target_embeddings=torch.randn(2, 7))

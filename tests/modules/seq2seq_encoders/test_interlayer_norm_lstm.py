@@ -94,5 +94,5 @@ def test_from_params_gradients_and_errors():
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
     with pytest.raises(ValueError, match="padding at the end"):
         encoder(torch.randn(1, 3, INPUT_DIM), torch.tensor([[True, False, True]]))
-    with pytest.raises(ConfigurationError, match="cell_dim must be a positive integer"):
+    with pytest.raises(ConfigurationError, match="cell_dim"):
         InterLayerNormLstm(INPUT_DIM, PROJ, 0)

@@ -10,7 +10,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import Elmo
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmoc_allennlp.modules.elmoc import ElmocElmo, tokens_to_subword_ids
+from elmoc_allennlp.modules.elmoc import ElmocElmo
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -51,7 +52,7 @@ def test_bidirectional_lm_token_embedder_options_are_accepted(elmoc_archive):
     )
     kept.load_state_dict(embedder.state_dict())
     indexer = embedder.elmo.bilm.indexer
-    subword_ids = tokens_to_subword_ids(indexer, [["the", "cat", "sat"]])
+    subword_ids = indexed_batch(indexer, [["the", "cat", "sat"]])
     embedder.eval()
     kept.eval()
     with torch.no_grad():
@@ -93,7 +94,7 @@ def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monk
     blocks = [
         (TokenEmbedder, Params({"type": "elmoc_token_embedder", "archive_file": missing},
                                history=EMBEDDERS)),
-        (TokenIndexer, Params({"type": "elmoc_subwords", "archive_file": missing},
+        (TokenIndexer, Params({"type": "elmoc_bilm_inputs", "archive_file": missing},
                               history="validation_dataset_reader.token_indexers.elmo.")),
         (Elmo, Params({"archive_file": missing, "num_output_representations": 1},
                       history="model.elmo.")),

@@ -12,10 +12,11 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 from allennlp.nn.util import get_text_field_mask
 
-from elmoc_allennlp.data.token_indexers.elmoc_subword_indexer import ElmocSubwordIndexer
+from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.common.elmoc_archive import ElmocArchive
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo, tokens_to_subword_ids
+from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
 from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
@@ -60,7 +61,7 @@ def bilm(elmoc_archive):
 
 @pytest.fixture(scope="module")
 def indexer(elmoc_archive):
-    return ElmocSubwordIndexer(str(elmoc_archive))
+    return BilmArchiveIndexer(str(elmoc_archive))
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def expected_layers(elmoc_archive):
 
 
 def embed(module, indexer, sentences):
-    return module(tokens_to_subword_ids(indexer, sentences))
+    return module(indexed_batch(indexer, sentences))
 
 
 # ---------------------------------------------------------------------- archive and biLM
@@ -109,15 +110,15 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 
 
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
-    ids = tokens_to_subword_ids(indexer, [["a", "b", "c"], ["d"]])
+    ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
     with_boundaries, mask = bilm.add_sentence_boundaries(ids, (ids > 0).any(-1))
-    boundary = indexer.token_subword_ids("<S>")
-    assert boundary == indexer.token_subword_ids("</S>") == indexer.boundary_subword_ids
+    # Two boundary vectors, as pretrained (the authors' `<s>` and `</s>`).
+    start, end = indexer.token_ids("<S>"), indexer.token_ids("</S>")
+    assert start != end
     width = with_boundaries.size(-1)
-    padded_boundary = boundary + [0] * (width - len(boundary))
     for row, length in ((0, 3), (1, 1)):
-        assert with_boundaries[row, 0].tolist() == padded_boundary
-        assert with_boundaries[row, length + 1].tolist() == padded_boundary
+        assert with_boundaries[row, 0].tolist() == start + [0] * (width - len(start))
+        assert with_boundaries[row, length + 1].tolist() == end + [0] * (width - len(end))
         assert torch.equal(with_boundaries[row, 1 : length + 1, : ids.size(-1)], ids[row, :length])
         assert mask[row].tolist() == [True] * (length + 2) + [False] * (3 - length)
     assert torch.all(with_boundaries[1, 3:] == 0)
@@ -127,7 +128,7 @@ def test_biLM_stays_in_eval_mode_so_features_are_deterministic(elmoc_archive, in
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     embedder.train()
     assert embedder.training and not embedder.elmo.bilm.bilm.training
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     # The tiny biLM was pretrained with recurrent dropout 0.1: in train mode it would differ.
     assert torch.equal(embedder(ids), embedder(ids))
 
@@ -189,7 +190,7 @@ def test_do_layer_norm_normalizes_each_layer_over_the_tokens_and_boundaries(
 def test_projection_dim_and_dropout(elmoc_archive, indexer):
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.5, projection_dim=5)
     assert embedder.get_output_dim() == 5
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     embedder.train()
     trained = embedder(ids)
     assert trained.shape == (len(SENTENCES), 6, 5)
@@ -216,7 +217,7 @@ def test_biLM_is_frozen_by_default_and_fine_tuned_with_requires_grad(elmoc_archi
 
 
 def test_scalar_mix_l2_penalty_adds_its_gradient_once_per_backward(bilm, indexer):
-    ids = tokens_to_subword_ids(indexer, SENTENCES)
+    ids = indexed_batch(indexer, SENTENCES)
     gradients = []
     for penalty in (0.0, 0.25):
         elmo = ElmocElmo(
@@ -237,7 +238,7 @@ def test_elmoc_elmo_has_several_output_representations(bilm, indexer):
     elmo = ElmocElmo(None, 2, dropout=0.0, module=bilm)
     with torch.no_grad():
         elmo.scalar_mix_1.scalar_parameters[2].fill_(5.0)
-    output = elmo(tokens_to_subword_ids(indexer, SENTENCES))
+    output = elmo(indexed_batch(indexer, SENTENCES))
     first, second = output["elmo_representations"]
     assert first.shape == second.shape == (len(SENTENCES), 6, 12)
     assert not torch.allclose(first, second)
@@ -297,15 +298,15 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
     def cut_long_tokens(config):
         config["dataset_reader"]["max_token_characters"] = 4
 
-    cutting = ElmocSubwordIndexer(
+    cutting = BilmArchiveIndexer(
         str(rewrite_archive(elmoc_archive, tmp_path / "cut.tar.gz", cut_long_tokens))
     )
     tokens = [Token("unseenword"), Token("cat")]
     assert cutting.tokens_to_indices(tokens, Vocabulary()) == indexer.tokens_to_indices(
         [Token("unse"), Token("cat")], Vocabulary()
     )
-    ids = tokens_to_subword_ids(indexer, [["unseenword", "cat"]], max_token_characters=4)
-    assert torch.equal(ids, tokens_to_subword_ids(indexer, [["unse", "cat"]]))
+    ids = indexed_batch(cutting, [["unseenword", "cat"]])
+    assert torch.equal(ids, indexed_batch(indexer, [["unse", "cat"]]))
 
 
 def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexer, tmp_path):
@@ -320,14 +321,14 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
     assert ElmocArchive.read(lowered_archive).lowercase_tokens
     assert not ElmocArchive.read(elmoc_archive).lowercase_tokens
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
-    inherited = ElmocSubwordIndexer(str(lowered_archive))
+    inherited = BilmArchiveIndexer(str(lowered_archive))
     assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         lower, Vocabulary()
     )
     assert indexer.tokens_to_indices(cased, Vocabulary()) != indexer.tokens_to_indices(
         lower, Vocabulary()
     )
-    overridden = ElmocSubwordIndexer(str(lowered_archive), lowercase_tokens=False)
+    overridden = BilmArchiveIndexer(str(lowered_archive), lowercase_tokens=False)
     assert overridden.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         cased, Vocabulary()
     )
@@ -371,7 +372,7 @@ def test_wrong_indexer_output_is_a_clear_error(elmoc_archive, tiny_fasttext_path
         words.tokens_to_indices([Token("a")], Vocabulary()), {"num_tokens": 1, "num_subwords": 4}
     )
     batched = {"elmo": {key: value.unsqueeze(0) for key, value in tensors.items()}}
-    with pytest.raises(ConfigurationError, match="elmoc_subwords"):
+    with pytest.raises(ConfigurationError, match="elmoc_bilm_inputs"):
         embedder(batched)
 
 
@@ -381,7 +382,7 @@ def test_missing_or_non_archive_files(tmp_path):
     text = tmp_path / "model.tar.gz"
     text.write_text("not an archive")
     with pytest.raises(ConfigurationError, match="is not a readable model archive"):
-        ElmocSubwordIndexer(str(text))
+        BilmArchiveIndexer(str(text))
 
 
 def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
@@ -401,14 +402,14 @@ def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
     # Character input is supported (ELMo), but only with the indexer it was pretrained with.
     cnn = rewrite_archive(elmoc_archive, tmp_path / "cnn.tar.gz", character_input)
     with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
-        ElmocSubwordIndexer(str(cnn))
+        BilmArchiveIndexer(str(cnn))
 
     def unsupported_input(config):
         config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {"type": "pass_through", "hidden_dim": 16}
 
     other_input = rewrite_archive(elmoc_archive, tmp_path / "other.tar.gz", unsupported_input)
     with pytest.raises(ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"):
-        ElmocSubwordIndexer(str(other_input))
+        BilmArchiveIndexer(str(other_input))
 
 
 def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_path):
@@ -425,7 +426,7 @@ def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_pat
     assert "dataset_reader.token_indexers.fasttext.vectors_path" in message
     assert "vectors_path" in message and str(tmp_path / "bilm" / "ft.bin") in message
     with pytest.raises(ConfigurationError, match=r"nope\.bin \(vectors_path\) does not exist"):
-        ElmocSubwordIndexer(str(moved), vectors_path=str(tmp_path / "nope.bin"))
+        BilmArchiveIndexer(str(moved), vectors_path=str(tmp_path / "nope.bin"))
 
 
 def test_a_moved_archive_finds_its_vectors_relative_to_it(
@@ -435,7 +436,7 @@ def test_a_moved_archive_finds_its_vectors_relative_to_it(
     assert archive.input_vectors_path == str(relocated_archive.parents[1] / "fasttext" / "tiny.bin")
     moved = ElmocTokenEmbedder(str(relocated_archive), dropout=0.0)
     original = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
-    moved_indexer = ElmocSubwordIndexer(str(relocated_archive))
+    moved_indexer = BilmArchiveIndexer(str(relocated_archive))
     assert torch.equal(
         embed(moved, moved_indexer, SENTENCES), embed(original, indexer, SENTENCES)
     )

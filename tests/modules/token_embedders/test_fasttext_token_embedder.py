@@ -137,12 +137,12 @@ class TestFastTextTokenEmbedder:
 
     def test_from_params(self, tiny_fasttext_path):
         embedder = TokenEmbedder.from_params(
-            Params({"type": "fasttext", "vectors_path": str(tiny_fasttext_path)})
+            Params({"type": "elmoc_fasttext", "vectors_path": str(tiny_fasttext_path)})
         )
         assert isinstance(embedder, FastTextTokenEmbedder)
         assert embedder.vectors is FastTextVectors.from_path(tiny_fasttext_path)
         trainable = TokenEmbedder.from_params(
-            Params({"type": "fasttext", "vectors_path": str(tiny_fasttext_path), "trainable": True})
+            Params({"type": "elmoc_fasttext", "vectors_path": str(tiny_fasttext_path), "trainable": True})
         )
         assert len(list(trainable.parameters())) == 1
 

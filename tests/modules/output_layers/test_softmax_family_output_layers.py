@@ -11,10 +11,10 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 from allennlp.modules.sampled_softmax_loss import _choice
 
-from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxHead
+from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxOutputLayer
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
-from elmoc_allennlp.modules.output_layers.sampled_softmax import LogUniformSampler, SampledSoftmaxHead
-from elmoc_allennlp.modules.output_layers.softmax import SoftmaxHead
+from elmoc_allennlp.modules.output_layers.sampled_softmax import LogUniformSampler, SampledSoftmaxOutputLayer
+from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
 
 
 def make_vocab(num_words: int, namespace: str = "targets") -> Vocabulary:
@@ -55,7 +55,7 @@ def eval_loss(head, hidden, targets) -> float:
 
 def test_softmax_loss_is_the_negative_log_likelihood():
     vocab = make_vocab(12)
-    head = SoftmaxHead(vocab, input_dim=5)
+    head = SoftmaxOutputLayer(vocab, input_dim=5)
     hidden, targets = toy_problem(12, 5, 7)
     loss = head(hidden, target_ids=targets)["loss"]
     assert loss.shape == (7,)
@@ -64,7 +64,7 @@ def test_softmax_loss_is_the_negative_log_likelihood():
 
 
 def test_softmax_projection_when_embedding_dim_differs():
-    head = SoftmaxHead(make_vocab(10), input_dim=6, embedding_dim=3)
+    head = SoftmaxOutputLayer(make_vocab(10), input_dim=6, embedding_dim=3)
     assert head.weight.shape == (10, 3)
     hidden, targets = toy_problem(10, 6, 4)
     expected = F.cross_entropy(
@@ -74,7 +74,7 @@ def test_softmax_projection_when_embedding_dim_differs():
 
 
 def test_softmax_tie_weights_shares_the_input_embedding():
-    head = SoftmaxHead(make_vocab(10), input_dim=4)
+    head = SoftmaxOutputLayer(make_vocab(10), input_dim=4)
     embedding = torch.nn.Embedding(10, 4)
     head.tie_weights(embedding.weight)
     assert head.weight is embedding.weight
@@ -87,15 +87,15 @@ def test_softmax_tie_weights_shares_the_input_embedding():
 
 def test_softmax_needs_a_vocabulary_namespace():
     with pytest.raises(ConfigurationError, match="vocab_namespace"):
-        SoftmaxHead(Vocabulary(), input_dim=4)
+        SoftmaxOutputLayer(Vocabulary(), input_dim=4)
 
 
 @pytest.mark.parametrize(
     "params",
     [
-        {"type": "softmax", "input_dim": 8},
-        {"type": "sampled_softmax", "input_dim": 8, "num_samples": 10},
-        {"type": "adaptive_softmax", "input_dim": 8, "cutoffs": [6, 20], "div_value": 2.0},
+        {"type": "elmoc_softmax", "input_dim": 8},
+        {"type": "elmoc_sampled_softmax", "input_dim": 8, "num_samples": 10},
+        {"type": "elmoc_adaptive_softmax", "input_dim": 8, "cutoffs": [6, 20], "div_value": 2.0},
     ],
 )
 def test_loss_decreases_on_a_toy_corpus(params):
@@ -150,7 +150,7 @@ def test_expected_count_is_tensorflows_formula():
 
 def test_sampler_rejects_more_samples_than_candidates():
     with pytest.raises(ConfigurationError, match="num_samples"):
-        SampledSoftmaxHead(make_vocab(10), input_dim=4, num_samples=10)  # 9 candidates
+        SampledSoftmaxOutputLayer(make_vocab(10), input_dim=4, num_samples=10)  # 9 candidates
 
 
 # ----------------------------------------------------------------------------- sampled softmax
@@ -158,7 +158,7 @@ def test_sampler_rejects_more_samples_than_candidates():
 
 def test_sampled_loss_is_hand_computed_with_log_q_and_accidental_hits(monkeypatch):
     torch.manual_seed(0)
-    head = SampledSoftmaxHead(make_vocab(20), input_dim=4, num_samples=5)
+    head = SampledSoftmaxOutputLayer(make_vocab(20), input_dim=4, num_samples=5)
     with torch.no_grad():
         head.bias.normal_()
     sampled = torch.tensor([2, 5, 7, 11, 3])
@@ -183,7 +183,7 @@ def test_sampled_loss_is_hand_computed_with_log_q_and_accidental_hits(monkeypatc
 
 
 def test_sampled_softmax_never_draws_padding():
-    head = SampledSoftmaxHead(make_vocab(6), input_dim=3, num_samples=5)
+    head = SampledSoftmaxOutputLayer(make_vocab(6), input_dim=3, num_samples=5)
     for _ in range(20):
         ids, _ = head.sample(torch.device("cpu"))
         assert sorted(ids.tolist()) == [1, 2, 3, 4, 5]
@@ -191,7 +191,7 @@ def test_sampled_softmax_never_draws_padding():
 
 def test_sampled_softmax_eval_mode_is_the_full_softmax():
     torch.manual_seed(0)
-    head = SampledSoftmaxHead(make_vocab(30), input_dim=4, num_samples=8).eval()
+    head = SampledSoftmaxOutputLayer(make_vocab(30), input_dim=4, num_samples=8).eval()
     hidden, targets = toy_problem(30, 4, 9)
     expected = F.cross_entropy(hidden @ head.weight.t() + head.bias[:, 0], targets, reduction="none")
     assert torch.allclose(head(hidden, target_ids=targets)["loss"], expected, atol=1e-6)
@@ -202,14 +202,14 @@ def test_sampled_loss_approaches_the_full_softmax_as_samples_cover_the_vocabular
     np.random.seed(0)
     num_words = 41  # 40 candidates besides padding
     hidden, targets = toy_problem(num_words, 6, 64)
-    full = SampledSoftmaxHead(make_vocab(num_words), input_dim=6, num_samples=4)
+    full = SampledSoftmaxOutputLayer(make_vocab(num_words), input_dim=6, num_samples=4)
     with torch.no_grad():
         full.weight.normal_()
         full.bias.normal_()
         full_loss = full.eval()(hidden, target_ids=targets)["loss"].mean().item()
     gaps = []
     for num_samples in (4, 16, 40):
-        head = SampledSoftmaxHead(make_vocab(num_words), input_dim=6, num_samples=num_samples)
+        head = SampledSoftmaxOutputLayer(make_vocab(num_words), input_dim=6, num_samples=num_samples)
         head.load_state_dict(full.state_dict())
         with torch.no_grad():
             expected = np.mean(
@@ -221,7 +221,7 @@ def test_sampled_loss_approaches_the_full_softmax_as_samples_cover_the_vocabular
 
 
 def test_sparse_gradients_touch_only_the_target_and_sampled_rows(monkeypatch):
-    head = SampledSoftmaxHead(make_vocab(50), input_dim=4, num_samples=6, sparse=True)
+    head = SampledSoftmaxOutputLayer(make_vocab(50), input_dim=4, num_samples=6, sparse=True)
     sampled = torch.tensor([1, 2, 3, 8, 13, 21])
     monkeypatch.setattr(head, "sample", lambda device: (sampled, 12))
     hidden, _ = toy_problem(50, 4, 3)
@@ -233,7 +233,7 @@ def test_sparse_gradients_touch_only_the_target_and_sampled_rows(monkeypatch):
 
 
 def test_frozen_output_embedding_is_a_buffer_and_gets_no_gradient():
-    head = SampledSoftmaxHead(
+    head = SampledSoftmaxOutputLayer(
         make_vocab(20), input_dim=6, num_samples=5, embedding_dim=3, trainable_embedding=False
     )
     assert "weight" not in dict(head.named_parameters())
@@ -254,7 +254,7 @@ def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
     head = LanguageModelOutputLayer.from_params(
         Params(
             {
-                "type": "sampled_softmax",
+                "type": "elmoc_sampled_softmax",
                 "input_dim": 6,
                 "num_samples": 3,
                 "pretrained_file": path,
@@ -280,7 +280,7 @@ def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
 
 def test_adaptive_log_probabilities_sum_to_one_and_give_the_loss():
     torch.manual_seed(0)
-    head = AdaptiveSoftmaxHead(make_vocab(60), input_dim=8, cutoffs=[10, 30], div_value=2.0)
+    head = AdaptiveSoftmaxOutputLayer(make_vocab(60), input_dim=8, cutoffs=[10, 30], div_value=2.0)
     hidden, targets = toy_problem(60, 8, 11)
     log_probs = head.log_probabilities(hidden)
     assert log_probs.shape == (11, 60)
@@ -292,7 +292,7 @@ def test_adaptive_log_probabilities_sum_to_one_and_give_the_loss():
 
 
 def test_adaptive_parameter_count():
-    head = AdaptiveSoftmaxHead(make_vocab(100), input_dim=16, cutoffs=[10, 40], div_value=4.0)
+    head = AdaptiveSoftmaxOutputLayer(make_vocab(100), input_dim=16, cutoffs=[10, 40], div_value=4.0)
     # Head: 10 words + 2 clusters; tails: 16 -> 4 -> 30 words, 16 -> 1 -> 60 words.
     expected = 16 * 12 + (16 * 4 + 4 * 30) + (16 * 1 + 1 * 60)
     assert sum(p.numel() for p in head.parameters()) == expected
@@ -301,4 +301,4 @@ def test_adaptive_parameter_count():
 @pytest.mark.parametrize("cutoffs", [[], [30, 10], [10, 100], [0, 5]])
 def test_adaptive_rejects_bad_cutoffs(cutoffs):
     with pytest.raises(ConfigurationError, match="cutoffs"):
-        AdaptiveSoftmaxHead(make_vocab(100), input_dim=16, cutoffs=cutoffs)
+        AdaptiveSoftmaxOutputLayer(make_vocab(100), input_dim=16, cutoffs=cutoffs)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """
 ELMo vs ELMo-C downstream, through the project's own configs: for every task, model and seed it
-runs `allennlp train` on a downstream config of training_configs/downstream/ (with
+runs `allennlp train` on a downstream config (training_configs/downstream/, and this folder's
+`ud_pos_tagger.jsonnet` with its reader, `--include-package examples.equal_compute_study`; with
 `evaluate_on_test`, i.e. `allennlp evaluate`'s evaluation of the best-dev-epoch weights on the test
 set), then writes `results.json` and a Markdown table (mean +- std over seeds) to `--output-dir`.
 
@@ -18,7 +19,7 @@ run). A run whose serialization directory has a `metrics.json` is
 not run again, so an interrupted study resumes where it stopped; pretraining rows are read from
 `--pretrain NAME=SERIALIZATION_DIR` (metrics.json, config.json, model.tar.gz).
 
-    OMP_NUM_THREADS=1 python scripts/equal_compute_study.py --fasttext ptb.bin --lowercase \\
+    OMP_NUM_THREADS=1 python examples/equal_compute_study/run_study.py --fasttext ptb.bin --lowercase \\
         --bilm ELMo=runs/elmo/model.tar.gz --bilm ELMo-C=runs/elmoc/model.tar.gz \\
         --pretrain ELMo=runs/elmo --pretrain ELMo-C=runs/elmoc --pretrain-tokens ptb.train.txt \\
         --data-dir ../shared/data --train-size 500 --eval-size 300 --epochs 4 --seeds 3 --jobs 2
@@ -29,7 +30,6 @@ import math
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -37,10 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+STUDY_DIR = Path(__file__).resolve().parent
+REPO_ROOT = STUDY_DIR.parents[1]
 CONFIGS = REPO_ROOT / "training_configs" / "downstream"
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
 ALLENNLP = Path(sys.executable).with_name("allennlp")
+sys.path.insert(0, str(REPO_ROOT))
+
+from examples.reporting import log, mean_std, write_text  # noqa: E402
 
 # task -> (config, environment variable prefix, data folder, split files, metric, metric name)
 TASKS = {
@@ -48,22 +52,12 @@ TASKS = {
             ("eng.train", "eng.testa", "eng.testb"), "f1-measure-overall", "NER F1"),
     "sst5": ("sst5_bcn.jsonnet", "SST", "sst5",
              ("train.txt", "dev.txt", "test.txt"), "accuracy", "SST-5 acc"),
-    "pos": ("ud_pos_tagger.jsonnet", "POS", "ud_ewt",
+    "pos": (str(STUDY_DIR / "ud_pos_tagger.jsonnet"), "POS", "ud_ewt",
             ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "en_ewt-ud-test.conllu"),
             "accuracy", "POS acc"),
 }
 SPLITS = ("TRAIN", "VALIDATION", "TEST")
 FASTTEXT_ONLY = "fastText"
-
-
-def log(message: str) -> None:
-    print(time.strftime("%H:%M:%S"), message, flush=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------------- data subsets
@@ -94,7 +88,7 @@ def make_subset(source: Path, target: Path, task: str, size: Optional[int]) -> N
             # CoNLL-2003 and UD files are in document order: the first sentences.
             chosen = examples[:size]
     separator = "\n" if task == "sst5" else "\n\n"
-    atomic_write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
+    write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
 
 
 def prepare_data(args) -> Dict[str, Dict[str, Path]]:
@@ -195,7 +189,7 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
             environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
         command = [
             str(ALLENNLP), "train", str(CONFIGS / config), "-s", str(run_dir),
-            "--include-package", "elmoc_allennlp",
+            "--include-package", "elmoc_allennlp", "--include-package", "examples.equal_compute_study",
             "-o", json.dumps(overrides(task, seed, args, archive is not None)),
         ]
         log(f"start {task} {model} seed {seed}")
@@ -278,14 +272,6 @@ def count_tokens(path: Optional[str]) -> Optional[int]:
 
 # ---------------------------------------------------------------------- table
 
-def _mean_std(values: List[float]) -> str:
-    if not values:
-        return "-"
-    scale = [100 * value for value in values]
-    std = statistics.stdev(scale) if len(scale) > 1 else 0.0
-    return f"{statistics.mean(scale):.1f} ± {std:.1f}"
-
-
 def table(results: Dict) -> str:
     tasks = results["settings"]["tasks"]
     pretraining = {row["model"]: row for row in results["pretraining"]}
@@ -304,7 +290,7 @@ def table(results: Dict) -> str:
         ]
         for task in tasks:
             runs = [r for r in results["runs"] if r["task"] == task and r["model"] == model]
-            cells += [_mean_std([r["dev"] for r in runs]), _mean_std([r["test"] for r in runs])]
+            cells += [mean_std([r["dev"] for r in runs], digits=1), mean_std([r["test"] for r in runs], digits=1)]
             if runs and len(runs) < len(results["settings"]["seeds"]):
                 cells[-1] += f" ({len(runs)} seeds)"
         lines.append("| " + " | ".join(cells) + " |")
@@ -394,8 +380,8 @@ def main() -> None:
             "runs": sorted(runs, key=lambda r: (r["task"], r["model"], r["seed"])),
             "failures": failures,
         }
-        atomic_write_text(args.output_dir / "results.json", json.dumps(results, indent=2) + "\n")
-        atomic_write_text(args.output_dir / "results.md", table(results))
+        write_text(args.output_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        write_text(args.output_dir / "results.md", table(results))
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for result in pool.map(attempt, grid):

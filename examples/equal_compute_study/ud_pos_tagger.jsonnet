@@ -10,7 +10,8 @@
 //   ELMOC_FASTTEXT=crawl-300d-2M-subword.bin ELMOC_FASTTEXT_DIM=300 \
 //   POS_TRAIN_DATA_PATH=ud_ewt/en_ewt-ud-train.conllu POS_VALIDATION_DATA_PATH=ud_ewt/en_ewt-ud-dev.conllu \
 //   POS_TEST_DATA_PATH=ud_ewt/en_ewt-ud-test.conllu \
-//   allennlp train training_configs/downstream/ud_pos_tagger.jsonnet -s runs/pos --include-package elmoc_allennlp
+//   allennlp train examples/equal_compute_study/ud_pos_tagger.jsonnet -s runs/pos \
+//     --include-package elmoc_allennlp --include-package examples.equal_compute_study
 local elmoc_archive = std.extVar('ELMOC_ARCHIVE');
 local use_bilm = elmoc_archive != '';
 local elmoc_dim = if use_bilm then std.parseInt(std.extVar('ELMOC_DIM')) else 0;
@@ -22,7 +23,7 @@ local fasttext_dim = std.parseInt(std.extVar('ELMOC_FASTTEXT_DIM'));
     type: 'elmoc_ud_pos',
     token_indexers: {
       tokens: { type: 'elmoc_fasttext_subwords', vectors_path: fasttext },
-      [if use_bilm then 'elmo']: { type: 'elmoc_subwords', archive_file: elmoc_archive },
+      [if use_bilm then 'elmo']: { type: 'elmoc_bilm_inputs', archive_file: elmoc_archive },
     },
   },
   train_data_path: std.extVar('POS_TRAIN_DATA_PATH'),

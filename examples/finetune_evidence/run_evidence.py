@@ -21,7 +21,7 @@ Every step writes its output atomically and is skipped when the output exists, s
 run resumes where it stopped (a half-finished training run is started again). The tables go to
 `OUTPUT_DIR/results.md`, every figure to `OUTPUT_DIR/results.json`.
 
-    python scripts/finetune_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
+    python examples/finetune_evidence/run_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
         [--data-dir ../shared/data] [--seeds 3] [--epochs 10] [--max-train 2000]
         [--output-dir runs/finetune_evidence]
 """
@@ -39,10 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 from elmoc_allennlp.common.atomic_files import atomic_write  # noqa: E402
+from examples.reporting import log, mean_std, write_json  # noqa: E402
 
 DEFAULT_ARCHIVE = REPO_ROOT / "quickstart_output" / "elmoc_small" / "model.tar.gz"
 # The shared data next to the checkout (or next to one of its parent folders, for a worktree).
@@ -60,16 +61,6 @@ CONDITION_NAMES = {
     "general": "fastText + general ELMo-C",
     "finetuned": "fastText + domain-fine-tuned ELMo-C",
 }
-
-
-def log(message: str) -> None:
-    print(f"[finetune_evidence] {message}", flush=True)
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path, "w") as handle:
-        json.dump(data, handle, indent=2)
 
 
 def run(command: List[str], log_path: Path, environment: Dict[str, str]) -> float:
@@ -330,12 +321,6 @@ def downstream_run(
 # ---------------------------------------------------------------------------------- report
 
 
-def mean_std(values: List[float], scale: float = 100.0) -> str:
-    mean = statistics.mean(values) * scale
-    std = statistics.stdev(values) * scale if len(values) > 1 else 0.0
-    return f"{mean:.2f} ± {std:.2f}"
-
-
 def report(summary: Dict[str, Any]) -> str:
     lines = ["## Downstream: SST-5 with sst5_bcn.jsonnet", ""]
     setup = summary["setup"]
@@ -364,8 +349,9 @@ def report(summary: Dict[str, Any]) -> str:
     for text_name in summary["intrinsic"]["general"]:
         for name in ("general", "finetuned"):
             m = summary["intrinsic"][name][text_name]
+            mean_loss = (m["forward_loss"] + m["backward_loss"]) / 2  # "loss" is their sum
             lines.append(
-                f"| {text_name} | {name} | {m['loss']:.4f} | {m['forward_loss']:.4f} / "
+                f"| {text_name} | {name} | {mean_loss:.4f} | {m['forward_loss']:.4f} / "
                 f"{m['backward_loss']:.4f} | {m['cosine_similarity']:.4f} | "
                 f"{m['retrieval_accuracy']:.3f} |"
             )

@@ -1,4 +1,4 @@
-"""scripts/equal_compute_study.py: the data subsets, the overrides and the table, without training."""
+"""examples/equal_compute_study/run_study.py: the data subsets, the overrides and the table, without training."""
 import importlib.util
 from argparse import Namespace
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("equal_compute_study", REPO_ROOT / "scripts" / "equal_compute_study.py")
+spec = importlib.util.spec_from_file_location("run_study", REPO_ROOT / "examples" / "equal_compute_study" / "run_study.py")
 study = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(study)
 

@@ -1,0 +1,27 @@
+"""One-line checks of config values; each raises a `ConfigurationError` naming the key."""
+from typing import Any, Optional, Sequence
+
+from allennlp.common.checks import ConfigurationError
+
+
+def check_positive(value: Optional[float], key: str, allow_none: bool = False) -> None:
+    """`value > 0` (or `None`, if `allow_none`)."""
+    if (value is None and not allow_none) or (value is not None and not value > 0):
+        or_null = " (or null)" if allow_none else ""
+        raise ConfigurationError(f"{key} must be positive{or_null}, got {value!r}")
+
+
+def check_non_negative(value: float, key: str) -> None:
+    if not value >= 0:
+        raise ConfigurationError(f"{key} must be non-negative, got {value!r}")
+
+
+def check_probability(value: float, key: str) -> None:
+    """`0 <= value < 1`, e.g. a dropout rate."""
+    if not 0.0 <= value < 1.0:
+        raise ConfigurationError(f"{key} must be in [0, 1), got {value!r}")
+
+
+def check_one_of(value: Any, choices: Sequence[Any], key: str) -> None:
+    if value not in choices:
+        raise ConfigurationError(f"{key} must be one of {list(choices)}, got {value!r}")

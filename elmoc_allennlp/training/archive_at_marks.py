@@ -1,0 +1,142 @@
+import json
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.training.callbacks.callback import TrainerCallback
+
+from elmoc_allennlp.common.atomic_files import atomic_torch_save, atomic_write
+
+logger = logging.getLogger(__name__)
+
+MARKS_FILE = "marks.json"
+
+
+@TrainerCallback.register("elmoc_archive_at_marks")
+class ArchiveAtMarksCallback(TrainerCallback):
+    """
+    Writes a model archive each time training passes a mark of wall-clock time, for long runs
+    (keep what a run had learned at 1, 2, 4, ... hours) and for quality-against-time studies.
+    allennlp's checkpointer saves by seconds, but a checkpoint is no archive: this writes
+    `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz` through `allennlp train`'s own
+    `archive_model` (config, vocabulary, weights with the fastText fingerprint, carried biLM
+    configs; written atomically), and appends a record per mark to `<directory>/marks.json`:
+    `minutes`, `elapsed_seconds`, `epoch`, `batch` (1-based in the epoch), `archive`.
+
+    The clock is training wall-clock time (validation included) since training began; the
+    elapsed time is part of the trainer's checkpoints, so `allennlp train --recover` continues it
+    from the checkpoint it resumes (time lost between that checkpoint and the crash is not
+    counted), and marks already archived are not written again. Only the primary worker writes.
+
+    Registered as a `TrainerCallback` with name "elmoc_archive_at_marks".
+
+    # Parameters
+
+    serialization_dir : `str`
+    minutes : `List[float]`
+        The marks, in minutes of training; each is archived once, after the first batch that
+        ends at or past it. Positive and increasing.
+    directory : `str`, optional (default = `"archives"`)
+        Folder under the serialization directory for the archives and `marks.json`.
+    """
+
+    def __init__(
+        self, serialization_dir: str, minutes: List[float], directory: str = "archives"
+    ) -> None:
+        super().__init__(serialization_dir)
+        if not minutes or any(m <= 0 for m in minutes) or list(minutes) != sorted(set(minutes)):
+            raise ConfigurationError(
+                f"trainer.callbacks[elmoc_archive_at_marks].minutes must be positive and "
+                f"increasing, got {minutes!r}"
+            )
+        self._minutes = [float(m) for m in minutes]
+        self._directory = os.path.join(serialization_dir, directory)
+        self._elapsed_before = 0.0
+        self._started: Optional[float] = None
+        self._done = self._read_marks()
+
+    def _read_marks(self) -> List[Dict[str, Any]]:
+        path = os.path.join(self._directory, MARKS_FILE)
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as marks:
+            return json.load(marks)
+
+    def elapsed_seconds(self) -> float:
+        """Training wall-clock seconds so far (those before a `--recover` included)."""
+        running = 0.0 if self._started is None else time.monotonic() - self._started
+        return self._elapsed_before + running
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        super().on_start(trainer, is_primary=is_primary, **kwargs)
+        self._started = time.monotonic()
+
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch: int,
+        batch_number: int,
+        is_training: bool,
+        is_primary: bool = True,
+        **kwargs,
+    ) -> None:
+        if not (is_training and is_primary):
+            return
+        elapsed = self.elapsed_seconds()
+        archived = {record["minutes"] for record in self._done}
+        due = [m for m in self._minutes if m not in archived and elapsed >= 60.0 * m]
+        if due:
+            # Marks passed within one batch share one archive, each under its own name.
+            for minutes in due:
+                self._archive(trainer, minutes, elapsed, epoch, batch_number)
+
+    def _archive(self, trainer, minutes: float, elapsed: float, epoch: int, batch: int) -> None:
+        # The module attribute, so that the atomic, biLM-carrying wrapper (compat/) is used.
+        import allennlp.commands.train as train_command
+
+        os.makedirs(self._directory, exist_ok=True)
+        name = f"model_{minutes:g}min.tar.gz"
+        weights = f".weights_at_{minutes:g}min.th"
+        weights_path = os.path.join(self.serialization_dir, weights)
+        atomic_torch_save(trainer.model.state_dict(), weights_path)
+        try:
+            train_command.archive_model(
+                self.serialization_dir,
+                weights=weights,
+                archive_path=os.path.join(self._directory, name),
+            )
+        finally:
+            os.remove(weights_path)
+        self._done.append(
+            {
+                "minutes": minutes,
+                "elapsed_seconds": round(elapsed, 3),
+                "epoch": epoch,
+                "batch": batch,
+                "archive": name,
+            }
+        )
+        with atomic_write(os.path.join(self._directory, MARKS_FILE), "w") as marks:
+            json.dump(self._done, marks, indent=2)
+        logger.info("Archived the model at %g min of training: %s", minutes, name)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"elapsed_seconds": self.elapsed_seconds()}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self._elapsed_before = float(state_dict.get("elapsed_seconds", 0.0))
+        if self._started is not None:
+            self._started = time.monotonic()
+
+
+def read_marks(serialization_dir: str, directory: str = "archives") -> List[Dict[str, Any]]:
+    """The records of `marks.json` under a run's serialization directory, with absolute paths."""
+    folder = os.path.join(serialization_dir, directory)
+    with open(os.path.join(folder, MARKS_FILE), encoding="utf-8") as marks:
+        records = json.load(marks)
+    return [dict(record, archive=os.path.join(folder, record["archive"])) for record in records]

@@ -1,0 +1,271 @@
+#!/usr/bin/env python
+"""
+Quality against pretraining time: ELMo, ELMo-C (and optionally ELMo-A) pretrained on the PTB text of
+`make demo` for the same wall clock, one after the other, each keeping a model archive at every
+mark (`elmoc_archive_at_marks`); then, at every mark, frozen features downstream (UD POS and
+CoNLL-2003 NER through the equal-compute study's configs and `allennlp train`), the intrinsic figure
+(`allennlp evaluate` on PTB valid), and the embedding cost of the last marks (`allennlp elmoc-embed`,
+sentences/s, side by side). Writes `results.json`, `results.md` and `quality_vs_time.png` to
+`--output-dir`. Resumable: finished pretraining runs, evaluations and downstream runs are kept.
+
+    OMP_NUM_THREADS=1 python examples/quality_vs_time/run_study.py --data-dir ../shared/data \\
+        --marks 2.5 5 10 20 --models elmo elmoc --train-size 2000 --jobs 2
+"""
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "scripts")]
+
+from examples.equal_compute_study import run_study as grid  # noqa: E402
+from examples.reporting import log, mean_std, write_json, write_text  # noqa: E402
+
+PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
+# name -> (label, config, ELMOC_BASELINE)
+MODELS = {
+    "elmoc": ("ELMo-C", PRETRAIN / "elmoc_small.jsonnet", None),
+    "elmo": ("ELMo", PRETRAIN / "baselines_small.jsonnet", "elmo"),
+    "elmo_a": ("ELMo-A", PRETRAIN / "baselines_small.jsonnet", "elmo_a"),
+}
+FIGURE = "quality_vs_time.png"
+
+
+def run_logged(command: List[str], log_path: Path, environment: Dict[str, str]) -> None:
+    with open(log_path, "w") as output:
+        completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+    if completed.returncode != 0:
+        raise SystemExit(f"failed ({completed.returncode}): {' '.join(command)}; see {log_path}")
+
+
+def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, str]) -> List[Dict]:
+    """Trains one model until its last mark is archived; returns its marks' records."""
+    from elmoc_allennlp.training.archive_at_marks import MARKS_FILE, read_marks
+
+    label, config, baseline = MODELS[name]
+    run_dir = args.output_dir / "pretrain" / name
+    marks_path = run_dir / "archives" / MARKS_FILE
+    if marks_path.exists() and len(read_marks(str(run_dir))) == len(args.marks):
+        return read_marks(str(run_dir))
+    if run_dir.exists():
+        # An interrupted run: its clock would not match a fresh one's, so start it again.
+        subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    environment = dict(environment, ELMOC_BASELINE=baseline or "", ELMOC_ELMO_ARCHIVE="")
+    overrides = {
+        "trainer.num_epochs": args.max_epochs,
+        "trainer.callbacks": [{"type": "elmoc_archive_at_marks", "minutes": args.marks}],
+    }
+    command = [str(grid.ALLENNLP), "train", str(config), "-s", str(run_dir),
+               "--include-package", "elmoc_allennlp", "-o", json.dumps(overrides)]
+    log(f"pretraining {label} to {args.marks[-1]:g} min ({config.name})")
+    with open(run_dir.parent / f"{name}.log", "w") as output:
+        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+        done = 0
+        while process.poll() is None:
+            time.sleep(5)
+            records = read_marks(str(run_dir)) if marks_path.exists() else []
+            if len(records) > done:
+                done = len(records)
+                log(f"  {label}: {done}/{len(args.marks)} marks archived "
+                         f"(epoch {records[-1]['epoch'] + 1}, {records[-1]['minutes']:g} min)")
+            if done == len(args.marks):
+                process.send_signal(signal.SIGTERM)
+                process.wait()
+    records = read_marks(str(run_dir)) if marks_path.exists() else []
+    if len(records) < len(args.marks):
+        raise SystemExit(f"{label} stopped before its last mark; see {run_dir.parent / f'{name}.log'}"
+                         f" (raise --max-epochs if it ran out of epochs)")
+    return records
+
+
+def intrinsic(archive: str, corpus: Dict[str, Path], environment: Dict[str, str]) -> Dict:
+    """`allennlp evaluate` of a biLM archive on PTB valid (kept next to the archive)."""
+    output = Path(archive).with_suffix(".valid.json")
+    if not output.exists():
+        command = [str(grid.ALLENNLP), "evaluate", archive, str(corpus["valid"]),
+                   "--output-file", str(output), "--include-package", "elmoc_allennlp"]
+        run_logged(command, output.with_suffix(".log"), environment)
+    return json.loads(output.read_text())
+
+
+def embedding_speed(archives: Dict[str, str], corpus: Dict[str, Path], args, environment) -> Dict:
+    """Sentences/s of `allennlp elmoc-embed` per archive, alternating models twice (side by side)."""
+    sentences = [line for line in corpus["test"].read_text().splitlines() if line.strip()]
+    text = args.output_dir / "embed" / "sentences.txt"
+    text.parent.mkdir(parents=True, exist_ok=True)
+    text.write_text("\n".join(sentences[: args.embed_sentences]) + "\n")
+    seconds: Dict[str, List[float]] = {label: [] for label in archives}
+    for round_number in range(2):
+        for label, archive in archives.items():
+            output = args.output_dir / "embed" / f"{label}.hdf5"
+            command = [str(grid.ALLENNLP), "elmoc-embed", archive, str(text), str(output),
+                       "--force", "--include-package", "elmoc_allennlp"]
+            started = time.perf_counter()
+            run_logged(command, output.with_suffix(".log"), environment)
+            seconds[label].append(time.perf_counter() - started)
+    count = min(len(sentences), args.embed_sentences)
+    return {label: round(count / statistics.median(times), 1) for label, times in seconds.items()}
+
+
+def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
+    """The downstream grid of the equal-compute study, one model per mark's archive."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+
+    settings = Namespace(
+        output_dir=args.output_dir / "downstream", data_dir=args.data_dir, tasks=args.tasks,
+        train_size=args.train_size, eval_size=None, epochs=args.epochs, task_epochs={},
+        batch_size=None, lowercase=True, collect_only=False, fasttext=args.fasttext,
+        fasttext_dim=FastTextVectors.from_path(args.fasttext).dim,
+        bilm_dims={name: ElmocArchive.read(path).output_dim for name, path in archives.items()},
+    )
+    settings.output_dir.mkdir(parents=True, exist_ok=True)
+    data = grid.prepare_data(settings)
+    last = {name for name in archives if name.endswith(f"@{args.marks[-1]:g}min")}
+    items = []
+    for task in args.tasks:
+        for model, archive in [(grid.FASTTEXT_ONLY, None)] + list(archives.items()):
+            seeds = args.seeds if model in last or archive is None else args.seeds[:1]
+            items += [(task, model, archive, seed) for seed in seeds]
+    os.environ.update(environment)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        return list(pool.map(lambda item: grid.run_one(*item, settings, data), items))
+
+
+def table(results: Dict) -> str:
+    tasks = results["settings"]["tasks"]
+    header = ["biLM", "minutes", "epoch", "intrinsic (PTB valid)"] + [
+        f"{grid.TASKS[task][5]} test" for task in tasks]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for point in results["points"]:
+        cells = [point["model"], f"{point['minutes']:g}", str(point["epoch"] + 1), point["intrinsic"]]
+        cells += [mean_std(point["test"][task], digits=1) for task in tasks]
+        lines.append("| " + " | ".join(cells) + " |")
+    for task in tasks:
+        lines.append(f"\nfastText only, {grid.TASKS[task][5]} test: "
+                     f"{mean_std(results['reference'][task], digits=1)}")
+    speed = results.get("embedding_sentences_per_second", {})
+    if speed:
+        lines.append("\nallennlp elmoc-embed, sentences/s: "
+                     + ", ".join(f"{label} {value:,}" for label, value in speed.items()))
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: Dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = results["settings"]["tasks"]
+    labels = sorted({point["label"] for point in results["points"]})
+    figure, axes = plt.subplots(1, len(tasks) + 2, figsize=(5 * (len(tasks) + 2), 4))
+    for axis, task in zip(axes, tasks):
+        for label in labels:
+            points = [p for p in results["points"] if p["label"] == label]
+            means = [100 * statistics.mean(p["test"][task]) for p in points]
+            errors = [100 * statistics.stdev(p["test"][task]) if len(p["test"][task]) > 1 else 0
+                      for p in points]
+            axis.errorbar([p["minutes"] for p in points], means, yerr=errors, marker="o", label=label,
+                          capsize=3)
+        axis.axhline(100 * statistics.mean(results["reference"][task]), color="grey", linestyle="--",
+                     label="fastText only")
+        axis.set(title=f"{grid.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log")
+        axis.legend()
+    for axis, (key, title) in zip(axes[len(tasks):], [("perplexity", "ELMo / ELMo-A perplexity"),
+                                                      ("cosine_loss", "ELMo-C 1 - cosine")]):
+        for label in labels:
+            points = [p for p in results["points"] if p["label"] == label and key in p]
+            if points:
+                axis.plot([p["minutes"] for p in points], [p[key] for p in points], marker="o",
+                          label=label)
+        axis.set(title=f"{title} (PTB valid)", xlabel="pretraining minutes", xscale="log")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "quality_vs_time")
+    parser.add_argument("--data-dir", type=Path, default=grid.DEFAULT_DATA)
+    parser.add_argument("--models", nargs="+", default=["elmo", "elmoc"], choices=list(MODELS))
+    parser.add_argument("--marks", type=float, nargs="+", default=[2.5, 5, 10, 20],
+                        help="minutes of pretraining at which an archive is kept")
+    parser.add_argument("--max-epochs", type=int, default=100, help="an upper bound; runs stop at the last mark")
+    parser.add_argument("--tasks", nargs="+", default=["pos", "ner"], choices=list(grid.TASKS))
+    parser.add_argument("--train-size", type=int, default=2000, help="training sentences per task")
+    parser.add_argument("--epochs", type=int, default=5, help="downstream epochs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
+                        help="seeds at the last mark and for fastText only; the first elsewhere")
+    parser.add_argument("--embed-sentences", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=2, help="downstream runs at a time")
+    args = parser.parse_args()
+    started = time.time()
+    args.output_dir = args.output_dir.resolve()
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    import quickstart  # scripts/quickstart.py: the PTB text and fastText of `make demo`
+
+    corpus = quickstart.prepare_corpus(args.output_dir / "data")
+    args.fasttext = args.output_dir / "fasttext" / "ptb.bin"
+    if not args.fasttext.exists():
+        log("fastText on PTB train")
+        quickstart.train_vectors(corpus["train"], args.fasttext, threads=os.cpu_count() or 1)
+    environment = dict(os.environ, ELMOC_FASTTEXT=str(args.fasttext),
+                       ELMOC_TRAIN_DATA=str(corpus["train"]), ELMOC_VALIDATION_DATA=str(corpus["valid"]),
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    marks = {name: pretrain(name, args, corpus, environment) for name in args.models}
+
+    archives, points = {}, []
+    for name, records in marks.items():
+        label = MODELS[name][0]
+        for record in records:
+            metrics = intrinsic(record["archive"], corpus, environment)
+            point = {"model": f"{label}@{record['minutes']:g}min", "label": label, **record}
+            if "cosine_similarity" in metrics:
+                point["cosine_loss"] = metrics["loss"]
+                point["intrinsic"] = (f"1-cos {metrics['loss']:.4f}, "
+                                      f"retrieval {metrics['retrieval_accuracy']:.3f}")
+            else:
+                point["perplexity"] = round(2.718281828459045 ** metrics["loss"], 1)
+                point["intrinsic"] = f"perplexity {point['perplexity']}"
+            archives[point["model"]] = record["archive"]
+            points.append(point)
+    runs = downstream(archives, args, environment)
+    for point in points:
+        point["test"] = {task: [r["test"] for r in runs if r["model"] == point["model"] and r["task"] == task]
+                         for task in args.tasks}
+    last = {MODELS[name][0]: records[-1]["archive"] for name, records in marks.items()}
+    results = {
+        "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
+        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+                    "python": platform.python_version()},
+        "command": " ".join([Path(sys.executable).name] + sys.argv),
+        "points": points,
+        "reference": {task: [r["test"] for r in runs if r["model"] == grid.FASTTEXT_ONLY and r["task"] == task]
+                      for task in args.tasks},
+        "embedding_sentences_per_second": embedding_speed(last, corpus, args, environment),
+        "runs": runs,
+    }
+    results["total_minutes_this_invocation"] = round((time.time() - started) / 60, 1)
+    write_json(args.output_dir / "results.json", results)
+    write_text(args.output_dir / "results.md", table(results))
+    plot(results, args.output_dir / FIGURE)
+    print(table(results))
+    log(f"done in {results['total_minutes_this_invocation']} min; figure: {args.output_dir / FIGURE}")
+
+
+if __name__ == "__main__":
+    main()
