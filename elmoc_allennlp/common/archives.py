@@ -377,10 +377,6 @@ def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, An
             yield from find_keys(value, key, f"{prefix}.{index}")
 
 
-def _refuse_constant(constant: str) -> None:
-    raise ValueError(f"{constant} is not JSON")
-
-
 def read_config(
     directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
 ) -> Dict[str, Any]:
@@ -401,7 +397,7 @@ def read_config(
             f"({limit:,})"
         )
     try:
-        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
+        config = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise ConfigurationError(
             f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
@@ -418,24 +414,21 @@ def read_config(
 
 def check_config_types(config: Dict[str, Any], source: str) -> None:
     """
-    Every dotted `"type"` of a config from an archive must be a registered name or a `FromParams`
-    class of a module already in `sys.modules`: otherwise a `ConfigurationError` names `source`, the key and
-    the type, before anything is imported.
+    Every dotted `"type"` of a config from an archive must be a registered name, or a
+    `FromParams` or registered class of a module already in `sys.modules`: otherwise a
+    `ConfigurationError` names `source`, the key and the type, before anything is imported.
     """
     from allennlp.common.from_params import FromParams
     from allennlp.common.registrable import Registrable
 
-    registered = None
+    registry = [entry for entries in Registrable._registry.values() for entry in entries.items()]
     for key, value in find_keys(config, "type"):
         if not isinstance(value, str) or "." not in value:
             continue
-        if registered is None:
-            registered = {name for names in Registrable._registry.values() for name in names}
-        if value in registered:
-            continue
         module_name, _, attribute = value.rpartition(".")
         found = getattr(sys.modules.get(module_name), attribute, None)
-        if not (isinstance(found, type) and issubclass(found, FromParams)):
+        component = isinstance(found, type) and issubclass(found, FromParams)
+        if not (component or any(value == name or found is cls for name, (cls, _) in registry)):
             raise ConfigurationError(
                 f"{source}: {key} is {value!r}, which is neither a registered name nor a "
                 "component class of an imported module. Names in an archive are never imported: "

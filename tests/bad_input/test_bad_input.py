@@ -392,7 +392,6 @@ _ARCHIVE_CONFIG_CASES = {
     # name: (config, words)
     "jsonnet": (lambda sandbox: _JSONNET_CONFIG, ("config.json", "is not JSON", "jsonnet")),
     "importstr": (lambda sandbox: b'{"model": importstr "/etc/passwd"}', ("is not JSON",)),
-    "nan": (lambda sandbox: b'{"model": {"type": "elmoc_bilm", "x": NaN}}', ("is not JSON",)),
     "not-utf8": (lambda sandbox: b'{"model": "\xff"}', ("is not JSON",)),
     "deeply-nested": (lambda sandbox: b"[" * 200_000 + b"]" * 200_000, ("is not JSON",)),
     "a-list": (lambda sandbox: b"[1, 2]", ("not a JSON object",)),
