@@ -174,6 +174,7 @@ def plot(results: Dict, path: Path) -> None:
 
     tasks = results["settings"]["tasks"]
     labels = sorted({point["label"] for point in results["points"]})
+    colors = {label: f"C{index}" for index, label in enumerate(labels)}
     figure, axes = plt.subplots(1, len(tasks) + 2, figsize=(5 * (len(tasks) + 2), 4))
     for axis, task in zip(axes, tasks):
         for label in labels:
@@ -182,20 +183,25 @@ def plot(results: Dict, path: Path) -> None:
             errors = [100 * statistics.stdev(p["test"][task]) if len(p["test"][task]) > 1 else 0
                       for p in points]
             axis.errorbar([p["minutes"] for p in points], means, yerr=errors, marker="o", label=label,
-                          capsize=3)
+                          capsize=3, color=colors[label])
         axis.axhline(100 * statistics.mean(results["reference"][task]), color="grey", linestyle="--",
                      label="fastText only")
         axis.set(title=f"{grid.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log")
         axis.legend()
+    axes[len(tasks)].set_yscale("log")
     for axis, (key, title) in zip(axes[len(tasks):], [("perplexity", "ELMo / ELMo-A perplexity"),
                                                       ("cosine_loss", "ELMo-C 1 - cosine")]):
         for label in labels:
             points = [p for p in results["points"] if p["label"] == label and key in p]
             if points:
                 axis.plot([p["minutes"] for p in points], [p[key] for p in points], marker="o",
-                          label=label)
+                          label=label, color=colors[label])
         axis.set(title=f"{title} (PTB valid)", xlabel="pretraining minutes", xscale="log")
         axis.legend()
+    marks = results["settings"]["marks"]
+    for axis in axes:
+        axis.set_xticks(marks, [f"{m:g}" for m in marks])
+        axis.minorticks_off()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
