@@ -1101,12 +1101,13 @@ def _no_instances(sandbox):
     return _train_tiny(sandbox, {"dataset_reader.max_instances": 0, "trainer.num_epochs": 1})
 
 
-@case("config-wrong-ELMOC_DIM", ConfigurationError, "ELMOC_DIM", "is 1024", "gives 12-",
-      unchanged=(), absent=("run/model.tar.gz",))
-def _wrong_elmoc_dim(sandbox):
+def _train_ner_with(sandbox, **variables):
+    """A run of the downstream NER config with the tiny biLM and these environment variables."""
     from allennlp.commands.train import train_model_from_file
+    from allennlp.common.util import import_module_and_submodules
 
-    environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_DIM="1024")
+    import_module_and_submodules("allennlp_models.tagging")  # the config's crf_tagger
+    environment = dict(_downstream_environment(sandbox, sandbox.archive), **variables)
 
     def run():
         with _environment(environment):
@@ -1114,21 +1115,18 @@ def _wrong_elmoc_dim(sandbox):
                                   str(sandbox.root / "run"))
 
     return run
+
+
+@case("config-wrong-ELMOC_DIM", ConfigurationError, "ELMOC_DIM", "is 1024", "gives 12-",
+      unchanged=(), absent=("run/model.tar.gz",))
+def _wrong_elmoc_dim(sandbox):
+    return _train_ner_with(sandbox, ELMOC_DIM="1024")
 
 
 @case("config-wrong-ELMOC_FASTTEXT_DIM", ConfigurationError, "ELMOC_FASTTEXT_DIM", "is 300",
       "{fasttext}", "has 16 dimensions", unchanged=(), absent=("run/model.tar.gz",))
 def _wrong_fasttext_dim(sandbox):
-    from allennlp.commands.train import train_model_from_file
-
-    environment = dict(_downstream_environment(sandbox, sandbox.archive), ELMOC_FASTTEXT_DIM="300")
-
-    def run():
-        with _environment(environment):
-            train_model_from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
-                                  str(sandbox.root / "run"))
-
-    return run
+    return _train_ner_with(sandbox, ELMOC_FASTTEXT_DIM="300")
 
 
 @case("config-dotted-type-that-is-no-model", ConfigurationError, "os.system", "is not a Model",
