@@ -13,6 +13,7 @@ sentences/s, side by side). Writes `results.json`, `results.md` and `quality_vs_
 """
 import argparse
 import json
+import math
 import os
 import platform
 import signal
@@ -249,7 +250,7 @@ def main() -> None:
                 point["intrinsic"] = (f"1-cos {metrics['loss']:.4f}, "
                                       f"retrieval {metrics['retrieval_accuracy']:.3f}")
             else:
-                point["perplexity"] = round(2.718281828459045 ** metrics["loss"], 1)
+                point["perplexity"] = round(math.exp(metrics["loss"]), 1)
                 point["intrinsic"] = f"perplexity {point['perplexity']}"
             archives[point["model"]] = record["archive"]
             points.append(point)
