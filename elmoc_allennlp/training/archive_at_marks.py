@@ -55,14 +55,7 @@ class ArchiveAtMarksCallback(TrainerCallback):
         self._directory = os.path.join(serialization_dir, directory)
         self._elapsed_before = 0.0
         self._started: Optional[float] = None
-        self._done = self._read_marks()
-
-    def _read_marks(self) -> List[Dict[str, Any]]:
-        path = os.path.join(self._directory, MARKS_FILE)
-        if not os.path.exists(path):
-            return []
-        with open(path, encoding="utf-8") as marks:
-            return json.load(marks)
+        self._done = _load_marks(self._directory)
 
     def elapsed_seconds(self) -> float:
         """Training wall-clock seconds so far (those before a `--recover` included)."""
@@ -134,9 +127,18 @@ class ArchiveAtMarksCallback(TrainerCallback):
             self._started = time.monotonic()
 
 
+def _load_marks(folder: str) -> List[Dict[str, Any]]:
+    path = os.path.join(folder, MARKS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as marks:
+        return json.load(marks)
+
+
 def read_marks(serialization_dir: str, directory: str = "archives") -> List[Dict[str, Any]]:
-    """The records of `marks.json` under a run's serialization directory, with absolute paths."""
+    """
+    The records of `marks.json` under a run's serialization directory, with absolute archive
+    paths; none before the first mark.
+    """
     folder = os.path.join(serialization_dir, directory)
-    with open(os.path.join(folder, MARKS_FILE), encoding="utf-8") as marks:
-        records = json.load(marks)
-    return [dict(record, archive=os.path.join(folder, record["archive"])) for record in records]
+    return [dict(r, archive=os.path.join(folder, r["archive"])) for r in _load_marks(folder)]

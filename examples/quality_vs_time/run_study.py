@@ -50,12 +50,11 @@ def run_logged(command: List[str], log_path: Path, environment: Dict[str, str]) 
 
 def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, str]) -> List[Dict]:
     """Trains one model until its last mark is archived; returns its marks' records."""
-    from elmoc_allennlp.training.archive_at_marks import MARKS_FILE, read_marks
+    from elmoc_allennlp.training.archive_at_marks import read_marks
 
     label, config, baseline = MODELS[name]
     run_dir = args.output_dir / "pretrain" / name
-    marks_path = run_dir / "archives" / MARKS_FILE
-    if marks_path.exists() and len(read_marks(str(run_dir))) == len(args.marks):
+    if len(read_marks(str(run_dir))) == len(args.marks):
         return read_marks(str(run_dir))
     if run_dir.exists():
         # An interrupted run: its clock would not match a fresh one's, so start it again.
@@ -74,7 +73,7 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
         done = 0
         while process.poll() is None:
             time.sleep(5)
-            records = read_marks(str(run_dir)) if marks_path.exists() else []
+            records = read_marks(str(run_dir))
             if len(records) > done:
                 done = len(records)
                 log(f"  {label}: {done}/{len(args.marks)} marks archived "
@@ -82,7 +81,7 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
             if done == len(args.marks):
                 process.send_signal(signal.SIGTERM)
                 process.wait()
-    records = read_marks(str(run_dir)) if marks_path.exists() else []
+    records = read_marks(str(run_dir))
     if len(records) < len(args.marks):
         raise SystemExit(f"{label} stopped before its last mark; see {run_dir.parent / f'{name}.log'}"
                          f" (raise --max-epochs if it ran out of epochs)")
