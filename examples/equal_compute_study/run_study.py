@@ -99,7 +99,7 @@ def prepare_data(args) -> Dict[str, Dict[str, Path]]:
         target_dir.mkdir(parents=True, exist_ok=True)
         paths[task] = {}
         for split, name in zip(SPLITS, files):
-            size = args.train_size if split == "TRAIN" else args.eval_size
+            size = {"TRAIN": args.train_size, "VALIDATION": args.dev_size or args.eval_size}.get(split, args.eval_size)
             target = target_dir / name
             make_subset(args.data_dir / folder / name, target, task, size)
             paths[task][split] = target
@@ -323,6 +323,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     parser.add_argument("--train-size", type=int, default=500)
     parser.add_argument("--eval-size", type=int, default=300)
+    parser.add_argument("--dev-size", type=int, help="dev examples per task (default: --eval-size)")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--task-epochs", nargs="*", default=[], help="TASK=EPOCHS for some tasks")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -371,7 +372,7 @@ def main() -> None:
         results = {
             "settings": {
                 "tasks": args.tasks, "models": [name for name, _ in models], "seeds": args.seeds,
-                "train_size": args.train_size, "eval_size": args.eval_size, "epochs": args.epochs,
+                "train_size": args.train_size, "eval_size": args.eval_size, "dev_size": args.dev_size, "epochs": args.epochs,
                 "task_epochs": args.task_epochs,
                 "batch_size": args.batch_size,
                 "fasttext": str(args.fasttext), "bilms": bilms, "lowercase": args.lowercase,

@@ -129,8 +129,8 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
 
     settings = Namespace(
         output_dir=args.output_dir / "downstream", data_dir=args.data_dir, tasks=args.tasks,
-        train_size=args.train_size, eval_size=args.eval_size, epochs=args.epochs, task_epochs={},
-        batch_size=None, lowercase=True, collect_only=False, fasttext=args.fasttext,
+        train_size=args.train_size, eval_size=args.eval_size, dev_size=args.dev_size, epochs=args.epochs,
+        task_epochs={}, batch_size=args.batch_size, lowercase=True, collect_only=False, fasttext=args.fasttext,
         fasttext_dim=FastTextVectors.from_path(args.fasttext).dim,
         bilm_dims={name: ElmocArchive.read(path).output_dim for name, path in archives.items()},
     )
@@ -217,11 +217,16 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["pos", "ner"], choices=list(grid.TASKS))
     parser.add_argument("--train-size", type=int, default=2000, help="training sentences per task")
     parser.add_argument("--eval-size", type=int, help="dev/test sentences per task (default: all)")
+    parser.add_argument("--dev-size", type=int, help="dev sentences per task (default: --eval-size)")
     parser.add_argument("--epochs", type=int, default=5, help="downstream epochs")
+    parser.add_argument("--batch-size", type=int, help="downstream batch size (default: the configs')")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
                         help="seeds at the last mark and for fastText only; the first elsewhere")
     parser.add_argument("--embed-sentences", type=int, default=3000, help="PTB test sentences to embed")
     parser.add_argument("--jobs", type=int, default=2, help="downstream runs at a time")
+    parser.add_argument("--downstream-only", action="store_true",
+                        help="stop after the downstream grid of the given --models (e.g. on a spare core"
+                             " while the next model pretrains); a full invocation then adds the rest")
     args = parser.parse_args()
     started = time.time()
     args.output_dir = args.output_dir.resolve()
@@ -254,6 +259,9 @@ def main() -> None:
             archives[point["model"]] = record["archive"]
             points.append(point)
     runs = downstream(archives, args, environment)
+    if args.downstream_only:
+        log(f"downstream of {', '.join(archives)} done in {(time.time() - started) / 60:.1f} min")
+        return
     for point in points:
         point["test"] = {task: [r["test"] for r in runs if r["model"] == point["model"] and r["task"] == task]
                          for task in args.tasks}
