@@ -142,9 +142,16 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
         for model, archive in [(grid.FASTTEXT_ONLY, None)] + list(archives.items()):
             seeds = args.seeds if model in last or archive is None else args.seeds[:1]
             items += [(task, model, archive, seed) for seed in seeds]
+    def run_or_wait(item) -> Dict:
+        while True:
+            try:
+                return grid.run_one(*item, settings, data)
+            except grid.RunElsewhere:
+                time.sleep(30)  # another driver (e.g. --downstream-only) is running it: take its result
+
     os.environ.update(environment)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        return list(pool.map(lambda item: grid.run_one(*item, settings, data), items))
+        return list(pool.map(run_or_wait, items))
 
 
 def table(results: Dict) -> str:
