@@ -1,7 +1,6 @@
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from allennlp.common.checks import ConfigurationError
@@ -9,7 +8,11 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import (
+    FastTextVectors,
+    mean_subword_vectors,
+    no_vector_id,
+)
 from elmoc_allennlp.common.portable_bilm import locate_fasttext
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     MAX_TOKEN_CHARACTERS,
@@ -17,33 +20,18 @@ from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     padded_ids,
 )
 
-# Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
-# index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
-
-
 @TokenIndexer.register("elmoc_fasttext_subwords")
 class FastTextSubwordIndexer(BilmInputIndexer):
     """
-    Represents each token by the fastText input-matrix rows its vector is the mean of: its own
-    row if it is in the fastText dictionary, plus its hashed character n-grams (see
-    `FastTextVectors.subword_ids`). Like `elmo_characters`, it needs no vocabulary: any string
-    has a vector.
+    Represents each token by the fastText input-matrix rows its vector is the mean of (see
+    `FastTextVectors.subword_ids`), shifted by +1 so that 0 is padding. Needs no vocabulary. The
+    boundary tokens are indexed as fastText's `</s>` (as their own text if the model has none); a
+    token with no rows gets `no_vector_id` (`num_rows + 1`), which the `elmoc_fasttext` embedder
+    embeds as zeros.
 
-    Indices are rows shifted by +1, so 0 is padding. The sentence boundary tokens that the LM
-    reader adds (ELMo's `<S>` and `</S>`) are indexed as fastText's end-of-sentence word `</s>`,
-    which fastText trains at every line end; if the model has no `</s>`, they are indexed as
-    their own text. A token with no rows at all (the empty string, or any word absent from the
-    dictionary when the model has no n-grams, `maxn == 0`) is still a real, unmasked token: it
-    gets the single reserved index `no_vector_id` (`num_rows + 1`), which
-    `FastTextTokenEmbedder` embeds as a zero vector.
-
-    Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
-    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses. With `gather_vectors`, also
-    `vectors`, shape `(num_tokens, dim)`: each token's fastText vector (the mean of its rows,
-    zeros for padding and for a token without a vector), read from the memory-mapped `.bin`
-    where the batch is made (in the data-loader workers), so that the `elmoc_fasttext` embedder
-    only passes it on and the model's forward neither reads the table nor copies ids from the
-    device to the host. The vectors are the embedder's own within float32 rounding.
+    Output: `subword_ids` `(num_tokens, num_subwords)` and `mask` `(num_tokens,)`; with
+    `gather_vectors`, also `vectors` `(num_tokens, dim)`, the tokens' fastText vectors read where
+    the batch is made, so the model's forward neither reads the table nor syncs with the host.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 
@@ -54,22 +42,16 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)
-        Lowercase each token (not the boundary tokens) before looking it up: for fastText models
-        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_bilm_inputs`
-        indexer and `ElmocEmbedder` of that archive lowercase too.
-    gather_vectors : `bool`, optional (default=`False`)
-        Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
-        embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
-        bytes per instance in the batch.
+        Lowercase each token (not the boundary tokens): for models trained on lowercased text.
     token_min_padding_length : `int`, optional (default=`0`)
         See :class:`TokenIndexer`.
-    max_token_characters : `int`, optional (default=`50`, ELMo's)
-        A longer token is indexed as its first `max_token_characters` characters (its n-grams
-        grow with its length; see `BilmInputIndexer`).
+    gather_vectors : `bool`, optional (default=`False`)
+        Also output each token's vector, for a frozen `elmoc_fasttext` embedder.
     serialization_dir : `str`, optional (default=`None`)
-        Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
-        for next to the archive, then in `ELMOC_VECTORS_PATH` (see
-        `elmoc_allennlp/common/portable_bilm.py`).
+        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
+        it (see `elmoc_allennlp/common/portable_bilm.py`).
+    max_token_characters : `int`, optional (default=`50`, ELMo's)
+        A longer token is indexed as its first `max_token_characters` characters.
     """
 
     def __init__(
@@ -84,7 +66,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     ) -> None:
         super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
         self._gather_vectors = gather_vectors
-        # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
         vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
         self._vectors_path = str(vectors_path)
         self._boundary_tokens = tuple(boundary_tokens)
@@ -138,19 +119,14 @@ class FastTextSubwordIndexer(BilmInputIndexer):
 
     @property
     def boundary_subword_ids(self) -> List[int]:
-        """
-        The indices emitted for a boundary token (fastText's `</s>`), for inserting sentence
-        boundaries in index space. Raises `ConfigurationError` if the model has no `</s>` and the
-        boundary tokens therefore index differently (use `token_ids` for each).
-        """
+        """The indices of a boundary token; a `ConfigurationError` if the boundaries differ."""
         if self._eos_ids is not None:
             return list(self._eos_ids)
         distinct = {tuple(self.token_ids(token)) for token in self._boundary_tokens}
         if len(distinct) != 1:
             raise ConfigurationError(
-                f"fastText model {self._vectors.path} has no '{self._vectors.eos_word}' word, so "
-                f"the boundary tokens {list(self._boundary_tokens)} have no single shared index; "
-                "use token_ids(token) for each of them"
+                f"fastText model {self._vectors.path} has no '</s>' word: the boundary tokens "
+                f"{list(self._boundary_tokens)} have no shared index"
             )
         return list(distinct.pop())
 
@@ -164,23 +140,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         if not ids:
             return (self._no_vector_id,)
         return tuple(i + 1 for i in ids)
-
-    def _mean_rows(self, subword_ids: np.ndarray, num_tokens: int) -> np.ndarray:
-        """
-        `(num_tokens, dim)`: for each row of padded indices, the mean of the table rows its
-        indices stand for (index - 1); zeros where there are none. One read of the memory map.
-        """
-        valid = (subword_ids > 0) & (subword_ids <= self._vectors.num_rows)
-        vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
-        counts = valid.sum(axis=1)
-        if not counts.any():
-            return vectors
-        rows = self._vectors.rows(subword_ids[valid] - 1).numpy()
-        has_rows = counts > 0
-        starts = np.concatenate([[0], np.cumsum(counts[has_rows])[:-1]])
-        sums = np.add.reduceat(rows, starts, axis=0)
-        vectors[has_rows] = sums / counts[has_rows, None].astype(np.float32)
-        return vectors
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
         return {
@@ -210,5 +169,5 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         if self._gather_vectors:
             # One stat per instance: the table must be the one the run started with.
             self._vectors.check_unchanged()
-            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids.numpy(), num_tokens))
+            tensors["vectors"] = mean_subword_vectors(self._vectors, subword_ids)
         return tensors
