@@ -1,11 +1,7 @@
 """
-The BPE subword vocabulary of ELMo-Sub, the subword language-model baseline of Li et al. (2019):
-a SentencePiece BPE model (Kudo & Richardson, 2018) trained on the pretraining corpus, and an
-allennlp `Tokenizer` that splits whitespace-tokenized text into its pieces.
-
-(It is a `Tokenizer`, not a `TokenIndexer`: the subword LM predicts the next *piece*, so the
-pieces are the sequence the dataset reader builds. The pieces are then indexed with a
-`single_id` indexer.)
+The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, the subword biLM baseline
+of Li et al. (2019). The subword LM predicts the next piece, so the pieces are the tokens, indexed
+with a `single_id` indexer.
 """
 import glob
 import hashlib
@@ -23,7 +19,7 @@ from allennlp.data.tokenizers import Token, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-# Where BPE models trained from a config are cached (keyed by corpus files and settings).
+# Where BPE models trained from a config are cached.
 DEFAULT_BPE_CACHE = os.path.join(CACHE_DIRECTORY, "elmoc_sentencepiece")
 
 
@@ -53,13 +49,8 @@ def train_sentencepiece_bpe(
 ) -> Path:
     """
     Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and
-    the `.vocab` beside it), atomically.
-
-    The model keeps the corpus' tokenization: pieces never cross spaces, text is not normalised
-    (`identity`), and characters outside the model are spelled as UTF-8 bytes
-    (`byte_fallback`), so decoding the pieces gives the words back exactly and no token is
-    unknown. The 256 byte pieces count towards `vocab_size`. On a corpus too small for
-    `vocab_size` pieces, the model has fewer.
+    the `.vocab` beside it) atomically. Pieces never cross spaces, text is not normalised and
+    characters outside the model are spelled as bytes, so decoding gives the words back exactly.
 
     # Parameters
 
@@ -68,7 +59,7 @@ def train_sentencepiece_bpe(
     model_path : `Union[str, os.PathLike]`
         Where to write the `.model`.
     vocab_size : `int`, optional (default = `32000`)
-        The number of pieces ("~30K" in the paper).
+        The number of pieces ("~30K" in the paper), the 256 byte pieces included; at most.
     max_training_sentences : `int`, optional (default = `2_000_000`)
         Lines sampled (uniformly) from the corpus for training.
     character_coverage : `float`, optional (default = `1.0`)
@@ -113,18 +104,10 @@ def train_sentencepiece_bpe(
 @Tokenizer.register("elmoc_sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
-    Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
-    begins with `▁` (U+2581); `detokenize` joins pieces back into the words.
-
-    `tokenize_words` also returns the position of each word's first piece. Downstream, ELMo-Sub
-    gives a word the forward state of its last piece and the backward state of its first (see
-    `elmoc_allennlp.modules.elmoc`).
-
-    The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
-    trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if
-    that is not set, to a cache file named after the corpus files and the settings (in
-    `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
-    happens once.
+    Splits whitespace-tokenized text into SentencePiece BPE pieces (a word's first piece begins
+    with `▁`). The model is `model_path` if it exists; otherwise one is trained on
+    `train_data_path` and written to `model_path`, or to a cache file named after the corpus and
+    the settings (`DEFAULT_BPE_CACHE`), so training happens once.
 
     Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 
@@ -137,6 +120,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     vocab_size : `int`, optional (default = `32000`)
     max_training_sentences : `int`, optional (default = `2_000_000`)
     character_coverage : `float`, optional (default = `1.0`)
+        As for `train_sentencepiece_bpe`.
     """
 
     def __init__(
@@ -147,16 +131,10 @@ class SentencePieceBpeTokenizer(Tokenizer):
         max_training_sentences: int = 2_000_000,
         character_coverage: float = 1.0,
     ) -> None:
-        if model_path is None and train_data_path is None:
-            raise ConfigurationError(
-                "tokenizer needs a model_path (an existing SentencePiece model) or a "
-                "train_data_path to train one on"
-            )
         if model_path is None or not os.path.exists(model_path):
             if train_data_path is None:
                 raise ConfigurationError(
-                    f"tokenizer.model_path {model_path} does not exist; set "
-                    "tokenizer.train_data_path to train it"
+                    f"tokenizer.model_path {model_path} does not exist; set train_data_path"
                 )
             settings = dict(
                 vocab_size=vocab_size,
@@ -198,14 +176,11 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
-        """The number of pieces of the model (byte pieces and `<unk>` included)."""
+        """The number of pieces (byte pieces and `<unk>` included)."""
         return self._processor.get_piece_size()
 
     def tokenize_words(self, words: List[str]) -> Tuple[List[Token], List[int]]:
-        """
-        Splits each word into pieces; returns all pieces, and for each word the index of its
-        first piece among them (the position whose representation stands for the word).
-        """
+        """All the pieces of `words`, and the index of each word's first piece among them."""
         tokens: List[Token] = []
         first_pieces: List[int] = []
         for pieces in self._processor.encode(list(words), out_type=str):
