@@ -17,7 +17,7 @@ import struct
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -43,23 +43,10 @@ _ENTRY_TAIL = struct.Struct("<qb")
 _MATRIX_HEADER = struct.Struct("<qq")
 _HEADER_SIZE = 8 + _ARGS.size + _DICTIONARY_HEADER.size
 
-# fastText's `model_name` enum.
-_MODEL_NAMES = {1: "cbow", 2: "skipgram", 3: "supervised"}
-
 _FNV_OFFSET = 2166136261
 _FNV_PRIME = 16777619
 # fastText XORs each byte as a sign-extended `int8_t`: the value XORed for each byte.
 _SIGNED_BYTE = tuple(b if b < 0x80 else b | 0xFFFFFF00 for b in range(256))
-
-
-class _Header(NamedTuple):
-    version: int
-    dim: int
-    model: int
-    bucket: int
-    minn: int
-    maxn: int
-    nwords: int
 
 
 def _file_identity(stat: os.stat_result) -> Tuple[int, int, int, int]:
@@ -157,27 +144,22 @@ class FastTextVectors:
         self._file_identity = _file_identity(stat)
 
     def _parse(self, buffer: mmap.mmap, file_size: int) -> None:
-        header = self._read_header(buffer, file_size)
-        words, dictionary_end = self._read_dictionary(buffer, file_size, header)
-        rows, matrix_offset = self._read_matrices(buffer, file_size, header, dictionary_end)
-        self.dim = header.dim
-        self.bucket = header.bucket
-        self.minn = header.minn
-        self.maxn = header.maxn
+        nwords = self._read_header(buffer, file_size)
         # The dictionary in id order (do not modify it); later duplicates win, as in fastText.
-        self.words = words
-        self.num_words = len(words)
-        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(words)}
+        self.words, dictionary_end = self._read_dictionary(buffer, file_size, nwords)
+        self.num_words = nwords
+        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(self.words)}
         # Rows of the input matrix: `num_words + bucket`.
-        self.num_rows = rows
-        self._matrix_offset = matrix_offset
+        self.num_rows = nwords + self.bucket
+        self._matrix_offset = self._read_matrices(buffer, file_size, dictionary_end)
         # The table as bytes: a uint8 view is valid at any address.
         byte_array = np.frombuffer(
-            buffer, dtype=np.uint8, count=rows * header.dim * 4, offset=matrix_offset
+            buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset
         )
-        self._matrix_bytes = torch.from_numpy(byte_array.reshape(rows, header.dim * 4))
+        self._matrix_bytes = torch.from_numpy(byte_array.reshape(self.num_rows, self.dim * 4))
 
-    def _read_header(self, buffer: mmap.mmap, file_size: int) -> _Header:
+    def _read_header(self, buffer: mmap.mmap, file_size: int) -> int:
+        """Checks the header and sets `dim`, `bucket`, `minn` and `maxn`; returns `nwords`."""
         magic, version = struct.unpack_from("<ii", buffer, 0)
         if magic != FASTTEXT_MAGIC:
             vec = " (it looks like a text .vec file; use the .bin)" if buffer[:1].isdigit() else ""
@@ -190,7 +172,7 @@ class FastTextVectors:
             )
         args = _ARGS.unpack_from(buffer, 8)
         dim, model, bucket, minn, maxn = args[0], args[7], args[8], args[9], args[10]
-        if model not in _MODEL_NAMES:
+        if model not in (1, 2, 3):
             raise self._error(f"corrupt header: unknown model type {model}")
         if model == 3:
             raise self._error("is a supervised (classification) model, not skipgram or cbow")
@@ -210,14 +192,14 @@ class FastTextVectors:
             raise self._error(
                 f"has a pruned n-gram index (pruneidx_size={pruneidx_size}) of a quantized model"
             )
-        return _Header(version, dim, model, bucket, minn, maxn, nwords)
+        self.dim, self.bucket, self.minn, self.maxn = dim, bucket, minn, maxn
+        return nwords
 
     def _read_dictionary(
-        self, buffer: mmap.mmap, file_size: int, header: _Header
+        self, buffer: mmap.mmap, file_size: int, size: int
     ) -> Tuple[List[str], int]:
-        """The words, in id order, and the offset where the input matrix begins."""
+        """The words, in id order, and the offset after the dictionary."""
         offset = _HEADER_SIZE
-        size = header.nwords
         # Each entry takes at least 10 bytes (NUL, count, type): check before looping.
         if size * 10 > file_size - offset:
             raise self._error(f"truncated: the dictionary has {size:,} entries")
@@ -234,10 +216,8 @@ class FastTextVectors:
             offset = end + 1 + _ENTRY_TAIL.size
         return words, offset
 
-    def _read_matrices(
-        self, buffer: mmap.mmap, file_size: int, header: _Header, offset: int
-    ) -> Tuple[int, int]:
-        """Checks both matrices from `offset` on; the input matrix's rows and first value offset."""
+    def _read_matrices(self, buffer: mmap.mmap, file_size: int, offset: int) -> int:
+        """Checks both matrices from `offset` on; returns where the input matrix values begin."""
         if offset + 1 + _MATRIX_HEADER.size > file_size:
             raise self._error("truncated: the input matrix header is missing")
         if buffer[offset] == 1:
@@ -246,11 +226,10 @@ class FastTextVectors:
             raise self._error(f"corrupt file: quant_input flag is {buffer[offset]}")
         rows, cols = _MATRIX_HEADER.unpack_from(buffer, offset + 1)
         offset += 1 + _MATRIX_HEADER.size
-        expected_rows = header.nwords + header.bucket
-        if cols != header.dim or rows != expected_rows:
+        if cols != self.dim or rows != self.num_rows:
             raise self._error(
                 f"corrupt file: the input matrix is {rows:,} x {cols:,}, "
-                f"expected {expected_rows:,} x {header.dim:,}"
+                f"expected {self.num_rows:,} x {self.dim:,}"
             )
         self._check_size("input matrix", rows * cols * 4, file_size - offset)
         # The output matrix is not used, but a file cut short there is still a broken download.
@@ -258,11 +237,11 @@ class FastTextVectors:
         if output_offset + 1 + _MATRIX_HEADER.size > file_size:
             raise self._error("truncated: the output matrix header is missing")
         output_rows, output_cols = _MATRIX_HEADER.unpack_from(buffer, output_offset + 1)
-        if buffer[output_offset] != 0 or output_cols != header.dim or output_rows < 0:
+        if buffer[output_offset] != 0 or output_cols != self.dim or output_rows < 0:
             raise self._error("corrupt file: unexpected output matrix header")
         available = file_size - output_offset - 1 - _MATRIX_HEADER.size
         self._check_size("output matrix", output_rows * output_cols * 4, available)
-        return rows, offset
+        return offset
 
     def _check_size(self, what: str, needed: int, available: int) -> None:
         if available < needed:

@@ -65,19 +65,17 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         max_token_characters: int = MAX_TOKEN_CHARACTERS,
     ) -> None:
         super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
-        self._gather_vectors = gather_vectors
+        self.gather_vectors = gather_vectors
+        self.boundary_tokens = list(boundary_tokens)
         vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
-        self._vectors_path = str(vectors_path)
-        self._boundary_tokens = tuple(boundary_tokens)
-        self._vectors = FastTextVectors.from_path(vectors_path)
+        self.vectors = FastTextVectors.from_path(vectors_path)
+        self.no_vector_id = no_vector_id(self.vectors)
+        eos_id = self.vectors.word_id(self.vectors.eos_word)
+        self._eos_ids = (eos_id + 1,) if eos_id >= 0 else None
         self._make_cache()
 
     def _make_cache(self) -> None:
-        vectors = self._vectors
-        self._no_vector_id = no_vector_id(vectors)
-        eos_id = vectors.word_id(vectors.eos_word)
-        self._eos_ids = [eos_id + 1] if eos_id >= 0 else None
-        self._cached_ids = lru_cache(maxsize=vectors.subword_cache_size)(self._compute_ids)
+        self._cached_ids = lru_cache(maxsize=self.vectors.subword_cache_size)(self._compute_ids)
 
     # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
     def __getstate__(self):
@@ -91,42 +89,19 @@ class FastTextSubwordIndexer(BilmInputIndexer):
 
     def __eq__(self, other) -> bool:
         if isinstance(other, FastTextSubwordIndexer):
-            return (
-                self._vectors is other._vectors
-                and self._boundary_tokens == other._boundary_tokens
-                and self._lowercase_tokens == other._lowercase_tokens
-                and self._token_min_padding_length == other._token_min_padding_length
-                and self._gather_vectors == other._gather_vectors
-                and self.max_token_characters == other.max_token_characters
-            )
+            return self.__getstate__() == other.__getstate__()
         return NotImplemented
-
-    @property
-    def vectors(self) -> FastTextVectors:
-        return self._vectors
-
-    @property
-    def boundary_tokens(self) -> List[str]:
-        return list(self._boundary_tokens)
-
-    @property
-    def gather_vectors(self) -> bool:
-        return self._gather_vectors
-
-    @property
-    def no_vector_id(self) -> int:
-        return self._no_vector_id
 
     @property
     def boundary_subword_ids(self) -> List[int]:
         """The indices of a boundary token; a `ConfigurationError` if the boundaries differ."""
         if self._eos_ids is not None:
             return list(self._eos_ids)
-        distinct = {tuple(self.token_ids(token)) for token in self._boundary_tokens}
+        distinct = {tuple(self.token_ids(token)) for token in self.boundary_tokens}
         if len(distinct) != 1:
             raise ConfigurationError(
-                f"fastText model {self._vectors.path} has no '</s>' word: the boundary tokens "
-                f"{list(self._boundary_tokens)} have no shared index"
+                f"fastText model {self.vectors.path} has no '</s>' word: the boundary tokens "
+                f"{self.boundary_tokens} have no shared index"
             )
         return list(distinct.pop())
 
@@ -134,11 +109,11 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         return self._cached_ids(text)
 
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
-        if self._eos_ids is not None and text in self._boundary_tokens:
-            return tuple(self._eos_ids)
-        ids = self._vectors.subword_ids_tuple(self._lowered(text))
+        if self._eos_ids is not None and text in self.boundary_tokens:
+            return self._eos_ids
+        ids = self.vectors.subword_ids_tuple(self._lowered(text))
         if not ids:
-            return (self._no_vector_id,)
+            return (self.no_vector_id,)
         return tuple(i + 1 for i in ids)
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
@@ -166,8 +141,8 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         mask = torch.zeros(num_tokens, dtype=torch.bool)
         mask[: min(len(tokens["subword_ids"]), num_tokens)] = True
         tensors = {"subword_ids": subword_ids, "mask": mask}
-        if self._gather_vectors:
+        if self.gather_vectors:
             # One stat per instance: the table must be the one the run started with.
-            self._vectors.check_unchanged()
-            tensors["vectors"] = mean_subword_vectors(self._vectors, subword_ids)
+            self.vectors.check_unchanged()
+            tensors["vectors"] = mean_subword_vectors(self.vectors, subword_ids)
         return tensors

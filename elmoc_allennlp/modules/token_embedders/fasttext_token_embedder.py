@@ -63,29 +63,25 @@ class FastTextTokenEmbedder(TokenEmbedder):
         super().__init__()
         self.allow_different_vectors = allow_different_vectors
         vectors_path = locate_fasttext(vectors_path, serialization_dir)
-        self._vectors = FastTextVectors.from_path(vectors_path)
-        if embedding_dim is not None and embedding_dim != self._vectors.dim:
+        self.vectors = FastTextVectors.from_path(vectors_path)
+        if embedding_dim is not None and embedding_dim != self.vectors.dim:
             raise ConfigurationError(
                 f"elmoc_fasttext.embedding_dim (ELMOC_FASTTEXT_DIM) is {embedding_dim}, but "
-                f"{vectors_path} has {self._vectors.dim} dimensions"
+                f"{vectors_path} has {self.vectors.dim} dimensions"
             )
-        self._no_vector_id = no_vector_id(self._vectors)
+        self._no_vector_id = no_vector_id(self.vectors)
         self.weight: Optional[torch.nn.Parameter] = None
         if trainable:
-            rows = self._vectors.rows(torch.arange(self._vectors.num_rows))
+            rows = self.vectors.rows(torch.arange(self.vectors.num_rows))
             self.weight = torch.nn.Parameter(rows, requires_grad=True)
 
-    @property
-    def vectors(self) -> FastTextVectors:
-        return self._vectors
-
     def get_output_dim(self) -> int:
-        return self._vectors.dim
+        return self.vectors.dim
 
     def vectors_record(self) -> Dict[str, Any]:
         """The path and fingerprint of the vectors, as recorded in the `state_dict`."""
-        path = str(self._vectors.path.absolute())
-        return {"path": path, "fingerprint": self._vectors.fingerprint}
+        path = str(self.vectors.path.absolute())
+        return {"path": path, "fingerprint": self.vectors.fingerprint}
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -118,12 +114,12 @@ class FastTextTokenEmbedder(TokenEmbedder):
             saved_path, saved_fingerprint = str(saved["path"]), str(saved["fingerprint"])
         except (ValueError, KeyError, TypeError) as error:
             raise ConfigurationError(f"corrupt {VECTORS_RECORD_KEY} ({error})") from None
-        if saved_fingerprint == self._vectors.fingerprint:
+        if saved_fingerprint == self.vectors.fingerprint:
             return
         message = (
             f"These weights were trained with the fastText model {saved_path} (fingerprint "
-            f"{saved_fingerprint}), but vectors_path is {self._vectors.path} (fingerprint "
-            f"{self._vectors.fingerprint}), a different file"
+            f"{saved_fingerprint}), but vectors_path is {self.vectors.path} (fingerprint "
+            f"{self.vectors.fingerprint}), a different file"
         )
         if not self.allow_different_vectors:
             raise ConfigurationError(f"{message}; set allow_different_vectors if deliberate")
@@ -152,10 +148,10 @@ class FastTextTokenEmbedder(TokenEmbedder):
         `torch.Tensor`, shape `(batch_size, num_tokens, dim)`.
         """
         if vectors is not None and self.weight is None:
-            if vectors.size(-1) != self._vectors.dim or vectors.shape[:-1] != subword_ids.shape[:-1]:
+            if vectors.size(-1) != self.vectors.dim or vectors.shape[:-1] != subword_ids.shape[:-1]:
                 raise ConfigurationError(
                     f"The indexer's vectors have shape {tuple(vectors.shape)}, but "
-                    f"{self._vectors.path} has {self._vectors.dim} dimensions and the subword ids "
+                    f"{self.vectors.path} has {self.vectors.dim} dimensions and the subword ids "
                     f"shape {tuple(subword_ids.shape)}: use the same .bin in both"
                 )
             embedded = vectors.to(torch.float32)
@@ -166,19 +162,19 @@ class FastTextTokenEmbedder(TokenEmbedder):
         return embedded
 
     def _lookup(self, subword_ids: torch.LongTensor) -> torch.Tensor:
-        self._vectors.check_unchanged()
+        self.vectors.check_unchanged()
         if subword_ids.numel() > 0:
             low, high = int(subword_ids.min()), int(subword_ids.max())
             if low < 0 or high > self._no_vector_id:
                 raise ValueError(
                     f"subword id {low if low < 0 else high} is out of range for fastText model "
-                    f"{self._vectors.path} (0 to {self._no_vector_id})"
+                    f"{self.vectors.path} (0 to {self._no_vector_id})"
                 )
         if self.weight is None:
             # The frozen table is a CPU memory map: look up there, move only the result.
-            return mean_subword_vectors(self._vectors, subword_ids).to(subword_ids.device)
+            return mean_subword_vectors(self.vectors, subword_ids).to(subword_ids.device)
         flat = subword_ids.to(self.weight.device).reshape(-1, subword_ids.size(-1))
-        valid = (flat > 0) & (flat <= self._vectors.num_rows)
+        valid = (flat > 0) & (flat <= self.vectors.num_rows)
         weights = valid.to(self.weight.dtype) / valid.sum(-1, keepdim=True).clamp(min=1)
         # Invalid ids read row 0 with weight 0.
         rows = torch.where(valid, flat - 1, torch.zeros_like(flat))
