@@ -5,7 +5,6 @@ batch of sentences (see `elmoc_allennlp.common.bilm_inputs` for the input kinds)
 from typing import Dict, List, Optional, Sequence
 
 import numpy
-
 import torch
 
 from allennlp.common.checks import ConfigurationError
@@ -48,6 +47,10 @@ class BilmInputIndexer(TokenIndexer):
         See :class:`TokenIndexer`.
     """
 
+    # The output key, and the padding-length keys of the tokens and of the ids per token.
+    ids_key = ELMO_TOKENS_KEY
+    length_keys = (ELMO_TOKENS_KEY, "num_ids")
+
     def __init__(
         self,
         lowercase_tokens: bool = False,
@@ -57,11 +60,7 @@ class BilmInputIndexer(TokenIndexer):
         super().__init__(token_min_padding_length)
         check_positive(max_token_characters, "max_token_characters")
         self.max_token_characters = max_token_characters
-        self._lowercase_tokens = lowercase_tokens
-
-    @property
-    def lowercase_tokens(self) -> bool:
-        return self._lowercase_tokens
+        self.lowercase_tokens = lowercase_tokens
 
     def token_ids(self, text: str) -> List[int]:
         """The biLM input ids of a token with this text."""
@@ -71,29 +70,31 @@ class BilmInputIndexer(TokenIndexer):
         raise NotImplementedError
 
     def _lowered(self, text: str) -> str:
-        return text.lower() if self._lowercase_tokens else text
+        return text.lower() if self.lowercase_tokens else text
 
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
         pass  # vocabulary-free
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: [self.token_ids(token.ensure_text()) for token in tokens]}
+        return {self.ids_key: [self.token_ids(token.ensure_text()) for token in tokens]}
 
     def get_empty_token_list(self) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: []}
+        return {self.ids_key: []}
 
     def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        rows = indexed_tokens[ELMO_TOKENS_KEY]
+        rows = indexed_tokens[self.ids_key]
+        num_tokens, num_ids = self.length_keys
         return {
-            ELMO_TOKENS_KEY: max(len(rows), self._token_min_padding_length),
-            "num_ids": max((len(row) for row in rows), default=1),
+            num_tokens: max(len(rows), self._token_min_padding_length),
+            # At least 1, so that an all-padding batch still has a (num_tokens, 1) id tensor.
+            num_ids: max((len(row) for row in rows), default=1),
         }
 
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
-        rows, width = tokens[ELMO_TOKENS_KEY], padding_lengths["num_ids"]
-        return {ELMO_TOKENS_KEY: padded_ids(rows, padding_lengths[ELMO_TOKENS_KEY], width)}
+        num_tokens, num_ids = (padding_lengths[key] for key in self.length_keys)
+        return {self.ids_key: padded_ids(tokens[self.ids_key], num_tokens, num_ids)}
 
 
 class ElmocCharacterIndexer(BilmInputIndexer):

@@ -17,7 +17,6 @@ from elmoc_allennlp.common.portable_bilm import locate_fasttext
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     MAX_TOKEN_CHARACTERS,
     BilmInputIndexer,
-    padded_ids,
 )
 
 @TokenIndexer.register("elmoc_fasttext_subwords")
@@ -53,6 +52,9 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     max_token_characters : `int`, optional (default=`50`, ELMo's)
         A longer token is indexed as its first `max_token_characters` characters.
     """
+
+    ids_key = "subword_ids"
+    length_keys = ("num_tokens", "num_subwords")
 
     def __init__(
         self,
@@ -117,32 +119,18 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         return tuple(i + 1 for i in ids)
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {
-            "subword_ids": [self.token_ids(token.ensure_text()) for token in tokens],
-            "mask": [True] * len(tokens),
-        }
+        return {**super().tokens_to_indices(tokens, vocabulary), "mask": [True] * len(tokens)}
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"subword_ids": [], "mask": []}
 
-    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        subword_ids = indexed_tokens["subword_ids"]
-        return {
-            "num_tokens": max(len(subword_ids), self._token_min_padding_length),
-            # At least 1, so that an all-padding batch still has a (num_tokens, 1) id tensor.
-            "num_subwords": max([len(ids) for ids in subword_ids], default=1),
-        }
-
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
-        num_tokens = padding_lengths["num_tokens"]
-        subword_ids = padded_ids(tokens["subword_ids"], num_tokens, padding_lengths["num_subwords"])
-        mask = torch.zeros(num_tokens, dtype=torch.bool)
-        mask[: min(len(tokens["subword_ids"]), num_tokens)] = True
-        tensors = {"subword_ids": subword_ids, "mask": mask}
+        tensors = super().as_padded_tensor_dict(tokens, padding_lengths)
+        tensors["mask"] = torch.arange(padding_lengths["num_tokens"]) < len(tokens["subword_ids"])
         if self.gather_vectors:
             # One stat per instance: the table must be the one the run started with.
             self.vectors.check_unchanged()
-            tensors["vectors"] = mean_subword_vectors(self.vectors, subword_ids)
+            tensors["vectors"] = mean_subword_vectors(self.vectors, tensors["subword_ids"])
         return tensors

@@ -64,15 +64,16 @@ def train_sentencepiece_bpe(
         Lines sampled (uniformly) from the corpus for training.
     character_coverage : `float`, optional (default = `1.0`)
         Fraction of characters given their own piece; the rest are spelled in bytes.
+    num_threads : `int`, optional (default = `2`)
+        SentencePiece's training threads.
     """
     import sentencepiece
 
     files = _corpus_files(train_data_path)
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary_directory = tempfile.mkdtemp(dir=model_path.parent, prefix=".bpe-")
-    prefix = os.path.join(temporary_directory, "bpe")
-    try:
+    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=".bpe-") as temporary_directory:
+        prefix = os.path.join(temporary_directory, "bpe")
         sentencepiece.SentencePieceTrainer.train(
             input=",".join(files),
             model_prefix=prefix,
@@ -94,10 +95,6 @@ def train_sentencepiece_bpe(
         )
         os.replace(prefix + ".vocab", model_path.with_suffix(".vocab"))
         os.replace(prefix + ".model", model_path)
-    finally:
-        for name in os.listdir(temporary_directory):
-            os.remove(os.path.join(temporary_directory, name))
-        os.rmdir(temporary_directory)
     return model_path
 
 
@@ -190,9 +187,6 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     def tokenize(self, text: str) -> List[Token]:
         return self.tokenize_words(text.split())[0]
-
-    def batch_tokenize(self, texts: List[str]) -> List[List[Token]]:
-        return [self.tokenize(text) for text in texts]
 
     def detokenize(self, tokens: List[Union[Token, str]]) -> str:
         """The text of `tokens` (pieces), words separated by single spaces."""
