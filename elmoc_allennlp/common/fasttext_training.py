@@ -47,7 +47,6 @@ def train_fasttext(
         0.10.4 leaves rows of the input matrix uninitialised (checked before saving).
     """
     fasttext = import_fasttext()
-
     corpus_path = Path(corpus_path)
     output_path = Path(output_path)
     if not corpus_path.is_file():
@@ -68,18 +67,10 @@ def train_fasttext(
             verbose=verbose,
         )
     except RuntimeError as error:
-        if "NaN" not in str(error):
-            raise
-        raise RuntimeError(
-            f"fastText training on {corpus_path} reported a NaN loss (dim={dim}, bucket={bucket}, "
-            f"epoch={epoch}, thread={max(thread, 10)})"
-        ) from error
+        raise RuntimeError(f"fastText training on {corpus_path} failed: {error}") from error
     zero_rows = int((abs(ft_model.get_input_matrix()).sum(axis=1) == 0).sum())
     if zero_rows:
-        raise RuntimeError(
-            f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows in the input "
-            f"matrix (uninitialised); not saving {output_path}"
-        )
+        raise RuntimeError(f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows")
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
     return output_path

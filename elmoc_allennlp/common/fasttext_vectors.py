@@ -1,12 +1,7 @@
 """
-A pure-Python reader of fastText `.bin` models (format version 11 or 12, as fastText 0.9 writes):
-the dictionary, the character n-gram hashing and a memory-mapped view of the input matrix.
-
-The layout, little-endian: magic and version (`int32`); the args (12 `int32`, then `t` as
-`float64`); the dictionary header (`size, nwords, nlabels` as `int32`, `ntokens, pruneidx_size` as
-`int64`), then per entry a NUL-terminated UTF-8 word, `count int64` and `type int8`; `quant_input`
-(1 byte), the input matrix (`rows, cols` as `int64`, then `rows * cols` `float32`, rows = nwords +
-bucket); `quant_output` and the output matrix in the same layout (not used here).
+A pure-Python reader of fastText `.bin` models (format version 11 or 12, as fastText 0.9 writes;
+little-endian: magic, version, args, dictionary header and entries, `quant_input`, the input matrix
+`(nwords + bucket, dim)` of `float32`, then the output matrix), without the fastText library.
 """
 
 import hashlib
@@ -69,27 +64,19 @@ def fasttext_hash(data: bytes) -> int:
 def _encode(word: str) -> bytes:
     # Dictionary words are decoded with `surrogateescape`, so invalid UTF-8 round-trips.
     try:
-        return word.encode("utf-8")
+        return word.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        try:
-            return word.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return word.encode("utf-8", "surrogatepass")
+        return word.encode("utf-8", "surrogatepass")
 
 
 class FastTextVectors:
     """
-    The word and character n-gram vectors of a fastText `.bin` model, read without the fastText
-    library. Use `from_path`, which loads each file once per process.
-
-    The input matrix is memory-mapped copy-on-write: opening a multi-GB model costs no RAM and
-    processes share the page cache. The matrix rarely starts at a 4-byte-aligned offset, and torch
-    kernels assume aligned floats, so `rows()` gathers rows as bytes into a fresh tensor.
-
-    Models with labels, quantized (`.ftz`) and pruned models are refused. Every row `rows()` reads
-    is checked for NaN, inf and magnitudes of `MAX_ABS_VALUE` or more (one min/max pass; checking
-    the whole table on opening would read all of it, see `benchmarks/fasttext_integrity.py`).
-    `fingerprint` identifies the content and `check_unchanged` detects a file changed in use.
+    The word and character n-gram vectors of a fastText `.bin` model, memory-mapped copy-on-write
+    (no RAM up front, a page cache shared between processes); `from_path` loads a file once per
+    process. Models with labels, quantized and pruned models are refused. `rows()` gathers rows as
+    bytes (the matrix is rarely 4-byte aligned) and checks them for NaN, inf and magnitudes of
+    `MAX_ABS_VALUE` or more; `fingerprint` identifies the content and `check_unchanged` detects a
+    file changed in use.
 
     # Parameters
 
@@ -288,17 +275,11 @@ class FastTextVectors:
         is 4-byte aligned in the file, otherwise a copy made on first access. Prefer `rows()`.
         """
         if self._input_matrix is None:
-            if self._matrix_offset % 4 == 0:
-                array = np.frombuffer(
-                    self._mmap,
-                    dtype=np.float32,
-                    count=self.num_rows * self.dim,
-                    offset=self._matrix_offset,
-                )
-                self._input_matrix = torch.from_numpy(array.reshape(self.num_rows, self.dim))
-            else:
+            matrix = self._matrix_bytes
+            if self._matrix_offset % 4:
                 logger.warning("Copying the misaligned input matrix of %s into memory", self.path)
-                self._input_matrix = self._matrix_bytes.clone().view(torch.float32)
+                matrix = matrix.clone()
+            self._input_matrix = matrix.view(torch.float32)
         return self._input_matrix
 
     def word_id(self, word: str) -> int:
@@ -392,11 +373,7 @@ class FastTextVectors:
         )
 
     def check_unchanged(self) -> None:
-        """
-        Raises `FastTextFormatError` if the file at `path` was replaced, rewritten, truncated or
-        deleted since it was opened: the memory-mapped vectors would change under the run (or
-        kill it with SIGBUS). Costs one `stat`.
-        """
+        """A `FastTextFormatError` if the file changed since it was opened (one `stat`)."""
         try:
             identity = _file_identity(os.stat(self.path.absolute()))
         except OSError as error:
@@ -410,10 +387,8 @@ class FastTextVectors:
     @property
     def fingerprint(self) -> str:
         """
-        A short identity of the content, `"2:<file size>:<hash>"`: a 128-bit BLAKE2b hash of the
-        header, the dictionary and `fingerprint_samples` blocks of `fingerprint_block_bytes`, half
-        spread over the word rows and half over the n-gram rows. Detects another model, not a
-        forgery. Computed once.
+        `"2:<file size>:<hash>"`: a BLAKE2b hash of the header, the dictionary and sampled blocks
+        of the word rows and of the n-gram rows. Detects another model, not a forgery.
         """
         if self._fingerprint is None:
             words_end = self._matrix_offset + self.num_words * self.dim * 4

@@ -77,12 +77,12 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         self._make_cache()
 
     def _make_cache(self) -> None:
-        self._cached_ids = lru_cache(maxsize=self.vectors.subword_cache_size)(self._compute_ids)
+        self._ids_of = lru_cache(maxsize=self.vectors.subword_cache_size)(self._compute_ids)
 
     # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
     def __getstate__(self):
         state = dict(self.__dict__)
-        del state["_cached_ids"]
+        del state["_ids_of"]
         return state
 
     def __setstate__(self, state):
@@ -106,9 +106,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
                 f"{self.boundary_tokens} have no shared index"
             )
         return list(distinct.pop())
-
-    def _ids_of(self, text: str) -> Tuple[int, ...]:
-        return self._cached_ids(text)
 
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self.boundary_tokens:

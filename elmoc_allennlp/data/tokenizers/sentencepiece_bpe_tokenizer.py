@@ -143,7 +143,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
             if not os.path.exists(model_path):
                 logger.info("Training a SentencePiece BPE model (%s) on %s", settings, train_data_path)
                 train_sentencepiece_bpe(train_data_path, model_path, **settings)  # type: ignore
-        self._model_path = str(model_path)
+        self.model_path = str(model_path)
         self._load()
 
     @staticmethod
@@ -156,7 +156,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     def _load(self) -> None:
         import sentencepiece
 
-        self._processor = sentencepiece.SentencePieceProcessor(model_file=self._model_path)
+        self._processor = sentencepiece.SentencePieceProcessor(model_file=self.model_path)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -166,10 +166,6 @@ class SentencePieceBpeTokenizer(Tokenizer):
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._load()
-
-    @property
-    def model_path(self) -> str:
-        return self._model_path
 
     @property
     def vocab_size(self) -> int:
