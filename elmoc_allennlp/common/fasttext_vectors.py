@@ -238,10 +238,7 @@ class FastTextVectors:
 
     @classmethod
     def from_path(cls, path: Union[str, os.PathLike]) -> "FastTextVectors":
-        """
-        The `FastTextVectors` of `path`, loaded once per process for a given (resolved path,
-        device, inode, size, mtime): a file replaced on disk is reloaded.
-        """
+        """`path`'s vectors, loaded once per process (again if the file was replaced)."""
         resolved = Path(path).expanduser().resolve()
         try:
             stat = resolved.stat()
@@ -270,10 +267,7 @@ class FastTextVectors:
 
     @property
     def input_matrix(self) -> torch.Tensor:
-        """
-        The whole input matrix, `(num_rows, dim)` `float32`, not checked: a zero-copy view if it
-        is 4-byte aligned in the file, otherwise a copy made on first access. Prefer `rows()`.
-        """
+        """The unchecked input matrix: a view if 4-byte aligned, else a copy. Prefer `rows()`."""
         if self._input_matrix is None:
             matrix = self._matrix_bytes
             if self._matrix_offset % 4:
@@ -287,10 +281,7 @@ class FastTextVectors:
         return self._word_to_id.get(word, -1)
 
     def subword_ids(self, word: str) -> List[int]:
-        """
-        The input-matrix rows whose mean is `word`'s vector, as fastText's `get_subwords(word)[1]`:
-        its own id if it is in the dictionary, then its hashed character n-grams (none for `</s>`).
-        """
+        """The rows whose mean is `word`'s vector, as fastText's `get_subwords(word)[1]`."""
         return list(self._cached_subword_ids(word))
 
     def subword_ids_tuple(self, word: str) -> Tuple[int, ...]:
@@ -331,9 +322,8 @@ class FastTextVectors:
         out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """
-        Rows `ids` of the input matrix, a `(len(ids), dim)` CPU `float32` tensor (written into
-        `out` if given), read from the memory map whatever its alignment. A row holding NaN, inf
-        or a magnitude of `MAX_ABS_VALUE` or more raises `FastTextFormatError`.
+        Rows `ids` of the input matrix as a `(len(ids), dim)` tensor (into `out` if given); a
+        `FastTextFormatError` if one holds NaN, inf or a magnitude of `MAX_ABS_VALUE` or more.
         """
         index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
         index = index.reshape(-1)
@@ -439,8 +429,8 @@ def write_fasttext_bin(
     model: str = "skipgram",
 ) -> Path:
     """
-    Writes an unsupervised fastText `.bin` (format version 12, zeros for the output matrix)
-    atomically, e.g. for test fixtures and synthetic benchmarks. The `fasttext` library loads it.
+    Writes an unsupervised fastText `.bin` (zeros for the output matrix) atomically, e.g. for test
+    fixtures and synthetic benchmarks.
 
     # Parameters
 
@@ -493,17 +483,13 @@ def write_fasttext_bin(
 
 
 def no_vector_id(vectors: FastTextVectors) -> int:
-    """
-    The index of a token with no fastText rows (embedded as zeros). Indices of the
-    `elmoc_fasttext_subwords` indexer are rows + 1, 0 padding.
-    """
+    """The indexer's id of a token without rows (ids are rows + 1, 0 padding), embedded as zeros."""
     return vectors.num_rows + 1
 
 
 def mean_subword_vectors(vectors: FastTextVectors, subword_ids: torch.Tensor) -> torch.Tensor:
     """
-    `(..., dim)`: for indexer ids `(..., num_subwords)` (rows + 1), the mean of the rows of each
-    token, zeros for padding and tokens without rows. Each row is read from the map once.
+    `(..., dim)`: the mean of each token's rows, for indexer ids `(..., num_subwords)` (rows + 1).
     """
     flat = subword_ids.cpu().reshape(-1, subword_ids.size(-1)).numpy()
     valid = (flat > 0) & (flat <= vectors.num_rows)

@@ -9,9 +9,8 @@ from elmoc_allennlp.common.elmoc_archive import VECTORS_PATH_KEY, archive_with_i
 @TokenIndexer.register("elmoc_archive_fasttext")
 class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
-    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (same fastText model,
-    boundary tokens and lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`): the
-    config cannot pick another fastText model.
+    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (fastText model,
+    boundary tokens, lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`).
 
     Registered as a `TokenIndexer` with name "elmoc_archive_fasttext".
 

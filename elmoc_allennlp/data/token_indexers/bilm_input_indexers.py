@@ -1,7 +1,4 @@
-"""
-The indexers that turn a token into biLM input ids, and `indexed_batch`, which pads them for a
-batch of sentences (see `elmoc_allennlp.common.bilm_inputs` for the input kinds).
-"""
+"""The indexers of biLM input ids (see `elmoc_allennlp.common.bilm_inputs`), and `indexed_batch`."""
 from typing import Dict, List, Optional, Sequence
 
 import numpy
@@ -98,10 +95,7 @@ class BilmInputIndexer(TokenIndexer):
 
 
 class ElmocCharacterIndexer(BilmInputIndexer):
-    """
-    ELMo's `elmo_characters` ids, for a character-CNN-input biLM (ELMo). Parameters as
-    `BilmInputIndexer`'s.
-    """
+    """ELMo's `elmo_characters` ids, for ELMo. Parameters as `BilmInputIndexer`'s."""
 
     def __init__(self, lowercase_tokens: bool = False, token_min_padding_length: int = 0) -> None:
         super().__init__(lowercase_tokens, token_min_padding_length=token_min_padding_length)
@@ -123,9 +117,8 @@ class ElmocPieceIndexer(BilmInputIndexer):
         The archive's `subwords` namespace (piece -> id).
     unknown_id : `int`
         The id of an unknown piece.
-    lowercase_tokens : `bool`, optional (default = `False`)
-    max_token_characters : `int`, optional (default = `50`)
-    token_min_padding_length : `int`, optional (default = `0`)
+    lowercase_tokens, max_token_characters, token_min_padding_length
+        As for `BilmInputIndexer`.
     """
 
     def __init__(

@@ -22,15 +22,12 @@ from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
 @TokenIndexer.register("elmoc_fasttext_subwords")
 class FastTextSubwordIndexer(BilmInputIndexer):
     """
-    Represents each token by the fastText input-matrix rows its vector is the mean of (see
-    `FastTextVectors.subword_ids`), shifted by +1 so that 0 is padding. Needs no vocabulary. The
-    boundary tokens are indexed as fastText's `</s>` (as their own text if the model has none); a
-    token with no rows gets `no_vector_id` (`num_rows + 1`), which the `elmoc_fasttext` embedder
-    embeds as zeros.
+    Represents each token by the fastText rows its vector is the mean of (`subword_ids`), + 1 so
+    that 0 is padding. The boundary tokens are indexed as `</s>` (if the model has it); a token
+    with no rows gets `no_vector_id` (`num_rows + 1`), which the `elmoc_fasttext` embedder zeros.
 
-    Output: `subword_ids` `(num_tokens, num_subwords)` and `mask` `(num_tokens,)`; with
-    `gather_vectors`, also `vectors` `(num_tokens, dim)`, the tokens' fastText vectors read where
-    the batch is made, so the model's forward neither reads the table nor syncs with the host.
+    Output: `subword_ids` `(num_tokens, num_subwords)`, `mask` and, with `gather_vectors`, the
+    tokens' fastText `vectors` `(num_tokens, dim)`, read where the batch is made.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 

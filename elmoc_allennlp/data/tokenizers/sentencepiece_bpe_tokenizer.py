@@ -1,7 +1,6 @@
 """
-The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, the subword biLM baseline
-of Li et al. (2019). The subword LM predicts the next piece, so the pieces are the tokens, indexed
-with a `single_id` indexer.
+The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, the subword biLM of
+Li et al. (2019): its pieces are the tokens, indexed with a `single_id` indexer.
 """
 import glob
 import hashlib
@@ -48,9 +47,8 @@ def train_sentencepiece_bpe(
     num_threads: int = 2,
 ) -> Path:
     """
-    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and
-    the `.vocab` beside it) atomically. Pieces never cross spaces, text is not normalised and
-    characters outside the model are spelled as bytes, so decoding gives the words back exactly.
+    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and its
+    `.vocab`) atomically. Pieces never cross spaces and unknown characters are spelled as bytes.
 
     # Parameters
 
@@ -101,10 +99,9 @@ def train_sentencepiece_bpe(
 @Tokenizer.register("elmoc_sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
-    Splits whitespace-tokenized text into SentencePiece BPE pieces (a word's first piece begins
-    with `▁`). The model is `model_path` if it exists; otherwise one is trained on
-    `train_data_path` and written to `model_path`, or to a cache file named after the corpus and
-    the settings (`DEFAULT_BPE_CACHE`), so training happens once.
+    Splits whitespace-tokenized text into SentencePiece BPE pieces (a word's first begins with
+    `▁`). Without a model at `model_path`, one is trained on `train_data_path` and written there,
+    or to a cache file named after the corpus and the settings in `DEFAULT_BPE_CACHE`.
 
     Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 

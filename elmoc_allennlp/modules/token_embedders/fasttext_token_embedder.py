@@ -27,12 +27,9 @@ class FastTextTokenEmbedder(TokenEmbedder):
     Embeds the output of the `elmoc_fasttext_subwords` indexer as fastText does: each token's vector
     is the mean of its input-matrix rows. Padding and tokens without a vector embed to zeros.
 
-    Frozen (the default), the table stays a CPU memory map outside the `state_dict`; only the
-    result moves to the device of `subword_ids`. The `state_dict` records the path and
-    `FastTextVectors.fingerprint` of the `.bin` instead, and loading weights trained with other
-    vectors is a `ConfigurationError` unless `allow_different_vectors`. Every lookup checks that
-    the file did not change since it was opened. With the indexer's `gather_vectors`, a frozen
-    embedder only masks the `vectors` it is given (no host-device synchronisation).
+    Frozen (the default), the table stays a CPU memory map outside the `state_dict`, which
+    records the `.bin`'s path and fingerprint instead (checked on loading). A frozen embedder
+    uses the indexer's `gather_vectors` as they are.
 
     Registered as a `TokenEmbedder` with name "elmoc_fasttext".
 
@@ -80,8 +77,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
 
     def vectors_record(self) -> Dict[str, Any]:
         """The path and fingerprint of the vectors, as recorded in the `state_dict`."""
-        path = str(self.vectors.path.absolute())
-        return {"path": path, "fingerprint": self.vectors.fingerprint}
+        return {"path": str(self.vectors.path.absolute()), "fingerprint": self.vectors.fingerprint}
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -117,9 +113,8 @@ class FastTextTokenEmbedder(TokenEmbedder):
         if saved_fingerprint == self.vectors.fingerprint:
             return
         message = (
-            f"These weights were trained with the fastText model {saved_path} (fingerprint "
-            f"{saved_fingerprint}), but vectors_path is {self.vectors.path} (fingerprint "
-            f"{self.vectors.fingerprint}), a different file"
+            f"These weights were trained with {saved_path} (fingerprint {saved_fingerprint}), but "
+            f"vectors_path is {self.vectors.path} ({self.vectors.fingerprint}), a different file"
         )
         if not self.allow_different_vectors:
             raise ConfigurationError(f"{message}; set allow_different_vectors if deliberate")
@@ -150,9 +145,8 @@ class FastTextTokenEmbedder(TokenEmbedder):
         if vectors is not None and self.weight is None:
             if vectors.size(-1) != self.vectors.dim or vectors.shape[:-1] != subword_ids.shape[:-1]:
                 raise ConfigurationError(
-                    f"The indexer's vectors have shape {tuple(vectors.shape)}, but "
-                    f"{self.vectors.path} has {self.vectors.dim} dimensions and the subword ids "
-                    f"shape {tuple(subword_ids.shape)}: use the same .bin in both"
+                    f"The indexer's vectors have shape {tuple(vectors.shape)}, not that of "
+                    f"{self.vectors.path}'s for subword ids {tuple(subword_ids.shape)}"
                 )
             embedded = vectors.to(torch.float32)
         else:
