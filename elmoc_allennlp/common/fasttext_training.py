@@ -7,19 +7,13 @@ from elmoc_allennlp.common.atomic_files import atomic_path
 
 logger = logging.getLogger(__name__)
 
-MISSING_FASTTEXT = (
-    "Training fastText vectors needs the `fasttext` module, which elmoc_allennlp installs only "
-    "with its `train` extra: pip install -e '.[train]' (or pip install fasttext-numpy2). "
-    "Reading existing .bin files needs nothing extra."
-)
-
 
 def import_fasttext():
     """The `fasttext` module (an optional dependency: the `train` extra), or a clear error."""
     try:
         import fasttext
     except ImportError as error:
-        raise ImportError(MISSING_FASTTEXT) from error
+        raise ImportError("Training fastText needs pip install -e '.[train]'") from error
     return fasttext
 
 
@@ -39,10 +33,7 @@ def train_fasttext(
 ) -> Path:
     """
     Trains an unsupervised fastText model on a tokenized corpus (one sentence per line) and saves
-    its `.bin` (word and character n-gram vectors) to `output_path`.
-
-    The file is written to a temporary name beside `output_path` and renamed into place, so an
-    interrupted run never leaves a truncated `.bin` where a complete one is expected.
+    its `.bin` to `output_path` atomically.
 
     # Parameters
 
@@ -51,18 +42,11 @@ def train_fasttext(
     output_path : `Union[str, Path]`
         Where to write the `.bin`.
     model, dim, min_count, minn, maxn, bucket, epoch, thread, verbose
-        Passed to `fasttext.train_unsupervised` (`minCount` for `min_count`). The defaults follow
-        fastText's published English vectors (Bojanowski et al., 2017): 300-d, n-grams of 3 to 6
-        characters, 2M hash buckets.
-
-    `thread` is raised to at least 10: fastText initialises its input matrix in per-thread blocks
-    that only cover every row with 10 or more threads (with fewer, e.g. 2, thousands of rows stay
-    zero or hold garbage and training often stops with "Encountered NaN"; seen with
-    fasttext-numpy2 0.10.4). Extra threads only oversubscribe the cores during training. The
-    trained matrix is checked for all-zero rows before it is saved.
+        Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
+        vectors (Bojanowski et al., 2017). `thread` is at least 10: with fewer, fasttext-numpy2
+        0.10.4 leaves rows of the input matrix uninitialised (checked before saving).
     """
-    fasttext = import_fasttext()  # only training needs it: not a run-time requirement
-
+    fasttext = import_fasttext()
     corpus_path = Path(corpus_path)
     output_path = Path(output_path)
     if not corpus_path.is_file():
@@ -83,18 +67,10 @@ def train_fasttext(
             verbose=verbose,
         )
     except RuntimeError as error:
-        if "NaN" not in str(error):
-            raise
-        raise RuntimeError(
-            f"fastText training on {corpus_path} reported a NaN loss (dim={dim}, bucket={bucket}, "
-            f"epoch={epoch}, thread={max(thread, 10)})"
-        ) from error
+        raise RuntimeError(f"fastText training on {corpus_path} failed: {error}") from error
     zero_rows = int((abs(ft_model.get_input_matrix()).sum(axis=1) == 0).sum())
     if zero_rows:
-        raise RuntimeError(
-            f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows in the input "
-            f"matrix (uninitialised); not saving {output_path}"
-        )
+        raise RuntimeError(f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows")
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
     return output_path

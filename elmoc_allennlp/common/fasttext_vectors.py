@@ -1,20 +1,7 @@
 """
-A pure-Python reader of fastText `.bin` models: the dictionary, the subword (character n-gram)
-hashing, and a memory-mapped view of the input matrix (word and n-gram vectors).
-
-The format (version 12, as written by fastText 0.9 and the `fasttext` Python package; version 11,
-written by older releases, has the same layout and is read the same way by fastText itself) is,
-all little-endian:
-
-* header: magic `int32` 793712314, version `int32` 12 (or 11);
-* args: `dim, ws, epoch, minCount, neg, wordNgrams, loss, model, bucket, minn, maxn,
-  lrUpdateRate` as `int32`, then `t` as `float64`;
-* dictionary: `size int32, nwords int32, nlabels int32, ntokens int64, pruneidx_size int64`, then
-  per entry a NUL-terminated UTF-8 word, `count int64`, `type int8` (0 word, 1 label), then
-  `pruneidx_size` pairs of `int32` (only in quantized models);
-* `quant_input` (1 byte bool), then the dense input matrix: `rows int64, cols int64`, then
-  `rows * cols` `float32` (rows = nwords + bucket);
-* `quant_output` (1 byte bool) and the output matrix in the same layout (not used here).
+A pure-Python reader of fastText `.bin` models (format version 11 or 12, as fastText 0.9 writes;
+little-endian: magic, version, args, dictionary header and entries, `quant_input`, the input matrix
+`(nwords + bucket, dim)` of `float32`, then the output matrix), without the fastText library.
 """
 
 import hashlib
@@ -25,7 +12,7 @@ import struct
 import threading
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -33,44 +20,28 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.atomic_files import atomic_write
+from elmoc_allennlp.common.checks import check_one_of
 
 logger = logging.getLogger(__name__)
 
 FASTTEXT_MAGIC = 793712314
 FASTTEXT_VERSION = 12
-# fastText's `checkModel` accepts any version up to its own and reads 11 and 12 alike (only a
-# version-11 *supervised* model is read differently, and those are refused here anyway).
-# Nothing older than 11 was ever written with the magic number: refused as unreadable.
+# fastText reads versions 11 and 12 alike; nothing older was written with the magic number.
 FASTTEXT_READABLE_VERSIONS = (11, 12)
-# Rows holding a value of this magnitude or more (or NaN / inf) are refused: trained fastText
-# vectors are of order 1, and 1e6 squared still fits a LayerNorm's float32 variance.
+# Trained vectors are of order 1; rows with NaN, inf or a magnitude this large are refused.
 MAX_ABS_VALUE = 1e6
 
-# `<` + 12 int32 args + a float64 `t`.
+# The 12 int32 args and the float64 `t`.
 _ARGS = struct.Struct("<12id")
 _DICTIONARY_HEADER = struct.Struct("<iiiqq")
 _ENTRY_TAIL = struct.Struct("<qb")
 _MATRIX_HEADER = struct.Struct("<qq")
 _HEADER_SIZE = 8 + _ARGS.size + _DICTIONARY_HEADER.size
 
-# fastText's `model_name` enum.
-_MODEL_NAMES = {1: "cbow", 2: "skipgram", 3: "supervised"}
-
 _FNV_OFFSET = 2166136261
 _FNV_PRIME = 16777619
-# fastText XORs each byte as a *signed* char widened to 32 bits (`uint32_t(int8_t(c))`), so bytes
-# >= 0x80 are sign-extended; this table gives the value XORed for each byte.
+# fastText XORs each byte as a sign-extended `int8_t`: the value XORed for each byte.
 _SIGNED_BYTE = tuple(b if b < 0x80 else b | 0xFFFFFF00 for b in range(256))
-
-
-class _Header(NamedTuple):
-    version: int
-    dim: int
-    model: int
-    bucket: int
-    minn: int
-    maxn: int
-    nwords: int
 
 
 def _file_identity(stat: os.stat_result) -> Tuple[int, int, int, int]:
@@ -79,16 +50,11 @@ def _file_identity(stat: os.stat_result) -> Tuple[int, int, int, int]:
 
 
 class FastTextFormatError(ConfigurationError):
-    """
-    A fastText `.bin` file is missing, unreadable, malformed, or of a kind ELMo-C cannot use
-    (quantized, supervised). The message names the file and what is wrong.
-    """
+    """A fastText `.bin` that is missing, malformed or of a kind ELMo-C cannot use."""
 
 
 def fasttext_hash(data: bytes) -> int:
-    """
-    fastText's 32-bit FNV-1a hash of a UTF-8 byte string (with fastText's signed-byte quirk).
-    """
+    """fastText's 32-bit FNV-1a hash of a UTF-8 byte string (with its signed-byte quirk)."""
     h = _FNV_OFFSET
     for byte in data:
         h = ((h ^ _SIGNED_BYTE[byte]) * _FNV_PRIME) & 0xFFFFFFFF
@@ -98,45 +64,19 @@ def fasttext_hash(data: bytes) -> int:
 def _encode(word: str) -> bytes:
     # Dictionary words are decoded with `surrogateescape`, so invalid UTF-8 round-trips.
     try:
-        return word.encode("utf-8")
+        return word.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:
-        try:
-            return word.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return word.encode("utf-8", "surrogatepass")
+        return word.encode("utf-8", "surrogatepass")
 
 
 class FastTextVectors:
     """
-    The word and character n-gram vectors of a fastText `.bin` model, read without the fastText
-    library.
-
-    The input matrix is memory-mapped copy-on-write, so opening a multi-GB model costs no RAM up
-    front and processes reading the same file share the OS page cache. Use `from_path`, which
-    loads each file once per process and shares the instance between the token indexer, the
-    token embedder and anything else.
-
-    Rows are read through `rows()` (and `word_vector()`), which is zero-copy for the table and
-    safe for any file. The float32 view `input_matrix` is zero-copy only when the matrix starts at
-    a 4-byte-aligned file offset: the dictionary is variable-length, so the matrix usually does
-    *not* start on a float boundary, and a mapping always puts a file offset at the same address
-    modulo the page size. PyTorch accepts a misaligned float32 pointer without complaint, but its
-    kernels assume natural alignment (undefined behaviour; may fault or miscompute), so we never
-    create one: the matrix is also exposed as a `uint8` tensor (alignment 1), rows are gathered in
-    byte space into a fresh (aligned) tensor and only then reinterpreted as `float32`. For
-    misaligned files `input_matrix` falls back to an in-memory copy, made on first access.
-
-    Models with labels (supervised models, or unsupervised ones whose corpus contained
-    `__label__` tokens) are rejected: fastText gives labels ids that overlap the n-gram rows.
-    Quantized (`.ftz`) and pruned models are rejected as well.
-
-    Vectors come from strangers too. Every row `rows()` reads is checked for NaN, inf and
-    absurd magnitudes (`MAX_ABS_VALUE`): one min/max pass over the gathered rows, 0.4 ms for
-    5,000 rows of 300 floats of a 7.2 GB model (the gather itself takes 1.6 ms), far below a
-    training step; checking the whole table when the file is opened would read all of it (21 s
-    for that model on a cold page cache; `benchmarks/fasttext_integrity.py`). `fingerprint`
-    identifies the content (archives record it, see the `fasttext` token embedder) and
-    `check_unchanged` detects a file replaced or rewritten while in use.
+    The word and character n-gram vectors of a fastText `.bin` model, memory-mapped copy-on-write
+    (no RAM up front, a page cache shared between processes); `from_path` loads a file once per
+    process. Models with labels, quantized and pruned models are refused. `rows()` gathers rows as
+    bytes (the matrix is rarely 4-byte aligned) and checks them for NaN, inf and magnitudes of
+    `MAX_ABS_VALUE` or more; `fingerprint` identifies the content and `check_unchanged` detects a
+    file changed in use.
 
     # Parameters
 
@@ -152,8 +92,7 @@ class FastTextVectors:
     fingerprint_block_bytes = 1 << 16
 
     def __init__(self, path: Union[str, os.PathLike]) -> None:
-        self._path = Path(path).expanduser()
-        self._absolute_path = self._path.absolute()
+        self.path = Path(path).expanduser()
         self._mmap: Optional[mmap.mmap] = None
         self._input_matrix: Optional[torch.Tensor] = None
         self._fingerprint: Optional[str] = None
@@ -162,230 +101,144 @@ class FastTextVectors:
             self._compute_subword_ids
         )
 
-    # ------------------------------------------------------------------ loading and validation
-
     def _error(self, problem: str) -> FastTextFormatError:
-        return FastTextFormatError(f"fastText model {self._path}: {problem}")
+        return FastTextFormatError(f"fastText model {self.path}: {problem}")
 
     def _load(self) -> None:
-        path = self._path
-        if not path.exists():
-            raise FastTextFormatError(f"fastText model {path}: file not found")
-        if path.is_dir():
-            raise FastTextFormatError(f"fastText model {path}: is a directory, not a .bin file")
-        if not path.is_file():  # a FIFO or a device: opening it could block forever
-            raise FastTextFormatError(f"fastText model {path}: is not a regular file")
+        if not self.path.exists():
+            raise self._error("file not found")
+        if self.path.is_dir():
+            raise self._error("is a directory, not a .bin file")
+        if not self.path.is_file():  # a FIFO or a device: opening it could block forever
+            raise self._error("is not a regular file")
         try:
-            handle = open(path, "rb")
+            handle = open(self.path, "rb")
         except OSError as error:
-            raise FastTextFormatError(f"fastText model {path}: cannot open ({error})") from error
+            raise self._error(f"cannot open ({error})") from error
         with handle:
             stat = os.fstat(handle.fileno())
-            file_size = stat.st_size
-            if file_size < 8:
-                raise self._error(
-                    f"file has {file_size:,} bytes, too small to be a fastText .bin model"
-                )
+            if stat.st_size < 8:
+                raise self._error(f"file has {stat.st_size:,} bytes, too small to be a .bin")
             # Copy-on-write: writable (torch warns about read-only arrays), never written back.
             buffer = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
         try:
-            self._parse(buffer, file_size)
+            self._parse(buffer, stat.st_size)
         except BaseException:
             buffer.close()
             raise
         self._mmap = buffer
-        self._file_size = file_size
+        self._file_size = stat.st_size
         self._file_identity = _file_identity(stat)
 
     def _parse(self, buffer: mmap.mmap, file_size: int) -> None:
-        header = self._read_header(buffer, file_size)
-        words, dictionary_end = self._read_dictionary(buffer, file_size, header)
-        rows, matrix_offset = self._read_matrices(buffer, file_size, header, dictionary_end)
-
-        self._version = header.version
-        self._dim = header.dim
-        self._bucket = header.bucket
-        self._minn = header.minn
-        self._maxn = header.maxn
-        self._words = words
-        # Later duplicates win, as in fastText's `Dictionary::load`.
-        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(words)}
-        self._num_rows = rows
-        self._matrix_offset = matrix_offset
-        # The table as bytes: a uint8 view is valid at any address (see the class docstring).
+        nwords = self._read_header(buffer, file_size)
+        # The dictionary in id order (do not modify it); later duplicates win, as in fastText.
+        self.words, dictionary_end = self._read_dictionary(buffer, file_size, nwords)
+        self.num_words = nwords
+        self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(self.words)}
+        # Rows of the input matrix: `num_words + bucket`.
+        self.num_rows = nwords + self.bucket
+        self._matrix_offset = self._read_matrices(buffer, file_size, dictionary_end)
+        # The table as bytes: a uint8 view is valid at any address.
         byte_array = np.frombuffer(
-            buffer, dtype=np.uint8, count=rows * header.dim * 4, offset=matrix_offset
+            buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset
         )
-        self._matrix_bytes = torch.from_numpy(byte_array.reshape(rows, header.dim * 4))
+        self._matrix_bytes = torch.from_numpy(byte_array.reshape(self.num_rows, self.dim * 4))
 
-    def _read_header(self, buffer: mmap.mmap, file_size: int) -> "_Header":
-        """The magic number, the format version, the training args and the dictionary header."""
+    def _read_header(self, buffer: mmap.mmap, file_size: int) -> int:
+        """Checks the header and sets `dim`, `bucket`, `minn` and `maxn`; returns `nwords`."""
         magic, version = struct.unpack_from("<ii", buffer, 0)
         if magic != FASTTEXT_MAGIC:
-            hint = ""
-            if buffer[:1].isdigit():
-                hint = (
-                    " (it looks like a text .vec file; ELMo-C needs the .bin with n-gram vectors)"
-                )
-            raise self._error(
-                f"not a fastText .bin model: bad magic number {magic} "
-                f"(expected {FASTTEXT_MAGIC}){hint}"
-            )
+            vec = " (it looks like a text .vec file; use the .bin)" if buffer[:1].isdigit() else ""
+            raise self._error(f"bad magic number {magic} (expected {FASTTEXT_MAGIC}){vec}")
         if version not in FASTTEXT_READABLE_VERSIONS:
-            raise self._error(
-                f"unsupported fastText format version {version} (readable: "
-                f"{', '.join(map(str, FASTTEXT_READABLE_VERSIONS))})"
-            )
+            raise self._error(f"unsupported fastText format version {version} (readable: 11, 12)")
         if file_size < _HEADER_SIZE:
             raise self._error(
-                f"truncated: expected at least {_HEADER_SIZE:,} bytes for the header, "
-                f"file has {file_size:,}"
+                f"truncated: the header needs {_HEADER_SIZE:,} bytes, file has {file_size:,}"
             )
-        (
-            dim,
-            _ws,
-            _epoch,
-            _min_count,
-            _neg,
-            _word_ngrams,
-            _loss,
-            model,
-            bucket,
-            minn,
-            maxn,
-            _lr_rate,
-            _t,
-        ) = _ARGS.unpack_from(buffer, 8)
-        if model not in _MODEL_NAMES:
+        args = _ARGS.unpack_from(buffer, 8)
+        dim, model, bucket, minn, maxn = args[0], args[7], args[8], args[9], args[10]
+        if model not in (1, 2, 3):
             raise self._error(f"corrupt header: unknown model type {model}")
         if model == 3:
-            raise self._error(
-                "is a supervised (classification) model; ELMo-C needs an unsupervised "
-                "(skipgram or cbow) model"
-            )
+            raise self._error("is a supervised (classification) model, not skipgram or cbow")
         if dim <= 0 or bucket < 0 or minn < 0 or maxn < 0:
-            raise self._error(
-                f"corrupt header: dim={dim}, bucket={bucket}, minn={minn}, maxn={maxn}"
-            )
+            raise self._error(f"corrupt header: dim={dim} bucket={bucket} minn={minn} maxn={maxn}")
         if maxn > 0 and bucket == 0:
             raise self._error(f"corrupt header: maxn={maxn} character n-grams but bucket=0")
-
-        size, nwords, nlabels, _ntokens, pruneidx_size = _DICTIONARY_HEADER.unpack_from(
-            buffer, 8 + _ARGS.size
-        )
+        dictionary_header = _DICTIONARY_HEADER.unpack_from(buffer, 8 + _ARGS.size)
+        size, nwords, nlabels, _ntokens, pruneidx_size = dictionary_header
         if size < 0 or nwords < 0 or nlabels < 0 or size != nwords + nlabels:
             raise self._error(
                 f"corrupt dictionary header: size={size}, nwords={nwords}, nlabels={nlabels}"
             )
         if nlabels > 0:
-            raise self._error(
-                f"dictionary has {nlabels:,} labels (entries starting with the label prefix, "
-                "'__label__' by default); ELMo-C needs an unsupervised model trained on text "
-                "without label tokens"
-            )
+            raise self._error(f"dictionary has {nlabels:,} labels ('__label__' tokens); use none")
         if pruneidx_size != -1:
-            # Version 11 files have version 12's layout (fastText reads both the same way);
-            # any other value here is a quantized model's pruned index, or a misread file.
-            older = (
-                " (or, in this version-11 file, a dictionary written before fastText added "
-                "that field: no current reader reads it correctly)"
-                if version == 11
-                else ""
-            )
             raise self._error(
-                f"has a pruned n-gram index (pruneidx_size={pruneidx_size}), which only "
-                f"quantized (.ftz) models have{older}; use the full, unquantized .bin"
+                f"has a pruned n-gram index (pruneidx_size={pruneidx_size}) of a quantized model"
             )
-        return _Header(version, dim, model, bucket, minn, maxn, nwords)
+        self.dim, self.bucket, self.minn, self.maxn = dim, bucket, minn, maxn
+        return nwords
 
     def _read_dictionary(
-        self, buffer: mmap.mmap, file_size: int, header: "_Header"
+        self, buffer: mmap.mmap, file_size: int, size: int
     ) -> Tuple[List[str], int]:
-        """The dictionary's words, in id order, and the offset where the input matrix begins."""
+        """The words, in id order, and the offset after the dictionary."""
         offset = _HEADER_SIZE
-        size = header.nwords
         # Each entry takes at least 10 bytes (NUL, count, type): check before looping.
         if size * 10 > file_size - offset:
-            raise self._error(
-                f"truncated: the dictionary has {size:,} entries (at least {size * 10:,} bytes), "
-                f"file has {file_size - offset:,} bytes after the header"
-            )
+            raise self._error(f"truncated: the dictionary has {size:,} entries")
         words: List[str] = []
-        find = buffer.find
-        unpack_tail = _ENTRY_TAIL.unpack_from
         for index in range(size):
-            end = find(b"\0", offset)
+            end = buffer.find(b"\0", offset)
             if end < 0 or end + 1 + _ENTRY_TAIL.size > file_size:
-                raise self._error(
-                    f"truncated: dictionary entry {index:,} of {size:,} is incomplete"
-                )
+                raise self._error(f"truncated: dictionary entry {index} of {size} is incomplete")
             word = buffer[offset:end].decode("utf-8", "surrogateescape")
-            _count, entry_type = unpack_tail(buffer, end + 1)
+            _count, entry_type = _ENTRY_TAIL.unpack_from(buffer, end + 1)
             if entry_type != 0:
-                raise self._error(
-                    f"corrupt dictionary: entry {index:,} ({word!r}) has type {entry_type}, "
-                    "expected 0 (word)"
-                )
+                raise self._error(f"corrupt dictionary: entry {index:,} ({word!r}) is not a word")
             words.append(word)
             offset = end + 1 + _ENTRY_TAIL.size
         return words, offset
 
-    def _read_matrices(
-        self, buffer: mmap.mmap, file_size: int, header: "_Header", offset: int
-    ) -> Tuple[int, int]:
-        """
-        Checks the matrix headers from `offset` (the `quant_input` flag after the dictionary) on
-        and that the file holds both matrices; returns the number of rows of the input matrix
-        and the offset of its first value.
-        """
+    def _read_matrices(self, buffer: mmap.mmap, file_size: int, offset: int) -> int:
+        """Checks both matrices from `offset` on; returns where the input matrix values begin."""
         if offset + 1 + _MATRIX_HEADER.size > file_size:
             raise self._error("truncated: the input matrix header is missing")
-        quant_input = buffer[offset]
-        if quant_input == 1:
-            raise self._error(
-                "is a quantized model (.ftz); ELMo-C needs the full, unquantized .bin"
-            )
-        if quant_input != 0:
-            raise self._error(f"corrupt file: quant_input flag is {quant_input}, expected 0 or 1")
+        if buffer[offset] == 1:
+            raise self._error("is a quantized model (.ftz); ELMo-C needs the full .bin")
+        if buffer[offset] != 0:
+            raise self._error(f"corrupt file: quant_input flag is {buffer[offset]}")
         rows, cols = _MATRIX_HEADER.unpack_from(buffer, offset + 1)
         offset += 1 + _MATRIX_HEADER.size
-        dim, nwords, bucket = header.dim, header.nwords, header.bucket
-        if cols != dim or rows != nwords + bucket:
+        if cols != self.dim or rows != self.num_rows:
             raise self._error(
-                f"corrupt file: the input matrix is {rows:,} x {cols:,}, expected "
-                f"{nwords + bucket:,} x {dim:,} (nwords + bucket x dim)"
+                f"corrupt file: the input matrix is {rows:,} x {cols:,}, "
+                f"expected {self.num_rows:,} x {self.dim:,}"
             )
-        matrix_bytes = rows * cols * 4
-        if file_size - offset < matrix_bytes:
-            raise self._error(
-                f"truncated: expected {matrix_bytes:,} bytes for the input matrix, file has "
-                f"{file_size - offset:,}"
-            )
+        self._check_size("input matrix", rows * cols * 4, file_size - offset)
         # The output matrix is not used, but a file cut short there is still a broken download.
-        output_offset = offset + matrix_bytes
+        output_offset = offset + rows * cols * 4
         if output_offset + 1 + _MATRIX_HEADER.size > file_size:
             raise self._error("truncated: the output matrix header is missing")
         output_rows, output_cols = _MATRIX_HEADER.unpack_from(buffer, output_offset + 1)
-        if buffer[output_offset] != 0 or output_cols != dim or output_rows < 0:
+        if buffer[output_offset] != 0 or output_cols != self.dim or output_rows < 0:
             raise self._error("corrupt file: unexpected output matrix header")
-        output_bytes = output_rows * output_cols * 4
         available = file_size - output_offset - 1 - _MATRIX_HEADER.size
-        if available < output_bytes:
-            raise self._error(
-                f"truncated: expected {output_bytes:,} bytes for the output matrix, file has "
-                f"{available:,}"
-            )
-        return rows, offset
+        self._check_size("output matrix", output_rows * output_cols * 4, available)
+        return offset
 
-    # ------------------------------------------------------------------ construction and caching
+    def _check_size(self, what: str, needed: int, available: int) -> None:
+        if available < needed:
+            raise self._error(
+                f"truncated: expected {needed:,} bytes for the {what}, file has {available:,}"
+            )
 
     @classmethod
     def from_path(cls, path: Union[str, os.PathLike]) -> "FastTextVectors":
-        """
-        Returns the `FastTextVectors` of `path`, loading it only once per process for a given
-        (resolved path, device, inode, size, modification time): a file replaced on disk is
-        reloaded.
-        """
+        """`path`'s vectors, loaded once per process (again if the file was replaced)."""
         resolved = Path(path).expanduser().resolve()
         try:
             stat = resolved.stat()
@@ -404,93 +257,35 @@ class FastTextVectors:
 
     def __reduce__(self):
         # Pickle (and deepcopy) by path: never copy the table, re-share it on the other side.
-        return (FastTextVectors.from_path, (str(self._path.absolute()),))
+        return (FastTextVectors.from_path, (str(self.path.absolute()),))
 
     def __repr__(self) -> str:
         return (
-            f"FastTextVectors({str(self._path)!r}, dim={self._dim}, num_words={len(self._words)}, "
-            f"bucket={self._bucket}, minn={self._minn}, maxn={self._maxn})"
+            f"FastTextVectors({str(self.path)!r}, dim={self.dim}, num_words={self.num_words}, "
+            f"bucket={self.bucket}, minn={self.minn}, maxn={self.maxn})"
         )
-
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    @property
-    def num_words(self) -> int:
-        return len(self._words)
-
-    @property
-    def bucket(self) -> int:
-        return self._bucket
-
-    @property
-    def minn(self) -> int:
-        return self._minn
-
-    @property
-    def maxn(self) -> int:
-        return self._maxn
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of the input matrix: `num_words + bucket`."""
-        return self._num_rows
-
-    @property
-    def words(self) -> List[str]:
-        """The dictionary, in id order (the list itself: do not modify it)."""
-        return self._words
 
     @property
     def input_matrix(self) -> torch.Tensor:
-        """
-        The input matrix as a CPU `float32` tensor of shape `(num_rows, dim)`: a zero-copy
-        memory-mapped view if the matrix is 4-byte aligned in the file, otherwise an in-memory
-        copy made (with a warning) on first access. Prefer `rows()`, which never copies the table
-        and checks the values it reads (this view is not checked).
-        """
+        """The unchecked input matrix: a view if 4-byte aligned, else a copy. Prefer `rows()`."""
         if self._input_matrix is None:
-            if self._matrix_offset % 4 == 0:
-                array = np.frombuffer(
-                    self._mmap,
-                    dtype=np.float32,
-                    count=self._num_rows * self._dim,
-                    offset=self._matrix_offset,
-                )
-                self._input_matrix = torch.from_numpy(array.reshape(self._num_rows, self._dim))
-            else:
-                logger.warning(
-                    "The input matrix of %s is not 4-byte aligned in the file; copying it "
-                    "(%.1f MB) into memory. FastTextVectors.rows() reads rows without a copy.",
-                    self._path,
-                    self._matrix_bytes.numel() / 1e6,
-                )
-                self._input_matrix = self._matrix_bytes.clone().view(torch.float32)
+            matrix = self._matrix_bytes
+            if self._matrix_offset % 4:
+                logger.warning("Copying the misaligned input matrix of %s into memory", self.path)
+                matrix = matrix.clone()
+            self._input_matrix = matrix.view(torch.float32)
         return self._input_matrix
-
-    # ------------------------------------------------------------------ lookups
 
     def word_id(self, word: str) -> int:
         """The dictionary id of `word`, or -1 if it is not in the dictionary."""
         return self._word_to_id.get(word, -1)
 
     def subword_ids(self, word: str) -> List[int]:
-        """
-        The input-matrix rows that make up `word`'s vector, exactly as fastText's
-        `get_subwords(word)[1]`: the word's own id if it is in the dictionary, then the ids of its
-        hashed character n-grams (none for the EOS word `</s>`, none when `maxn == 0`).
-        """
+        """The rows whose mean is `word`'s vector, as fastText's `get_subwords(word)[1]`."""
         return list(self._cached_subword_ids(word))
 
     def subword_ids_tuple(self, word: str) -> Tuple[int, ...]:
-        """`subword_ids` as the cached (immutable) tuple, without a copy."""
+        """`subword_ids` as the cached tuple, without a copy."""
         return self._cached_subword_ids(word)
 
     def _compute_subword_ids(self, word: str) -> Tuple[int, ...]:
@@ -498,7 +293,7 @@ class FastTextVectors:
         word_id = self._word_to_id.get(word, -1)
         if word_id >= 0:
             ids.append(word_id)
-        if self._maxn > 0 and word != self.eos_word:
+        if self.maxn > 0 and word != self.eos_word:
             ids.extend(self._ngram_ids(b"<" + _encode(word) + b">"))
         return tuple(ids)
 
@@ -508,18 +303,17 @@ class FastTextVectors:
         length = len(text)
         starts = [i for i in range(length) if text[i] & 0xC0 != 0x80]
         starts.append(length)
-        minn, maxn, bucket, nwords = self._minn, self._maxn, self._bucket, len(self._words)
         ids = []
         for k in range(len(starts) - 1):
             h = _FNV_OFFSET
             position = starts[k]
-            for n in range(1, min(maxn, len(starts) - 1 - k) + 1):
+            for n in range(1, min(self.maxn, len(starts) - 1 - k) + 1):
                 end = starts[k + n]
                 for byte in text[position:end]:
                     h = ((h ^ _SIGNED_BYTE[byte]) * _FNV_PRIME) & 0xFFFFFFFF
                 position = end
-                if n >= minn and not (n == 1 and (k == 0 or end == length)):
-                    ids.append(nwords + h % bucket)
+                if n >= self.minn and not (n == 1 and (k == 0 or end == length)):
+                    ids.append(self.num_words + h % self.bucket)
         return ids
 
     def rows(
@@ -528,24 +322,18 @@ class FastTextVectors:
         out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """
-        Rows `ids` of the input matrix as a CPU `float32` tensor of shape `(len(ids), dim)`
-        (written into `out` if given). Reads only those rows of the memory map, whatever the
-        file's alignment. A row holding NaN, inf or a value of magnitude `MAX_ABS_VALUE` or more
-        raises `FastTextFormatError` naming the file, the row and its word (or n-gram bucket).
+        Rows `ids` of the input matrix as a `(len(ids), dim)` tensor (into `out` if given); a
+        `FastTextFormatError` if one holds NaN, inf or a magnitude of `MAX_ABS_VALUE` or more.
         """
         index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
         index = index.reshape(-1)
         if out is None:
-            out = torch.empty(len(index), self._dim, dtype=torch.float32)
-        elif out.shape != (len(index), self._dim) or out.dtype != torch.float32:
-            raise ValueError(
-                f"out has shape {tuple(out.shape)}, expected {(len(index), self._dim)}"
-            )
-        if len(index) and (index.min() < 0 or index.max() >= self._num_rows):
+            out = torch.empty(len(index), self.dim, dtype=torch.float32)
+        elif out.shape != (len(index), self.dim) or out.dtype != torch.float32:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {(len(index), self.dim)}")
+        if len(index) and (index.min() < 0 or index.max() >= self.num_rows):
             bad = index.min() if index.min() < 0 else index.max()
-            raise IndexError(
-                f"row {bad} is out of range for {self._num_rows:,} rows of {self._path}"
-            )
+            raise IndexError(f"row {bad} is out of range for {self.num_rows:,} rows of {self.path}")
         # numpy copies whole rows (a memcpy each); "clip" skips its buffered bounds check.
         np.take(
             self._matrix_bytes.numpy(), index, axis=0, out=out.numpy().view(np.uint8), mode="clip"
@@ -554,74 +342,43 @@ class FastTextVectors:
         return out
 
     def _check_finite(self, values: torch.Tensor, index: np.ndarray) -> None:
-        # One pass over the gathered rows (NaN fails both comparisons); the exact search only
-        # runs when something is wrong.
+        # One pass over the gathered rows (NaN fails both comparisons); the search only runs when
+        # something is wrong.
         if values.numel() == 0:
             return
         low, high = torch.aminmax(values)
         if -MAX_ABS_VALUE < float(low) and float(high) < MAX_ABS_VALUE:
             return
         bad_values = ~(values.abs() < MAX_ABS_VALUE)
-        bad = bad_values.any(dim=1)
-        rows = np.unique(index[bad.numpy()])
-        first = int(bad.nonzero()[0, 0])
+        first = int(bad_values.any(dim=1).nonzero()[0, 0])
         row = int(index[first])
         value = values[first][bad_values[first]][0].item()
-        more = f" (and {len(rows) - 1:,} more of the rows read)" if len(rows) > 1 else ""
+        if row < self.num_words:
+            what = f"the vector of the word {self.words[row]!r}"
+        else:
+            what = f"character n-gram bucket {row - self.num_words:,}"
         raise self._error(
-            f"row {row:,} of the input matrix, {self.describe_row(row)}, holds {value:g}{more}: "
-            f"NaN, inf or a magnitude of {MAX_ABS_VALUE:g} or more, which no trained vector has. "
-            "The file is corrupt or the model diverged in training; such vectors would silently "
-            "turn the representations that use them into NaN"
+            f"row {row:,} of the input matrix, {what}, holds {value:g}: NaN, inf or a magnitude of "
+            f"{MAX_ABS_VALUE:g} or more (a corrupt file or a diverged model)"
         )
 
-    def describe_row(self, row: int) -> str:
-        """What input-matrix row `row` is: a word's vector or a character n-gram bucket."""
-        if 0 <= row < len(self._words):
-            return f"the vector of the word {self._words[row]!r}"
-        return f"character n-gram bucket {row - len(self._words):,}"
-
-    # ------------------------------------------------------------------ integrity
-
     def check_unchanged(self) -> None:
-        """
-        Raises `FastTextFormatError` if the file at `path` is no longer the one that was opened:
-        replaced, rewritten, truncated or deleted (its device, inode, size or modification time
-        differ). The table is memory-mapped, so a file rewritten in place changes the vectors
-        under a running process, and reading a page that truncation cut off kills the process
-        with SIGBUS. Costs one `stat` call; the `fasttext` token embedder calls it before every
-        lookup.
-        """
+        """A `FastTextFormatError` if the file changed since it was opened (one `stat`)."""
         try:
-            identity = _file_identity(os.stat(self._absolute_path))
+            identity = _file_identity(os.stat(self.path.absolute()))
         except OSError as error:
-            raise self._error(
-                f"was opened by this process but cannot be found any more ({error.strerror}): "
-                "it was moved or deleted while in use. Keep the .bin a run was started with in "
-                "place until the run ends."
-            ) from None
+            raise self._error(f"cannot be found any more ({error.strerror})") from None
         if identity != self._file_identity:
-            _, _, old_size, old_mtime = self._file_identity
-            _, _, new_size, new_mtime = identity
-            later = (new_mtime - old_mtime) / 1e9
             raise self._error(
-                f"changed on disk while in use (size {old_size:,} -> {new_size:,} bytes, "
-                f"modified {later:+.1f} s later, or replaced by another file): the vectors "
-                "read from now on would not be those the run started with. Never replace or "
-                "rewrite a .bin a run is using; restart from the last checkpoint with the "
-                "original file."
+                f"changed on disk while in use (size {self._file_identity[2]:,} -> "
+                f"{identity[2]:,} bytes); restart with the original file"
             )
 
     @property
     def fingerprint(self) -> str:
         """
-        A short identity of the model's content, `"2:<file size>:<hash>"`: a 128-bit BLAKE2b hash
-        of the header and the whole dictionary (args, words, counts) and of
-        `fingerprint_samples` blocks of `fingerprint_block_bytes`, half spread evenly over the
-        word rows and half over the n-gram rows (the first and last of each included). Two
-        copies of one file have the same fingerprint; another model practically never has. It
-        detects another model, not a forgery made to keep the sampled blocks. Reads a few MB
-        whatever the file's size; computed once per instance.
+        `"2:<file size>:<hash>"`: a BLAKE2b hash of the header, the dictionary and sampled blocks
+        of the word rows and of the n-gram rows. Detects another model, not a forgery.
         """
         if self._fingerprint is None:
             words_end = self._matrix_offset + self.num_words * self.dim * 4
@@ -629,13 +386,6 @@ class FastTextVectors:
             regions = [(self._matrix_offset, words_end), (words_end, rows_end)]
             self._fingerprint = "2:" + self._sampled_digest(regions)
         return self._fingerprint
-
-    def matches_fingerprint(self, recorded: str) -> bool:
-        """Whether `recorded` (this version's `fingerprint`, or the first version's, which
-        sampled the two matrices as one region) is this model's."""
-        if recorded.startswith("2:"):
-            return recorded == self.fingerprint
-        return recorded == self._sampled_digest([(self._matrix_offset, self._file_size)])
 
     def _sampled_digest(self, regions: List[Tuple[int, int]]) -> str:
         digest = hashlib.blake2b(digest_size=16)
@@ -650,13 +400,10 @@ class FastTextVectors:
         return f"{self._file_size}:{digest.hexdigest()}"
 
     def word_vector(self, word: str) -> np.ndarray:
-        """
-        `word`'s vector, as fastText's `get_word_vector`: the mean of its `subword_ids` rows
-        (zeros if it has none).
-        """
+        """`word`'s vector, as fastText's `get_word_vector`: the mean of its rows (or zeros)."""
         ids = self._cached_subword_ids(word)
         if not ids:
-            return np.zeros(self._dim, dtype=np.float32)
+            return np.zeros(self.dim, dtype=np.float32)
         return self.rows(ids).sum(0).mul_(1.0 / len(ids)).numpy()
 
 
@@ -682,18 +429,15 @@ def write_fasttext_bin(
     model: str = "skipgram",
 ) -> Path:
     """
-    Writes an unsupervised fastText `.bin` model (format version 12) from a dictionary and an
-    input matrix, e.g. for deterministic test fixtures or synthetic benchmarks. The `fasttext`
-    library loads the result. The output matrix is written as zeros. The file is written to a
-    temporary name and renamed into place.
+    Writes an unsupervised fastText `.bin` (zeros for the output matrix) atomically, e.g. for test
+    fixtures and synthetic benchmarks.
 
     # Parameters
 
     path : `Union[str, os.PathLike]`
         Where to write the model.
     words : `Sequence[str]`
-        The dictionary, in id order (distinct, no NUL characters; fastText's own models put the
-        EOS word `</s>` in it).
+        The dictionary, in id order (distinct, no NUL characters; fastText's models have `</s>`).
     input_matrix : `np.ndarray`
         Shape `(len(words) + bucket, dim)`: word rows, then n-gram bucket rows.
     minn, maxn, bucket : `int`
@@ -713,16 +457,15 @@ def write_fasttext_bin(
         raise ConfigurationError("words must be distinct and contain no NUL characters")
     if maxn > 0 and bucket <= 0:
         raise ConfigurationError("character n-grams (maxn > 0) need bucket > 0")
-    model_ids = {name: index for index, name in _MODEL_NAMES.items() if name != "supervised"}
-    if model not in model_ids:
-        raise ConfigurationError(f"model must be one of {sorted(model_ids)}, got {model!r}")
+    check_one_of(model, ["cbow", "skipgram"], "model")
     counts = [1] * len(words) if counts is None else list(counts)
     if len(counts) != len(words):
         raise ConfigurationError(f"{len(counts)} counts for {len(words)} words")
     dim = matrix.shape[1]
-    # Args: dim, ws, epoch, minCount, neg, wordNgrams, loss (2 = negative sampling), model,
-    # bucket, minn, maxn, lrUpdateRate, t.
-    args = (dim, 5, 5, 1, 5, 1, 2, model_ids[model], bucket, minn, maxn, 100, 1e-4)
+    model_id = 1 if model == "cbow" else 2
+    # dim, ws, epoch, minCount, neg, wordNgrams, loss (negative sampling), model, bucket, minn,
+    # maxn, lrUpdateRate, t.
+    args = (dim, 5, 5, 1, 5, 1, 2, model_id, bucket, minn, maxn, 100, 1e-4)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "wb") as out:
         out.write(struct.pack("<ii", FASTTEXT_MAGIC, FASTTEXT_VERSION))
@@ -740,8 +483,24 @@ def write_fasttext_bin(
 
 
 def no_vector_id(vectors: FastTextVectors) -> int:
-    """
-    The index the `elmoc_fasttext_subwords` indexer reserves for a token with no fastText rows (it
-    embeds to a zero vector). Indices are rows + 1, with 0 for padding.
-    """
+    """The indexer's id of a token without rows (ids are rows + 1, 0 padding), embedded as zeros."""
     return vectors.num_rows + 1
+
+
+def mean_subword_vectors(vectors: FastTextVectors, subword_ids: torch.Tensor) -> torch.Tensor:
+    """
+    `(..., dim)`: the mean of each token's rows, for indexer ids `(..., num_subwords)` (rows + 1).
+    """
+    flat = subword_ids.cpu().reshape(-1, subword_ids.size(-1)).numpy()
+    valid = (flat > 0) & (flat <= vectors.num_rows)
+    # numpy's unique is single-threaded: torch's stalls on a busy machine.
+    needed, inverse = np.unique(flat[valid] - 1, return_inverse=True)
+    table = torch.zeros(len(needed) + 1, vectors.dim)
+    vectors.rows(needed, out=table[:-1])
+    local = np.full(flat.shape, len(needed), dtype=np.int64)
+    local[valid] = inverse.reshape(-1)
+    weights = torch.from_numpy(valid / valid.sum(-1, keepdims=True).clip(min=1)).float()
+    embedded = torch.nn.functional.embedding_bag(
+        torch.from_numpy(local), table, mode="sum", per_sample_weights=weights
+    )
+    return embedded.view(*subword_ids.shape[:-1], vectors.dim)

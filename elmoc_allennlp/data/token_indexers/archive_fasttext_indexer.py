@@ -1,25 +1,16 @@
-from typing import Any, Dict, Optional
+from typing import Optional
 
 from allennlp.data.token_indexers.token_indexer import TokenIndexer
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.elmoc_archive import archive_with_its_fasttext
-from elmoc_allennlp.common.elmoc_archive import VECTORS_PATH_KEY
+from elmoc_allennlp.common.elmoc_archive import VECTORS_PATH_KEY, archive_with_its_fasttext
 
 
 @TokenIndexer.register("elmoc_archive_fasttext")
 class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
-    The `fasttext_subwords` indexer that a biLM archive was pretrained with, rebuilt from the
-    archive: same fastText model, same boundary tokens, same lowercasing. It indexes new text for
-    fine-tuning the biLM (`elmoc_bilm_from_archive`), so the config never names the fastText
-    model and cannot pick another one; its output is the pretraining indexer's (`subword_ids`,
-    `mask`), which the biLM's `fasttext` token embedder reads.
-
-    Like the archive's model, the fastText model is found as `ElmocArchive` finds it (the path in
-    the archive's config, or relative to the archive). `vectors_path` is only for an archive whose
-    model cannot be found: it must be a copy of that same model; a different fastText model is
-    refused with a `ConfigurationError`.
+    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (fastText model,
+    boundary tokens, lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`).
 
     Registered as a `TokenIndexer` with name "elmoc_archive_fasttext".
 
@@ -28,7 +19,7 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     archive_file : `str`
         The biLM's `model.tar.gz` (the same as `elmoc_bilm_from_archive`'s).
     vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if the archive cannot find it.
+        The biLM's fastText `.bin`, if the archive cannot find it (another model is refused).
     token_min_padding_length : `int`, optional (default = `0`)
         See :class:`TokenIndexer`.
     """
@@ -52,15 +43,3 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
             lowercase_tokens=archive.lowercase_tokens,
             token_min_padding_length=token_min_padding_length,
         )
-        self.archive = archive
-        # The archive's own indexer config, pointing at the fastText file used here.
-        self.pretraining_config: Dict[str, Any] = dict(
-            archive.config["dataset_reader"]["token_indexers"][key]
-        )
-        self.pretraining_config[VECTORS_PATH_KEY] = indexer_vectors
-
-    def __getstate__(self):
-        # Data-loader workers need the indexer, not the archive's description.
-        state = super().__getstate__()
-        state["archive"] = None
-        return state

@@ -1,29 +1,19 @@
-"""
-Where a token becomes biLM input ids (`BilmInputIndexer.token_ids`, the one place long tokens are
-cut), and the downstream indexers for biLM archives whose input is not fastText, made by the
-`elmoc_bilm_inputs` indexer from the archive (see `elmoc_allennlp.common.bilm_inputs`). Those give
-`elmo_tokens` of shape `(num_tokens, width)`, 0 for padding and non-zero for every real token,
-like ELMo's `elmo_characters`, so the `elmoc_token_embedder` and `ElmocBiLm` read every kind the
-same way.
-"""
+"""The indexers of biLM input ids (see `elmoc_allennlp.common.bilm_inputs`), and `indexed_batch`."""
 from typing import Dict, List, Optional, Sequence
 
 import numpy
-
 import torch
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
-from allennlp.data.tokenizers import Token
+from allennlp.data.tokenizers import Token, Tokenizer
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.common.checks import check_positive
 
 ELMO_TOKENS_KEY = "elmo_tokens"
-# ELMo's cap on a token's length (allennlp's `ELMoCharacterMapper.max_word_length`): a token's ids
-# (its fastText n-grams, its BPE pieces) grow with its length, so an unbounded token would cost
-# unbounded memory.
+# ELMo's cap on a token's length: a token's ids (n-grams, pieces) grow with its length.
 MAX_TOKEN_CHARACTERS = 50
 
 
@@ -39,13 +29,10 @@ def padded_ids(rows: Sequence[Sequence[int]], num_rows: int, width: int) -> torc
 
 class BilmInputIndexer(TokenIndexer):
     """
-    Base of the indexers that turn a token into a biLM's input ids (fastText subwords, ELMo's
-    characters, BPE pieces): `token_ids` cuts the token to `max_token_characters` and lowercases
-    it if asked, then the kind's `_ids_of` gives its ids. Every way text reaches a biLM (the
-    corpus reader, the downstream indexer, the predictor, `ElmocEmbedder`, `allennlp
-    elmoc-embed`) goes through it, so a token's ids are bounded. The output is `elmo_tokens`,
-    `(num_tokens, width)` with 0 padding and a non-zero id in every real token (ELMo's key, so
-    models that read ELMo's tensor by name, such as `bcn`, find it).
+    Base of the indexers of a biLM's input ids: `token_ids` cuts a token to
+    `max_token_characters`, then the kind's `_ids_of` gives its ids (lowercased if asked). The
+    output is `elmo_tokens` (ELMo's key, which `bcn` reads), `(num_tokens, width)`, 0 padding and a
+    non-zero id in every real token.
 
     # Parameters
 
@@ -57,6 +44,10 @@ class BilmInputIndexer(TokenIndexer):
         See :class:`TokenIndexer`.
     """
 
+    # The output key, and the padding-length keys of the tokens and of the ids per token.
+    ids_key = ELMO_TOKENS_KEY
+    length_keys = (ELMO_TOKENS_KEY, "num_ids")
+
     def __init__(
         self,
         lowercase_tokens: bool = False,
@@ -66,11 +57,7 @@ class BilmInputIndexer(TokenIndexer):
         super().__init__(token_min_padding_length)
         check_positive(max_token_characters, "max_token_characters")
         self.max_token_characters = max_token_characters
-        self._lowercase_tokens = lowercase_tokens
-
-    @property
-    def lowercase_tokens(self) -> bool:
-        return self._lowercase_tokens
+        self.lowercase_tokens = lowercase_tokens
 
     def token_ids(self, text: str) -> List[int]:
         """The biLM input ids of a token with this text."""
@@ -80,37 +67,35 @@ class BilmInputIndexer(TokenIndexer):
         raise NotImplementedError
 
     def _lowered(self, text: str) -> str:
-        return text.lower() if self._lowercase_tokens else text
+        return text.lower() if self.lowercase_tokens else text
 
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
         pass  # vocabulary-free
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: [self.token_ids(token.ensure_text()) for token in tokens]}
+        return {self.ids_key: [self.token_ids(token.ensure_text()) for token in tokens]}
 
     def get_empty_token_list(self) -> IndexedTokenList:
-        return {ELMO_TOKENS_KEY: []}
+        return {self.ids_key: []}
 
     def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        rows = indexed_tokens[ELMO_TOKENS_KEY]
+        rows = indexed_tokens[self.ids_key]
+        num_tokens, num_ids = self.length_keys
         return {
-            ELMO_TOKENS_KEY: max(len(rows), self._token_min_padding_length),
-            "num_ids": max((len(row) for row in rows), default=1),
+            num_tokens: max(len(rows), self._token_min_padding_length),
+            # At least 1, so that an all-padding batch still has a (num_tokens, 1) id tensor.
+            num_ids: max((len(row) for row in rows), default=1),
         }
 
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
-        rows, width = tokens[ELMO_TOKENS_KEY], padding_lengths["num_ids"]
-        return {ELMO_TOKENS_KEY: padded_ids(rows, padding_lengths[ELMO_TOKENS_KEY], width)}
+        num_tokens, num_ids = (padding_lengths[key] for key in self.length_keys)
+        return {self.ids_key: padded_ids(tokens[self.ids_key], num_tokens, num_ids)}
 
 
 class ElmocCharacterIndexer(BilmInputIndexer):
-    """
-    The `elmo_characters` ids (ELMo's 50 character ids per token, + 1) of a character-CNN-input
-    biLM (ELMo, training_configs/pretrain/elmo.jsonnet). `<S>` / `</S>` are ELMo's boundary
-    characters, as in pretraining. Parameters as `BilmInputIndexer`'s.
-    """
+    """ELMo's `elmo_characters` ids, for ELMo. Parameters as `BilmInputIndexer`'s."""
 
     def __init__(self, lowercase_tokens: bool = False, token_min_padding_length: int = 0) -> None:
         super().__init__(lowercase_tokens, token_min_padding_length=token_min_padding_length)
@@ -122,24 +107,23 @@ class ElmocCharacterIndexer(BilmInputIndexer):
 
 class ElmocPieceIndexer(BilmInputIndexer):
     """
-    The BPE pieces of each token for a subword-input biLM (ELMo-Sub,
-    training_configs/pretrain/elmo_sub.jsonnet): its SentencePiece model splits each word (as the
-    pretraining tokenizer did) and the archive's vocabulary gives each piece's id in the
-    `subwords` namespace (0 padding, 1 unknown). `ElmocBiLm` runs the biLM over the pieces of the
-    whole sentence and gives each word the states of its pieces (see `ElmocBiLm`).
+    The ids of each token's BPE pieces, for a subword-input biLM (ELMo-Sub).
 
     # Parameters
 
-    piece_tokenizer : the archive's `SentencePieceBpeTokenizer`.
-    piece_ids : `Dict[str, int]`, the archive's `subwords` namespace (piece -> id).
-    unknown_id : `int`, the id of an unknown piece.
-    lowercase_tokens : `bool`, lowercase words before splitting them.
-    max_token_characters : `int`, see `BilmInputIndexer`.
+    piece_tokenizer : `SentencePieceBpeTokenizer`
+        The archive's tokenizer.
+    piece_ids : `Dict[str, int]`
+        The archive's `subwords` namespace (piece -> id).
+    unknown_id : `int`
+        The id of an unknown piece.
+    lowercase_tokens, max_token_characters, token_min_padding_length
+        As for `BilmInputIndexer`.
     """
 
     def __init__(
         self,
-        piece_tokenizer,
+        piece_tokenizer: Tokenizer,
         piece_ids: Dict[str, int],
         unknown_id: int,
         lowercase_tokens: bool = False,
@@ -152,7 +136,6 @@ class ElmocPieceIndexer(BilmInputIndexer):
         self._unknown_id = unknown_id
 
     def _ids_of(self, token: str) -> List[int]:
-        # The ids of one word's pieces (a boundary token is one piece, as in pretraining).
         pieces = [piece.text for piece in self._piece_tokenizer.tokenize(self._lowered(token))]
         if not pieces:
             raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
@@ -162,10 +145,7 @@ class ElmocPieceIndexer(BilmInputIndexer):
 def indexed_batch(
     indexer: BilmInputIndexer, sentences: List[List[str]], device: Optional[torch.device] = None
 ) -> torch.LongTensor:
-    """
-    The padded ids `(batch_size, timesteps, width)` of tokenized sentences (the counterpart of
-    allennlp's `batch_to_ids`): each token's `indexer.token_ids`, 0 padding.
-    """
+    """The padded ids `(batch_size, timesteps, width)` of tokenized sentences, as `batch_to_ids`."""
     rows = [[indexer.token_ids(token) for token in sentence] for sentence in sentences]
     timesteps = max((len(row) for row in rows), default=0)
     width = max((len(ids) for row in rows for ids in row), default=1)

@@ -1,7 +1,6 @@
 from functools import lru_cache
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from allennlp.common.checks import ConfigurationError
@@ -9,41 +8,26 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, no_vector_id
+from elmoc_allennlp.common.fasttext_vectors import (
+    FastTextVectors,
+    mean_subword_vectors,
+    no_vector_id,
+)
 from elmoc_allennlp.common.portable_bilm import locate_fasttext
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     MAX_TOKEN_CHARACTERS,
     BilmInputIndexer,
-    padded_ids,
 )
-
-# Index conventions shared with `FastTextTokenEmbedder`: row `r` of the fastText input matrix is
-# index `r + 1`, 0 is padding, and `num_rows + 1` is a real token that has no vector.
-
 
 @TokenIndexer.register("elmoc_fasttext_subwords")
 class FastTextSubwordIndexer(BilmInputIndexer):
     """
-    Represents each token by the fastText input-matrix rows its vector is the mean of: its own
-    row if it is in the fastText dictionary, plus its hashed character n-grams (see
-    `FastTextVectors.subword_ids`). Like `elmo_characters`, it needs no vocabulary: any string
-    has a vector.
+    Represents each token by the fastText rows its vector is the mean of (`subword_ids`), + 1 so
+    that 0 is padding. The boundary tokens are indexed as `</s>` (if the model has it); a token
+    with no rows gets `no_vector_id` (`num_rows + 1`), which the `elmoc_fasttext` embedder zeros.
 
-    Indices are rows shifted by +1, so 0 is padding. The sentence boundary tokens that the LM
-    reader adds (ELMo's `<S>` and `</S>`) are indexed as fastText's end-of-sentence word `</s>`,
-    which fastText trains at every line end; if the model has no `</s>`, they are indexed as
-    their own text. A token with no rows at all (the empty string, or any word absent from the
-    dictionary when the model has no n-grams, `maxn == 0`) is still a real, unmasked token: it
-    gets the single reserved index `no_vector_id` (`num_rows + 1`), which
-    `FastTextTokenEmbedder` embeds as a zero vector.
-
-    Output per field: `subword_ids`, shape `(num_tokens, num_subwords)`, padded with 0, and
-    `mask`, shape `(num_tokens,)`, which `get_text_field_mask` uses. With `gather_vectors`, also
-    `vectors`, shape `(num_tokens, dim)`: each token's fastText vector (the mean of its rows,
-    zeros for padding and for a token without a vector), read from the memory-mapped `.bin`
-    where the batch is made (in the data-loader workers), so that the `elmoc_fasttext` embedder
-    only passes it on and the model's forward neither reads the table nor copies ids from the
-    device to the host. The vectors are the embedder's own within float32 rounding.
+    Output: `subword_ids` `(num_tokens, num_subwords)`, `mask` and, with `gather_vectors`, the
+    tokens' fastText `vectors` `(num_tokens, dim)`, read where the batch is made.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 
@@ -54,23 +38,20 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     boundary_tokens : `List[str]`, optional (default=`["<S>", "</S>"]`)
         Token texts indexed as fastText's `</s>`.
     lowercase_tokens : `bool`, optional (default=`False`)
-        Lowercase each token (not the boundary tokens) before looking it up: for fastText models
-        trained on lowercased text. An ELMo-C archive records it, and the `elmoc_bilm_inputs`
-        indexer and `ElmocEmbedder` of that archive lowercase too.
-    gather_vectors : `bool`, optional (default=`False`)
-        Also output each token's vector (`vectors`, above). For a frozen `elmoc_fasttext`
-        embedder (the default); a trainable one ignores them. Costs `num_tokens * dim * 4`
-        bytes per instance in the batch.
+        Lowercase each token (not the boundary tokens): for models trained on lowercased text.
     token_min_padding_length : `int`, optional (default=`0`)
         See :class:`TokenIndexer`.
-    max_token_characters : `int`, optional (default=`50`, ELMo's)
-        A longer token is indexed as its first `max_token_characters` characters (its n-grams
-        grow with its length; see `BilmInputIndexer`).
+    gather_vectors : `bool`, optional (default=`False`)
+        Also output each token's vector, for a frozen `elmoc_fasttext` embedder.
     serialization_dir : `str`, optional (default=`None`)
-        Given by allennlp: loading an archive, a `vectors_path` that does not exist is looked
-        for next to the archive, then in `ELMOC_VECTORS_PATH` (see
-        `elmoc_allennlp/common/portable_bilm.py`).
+        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
+        it (see `elmoc_allennlp/common/portable_bilm.py`).
+    max_token_characters : `int`, optional (default=`50`, ELMo's)
+        A longer token is indexed as its first `max_token_characters` characters.
     """
+
+    ids_key = "subword_ids"
+    length_keys = ("num_tokens", "num_subwords")
 
     def __init__(
         self,
@@ -83,25 +64,22 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         max_token_characters: int = MAX_TOKEN_CHARACTERS,
     ) -> None:
         super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
-        self._gather_vectors = gather_vectors
-        # In a loaded archive a missing file is looked for next to it (common/portable_bilm.py).
+        self.gather_vectors = gather_vectors
+        self.boundary_tokens = list(boundary_tokens)
         vectors_path = locate_fasttext(str(vectors_path), serialization_dir)
-        self._vectors_path = str(vectors_path)
-        self._boundary_tokens = tuple(boundary_tokens)
-        self._vectors = FastTextVectors.from_path(vectors_path)
+        self.vectors = FastTextVectors.from_path(vectors_path)
+        self.no_vector_id = no_vector_id(self.vectors)
+        eos_id = self.vectors.word_id(self.vectors.eos_word)
+        self._eos_ids = (eos_id + 1,) if eos_id >= 0 else None
         self._make_cache()
 
     def _make_cache(self) -> None:
-        vectors = self._vectors
-        self._no_vector_id = no_vector_id(vectors)
-        eos_id = vectors.word_id(vectors.eos_word)
-        self._eos_ids = [eos_id + 1] if eos_id >= 0 else None
-        self._cached_ids = lru_cache(maxsize=vectors.subword_cache_size)(self._compute_ids)
+        self._ids_of = lru_cache(maxsize=self.vectors.subword_cache_size)(self._compute_ids)
 
     # The vectors pickle by path; the cache is rebuilt (an lru_cache cannot be pickled).
     def __getstate__(self):
         state = dict(self.__dict__)
-        del state["_cached_ids"]
+        del state["_ids_of"]
         return state
 
     def __setstate__(self, state):
@@ -110,105 +88,43 @@ class FastTextSubwordIndexer(BilmInputIndexer):
 
     def __eq__(self, other) -> bool:
         if isinstance(other, FastTextSubwordIndexer):
-            return (
-                self._vectors is other._vectors
-                and self._boundary_tokens == other._boundary_tokens
-                and self._lowercase_tokens == other._lowercase_tokens
-                and self._token_min_padding_length == other._token_min_padding_length
-                and self._gather_vectors == other._gather_vectors
-                and self.max_token_characters == other.max_token_characters
-            )
+            return self.__getstate__() == other.__getstate__()
         return NotImplemented
 
     @property
-    def vectors(self) -> FastTextVectors:
-        return self._vectors
-
-    @property
-    def boundary_tokens(self) -> List[str]:
-        return list(self._boundary_tokens)
-
-    @property
-    def gather_vectors(self) -> bool:
-        return self._gather_vectors
-
-    @property
-    def no_vector_id(self) -> int:
-        return self._no_vector_id
-
-    @property
     def boundary_subword_ids(self) -> List[int]:
-        """
-        The indices emitted for a boundary token (fastText's `</s>`), for inserting sentence
-        boundaries in index space. Raises `ConfigurationError` if the model has no `</s>` and the
-        boundary tokens therefore index differently (use `token_ids` for each).
-        """
+        """The indices of a boundary token; a `ConfigurationError` if the boundaries differ."""
         if self._eos_ids is not None:
             return list(self._eos_ids)
-        distinct = {tuple(self.token_ids(token)) for token in self._boundary_tokens}
+        distinct = {tuple(self.token_ids(token)) for token in self.boundary_tokens}
         if len(distinct) != 1:
             raise ConfigurationError(
-                f"fastText model {self._vectors.path} has no '{self._vectors.eos_word}' word, so "
-                f"the boundary tokens {list(self._boundary_tokens)} have no single shared index; "
-                "use token_ids(token) for each of them"
+                f"fastText model {self.vectors.path} has no '</s>' word: the boundary tokens "
+                f"{self.boundary_tokens} have no shared index"
             )
         return list(distinct.pop())
 
-    def _ids_of(self, text: str) -> Tuple[int, ...]:
-        return self._cached_ids(text)
-
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
-        if self._eos_ids is not None and text in self._boundary_tokens:
-            return tuple(self._eos_ids)
-        ids = self._vectors.subword_ids_tuple(self._lowered(text))
+        if self._eos_ids is not None and text in self.boundary_tokens:
+            return self._eos_ids
+        ids = self.vectors.subword_ids_tuple(self._lowered(text))
         if not ids:
-            return (self._no_vector_id,)
+            return (self.no_vector_id,)
         return tuple(i + 1 for i in ids)
 
-    def _mean_rows(self, subword_ids: np.ndarray, num_tokens: int) -> np.ndarray:
-        """
-        `(num_tokens, dim)`: for each row of padded indices, the mean of the table rows its
-        indices stand for (index - 1); zeros where there are none. One read of the memory map.
-        """
-        valid = (subword_ids > 0) & (subword_ids <= self._vectors.num_rows)
-        vectors = np.zeros((num_tokens, self._vectors.dim), dtype=np.float32)
-        counts = valid.sum(axis=1)
-        if not counts.any():
-            return vectors
-        rows = self._vectors.rows(subword_ids[valid] - 1).numpy()
-        has_rows = counts > 0
-        starts = np.concatenate([[0], np.cumsum(counts[has_rows])[:-1]])
-        sums = np.add.reduceat(rows, starts, axis=0)
-        vectors[has_rows] = sums / counts[has_rows, None].astype(np.float32)
-        return vectors
-
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {
-            "subword_ids": [self.token_ids(token.ensure_text()) for token in tokens],
-            "mask": [True] * len(tokens),
-        }
+        return {**super().tokens_to_indices(tokens, vocabulary), "mask": [True] * len(tokens)}
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"subword_ids": [], "mask": []}
 
-    def get_padding_lengths(self, indexed_tokens: IndexedTokenList) -> Dict[str, int]:
-        subword_ids = indexed_tokens["subword_ids"]
-        return {
-            "num_tokens": max(len(subword_ids), self._token_min_padding_length),
-            # At least 1, so that an all-padding batch still has a (num_tokens, 1) id tensor.
-            "num_subwords": max([len(ids) for ids in subword_ids], default=1),
-        }
-
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
-        num_tokens = padding_lengths["num_tokens"]
-        subword_ids = padded_ids(tokens["subword_ids"], num_tokens, padding_lengths["num_subwords"])
-        mask = torch.zeros(num_tokens, dtype=torch.bool)
-        mask[: min(len(tokens["subword_ids"]), num_tokens)] = True
-        tensors = {"subword_ids": subword_ids, "mask": mask}
-        if self._gather_vectors:
+        tensors = super().as_padded_tensor_dict(tokens, padding_lengths)
+        tensors["mask"] = torch.arange(padding_lengths["num_tokens"]) < len(tokens["subword_ids"])
+        if self.gather_vectors:
             # One stat per instance: the table must be the one the run started with.
-            self._vectors.check_unchanged()
-            tensors["vectors"] = torch.from_numpy(self._mean_rows(subword_ids.numpy(), num_tokens))
+            self.vectors.check_unchanged()
+            tensors["vectors"] = mean_subword_vectors(self.vectors, tensors["subword_ids"])
         return tensors

@@ -1,11 +1,6 @@
 """
-The BPE subword vocabulary of ELMo-Sub, the subword language-model baseline of Li et al. (2019):
-a SentencePiece BPE model (Kudo & Richardson, 2018) trained on the pretraining corpus, and an
-allennlp `Tokenizer` that splits whitespace-tokenized text into its pieces.
-
-(It is a `Tokenizer`, not a `TokenIndexer`: the subword LM predicts the next *piece*, so the
-pieces are the sequence the dataset reader builds. The pieces are then indexed with a
-`single_id` indexer.)
+The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, the subword biLM of
+Li et al. (2019): its pieces are the tokens, indexed with a `single_id` indexer.
 """
 import glob
 import hashlib
@@ -23,7 +18,7 @@ from allennlp.data.tokenizers import Token, Tokenizer
 
 logger = logging.getLogger(__name__)
 
-# Where BPE models trained from a config are cached (keyed by corpus files and settings).
+# Where BPE models trained from a config are cached.
 DEFAULT_BPE_CACHE = os.path.join(CACHE_DIRECTORY, "elmoc_sentencepiece")
 
 
@@ -52,14 +47,8 @@ def train_sentencepiece_bpe(
     num_threads: int = 2,
 ) -> Path:
     """
-    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and
-    the `.vocab` beside it), atomically.
-
-    The model keeps the corpus' tokenization: pieces never cross spaces, text is not normalised
-    (`identity`), and characters outside the model are spelled as UTF-8 bytes
-    (`byte_fallback`), so decoding the pieces gives the words back exactly and no token is
-    unknown. The 256 byte pieces count towards `vocab_size`. On a corpus too small for
-    `vocab_size` pieces, the model has fewer.
+    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and its
+    `.vocab`) atomically. Pieces never cross spaces and unknown characters are spelled as bytes.
 
     # Parameters
 
@@ -68,20 +57,21 @@ def train_sentencepiece_bpe(
     model_path : `Union[str, os.PathLike]`
         Where to write the `.model`.
     vocab_size : `int`, optional (default = `32000`)
-        The number of pieces ("~30K" in the paper).
+        The number of pieces ("~30K" in the paper), the 256 byte pieces included; at most.
     max_training_sentences : `int`, optional (default = `2_000_000`)
         Lines sampled (uniformly) from the corpus for training.
     character_coverage : `float`, optional (default = `1.0`)
         Fraction of characters given their own piece; the rest are spelled in bytes.
+    num_threads : `int`, optional (default = `2`)
+        SentencePiece's training threads.
     """
     import sentencepiece
 
     files = _corpus_files(train_data_path)
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
-    temporary_directory = tempfile.mkdtemp(dir=model_path.parent, prefix=".bpe-")
-    prefix = os.path.join(temporary_directory, "bpe")
-    try:
+    with tempfile.TemporaryDirectory(dir=model_path.parent, prefix=".bpe-") as temporary_directory:
+        prefix = os.path.join(temporary_directory, "bpe")
         sentencepiece.SentencePieceTrainer.train(
             input=",".join(files),
             model_prefix=prefix,
@@ -103,28 +93,15 @@ def train_sentencepiece_bpe(
         )
         os.replace(prefix + ".vocab", model_path.with_suffix(".vocab"))
         os.replace(prefix + ".model", model_path)
-    finally:
-        for name in os.listdir(temporary_directory):
-            os.remove(os.path.join(temporary_directory, name))
-        os.rmdir(temporary_directory)
     return model_path
 
 
 @Tokenizer.register("elmoc_sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
-    Splits whitespace-tokenized text into SentencePiece BPE pieces. A piece that starts a word
-    begins with `▁` (U+2581); `detokenize` joins pieces back into the words.
-
-    `tokenize_words` also returns the position of each word's first piece. Downstream, ELMo-Sub
-    gives a word the forward state of its last piece and the backward state of its first (see
-    `elmoc_allennlp.modules.elmoc`).
-
-    The model is `model_path` if it exists. Otherwise, given `train_data_path`, a model is
-    trained on that corpus (see `train_sentencepiece_bpe`) and written to `model_path`, or, if
-    that is not set, to a cache file named after the corpus files and the settings (in
-    `~/.allennlp/cache/elmoc_sentencepiece/`), so a config is all it takes and the training
-    happens once.
+    Splits whitespace-tokenized text into SentencePiece BPE pieces (a word's first begins with
+    `▁`). Without a model at `model_path`, one is trained on `train_data_path` and written there,
+    or to a cache file named after the corpus and the settings in `DEFAULT_BPE_CACHE`.
 
     Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 
@@ -137,6 +114,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     vocab_size : `int`, optional (default = `32000`)
     max_training_sentences : `int`, optional (default = `2_000_000`)
     character_coverage : `float`, optional (default = `1.0`)
+        As for `train_sentencepiece_bpe`.
     """
 
     def __init__(
@@ -147,16 +125,10 @@ class SentencePieceBpeTokenizer(Tokenizer):
         max_training_sentences: int = 2_000_000,
         character_coverage: float = 1.0,
     ) -> None:
-        if model_path is None and train_data_path is None:
-            raise ConfigurationError(
-                "tokenizer needs a model_path (an existing SentencePiece model) or a "
-                "train_data_path to train one on"
-            )
         if model_path is None or not os.path.exists(model_path):
             if train_data_path is None:
                 raise ConfigurationError(
-                    f"tokenizer.model_path {model_path} does not exist; set "
-                    "tokenizer.train_data_path to train it"
+                    f"tokenizer.model_path {model_path} does not exist; set train_data_path"
                 )
             settings = dict(
                 vocab_size=vocab_size,
@@ -168,7 +140,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
             if not os.path.exists(model_path):
                 logger.info("Training a SentencePiece BPE model (%s) on %s", settings, train_data_path)
                 train_sentencepiece_bpe(train_data_path, model_path, **settings)  # type: ignore
-        self._model_path = str(model_path)
+        self.model_path = str(model_path)
         self._load()
 
     @staticmethod
@@ -181,7 +153,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     def _load(self) -> None:
         import sentencepiece
 
-        self._processor = sentencepiece.SentencePieceProcessor(model_file=self._model_path)
+        self._processor = sentencepiece.SentencePieceProcessor(model_file=self.model_path)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -193,19 +165,12 @@ class SentencePieceBpeTokenizer(Tokenizer):
         self._load()
 
     @property
-    def model_path(self) -> str:
-        return self._model_path
-
-    @property
     def vocab_size(self) -> int:
-        """The number of pieces of the model (byte pieces and `<unk>` included)."""
+        """The number of pieces (byte pieces and `<unk>` included)."""
         return self._processor.get_piece_size()
 
     def tokenize_words(self, words: List[str]) -> Tuple[List[Token], List[int]]:
-        """
-        Splits each word into pieces; returns all pieces, and for each word the index of its
-        first piece among them (the position whose representation stands for the word).
-        """
+        """All the pieces of `words`, and the index of each word's first piece among them."""
         tokens: List[Token] = []
         first_pieces: List[int] = []
         for pieces in self._processor.encode(list(words), out_type=str):
@@ -215,9 +180,6 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     def tokenize(self, text: str) -> List[Token]:
         return self.tokenize_words(text.split())[0]
-
-    def batch_tokenize(self, texts: List[str]) -> List[List[Token]]:
-        return [self.tokenize(text) for text in texts]
 
     def detokenize(self, tokens: List[Union[Token, str]]) -> str:
         """The text of `tokens` (pieces), words separated by single spaces."""
