@@ -1,11 +1,6 @@
 """
 A trained biLM downstream, in the roles of allennlp's `allennlp/modules/elmo.py`: `ElmocBiLm` returns
 every layer (as `_ElmoBiLm`), `ElmocElmo` mixes them (it *is* an allennlp `Elmo`).
-
-The input is the `elmo_tokens` of the `elmoc_bilm_inputs` indexer, `(batch_size, timesteps, width)`,
-0 padding: fastText subword ids, ELMo character ids or BPE piece ids (`elmoc_allennlp.common.bilm_inputs`).
-A BPE-piece biLM runs over the sentence's pieces, and each word gets the forward half of the state
-at its last piece and the backward half of the state at its first piece.
 """
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -15,17 +10,11 @@ from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data.tokenizers import Token
 from allennlp.modules.elmo import Elmo
 from allennlp.nn.util import add_sentence_boundary_token_ids
+from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-
-# The key of the ids in what each kind's pretraining embedder reads.
-_INPUT_IDS_KEY = {
-    FASTTEXT_INPUT: "subword_ids",
-    CHARACTERS_INPUT: "elmo_tokens",
-    PIECES_INPUT: "tokens",
-}
 
 
 def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
@@ -37,14 +26,11 @@ def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -
     return [ids] if isinstance(ids, int) else list(ids)
 
 
-def bilm_token_tensors(
-    kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor
-) -> Dict[str, torch.Tensor]:
+def bilm_token_tensors(kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor) -> Dict[str, torch.Tensor]:
     """The tensors the biLM's input embedder reads, from ids with sentence boundaries."""
-    tensors = {_INPUT_IDS_KEY[kind]: token_ids}
     if kind == FASTTEXT_INPUT:
-        tensors["mask"] = mask
-    return tensors
+        return {"subword_ids": token_ids, "mask": mask}
+    return {"elmo_tokens" if kind == CHARACTERS_INPUT else "tokens": token_ids}
 
 
 def lay_out_pieces(
@@ -72,14 +58,11 @@ def lay_out_pieces(
 
 
 def pieces_to_words(
-    layers: torch.Tensor,
-    first: torch.LongTensor,
-    last: torch.LongTensor,
-    word_mask: torch.BoolTensor,
+    layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
 ) -> Tuple[torch.Tensor, torch.BoolTensor]:
     """
-    Word states `(num_layers, batch_size, timesteps + 2, dim)` from piece states `layers`, with
-    `<S>` and `</S>`, and their mask.
+    Word states `(num_layers, batch_size, timesteps + 2, dim)` with boundaries, and their mask, from
+    piece states: each word's forward half at its last piece, its backward half at its first.
     """
     num_layers, batch_size, _, dim = layers.shape
     timesteps = word_mask.size(1)
@@ -108,12 +91,9 @@ def pieces_to_words(
 
 class ElmocBiLm(torch.nn.Module):
     """
-    Runs a trained biLM and returns all of its layers, in the role of allennlp's `_ElmoBiLm`.
-    The boundary tokens the biLM was pretrained with are added in index space, and the output is
-    `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each layer `(batch_size, timesteps
-    + 2, 2 * projection_dim)`: layer 0 is each direction's projected input, layer j is
-    `[forward_j; backward_j]`. The biLM always runs in eval mode. Its pretraining indexer is
-    the `indexer` attribute.
+    Runs a trained biLM on the `elmo_tokens` of the `elmoc_bilm_inputs` indexer and returns all of
+    its layers with the pretraining boundary tokens, as allennlp's `_ElmoBiLm`. The biLM always
+    runs in eval mode. Its pretraining indexer is the `indexer` attribute.
 
     # Parameters
 
@@ -144,9 +124,7 @@ class ElmocBiLm(torch.nn.Module):
         )
         contextualizer = model.contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
-            raise ConfigurationError(
-                f"{archive_file}: model.contextualizer cannot return all of its layers"
-            )
+            raise ConfigurationError(f"{archive_file}: model.contextualizer cannot return all its layers")
         self._bilm = model
         self._bilm.eval()
         for parameter in self._bilm.parameters():
@@ -155,25 +133,20 @@ class ElmocBiLm(torch.nn.Module):
 
         self.indexer = reader.token_indexers[self.archive.input_key]
         self.input_kind = self.archive.input_kind
-        begin = boundary_token_ids(self.input_kind, self.indexer, model.vocab, self.archive.start_token)
-        end = boundary_token_ids(self.input_kind, self.indexer, model.vocab, self.archive.end_token)
-        width = max(len(begin), len(end))
-        boundaries = torch.zeros(2, width, dtype=torch.long)
-        boundaries[0, : len(begin)] = torch.tensor(begin)
-        boundaries[1, : len(end)] = torch.tensor(end)
-        self.register_buffer("_boundary_ids", boundaries, persistent=False)
+        boundaries = [
+            torch.tensor(boundary_token_ids(self.input_kind, self.indexer, model.vocab, token))
+            for token in (self.archive.start_token, self.archive.end_token)
+        ]
+        self.register_buffer("_boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
 
         self.num_layers = self.archive.num_layers
         self._output_dim = contextualizer.get_output_dim()
         # One dummy sentence: the encoder must return what the config promises.
         with torch.no_grad():
             layers = self(self._boundary_ids.new_ones(1, 1, 1))["activations"]
-        check_dimensions_match(
-            (len(layers), *layers[0].shape),
-            (self.num_layers, 1, 3, self._output_dim),
-            "biLM layers (num_layers + 1, batch, timesteps, dim)",
-            "model.contextualizer",
-        )
+        shape = (len(layers), *layers[0].shape)
+        expected = (self.num_layers, 1, 3, self._output_dim)
+        check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
 
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
@@ -191,10 +164,7 @@ class ElmocBiLm(torch.nn.Module):
     def add_sentence_boundaries(
         self, subword_ids: torch.LongTensor, mask: torch.BoolTensor
     ) -> Tuple[torch.LongTensor, torch.BoolTensor]:
-        """
-        Inserts the biLM's `<S>` and `</S>` around every sentence of `subword_ids`, `(batch_size,
-        timesteps, num_subwords)`; returns the ids and mask with `timesteps + 2` steps.
-        """
+        """Inserts the biLM's `<S>` and `</S>` around every sentence of `subword_ids`, and in `mask`."""
         boundaries = self._boundary_ids
         width = max(subword_ids.size(-1), boundaries.size(1))
         padded = torch.nn.functional.pad(subword_ids, (0, width - subword_ids.size(-1)))
@@ -208,10 +178,14 @@ class ElmocBiLm(torch.nn.Module):
         # Parameters
 
         inputs : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`: the `elmo_tokens` of the
-            `elmoc_bilm_inputs` indexer (0 is padding).
+            Shape `(batch_size, timesteps, num_subwords)`, 0 padding.
         word_inputs : `torch.Tensor`, optional
             Not supported (ELMo's cached vocabulary); must be `None`.
+
+        # Returns
+
+        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each layer `(batch_size, timesteps + 2,
+        2 * projection_dim)`: the projected input, then `[forward_j; backward_j]`.
         """
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
@@ -231,17 +205,15 @@ class ElmocBiLm(torch.nn.Module):
 
 class ElmocElmo(Elmo):
     """
-    ELMo representations from a trained ELMo-C biLM: allennlp's `Elmo` with `ElmocBiLm` as its
-    biLM, computing `gamma * sum_j softmax(s)_j * h_j` for each of `num_output_representations`
-    mixes (Peters et al. 2018, eq. 1). A drop-in `Elmo` (e.g. `bcn`'s `elmo`); the input is the
-    `elmo_tokens` of the `elmoc_bilm_inputs` indexer.
+    ELMo representations (Peters et al. 2018, eq. 1) from a trained ELMo-C biLM: allennlp's `Elmo`
+    with `ElmocBiLm` as its biLM, a drop-in `Elmo` (e.g. `bcn`'s `elmo`).
 
     # Parameters
 
     archive_file : `str`
         An ELMo-C biLM `model.tar.gz`.
     num_output_representations : `int`
-        How many differently weighted mixes to return.
+        How many differently weighted mixes (`gamma * sum_j softmax(s)_j * h_j`) to return.
     requires_grad : `bool`, optional (default = `False`)
         If `True`, fine-tune the biLM's parameters.
     do_layer_norm : `bool`, optional (default = `False`)

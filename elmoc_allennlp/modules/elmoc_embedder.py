@@ -52,10 +52,7 @@ class ElmocEmbedder:
         lowercase_tokens: bool = False,
     ) -> None:
         self._bilm = ElmocBiLm(
-            archive_file,
-            requires_grad=False,
-            vectors_path=vectors_path,
-            allow_different_vectors=allow_different_vectors,
+            archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
         )
         self._bilm.eval()
         self._indexer = archive_input_indexer(self._bilm.archive, lowercase_tokens or None)
@@ -89,11 +86,9 @@ class ElmocEmbedder:
             return []
         with torch.no_grad():
             bilm_output = self._bilm(self.batch_to_ids(sentences))
-            layers = []
-            for activation in bilm_output["activations"]:
-                layer, mask = remove_sentence_boundaries(activation, bilm_output["mask"])
-                layers.append(layer)
-            stacked = torch.stack(layers, dim=1)  # (batch, num_layers, timesteps, dim)
+            activations = torch.stack(bilm_output["activations"], dim=2)  # (batch, timesteps, layers, dim)
+            stacked, mask = remove_sentence_boundaries(activations, bilm_output["mask"])
+            stacked = stacked.transpose(1, 2)  # (batch, num_layers, timesteps, dim)
             if weights is not None:
                 stacked = torch.einsum("l,bltd->btd", weights.to(stacked.device), stacked)
             elif output == "top":

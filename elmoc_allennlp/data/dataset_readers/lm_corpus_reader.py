@@ -47,10 +47,7 @@ class CorpusDecodingError(ConfigurationError):
     """A corpus line that is not valid UTF-8, naming the file, line and byte offset in the line."""
 
     def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
-        super().__init__(
-            f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} "
-            f"of the line ({reason})"
-        )
+        super().__init__(f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})")
         self.path = path
         self.line_number = line_number
         self.byte_offset = byte_offset
@@ -64,24 +61,14 @@ class CorpusDecodingError(ConfigurationError):
 @DatasetReader.register("elmoc_lm_corpus")
 class LanguageModelCorpusReader(DatasetReader):
     """
-    Reads a tokenized corpus with one sentence per line (e.g. the One Billion Word benchmark) for
-    biLM pretraining, as instances with one `TextField` "tokens", in one of two modes:
-
-    * `"sentence"`: each sentence is an instance, `[start_token] + tokens + [end_token]`, longer
-      ones split into chunks or truncated.
-    * `"window"`: the sentences with their boundary tokens form one stream, cut into windows of
-      `window_length + 1` tokens, consecutive windows sharing one token, so each stream token is
-      predicted once per direction (Li et al. 2019, section 5.2.2; `bptt` 20 in uclanlp/ELMO-C).
-
-    `file_path` is a file, a directory (its non-hidden files), a glob pattern or a list of them,
-    read lazily line by line in sorted order. Lines must be UTF-8; blank lines are skipped.
-    With `R` processes of `W` loader workers, reader `r * W + w` yields every `R * W`-th
-    instance from the `(r * W + w)`-th, so every instance is read once per epoch and the
-    processes' counts differ by at most one (`docs/scale_and_fault_tolerance.md`).
-    With `shuffle`, each epoch set by `set_epoch` reads the files, and each file's lines, in an
-    order drawn from `(seed, epoch)`; a read with no epoch is in corpus order.
-    The counts of the last read (this reader's share) are in `last_read_statistics`; one summary
-    line per file is logged at INFO.
+    Reads a tokenized corpus, one sentence per line, for biLM pretraining: instances with one
+    `TextField` "tokens", each a sentence with its boundary tokens (mode `"sentence"`), or windows
+    of `window_length + 1` tokens of the stream of all sentences (mode `"window"`, Li et al. 2019,
+    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them.
+    The `R * W` readers of `R` processes of `W` loader workers deal the instances in turn, so each
+    is read once per epoch (`docs/scale_and_fault_tolerance.md`). With `shuffle`, each epoch set by
+    `set_epoch` is read in an order drawn from `(seed, epoch)`. The counts of the last read are
+    in `last_read_statistics`.
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 
@@ -191,11 +178,9 @@ class LanguageModelCorpusReader(DatasetReader):
             rank, world_size = dist.get_rank(), dist.get_world_size()
         else:
             rank, world_size = 0, 1
-        worker, num_workers = (
-            (self._worker_info.id, self._worker_info.num_workers)
-            if self._worker_info is not None
-            else (0, 1)
-        )
+        worker, num_workers = 0, 1
+        if self._worker_info is not None:
+            worker, num_workers = self._worker_info.id, self._worker_info.num_workers
         return rank * num_workers + worker, world_size * num_workers
 
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
@@ -227,9 +212,7 @@ class LanguageModelCorpusReader(DatasetReader):
             statistics["lines"] += 1
             if raw_line is None:
                 statistics["long_lines_skipped"] += 1
-                self._warn_skipped(
-                    statistics, path, line_number, f"longer than {self._max_line_bytes} bytes"
-                )
+                self._warn_skipped(statistics, path, line_number, f"longer than {self._max_line_bytes} bytes")
                 continue
             try:
                 text = raw_line.decode("utf-8")
@@ -286,10 +269,7 @@ class LanguageModelCorpusReader(DatasetReader):
     def _windows(
         self, texts: Iterable[str], statistics: Dict[str, int], slot: int, num_slots: int
     ) -> Iterator[List[Token]]:
-        """
-        Window mode: every `num_slots`-th window of the stream. The lines no own window needs are
-        only counted.
-        """
+        """Window mode: this reader's windows; the lines none of them needs are only counted."""
         length = self._window_length
         size = length + 1
         boundaries = (self._start_token is not None) + (self._end_token is not None)
@@ -323,17 +303,9 @@ class LanguageModelCorpusReader(DatasetReader):
             logger.warning("%s, line %d: skipped, %s%s", path, line_number, why, more)
 
     def _numbered_lines(
-        self,
-        paths: List[str],
-        statistics: Dict[str, int],
-        corpus_lines: List[int],
-        order: Optional[random.Random] = None,
+        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int], order: Optional[random.Random]
     ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
-        """
-        `(path, 1-based line number, raw line)` for every line of every file (the raw line is
-        `None` if over `max_line_bytes`), and a summary of each file in the log. With `order`,
-        each file is read whole and its lines shuffled.
-        """
+        """`(path, line number, raw line or None if too long)` of every line; logs each file's counts."""
         for path in paths:
             statistics["files"] += 1
             before = dict(statistics)
@@ -390,12 +362,9 @@ class LanguageModelCorpusReader(DatasetReader):
         return [tokens[start : start + max_length] for start in range(0, len(tokens), max_length)]
 
     def _with_boundaries(self, tokens: List[Token]) -> List[Token]:
-        with_boundaries = list(tokens)
-        if self._start_token is not None:
-            with_boundaries.insert(0, Token(self._start_token))
-        if self._end_token is not None:
-            with_boundaries.append(Token(self._end_token))
-        return with_boundaries
+        start = [Token(self._start_token)] if self._start_token is not None else []
+        end = [Token(self._end_token)] if self._end_token is not None else []
+        return start + list(tokens) + end
 
     @staticmethod
     def _resolve_paths(file_path: Any) -> List[str]:
@@ -406,9 +375,7 @@ class LanguageModelCorpusReader(DatasetReader):
             resolve = LanguageModelCorpusReader._resolve_paths
             return [path for one_path in file_path for path in resolve(one_path)]
         if not isinstance(file_path, (str, PathLike)):
-            raise ConfigurationError(
-                f"Corpus path must be a file, a directory or a glob pattern, got {file_path!r}"
-            )
+            raise ConfigurationError(f"Corpus path must be a file, directory or glob pattern, got {file_path!r}")
         pattern = os.path.expanduser(str(file_path))
         if os.path.isfile(pattern):
             return [pattern]

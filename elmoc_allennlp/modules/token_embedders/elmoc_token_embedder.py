@@ -8,10 +8,7 @@ from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.config_keys import naming_the_config_key
-from elmoc_allennlp.modules.elmo_block_options import (
-    check_boundary_tokens,
-    reject_elmo_only_options,
-)
+from elmoc_allennlp.modules.elmo_block_options import check_boundary_tokens, reject_elmo_only_options
 from elmoc_allennlp.modules.elmoc import ElmocElmo
 
 
