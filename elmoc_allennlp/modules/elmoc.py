@@ -1,31 +1,16 @@
 """
-Using a trained ELMo-C biLM downstream, in the roles of allennlp's `allennlp/modules/elmo.py`:
-
-* `ElmocBiLm` runs the trained biLM and returns every layer (the role of allennlp's `_ElmoBiLm`);
-* `ElmocElmo` mixes the layers into `num_output_representations` ELMo representations (it *is* an
-  allennlp `Elmo`, built around `ElmocBiLm`, so models that take an `Elmo` accept it).
-
-`ElmocBiLm` feeds each input kind of biLM (see `elmoc_allennlp.common.bilm_inputs`) from the
-`elmo_tokens` of the `elmoc_bilm_inputs` indexer, shape `(batch_size, timesteps, width)`, 0 padding:
-
-* `fasttext`: each token's fastText subword ids; the biLM's `elmoc_fasttext` embedder reads
-  `{"subword_ids", "mask"}`.
-* `characters`: each token's 50 ELMo character ids; the `character_encoding` embedder reads
-  `{"elmo_tokens"}`.
-* `pieces`: each word's BPE piece ids (left-aligned). The pieces of the whole sentence are laid out
-  in order (`<S>`, the pieces, `</S>`, as in pretraining), the biLM runs over them, and each word
-  gets, in every layer, the forward half of the state at its *last* piece and the backward half of
-  the state at its *first* piece: the states of each direction after reading the whole word. The
-  embedding embedder reads `{"tokens"}`.
+A trained biLM downstream, in the roles of allennlp's `allennlp/modules/elmo.py`: `ElmocBiLm` returns
+every layer (as `_ElmoBiLm`), `ElmocElmo` mixes them (it *is* an allennlp `Elmo`).
 """
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
-from allennlp.common.checks import ConfigurationError
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data.tokenizers import Token
 from allennlp.modules.elmo import Elmo
 from allennlp.nn.util import add_sentence_boundary_token_ids
+from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
@@ -41,31 +26,19 @@ def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -
     return [ids] if isinstance(ids, int) else list(ids)
 
 
-# The key of the ids in what each kind's pretraining embedder reads.
-_INPUT_IDS_KEY = {
-    FASTTEXT_INPUT: "subword_ids",
-    CHARACTERS_INPUT: "elmo_tokens",
-    PIECES_INPUT: "tokens",
-}
-
-
-def bilm_token_tensors(
-    kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor
-) -> Dict[str, torch.Tensor]:
+def bilm_token_tensors(kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor) -> Dict[str, torch.Tensor]:
     """The tensors the biLM's input embedder reads, from ids with sentence boundaries."""
-    tensors = {_INPUT_IDS_KEY[kind]: token_ids}
     if kind == FASTTEXT_INPUT:
-        tensors["mask"] = mask
-    return tensors
+        return {"subword_ids": token_ids, "mask": mask}
+    return {"elmo_tokens" if kind == CHARACTERS_INPUT else "tokens": token_ids}
 
 
 def lay_out_pieces(
     piece_ids: torch.LongTensor, start_id: int, end_id: int
 ) -> Tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
     """
-    `(sequence, first, last, word_mask)`: the piece sequence of each sentence with boundaries,
-    shape `(batch_size, 2 + max pieces)`; the positions in it of each word's first and last piece,
-    `(batch_size, timesteps)`; and the words' mask.
+    `(sequence, first, last, word_mask)`: each sentence's pieces with boundaries, `(batch_size,
+    2 + max pieces)`, the positions of each word's first and last piece, and the words' mask.
     """
     word_mask = (piece_ids > 0).any(-1)
     lengths = (piece_ids > 0).sum(-1)
@@ -85,16 +58,11 @@ def lay_out_pieces(
 
 
 def pieces_to_words(
-    layers: torch.Tensor,
-    first: torch.LongTensor,
-    last: torch.LongTensor,
-    word_mask: torch.BoolTensor,
+    layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
 ) -> Tuple[torch.Tensor, torch.BoolTensor]:
     """
-    Word states from piece states `layers`, `(num_layers, batch_size, pieces + 2, dim)`:
-    `(num_layers, batch_size, timesteps + 2, dim)` with `<S>` first and `</S>` right after each
-    sentence's last word (forward half from the last piece, backward half from the first), and the
-    mask with boundaries.
+    Word states `(num_layers, batch_size, timesteps + 2, dim)` with boundaries, and their mask, from
+    piece states: each word's forward half at its last piece, its backward half at its first.
     """
     num_layers, batch_size, _, dim = layers.shape
     timesteps = word_mask.size(1)
@@ -123,22 +91,9 @@ def pieces_to_words(
 
 class ElmocBiLm(torch.nn.Module):
     """
-    Runs a trained biLM and returns all of its layers, in the role of allennlp's
-    `_ElmoBiLm`: the input is the output of the `elmoc_bilm_inputs` indexer (no sentence
-    boundaries): fastText subword ids of each token for an ELMo-C biLM, ELMo's character ids for
-    a character-CNN biLM (ELMo), BPE piece ids of each word for a subword biLM (ELMo-Sub, whose
-    word states come from its pieces' as the module docstring says).
-    The boundary tokens the biLM was pretrained with (`<S>`, `</S>`) are added in index space,
-    and the output is `{"activations": [layer_0, ..., layer_L], "mask": mask}` with each layer of
-    shape `(batch_size, timesteps + 2, 2 * projection_dim)` *including* the boundaries, as
-    allennlp's `Elmo` expects of its `module`. Layer 0 is each direction's projected input
-    (`[x_forward; x_backward]`, `[x; x]` with one shared projection), layer j >= 1 is
-    `[forward_j; backward_j]`.
-
-    The biLM is always run in eval mode (no recurrent dropout): its representations are
-    deterministic features, as ELMo's are. By default its parameters are frozen. The biLM's own
-    pretraining indexer (a `FastTextSubwordIndexer`, which gives the same ids as the
-    `elmoc_bilm_inputs` indexer) is the `indexer` attribute.
+    Runs a trained biLM on the `elmo_tokens` of the `elmoc_bilm_inputs` indexer and returns all of
+    its layers with the pretraining boundary tokens, as allennlp's `_ElmoBiLm`. The biLM always
+    runs in eval mode. Its pretraining indexer is the `indexer` attribute.
 
     # Parameters
 
@@ -147,14 +102,12 @@ class ElmocBiLm(torch.nn.Module):
     requires_grad : `bool`, optional (default = `False`)
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
     vectors_path : `str`, optional (default = `None`)
-        The fastText `.bin` of the biLM, if not where the archive says (see `ElmocArchive`).
+        The fastText `.bin` of the biLM, if not where the archive says.
     allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a fastText `.bin` other than the one the biLM was trained with (their
-        fingerprints differ), with a warning: only for deliberate swaps.
+        Accept a fastText `.bin` other than the biLM's training one, with a warning.
     serialization_dir : `str`, optional (default = `None`)
-        The downstream run's folder (given by allennlp): training writes the biLM's config
-        there so that it travels in the downstream archive, and loading builds the biLM from
-        it (see `elmoc_allennlp/common/portable_bilm.py`).
+        The downstream run's folder (given by allennlp), where the biLM's config is carried (see
+        `elmoc_allennlp/common/portable_bilm.py`).
     """
 
     def __init__(
@@ -171,44 +124,29 @@ class ElmocBiLm(torch.nn.Module):
         )
         contextualizer = model.contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
-            raise ConfigurationError(
-                f"ELMo-C archive {archive_file}: model.contextualizer "
-                f"({type(contextualizer).__name__}) cannot return all of its layers"
-            )
+            raise ConfigurationError(f"{archive_file}: model.contextualizer cannot return all its layers")
         self._bilm = model
         self._bilm.eval()
         for parameter in self._bilm.parameters():
             parameter.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
 
-        # The biLM's own pretraining indexer (for fastText input a `FastTextSubwordIndexer`).
-        indexer = reader._token_indexers[self.archive.input_key]
-        self.indexer = indexer
+        self.indexer = reader.token_indexers[self.archive.input_key]
         self.input_kind = self.archive.input_kind
-        begin = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.start_token)
-        end = boundary_token_ids(self.input_kind, indexer, model.vocab, self.archive.end_token)
-        width = max(len(begin), len(end))
-        boundaries = torch.zeros(2, width, dtype=torch.long)
-        boundaries[0, : len(begin)] = torch.tensor(begin)
-        boundaries[1, : len(end)] = torch.tensor(end)
-        self.register_buffer("_boundary_ids", boundaries, persistent=False)
+        boundaries = [
+            torch.tensor(boundary_token_ids(self.input_kind, self.indexer, model.vocab, token))
+            for token in (self.archive.start_token, self.archive.end_token)
+        ]
+        self.register_buffer("_boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
 
         self.num_layers = self.archive.num_layers
         self._output_dim = contextualizer.get_output_dim()
-        self._check_layers()
-
-    def _check_layers(self) -> None:
         # One dummy sentence: the encoder must return what the config promises.
         with torch.no_grad():
             layers = self(self._boundary_ids.new_ones(1, 1, 1))["activations"]
         shape = (len(layers), *layers[0].shape)
         expected = (self.num_layers, 1, 3, self._output_dim)
-        if shape != expected:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive.archive_file}: the biLM returned layers of shape "
-                f"{shape}, expected {expected} from model.contextualizer (num_layers + 1, batch, "
-                "timesteps with boundaries, 2 * projection_dim)"
-            )
+        check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
 
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
@@ -226,21 +164,7 @@ class ElmocBiLm(torch.nn.Module):
     def add_sentence_boundaries(
         self, subword_ids: torch.LongTensor, mask: torch.BoolTensor
     ) -> Tuple[torch.LongTensor, torch.BoolTensor]:
-        """
-        Inserts the biLM's `<S>` before and `</S>` after every sentence, in index space.
-
-        # Parameters
-
-        subword_ids : `torch.LongTensor`
-            Shape `(batch_size, timesteps, num_subwords)`, padded on the right with 0.
-        mask : `torch.BoolTensor`
-            Shape `(batch_size, timesteps)`.
-
-        # Returns
-
-        `(subword_ids, mask)` of shapes `(batch_size, timesteps + 2, max(num_subwords, w))` and
-        `(batch_size, timesteps + 2)`, where `w` is the width of the boundary ids.
-        """
+        """Inserts the biLM's `<S>` and `</S>` around every sentence of `subword_ids`, and in `mask`."""
         boundaries = self._boundary_ids
         width = max(subword_ids.size(-1), boundaries.size(1))
         padded = torch.nn.functional.pad(subword_ids, (0, width - subword_ids.size(-1)))
@@ -254,90 +178,65 @@ class ElmocBiLm(torch.nn.Module):
         # Parameters
 
         inputs : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`: the `elmo_tokens` of the
-            `elmoc_bilm_inputs` indexer (0 is padding; every real token has a non-zero id).
+            Shape `(batch_size, timesteps, num_subwords)`, 0 padding.
         word_inputs : `torch.Tensor`, optional
             Not supported (ELMo's cached vocabulary); must be `None`.
 
         # Returns
 
-        A dict with `activations`, a list of `num_layers` tensors of shape
-        `(batch_size, timesteps + 2, output_dim)`, and `mask`, `(batch_size, timesteps + 2)`.
+        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each layer `(batch_size, timesteps + 2,
+        2 * projection_dim)`: the projected input, then `[forward_j; backward_j]`.
         """
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
-        if inputs.dim() != 3:
-            raise ConfigurationError(
-                f"ELMo-C expects subword ids of shape (batch_size, timesteps, num_subwords), "
-                f"got a tensor of shape {tuple(inputs.shape)}"
-            )
+        check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
         if self.input_kind == PIECES_INPUT:
-            return self._forward_pieces(inputs)
-        mask = (inputs > 0).any(-1)
-        subword_ids, mask_with_boundaries = self.add_sentence_boundaries(inputs, mask)
-        tensors = bilm_token_tensors(self.input_kind, subword_ids, mask_with_boundaries)
+            start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
+            sequence, first, last, word_mask = lay_out_pieces(inputs, start_id, end_id)
+            tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
+            layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
+            words, mask = pieces_to_words(layers, first, last, word_mask)
+            return {"activations": list(words.unbind(0)), "mask": mask}
+        subword_ids, mask = self.add_sentence_boundaries(inputs, (inputs > 0).any(-1))
+        tensors = bilm_token_tensors(self.input_kind, subword_ids, mask)
         layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
-        return {"activations": list(layers.unbind(0)), "mask": mask_with_boundaries}
-
-    def _forward_pieces(self, piece_ids: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
-        # A BPE-input biLM runs over the sentence's pieces; each word gets the states of its
-        # pieces (see the module docstring).
-        start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
-        sequence, first, last, word_mask = lay_out_pieces(piece_ids, start_id, end_id)
-        tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
-        layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
-        words, mask = pieces_to_words(layers, first, last, word_mask)
-        return {"activations": list(words.unbind(0)), "mask": mask}
+        return {"activations": list(layers.unbind(0)), "mask": mask}
 
 
 class ElmocElmo(Elmo):
     """
-    ELMo representations from a trained ELMo-C biLM: allennlp's `Elmo`, with `ElmocBiLm` as its
-    biLM, so it computes, for each of `num_output_representations` sets of weights,
-    `gamma * sum_j softmax(s)_j * h_j` over the layers `h_j` of the biLM (Peters et al. 2018,
-    eq. 1), removes the sentence boundaries and applies dropout. It is a drop-in `Elmo` for models
-    that take one (e.g. `bcn`'s `elmo` in Python; see `ElmocTokenEmbedder` for configs).
-
-    The input is the `elmo_tokens` tensor of the `elmoc_bilm_inputs` indexer.
+    ELMo representations (Peters et al. 2018, eq. 1) from a trained ELMo-C biLM: allennlp's `Elmo`
+    with `ElmocBiLm` as its biLM, a drop-in `Elmo` (e.g. `bcn`'s `elmo`).
 
     # Parameters
 
     archive_file : `str`
         An ELMo-C biLM `model.tar.gz`.
     num_output_representations : `int`
-        How many differently weighted mixes to return (e.g. 2 for ELMo at a model's input and
-        output).
+        How many differently weighted mixes (`gamma * sum_j softmax(s)_j * h_j`) to return.
     requires_grad : `bool`, optional (default = `False`)
         If `True`, fine-tune the biLM's parameters.
     do_layer_norm : `bool`, optional (default = `False`)
-        Layer-normalize every layer before mixing (passed to `ScalarMix`).
+        Layer-normalize every layer before mixing.
     dropout : `float`, optional (default = `0.5`)
         Dropout on the mixed representations.
     keep_sentence_boundaries : `bool`, optional (default = `False`)
         If `True`, the representations of `<S>` and `</S>` are kept.
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
-        Fixed (not trained) pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]`
-        for the top layer of a 2-layer biLM.
+        Fixed pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]` for the top layer.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
-        `lambda` of the penalty `lambda * ||s||^2` on the pre-softmax mixing weights `s` (ELMo
-        paper, section 3.3), which pulls the mix towards the average of the layers. It is
-        applied to the gradient of `s` (`2 * lambda * s` is added once per backward pass, however
-        often the mix was used in the forward pass), so it is not part of the reported loss;
-        allennlp-models' recipes instead put an `l2` `regularizer` on `scalar_parameters` in the
-        model, which is equivalent and is reported (use one or the other).
+        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo paper, section 3.3), added to
+        their gradient once per backward pass (not to the reported loss).
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if not where the archive says.
+    module : `ElmocBiLm`, optional (default = `None`)
+        An already loaded biLM to use instead of loading `archive_file`.
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
-    module : `ElmocBiLm`, optional (default = `None`)
-        An already loaded biLM to use instead of loading `archive_file` (which is then ignored).
     serialization_dir : `str`, optional (default = `None`)
         Given by allennlp; see `ElmocBiLm`.
     projection_dim : `int`, optional (default = `None`)
-        If given, each representation is projected by its own trained linear layer to this size
-        (as `elmoc_token_embedder`'s `projection_dim`), so that a biLM of any size fits a model
-        sized for ELMo's 1024 (e.g. allennlp-models' BCN config, whose dimension checks use
-        `get_output_dim()`).
+        If given, each representation is projected to this size by its own trained linear layer.
     """
 
     def __init__(
@@ -356,27 +255,21 @@ class ElmocElmo(Elmo):
         serialization_dir: Optional[str] = None,
         projection_dim: Optional[int] = None,
     ) -> None:
-        if projection_dim is not None:
-            check_positive(projection_dim, "projection_dim")
+        check_positive(projection_dim, "projection_dim", allow_none=True)
         check_positive(num_output_representations, "num_output_representations")
         check_probability(dropout, "dropout")
         check_non_negative(scalar_mix_l2_penalty, "scalar_mix_l2_penalty")
         if scalar_mix_parameters is not None and scalar_mix_l2_penalty > 0:
-            raise ConfigurationError(
-                "scalar_mix_l2_penalty regularizes trained mixing weights, but "
-                "scalar_mix_parameters fixes them: set only one of the two"
-            )
+            raise ConfigurationError("set only one of scalar_mix_parameters and scalar_mix_l2_penalty")
         bilm = module
         if bilm is None:
             bilm = ElmocBiLm(
-                archive_file, requires_grad, vectors_path, allow_different_vectors,
-                serialization_dir,
+                archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
             )
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
-                f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, but the ELMo-C "
-                f"biLM has {bilm.num_layers} layers (the projected input and "
-                f"{bilm.num_layers - 1} LSTM layers)"
+                f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, "
+                f"but the biLM has {bilm.num_layers} layers"
             )
         super().__init__(
             options_file=None,
@@ -388,14 +281,12 @@ class ElmocElmo(Elmo):
             scalar_mix_parameters=scalar_mix_parameters,
             module=bilm,
         )
-        self._projections = (
-            None
-            if projection_dim is None
-            else torch.nn.ModuleList(
+        self._projections = None
+        if projection_dim is not None:
+            self._projections = torch.nn.ModuleList(
                 torch.nn.Linear(bilm.get_output_dim(), projection_dim)
                 for _ in range(num_output_representations)
             )
-        )
         self.scalar_mix_l2_penalty = scalar_mix_l2_penalty
         if scalar_mix_l2_penalty > 0:
             for scalar_mix in self._scalar_mixes:
@@ -421,10 +312,6 @@ class ElmocElmo(Elmo):
     def forward(self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor] = None):  # type: ignore
         output = super().forward(inputs, word_inputs)
         if self._projections is not None:
-            output["elmo_representations"] = [
-                projection(representation)
-                for projection, representation in zip(
-                    self._projections, output["elmo_representations"]
-                )
-            ]
+            representations = zip(self._projections, output["elmo_representations"])
+            output["elmo_representations"] = [projection(mixed) for projection, mixed in representations]
         return output

@@ -1,13 +1,6 @@
 """
-A small Python API for ELMo-C vectors: load a trained biLM from its archive and embed tokenized
-sentences, getting every layer or a mix of them as numpy arrays (the role of allennlp 0.x's
-`ElmoEmbedder`).
-
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
-
-    embedder = ElmocEmbedder("runs/elmoc/model.tar.gz")
-    layers = embedder.embed_sentence(["The", "bank", "raised", "rates", "."])  # (L + 1, 5, 2P)
-    top = embedder.embed_batch([["Hello", "world"], ["Hi"]], output="top")    # [(2, 2P), (1, 2P)]
+A Python API for ELMo-C vectors (the role of allennlp 0.x's `ElmoEmbedder`): e.g.
+`ElmocEmbedder("model.tar.gz").embed_sentence(["The", "bank", "raised", "rates", "."])`.
 """
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
@@ -18,7 +11,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.checks import check_one_of, check_positive
 from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import archive_input_indexer
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.modules.elmoc import ElmocBiLm
@@ -30,17 +23,11 @@ Output = Union[str, Sequence[float]]
 
 class ElmocEmbedder:
     """
-    Computes ELMo-C representations of tokenized sentences with a trained biLM.
-
-    Every method returns, per sentence, a `float32` numpy array: with `output="all"` of shape
-    `(num_layers, num_tokens, dim)` (layer 0 each direction's projected fastText input,
-    then the LSTM layers as `[forward; backward]`), otherwise of shape `(num_tokens, dim)`:
-    `"top"` is the last layer, `"average"` the mean of the layers, and a list of `num_layers`
-    floats gives the mix `softmax(weights) . layers` (the weights as `scalar_mix_parameters`:
-    pre-softmax, e.g. learned by a downstream model). An empty sentence gives zero tokens. A
-    sentence's vectors do not depend on the other sentences of its batch. Tokens are indexed
-    as in pretraining (cut to `max_token_characters`, lowercased if its
-    `elmoc_fasttext_subwords` indexer had `lowercase_tokens`).
+    Computes ELMo-C representations of tokenized sentences with a trained biLM, one `float32`
+    numpy array per sentence. With `output="all"` it has shape `(num_layers, num_tokens, dim)`,
+    otherwise `(num_tokens, dim)`: `"top"` is the last layer, `"average"` the mean of the
+    layers, and a list of `num_layers` pre-softmax weights (as `scalar_mix_parameters`) gives
+    their mix. A sentence's vectors do not depend on its batch. Tokens are indexed as in pretraining.
 
     # Parameters
 
@@ -51,12 +38,9 @@ class ElmocEmbedder:
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if it is not where the archive says.
     allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a `.bin` other than the one the biLM was trained with (their fingerprints
-        differ), with a warning; by default that is a `ConfigurationError` naming both files.
+        Accept a `.bin` other than the one the biLM was trained with, with a warning.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase every token, e.g. for a character-CNN or BPE-piece biLM pretrained on
-        lowercased text; with `False` tokens are indexed as in pretraining (a fastText-input biLM
-        records whether it lowercased).
+        Lowercase every token (a fastText-input biLM records whether it lowercased).
     """
 
     def __init__(
@@ -68,13 +52,9 @@ class ElmocEmbedder:
         lowercase_tokens: bool = False,
     ) -> None:
         self._bilm = ElmocBiLm(
-            archive_file,
-            requires_grad=False,
-            vectors_path=vectors_path,
-            allow_different_vectors=allow_different_vectors,
+            archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
         )
         self._bilm.eval()
-        # The ids of the `elmoc_bilm_inputs` indexer: as in pretraining, lowercasing if asked.
         self._indexer = archive_input_indexer(self._bilm.archive, lowercase_tokens or None)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
@@ -95,24 +75,20 @@ class ElmocEmbedder:
         """The `elmo_tokens` tensor of a batch, as the `elmoc_bilm_inputs` indexer makes it."""
         return indexed_batch(self._indexer, sentences, self._device)
 
-    def embed_batch(
-        self, sentences: List[List[str]], output: Output = "all"
-    ) -> List[numpy.ndarray]:
-        """
-        Embeds a batch of tokenized sentences at once; returns one array per sentence (see the
-        class docstring for `output`).
-        """
+    def embed_batch(self, sentences: List[List[str]], output: Output = "all") -> List[numpy.ndarray]:
+        """Embeds a batch of tokenized sentences; returns one array per sentence."""
         weights = self._mix_weights(output)
-        sentences = [self._check_sentence(sentence) for sentence in sentences]
+        sentences = [sentence if isinstance(sentence, str) else list(sentence) for sentence in sentences]
+        for sentence in sentences:
+            if isinstance(sentence, str):
+                raise ConfigurationError(f"sentences must be lists of tokens, got {sentence[:50]!r}")
         if not sentences:
             return []
         with torch.no_grad():
             bilm_output = self._bilm(self.batch_to_ids(sentences))
-            layers = []
-            for activation in bilm_output["activations"]:
-                layer, mask = remove_sentence_boundaries(activation, bilm_output["mask"])
-                layers.append(layer)
-            stacked = torch.stack(layers, dim=1)  # (batch, num_layers, timesteps, dim)
+            activations = torch.stack(bilm_output["activations"], dim=2)  # (batch, timesteps, layers, dim)
+            stacked, mask = remove_sentence_boundaries(activations, bilm_output["mask"])
+            stacked = stacked.transpose(1, 2)  # (batch, num_layers, timesteps, dim)
             if weights is not None:
                 stacked = torch.einsum("l,bltd->btd", weights.to(stacked.device), stacked)
             elif output == "top":
@@ -139,25 +115,11 @@ class ElmocEmbedder:
 
     def _mix_weights(self, output: Output) -> Optional[torch.Tensor]:
         if isinstance(output, str):
-            if output not in OUTPUT_MODES:
-                raise ConfigurationError(
-                    f"output must be one of {list(OUTPUT_MODES)} or a list of {self.num_layers} "
-                    f"mixing weights, got {output!r}"
-                )
+            check_one_of(output, OUTPUT_MODES, "output")
             return None
         weights = torch.as_tensor(list(output), dtype=torch.float32)
         if weights.dim() != 1 or len(weights) != self.num_layers:
             raise ConfigurationError(
-                f"output has {len(list(output))} mixing weights, but the biLM has "
-                f"{self.num_layers} layers"
+                f"output has {len(list(output))} mixing weights, but the biLM has {self.num_layers} layers"
             )
         return torch.softmax(weights, dim=0)
-
-    @staticmethod
-    def _check_sentence(sentence: List[str]) -> List[str]:
-        if isinstance(sentence, str):
-            raise ConfigurationError(
-                f"sentences must be lists of tokens, got the string {sentence[:50]!r}; "
-                "split it first (e.g. sentence.split())"
-            )
-        return list(sentence)
