@@ -1,12 +1,8 @@
 """
-Crash-safe file writing: every file is written under a temporary name in its destination
-directory, flushed to disk, and renamed into place (`os.replace`, atomic on POSIX file systems).
-A process killed at any point (`kill -9`, a pre-empted node, an out-of-memory kill) leaves
-either the old file or the complete new one, never a half-written one; at worst a hidden
-`.NAME.partial-*` file is left behind, which `remove_stale_partial_files` deletes.
-
-`atomic_write` gives an open file; `atomic_path` gives a temporary path, for writers that take a
-file name (fastText's `save_model`, h5py, tarfile, allennlp's own writers).
+Crash-safe file writing: a file is written under a temporary name in its folder, synced and
+renamed into place (`os.replace`, atomic on POSIX). A kill at any point leaves the old file or the
+complete new one; at worst a hidden `.NAME.partial-*` file, which `remove_stale_partial_files`
+deletes. `atomic_write` gives an open file, `atomic_path` a path (for writers taking a name).
 """
 import contextlib
 import glob
@@ -50,10 +46,7 @@ def _fsync_directory(directory: str) -> None:
 
 
 def partial_path(path: Union[str, PathLike]) -> str:
-    """
-    A fresh temporary name next to `path`: `.NAME.partial-PID-XXXXXXXX` (hidden, so that no glob
-    such as `model_state_e*_b*.th` or `*.tar.gz` ever matches it).
-    """
+    """A fresh temporary file next to `path`: `.NAME.partial-PID-XXXXXXXX` (hidden from globs)."""
     path = os.fspath(path)
     directory, name = os.path.split(os.path.abspath(path))
     prefix = f".{name}{PARTIAL_MARKER}{os.getpid()}-"  # the writer's pid: see _writer_runs
@@ -75,10 +68,8 @@ def commit_partial(temporary: str, path: Union[str, PathLike]) -> None:
 @contextlib.contextmanager
 def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     """
-    A temporary path next to `path` (see `partial_path`) to write to; when the block ends without
-    an exception the file is synced and renamed to `path`. On an exception (or if nothing was
-    renamed) the temporary file is deleted and `path` is left as it was; a write that failed for
-    lack of space becomes a `DiskFullError` naming the file and its folder.
+    A temporary path next to `path`, renamed to `path` when the block ends without an exception,
+    else deleted. A write that failed for lack of space becomes a `DiskFullError`.
     """
     try:
         temporary = partial_path(path)
@@ -103,9 +94,7 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
 @contextlib.contextmanager
 def atomic_write(path: Union[str, PathLike], mode: str = "wb") -> Iterator[IO[Any]]:
     """
-    Opens a temporary file next to `path` for writing; when the block ends without an exception
-    the file is flushed, synced and renamed to `path`. On an exception the temporary file is
-    deleted and `path` is left as it was.
+    A file open for writing that replaces `path` when the block ends without an exception.
 
     # Parameters
 
@@ -130,7 +119,7 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
 def _writer_runs(partial: str) -> bool:
     pid = os.path.basename(partial).rsplit(PARTIAL_MARKER, 1)[-1].split("-")[0]
     if not pid.isdigit():
-        return False  # written before names held a pid
+        return False  # no pid in the name
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -144,10 +133,8 @@ def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None
 ) -> List[str]:
     """
-    Deletes the temporary files that writers killed mid-write left in `directory` (not in its
-    subdirectories) and returns their paths: all of them, or only those of the file named
-    `for_file`. A file whose writer (the pid in its name) still runs on this machine is left
-    alone.
+    Deletes the temporary files of killed writers in `directory` (all, or only `for_file`'s) and
+    returns their paths. A file whose writer (the pid in its name) still runs is left alone.
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
