@@ -48,7 +48,7 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
             )
         return str(archive_file)
 
-    archive_model._elmoc_atomic = True  # type: ignore[attr-defined]
+    archive_model._elmoc_atomic_original = original  # type: ignore[attr-defined]
     return archive_model
 
 
@@ -58,7 +58,7 @@ def _make_atomic_params_to_file(original: Callable) -> Callable:
         with atomic_path(params_file) as temporary:
             original(self, temporary, preference_orders)
 
-    to_file._elmoc_atomic = True  # type: ignore[attr-defined]
+    to_file._elmoc_atomic_original = original  # type: ignore[attr-defined]
     return to_file
 
 
@@ -66,8 +66,8 @@ def install() -> bool:
     import allennlp.commands.train as train_command
     from allennlp.common.params import Params
 
-    if not hasattr(train_command.archive_model, "_elmoc_atomic"):
+    if not hasattr(train_command.archive_model, "_elmoc_atomic_original"):
         train_command.archive_model = _make_atomic_archive_model(train_command.archive_model)
-    if not hasattr(Params.to_file, "_elmoc_atomic"):
+    if not hasattr(Params.to_file, "_elmoc_atomic_original"):
         Params.to_file = _make_atomic_params_to_file(Params.to_file)  # type: ignore[assignment]
     return True
