@@ -1,6 +1,5 @@
 import logging
 import os
-import time
 from typing import Optional, Set, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
@@ -98,33 +97,12 @@ class AtomicCheckpointer(Checkpointer):
         )
         atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
         atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
-
-        self._last_save_time = time.time()
-        self._last_save_num_epochs_completed = point_in_time[0]
-        self._last_save_num_batches_in_epoch_completed = point_in_time[1]
-        if self._is_primary:
-            self._remove_old_checkpoints()
-
-    def _remove_old_checkpoints(self) -> None:
-        by_count, by_age = self._keep_most_recent_by_count, self._keep_most_recent_by_age
-        if by_count is None and by_age is None:
-            return
-        checkpoints = sorted(self._find_all_checkpoints(), reverse=True)
-        keep = set(checkpoints[:by_count]) if by_count is not None else set()
-        if by_age is not None:
-            now = time.time()
-            for checkpoint in checkpoints:
-                paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
-                if now - max(os.path.getmtime(path) for path in paths) <= by_age:
-                    keep.add(checkpoint)
-        for checkpoint in checkpoints:
-            if checkpoint not in keep:
-                self._remove_checkpoint(*checkpoint)
+        # Both files exist now: allennlp's method writes nothing, keeps its bookkeeping and
+        # removes old checkpoints (through `_remove_checkpoint` above).
+        super().save_checkpoint(trainer)
 
     def load_checkpoint(self) -> Optional[TrainerCheckpoint]:
         """The newest checkpoint that loads, or `None` when there is none."""
-        if self._is_primary and os.path.isdir(self._serialization_dir):
-            remove_stale_partial_files(self._serialization_dir)
         damaged = []
         for checkpoint in sorted(self._find_all_checkpoints(), reverse=True):
             paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
