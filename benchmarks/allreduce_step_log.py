@@ -1,7 +1,7 @@
 """
-The `elmoc_step_log` callback plus `allreduce_bytes` per step: the gradient bytes DDP
-all-reduced, counted by a communication hook that otherwise is DDP's default all-reduce.
-For `scale_allreduce_bytes.py`: `--include-package allreduce_step_log` with `benchmarks/` on
+The `elmoc_step_log` callback plus the trainable parameters' bytes and, per step,
+`allreduce_bytes`: the gradient bytes DDP all-reduced, counted by a communication hook that
+otherwise is DDP's default all-reduce. For `scale_allreduce_bytes.py`: `--include-package allreduce_step_log` with `benchmarks/` on
 the path. The DDP model must have no other communication hook.
 """
 from typing import Any, Dict, Optional
@@ -40,7 +40,10 @@ def counting_allreduce_hook(
 
 @TrainerCallback.register("elmoc_allreduce_step_log")
 class AllReduceStepLogCallback(StepLogCallback):
-    """`elmoc_step_log` whose step records also have `allreduce_bytes` in distributed training."""
+    """
+    `elmoc_step_log` whose start record also has the `trainable_parameter_bytes` and whose step
+    records have `allreduce_bytes` in distributed training.
+    """
 
     def __init__(self, serialization_dir: str) -> None:
         super().__init__(serialization_dir)
@@ -55,6 +58,11 @@ class AllReduceStepLogCallback(StepLogCallback):
         super().on_start(trainer, is_primary=is_primary, **kwargs)
 
     def _write(self, record: Dict[str, Any]) -> None:
+        if record.get("event") == "start":
+            parameters = self.trainer.model.parameters()
+            record["trainable_parameter_bytes"] = sum(
+                p.numel() * p.element_size() for p in parameters if p.requires_grad
+            )
         if self._counter is not None and "loss" in record:
             record["allreduce_bytes"] = self._counter.bytes - self._bytes_at_last_step
             self._bytes_at_last_step = self._counter.bytes

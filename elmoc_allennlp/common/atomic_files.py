@@ -32,62 +32,44 @@ _FILE_MODE = 0o666 & ~_current_umask()
 
 
 def _fsync_directory(directory: str) -> None:
-    # Makes the rename itself durable; not supported on every platform/file system.
+    # Makes the rename itself durable; not supported on every file system.
     try:
         descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
     except OSError:
         pass
-    finally:
-        os.close(descriptor)
-
-
-def partial_path(path: Union[str, PathLike]) -> str:
-    """A fresh temporary file next to `path`: `.NAME.partial-PID-XXXXXXXX` (hidden from globs)."""
-    path = os.fspath(path)
-    directory, name = os.path.split(os.path.abspath(path))
-    prefix = f".{name}{PARTIAL_MARKER}{os.getpid()}-"  # the writer's pid: see _writer_runs
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
-    os.close(handle)
-    os.chmod(temporary, _FILE_MODE)
-    return temporary
-
-
-def commit_partial(temporary: str, path: Union[str, PathLike]) -> None:
-    """Flushes `temporary` to disk and renames it to `path` (atomically replacing it)."""
-    path = os.fspath(path)
-    with open(temporary, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    _fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
 @contextlib.contextmanager
 def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     """
-    A temporary path next to `path`, renamed to `path` when the block ends without an exception,
-    else deleted. A write that failed for lack of space becomes a `DiskFullError`.
+    A temporary path next to `path` (`.NAME.partial-PID-XXXXXXXX`, hidden from globs), renamed to
+    `path` when the block ends without an exception, else deleted. A write that failed for lack
+    of space becomes a `DiskFullError`.
     """
+    path = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(path)
+    temporary = None
     try:
-        temporary = partial_path(path)
-    except OSError as error:
-        full = find_disk_full(error)
-        if full is None:
-            raise
-        raise disk_full_error(path, full) from None
-    try:
+        # The writer's pid in the name: see `_writer_runs`.
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}{PARTIAL_MARKER}{os.getpid()}-")
+        os.close(handle)
+        os.chmod(temporary, _FILE_MODE)
         yield temporary
-        commit_partial(temporary, path)
+        with open(temporary, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+        _fsync_directory(directory)
     except BaseException as error:
         full = find_disk_full(error)
         if full is None or isinstance(error, DiskFullError):
             raise
         raise disk_full_error(path, full) from None
     finally:
-        if os.path.exists(temporary):
+        if temporary is not None and os.path.exists(temporary):
             os.remove(temporary)
 
 

@@ -29,13 +29,6 @@ AUTHORS_DECAY_END_RATIO = 2.0
 AUTHORS_WARMUP_STEPS = 10000
 
 
-def data_parallel_workers() -> int:
-    """The number of data-parallel processes: `torch.distributed`'s world size, else 1."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
-
-
 @LearningRateScheduler.register("elmoc_rnmt_plus_steps")
 @LearningRateScheduler.register("elmoc_rnmt_plus", constructor="from_global_batch")
 class RnmtPlusLearningRate(LearningRateScheduler):
@@ -158,9 +151,10 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         scheduler._instances = (decay_start_instances, decay_end_instances, reference_batch_size)
         scheduler.global_batch = None
         if batch_size is not None:
-            scheduler.set_global_batch(
-                batch_size * (world_size or data_parallel_workers()), from_trainer=False
-            )
+            if world_size is None:
+                distributed = dist.is_available() and dist.is_initialized()
+                world_size = dist.get_world_size() if distributed else 1
+            scheduler.set_global_batch(batch_size * world_size, from_trainer=False)
         return scheduler
 
     def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:

@@ -37,19 +37,7 @@ class StepLogCallback(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
-        self._write(
-            {
-                "event": "start",
-                "rank": self._rank,
-                "step": self._step,
-                "trainable_parameter_bytes": sum(
-                    p.numel() * p.element_size()
-                    for p in trainer.model.parameters()
-                    if p.requires_grad
-                ),
-                "time": time.time(),
-            }
-        )
+        self._write({"event": "start", "rank": self._rank, "step": self._step, "time": time.time()})
 
     def on_batch(
         self,
