@@ -12,7 +12,7 @@ where no real torchvision is importable. To drop it: once allennlp imports torch
 """
 import importlib
 import logging
-from typing import List
+from typing import List, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +28,15 @@ SHIMS = (
     "quiet_log_files",
 )
 
-_installed: List[str] = []
-_done = False
+_installed: Optional[List[str]] = None
 
 
 def install_shims() -> List[str]:
     """Installs every shim in `SHIMS` (once per process); returns the names of those applied."""
-    global _done
-    if _done:
+    global _installed
+    if _installed is not None:
         return list(_installed)
-    _done = True
+    _installed = []
     descriptions = []
     for name in SHIMS:
         shim = importlib.import_module(f"{__name__}.{name}")

@@ -37,22 +37,16 @@ def quiet_full_log_files(logger: Optional[logging.Logger] = None) -> None:
     """Makes each `FileHandler` of `logger` (default: the root) report a failed write once."""
     logger = logger or logging.getLogger()
     for handler in logger.handlers:
-        if isinstance(handler, logging.FileHandler) and not hasattr(handler, "_elmoc_quiet"):
-            handler._elmoc_quiet = False  # type: ignore[attr-defined]
-            handler.handleError = _quiet_handle_error(handler)  # type: ignore[assignment]
+        if isinstance(handler, logging.FileHandler) and not hasattr(handler, "_elmoc_reported"):
+            handler._elmoc_reported = False  # type: ignore[attr-defined]
+            handler.handleError = functools.partial(_handle_error, handler, handler.handleError)
 
 
-def _quiet_handle_error(handler: logging.FileHandler):
-    original = handler.handleError
-
-    def handle_error(record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not isinstance(error, OSError):
-            original(record)
-            return
-        if not handler._elmoc_quiet:  # type: ignore[attr-defined]
-            handler._elmoc_quiet = True  # type: ignore[attr-defined]
-            reason = error.strerror or str(error)
-            sys.stderr.write(f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n")
-
-    return handle_error
+def _handle_error(handler: logging.FileHandler, original, record: logging.LogRecord) -> None:
+    error = sys.exc_info()[1]
+    if not isinstance(error, OSError):
+        original(record)
+    elif not handler._elmoc_reported:  # type: ignore[attr-defined]
+        handler._elmoc_reported = True  # type: ignore[attr-defined]
+        reason = error.strerror or str(error)
+        sys.stderr.write(f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n")

@@ -8,7 +8,6 @@ to a PyTorch that accepts it (and replaces nothing under such a PyTorch). To dro
 installed PyTorch or allennlp is fixed, delete this module and its name in `SHIMS`.
 """
 import inspect
-import logging
 from typing import List, Union
 
 import torch
@@ -19,8 +18,6 @@ from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
     _PyTorchLearningRateSchedulerWithMetricsWrapper,
 )
 from allennlp.training.optimizers import Optimizer
-
-logger = logging.getLogger(__name__)
 
 REPLACES = "LearningRateScheduler 'reduce_on_plateau' without PyTorch's removed `verbose`"
 NAME = "reduce_on_plateau"
@@ -80,8 +77,6 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
         )
         if _ACCEPTS_VERBOSE:
             options["verbose"] = verbose
-        elif verbose:
-            logger.info("This PyTorch's ReduceLROnPlateau has no `verbose`; ignoring it")
         super().__init__(torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **options))
 
 

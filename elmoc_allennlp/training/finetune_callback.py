@@ -141,9 +141,5 @@ class FineTuneCallback(TrainerCallback):
             json.dump(finetune_config, out, indent=4)
         with atomic_write(config_path, "w") as out:
             json.dump(config, out, indent=4)
-        logger.info(
-            "Wrote a self-contained biLM config to %s (the fine-tuning config is %s)",
-            config_path,
-            FINETUNE_CONFIG_NAME,
-        )
+        logger.info("Wrote a self-contained biLM config to %s", config_path)
 

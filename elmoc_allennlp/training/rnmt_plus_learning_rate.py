@@ -21,11 +21,10 @@ logger = logging.getLogger(__name__)
 
 FORMULAS = ("rnmt_plus", "authors")
 
-# The authors' constants (uclanlp/ELMO-C, `stand_alone_scripts/parse_config.py` and `config.json`).
+# The authors' constants (uclanlp/ELMO-C, `stand_alone_scripts/parse_config.py`, `config.json`):
+# decay from 0.4 x 4e8 to 2.0 x 4e8 instances.
 AUTHORS_REFERENCE_BATCH_SIZE = 128
-AUTHORS_DECAY_SCALE = 400_000_000
-AUTHORS_DECAY_START_RATIO = 0.4
-AUTHORS_DECAY_END_RATIO = 2.0
+AUTHORS_DECAY_INSTANCES = (1.6e8, 8e8)
 AUTHORS_WARMUP_STEPS = 10000
 
 
@@ -43,8 +42,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
       `lr(t) = lr0 * min(1 + t * (n - 1) / p, n, n * (2 * n) ** ((s - t) / (e - s)))` for
       `t < e`, and `lr0 / 2` from `t = e` on.
 
-    `p = 0` leaves the warm-up out. `step_batch()` sets the learning rates before each update;
-    `step()` does nothing; the step count is part of `state_dict()`.
+    `p = 0` leaves the warm-up out. The schedule steps per batch (`step_batch`).
 
     Registered as a `LearningRateScheduler` with name "elmoc_rnmt_plus_steps", and with name
     "elmoc_rnmt_plus" for the authors' set-up (`from_global_batch`).
@@ -106,8 +104,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         batch_size: Optional[int] = None,
         world_size: Optional[int] = None,
         warmup_steps: int = AUTHORS_WARMUP_STEPS,
-        decay_start_instances: float = AUTHORS_DECAY_START_RATIO * AUTHORS_DECAY_SCALE,
-        decay_end_instances: float = AUTHORS_DECAY_END_RATIO * AUTHORS_DECAY_SCALE,
+        decay_start_instances: float = AUTHORS_DECAY_INSTANCES[0],
+        decay_end_instances: float = AUTHORS_DECAY_INSTANCES[1],
         reference_batch_size: int = AUTHORS_REFERENCE_BATCH_SIZE,
         min_learning_rate: float = 0.0,
         last_epoch: int = -1,
@@ -216,7 +214,6 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         return [max(base * factor, self.min_learning_rate) for base in self.base_values]
 
     def step(self, metric: float = None) -> None:
-        # The schedule is per batch, see `step_batch`.
         pass
 
     def step_batch(self, batch_num_total: int = None) -> None:
