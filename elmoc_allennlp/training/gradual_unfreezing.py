@@ -75,22 +75,12 @@ class RecoverableSlantedTriangular(SlantedTriangular):
         )
         self._log_groups()
 
-    def _layer_groups(self) -> List[Dict[str, Any]]:
-        groups = self.optimizer.param_groups
-        return groups[:-1] if len(groups) > 1 and not groups[-1]["params"] else groups
-
     def trained_groups(self) -> List[bool]:
         """For each parameter group (but an empty default one), bottom to top: is it trained."""
-        return [
-            any(parameter.requires_grad for parameter in group["params"])
-            for group in self._layer_groups()
-        ]
-
-    def _unfreeze_top_groups(self, count: int) -> None:
-        # As allennlp's step: the default group is reversed index 0, the top layer index 1.
-        for index, group in enumerate(reversed(self.optimizer.param_groups)):
-            for parameter in group["params"]:
-                parameter.requires_grad = index <= count
+        groups = self.optimizer.param_groups
+        if len(groups) > 1 and not groups[-1]["params"]:
+            groups = groups[:-1]
+        return [any(parameter.requires_grad for parameter in group["params"]) for group in groups]
 
     def step(self, metric: float = None) -> None:
         super().step(metric)
@@ -101,9 +91,11 @@ class RecoverableSlantedTriangular(SlantedTriangular):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         if self.gradual_unfreezing:
-            # `step` left `last_epoch` at the index of the epoch to train, which trains the top
-            # `last_epoch + 1` groups (all of them once unfreezing has finished).
-            self._unfreeze_top_groups(self.last_epoch + 1)
+            # The epoch to train (`last_epoch`) trains the top `last_epoch + 1` groups; reversed,
+            # the empty default group comes first, as in allennlp's `step`.
+            for index, group in enumerate(reversed(self.optimizer.param_groups)):
+                for parameter in group["params"]:
+                    parameter.requires_grad = index <= self.last_epoch + 1
         self._log_groups()
 
     def _log_groups(self) -> None:
