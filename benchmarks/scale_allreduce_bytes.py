@@ -11,8 +11,8 @@ the trainable parameters' bytes. The script
    ELMo-C, one direction of ELMo-C (a `directions: 'forward'` job), and "Sampled" at the
    793,471-word One Billion Word vocabulary;
 2. measures it in real 2-worker runs (gloo, CPU) of a small ELMo-C and a small sampled-softmax
-   model with the same encoder, with the `elmoc_step_log` callback's counting DDP communication
-   hook, and checks it against the count.
+   model with the same encoder, with the counting DDP communication hook of
+   `allreduce_step_log.py`, and checks it against the count.
 
     python benchmarks/scale_allreduce_bytes.py [--output-dir allreduce_output]
 """
@@ -94,8 +94,8 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
         "decay_end": 1000,
         "num_replicas": 2,
         "cuda_devices": [-1, -1],
-        "step_log": True,
     }
+    step_log = " + {trainer+: {callbacks: [{type: 'elmoc_allreduce_step_log'}]}}"
     runs = {
         "ELMo-C (continuous)": f"(import {json.dumps(str(PRETRAIN / 'elmoc.libsonnet'))}).config({json.dumps(common)})",
         "Sampled softmax": (
@@ -107,13 +107,15 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
     for name, jsonnet in runs.items():
         slug = "continuous" if "ELMo-C" in name else "sampled"
         config = output / f"{slug}.jsonnet"
-        config.write_text(jsonnet + "\n")
+        config.write_text(jsonnet + step_log + "\n")
         run = output / f"run_{slug}"
         if run.exists():
             shutil.rmtree(run)
         command = [sys.executable, "-m", "allennlp", "train", str(config), "-s", str(run)]
-        command += ["--include-package", "elmoc_allennlp", "--file-friendly-logging"]
-        environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1")
+        command += ["--include-package", "elmoc_allennlp", "--include-package", "allreduce_step_log"]
+        command += ["--file-friendly-logging"]
+        python_path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "benchmarks")])
+        environment = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
         with open(str(run) + ".log", "wb") as log:
             subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment, check=True)
         per_rank = []

@@ -1,12 +1,8 @@
 """
-Crash-safe file writing: every file is written under a temporary name in its destination
-directory, flushed to disk, and renamed into place (`os.replace`, atomic on POSIX file systems).
-A process killed at any point (`kill -9`, a pre-empted node, an out-of-memory kill) leaves
-either the old file or the complete new one, never a half-written one; at worst a hidden
-`.NAME.partial-*` file is left behind, which `remove_stale_partial_files` deletes.
-
-`atomic_write` gives an open file; `atomic_path` gives a temporary path, for writers that take a
-file name (fastText's `save_model`, h5py, tarfile, allennlp's own writers).
+Crash-safe file writing: a file is written under a temporary name in its folder, synced and
+renamed into place (`os.replace`, atomic on POSIX). A kill at any point leaves the old file or the
+complete new one; at worst a hidden `.NAME.partial-*` file, which `remove_stale_partial_files`
+deletes. `atomic_write` gives an open file, `atomic_path` a path (for writers taking a name).
 """
 import contextlib
 import glob
@@ -36,76 +32,51 @@ _FILE_MODE = 0o666 & ~_current_umask()
 
 
 def _fsync_directory(directory: str) -> None:
-    # Makes the rename itself durable; not supported on every platform/file system.
+    # Makes the rename itself durable; not supported on every file system.
     try:
         descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
     except OSError:
         pass
-    finally:
-        os.close(descriptor)
-
-
-def partial_path(path: Union[str, PathLike]) -> str:
-    """
-    A fresh temporary name next to `path`: `.NAME.partial-PID-XXXXXXXX` (hidden, so that no glob
-    such as `model_state_e*_b*.th` or `*.tar.gz` ever matches it).
-    """
-    path = os.fspath(path)
-    directory, name = os.path.split(os.path.abspath(path))
-    prefix = f".{name}{PARTIAL_MARKER}{os.getpid()}-"  # the writer's pid: see _writer_runs
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
-    os.close(handle)
-    os.chmod(temporary, _FILE_MODE)
-    return temporary
-
-
-def commit_partial(temporary: str, path: Union[str, PathLike]) -> None:
-    """Flushes `temporary` to disk and renames it to `path` (atomically replacing it)."""
-    path = os.fspath(path)
-    with open(temporary, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    _fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
 @contextlib.contextmanager
 def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     """
-    A temporary path next to `path` (see `partial_path`) to write to; when the block ends without
-    an exception the file is synced and renamed to `path`. On an exception (or if nothing was
-    renamed) the temporary file is deleted and `path` is left as it was; a write that failed for
-    lack of space becomes a `DiskFullError` naming the file and its folder.
+    A temporary path next to `path` (`.NAME.partial-PID-XXXXXXXX`, hidden from globs), renamed to
+    `path` when the block ends without an exception, else deleted. A write that failed for lack
+    of space becomes a `DiskFullError`.
     """
+    path = os.path.abspath(os.fspath(path))
+    directory, name = os.path.split(path)
+    temporary = None
     try:
-        temporary = partial_path(path)
-    except OSError as error:
-        full = find_disk_full(error)
-        if full is None:
-            raise
-        raise disk_full_error(path, full) from None
-    try:
+        # The writer's pid in the name: see `_writer_runs`.
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}{PARTIAL_MARKER}{os.getpid()}-")
+        os.close(handle)
+        os.chmod(temporary, _FILE_MODE)
         yield temporary
-        commit_partial(temporary, path)
+        with open(temporary, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+        _fsync_directory(directory)
     except BaseException as error:
         full = find_disk_full(error)
         if full is None or isinstance(error, DiskFullError):
             raise
         raise disk_full_error(path, full) from None
     finally:
-        if os.path.exists(temporary):
+        if temporary is not None and os.path.exists(temporary):
             os.remove(temporary)
 
 
 @contextlib.contextmanager
 def atomic_write(path: Union[str, PathLike], mode: str = "wb") -> Iterator[IO[Any]]:
     """
-    Opens a temporary file next to `path` for writing; when the block ends without an exception
-    the file is flushed, synced and renamed to `path`. On an exception the temporary file is
-    deleted and `path` is left as it was.
+    A file open for writing that replaces `path` when the block ends without an exception.
 
     # Parameters
 
@@ -130,7 +101,7 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
 def _writer_runs(partial: str) -> bool:
     pid = os.path.basename(partial).rsplit(PARTIAL_MARKER, 1)[-1].split("-")[0]
     if not pid.isdigit():
-        return False  # written before names held a pid
+        return False  # no pid in the name
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -144,10 +115,8 @@ def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None
 ) -> List[str]:
     """
-    Deletes the temporary files that writers killed mid-write left in `directory` (not in its
-    subdirectories) and returns their paths: all of them, or only those of the file named
-    `for_file`. A file whose writer (the pid in its name) still runs on this machine is left
-    alone.
+    Deletes the temporary files of killed writers in `directory` (all, or only `for_file`'s) and
+    returns their paths. A file whose writer (the pid in its name) still runs is left alone.
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"

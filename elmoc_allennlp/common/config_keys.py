@@ -1,7 +1,4 @@
-"""
-Config keys: naming the config key of a biLM archive in the errors of the components that read
-one, and setting a value in a config dict by its dotted key.
-"""
+"""Config keys: naming them in errors, and setting a value by its dotted key."""
 import contextlib
 from typing import Any, Dict, Iterator
 
@@ -11,10 +8,7 @@ from allennlp.common.checks import ConfigurationError
 
 @contextlib.contextmanager
 def naming_the_config_key(params: Params) -> Iterator[None]:
-    """
-    Builds a component from `params`, turning "(archive_file)" in its `ConfigurationError`s into
-    the full config key (e.g. `model.text_field_embedder.token_embedders.elmo.archive_file`).
-    """
+    """Turns "(archive_file)" in the block's `ConfigurationError`s into the full config key."""
     history = params.history
     try:
         yield

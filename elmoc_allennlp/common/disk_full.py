@@ -1,10 +1,6 @@
 """
-A full disk, reported once and clearly.
-
-Writers here go through `atomic_files`, which turns a write that fails for lack of space (the
-`OSError` ENOSPC / EDQUOT, also when torch wraps it in a `RuntimeError`) into a `DiskFullError`
-naming the file, its folder and the free space left, and keeps the previous version of the file.
-(allennlp's log files on a full disk: `elmoc_allennlp/compat/quiet_log_files.py`.)
+A full disk, reported once: `atomic_files` turns a write that fails for lack of space into a
+`DiskFullError` naming the file, its folder and the free space; the previous file is kept.
 """
 import errno
 import os
@@ -43,9 +39,8 @@ def disk_full_error(path: Union[str, os.PathLike], cause: OSError) -> DiskFullEr
     error = DiskFullError(
         cause.errno,
         f"{os.strerror(cause.errno)} while writing {path} ({_free_space(directory)} in "
-        f"{directory}). The file was not written; an earlier version of it, and every "
-        "checkpoint written before, is intact. Free some space (or move the run), then run "
-        "the command again (training: with --recover).",
+        f"{directory}); earlier versions and checkpoints are intact. Free space, then run again "
+        "(training: with --recover).",
     )
     error.filename = path
     return error

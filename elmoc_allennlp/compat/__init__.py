@@ -1,22 +1,18 @@
 """
-Workarounds for allennlp 2.10.1 (its last release) that must hold in every process that imports
-the plugin, not only in runs built from this project's components. Each is a module here whose
-docstring says which allennlp problem it works around and how to drop it, with
+Changes to allennlp 2.10.1 that must hold in every process that imports the plugin. Each is a
+module here whose docstring says the problem, the workaround and when it can go, with `REPLACES`
+(a phrase for the log line), `TARGETS` (the dotted names of the allennlp objects it replaces; a
+test checks that importing the plugin replaces exactly these) and an idempotent `install() ->
+bool` (`False`: this environment does not need it). `install_shims()`, run when `elmoc_allennlp`
+is imported, installs those in `SHIMS` and logs one line naming them.
 
-- `REPLACES`: a short phrase saying what it changes (for the log line);
-- `TARGETS`: the dotted names of the allennlp objects it replaces (`module.function`,
-  `module.Class.method`, or `module.RegistrableClass['registered name']`); a test checks that
-  importing the plugin replaces exactly these;
-- `install() -> bool`: applies the workaround (idempotent); `False` if this environment does not
-  need it (nothing is replaced then).
-
-`install_shims()`, called when `elmoc_allennlp` is imported (`--include-package elmoc_allennlp`,
-`.allennlp_plugins`, or `import elmoc_allennlp`), installs those listed in `SHIMS` and logs one
-line naming the ones it applied. Adding a shim is adding its module name to `SHIMS`.
+One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
+`tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module
+where no real torchvision is importable. To drop it: once allennlp imports torchvision lazily.
 """
 import importlib
 import logging
-from typing import List
+from typing import List, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -32,18 +28,15 @@ SHIMS = (
     "quiet_log_files",
 )
 
-_installed: List[str] = []
-_done = False
+_installed: Optional[List[str]] = None
 
 
 def install_shims() -> List[str]:
-    """
-    Installs every shim in `SHIMS` (once per process) and returns the names of those applied.
-    """
-    global _done
-    if _done:
+    """Installs every shim in `SHIMS` (once per process); returns the names of those applied."""
+    global _installed
+    if _installed is not None:
         return list(_installed)
-    _done = True
+    _installed = []
     descriptions = []
     for name in SHIMS:
         shim = importlib.import_module(f"{__name__}.{name}")

@@ -1,29 +1,13 @@
 """
-`allennlp train` writes the files of a run that are read back, the model archive and the run's
-`config.json`, atomically.
+allennlp 2.10.1 problem: `allennlp train` writes `model.tar.gz` (`archive_model`) and
+`config.json` (`Params.to_file`) in place: a kill mid-write leaves a truncated archive, or a
+`config.json` that `--recover` cannot read. In a distributed run the parent process writes both,
+and it builds none of the project's components, so this must hold at import.
 
-**Problem (allennlp 2.10.1).** `allennlp train` writes `model.tar.gz` (`archive_model`, at the end
-of training or when interrupted) and `config.json` (`Params.to_file`, at every start, including
-`--recover`) in place. A process killed during either write (`kill -9`, pre-emption, out of
-memory) leaves a truncated archive that looks like the run's result, or replaces the previous
-good one with a truncated one; or a truncated `config.json`, which the next `--recover` cannot
-parse, so the run's checkpoints can no longer be resumed.
-
-**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls
-(`allennlp.models.archive_model` itself stays allennlp's) and `Params.to_file` (which allennlp
-calls only for that `config.json`) so that they write through
-`elmoc_allennlp.common.atomic_files.atomic_path`: allennlp's own function writes a temporary file
-next to the destination, which is renamed into place; the files are byte-for-byte the same.
-It is installed at import because in a distributed run both files are written by the parent
-process, which builds none of the project's components.
-
-The other files of a run need no replacement of allennlp: checkpoints are written atomically by
-the project's `elmoc_atomic` checkpointer; `meta.json` and the metrics files are only written,
-never read back, and `--recover` writes them again (`meta.json` at every start, an epoch's
-`metrics_epoch_N.json` before that epoch's final checkpoint, `metrics.json` at the end).
-
-**To drop it**: if an allennlp release writes these files atomically, remove this module and its
-entry in `elmoc_allennlp.compat.SHIMS`.
+`install()` wraps the `archive_model` that `allennlp.commands.train` calls and `Params.to_file` so
+that allennlp's own functions write a temporary file that is renamed into place (`atomic_path`);
+the archive also carries the biLM configs of `common/portable_bilm.py`. To drop it: once
+allennlp writes these files atomically, delete this module and its name in `SHIMS`.
 """
 import functools
 import os
@@ -34,15 +18,6 @@ from elmoc_allennlp.common.atomic_files import atomic_path
 
 REPLACES = "`allennlp train` writes model.tar.gz and config.json atomically"
 TARGETS = ("allennlp.commands.train.archive_model", "allennlp.common.params.Params.to_file")
-
-
-def _mark(wrapper: Callable, original: Callable) -> Callable:
-    wrapper._elmoc_atomic_original = original  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _is_wrapped(function: Callable) -> bool:
-    return hasattr(function, "_elmoc_atomic_original")
 
 
 def _make_atomic_archive_model(original: Callable) -> Callable:
@@ -69,12 +44,12 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
                 serialization_dir,
                 weights=weights,
                 archive_path=temporary,
-                # The biLM config a downstream ELMo-C model carries (common/portable_bilm.py).
                 include_in_archive=with_carried_bilms(serialization_dir, include_in_archive),
             )
         return str(archive_file)
 
-    return _mark(archive_model, original)
+    archive_model._elmoc_atomic_original = original  # type: ignore[attr-defined]
+    return archive_model
 
 
 def _make_atomic_params_to_file(original: Callable) -> Callable:
@@ -83,18 +58,16 @@ def _make_atomic_params_to_file(original: Callable) -> Callable:
         with atomic_path(params_file) as temporary:
             original(self, temporary, preference_orders)
 
-    return _mark(to_file, original)
+    to_file._elmoc_atomic_original = original  # type: ignore[attr-defined]
+    return to_file
 
 
 def install() -> bool:
-    """
-    Wraps `allennlp.commands.train.archive_model` and `Params.to_file`. Idempotent.
-    """
     import allennlp.commands.train as train_command
     from allennlp.common.params import Params
 
-    if not _is_wrapped(train_command.archive_model):
+    if not hasattr(train_command.archive_model, "_elmoc_atomic_original"):
         train_command.archive_model = _make_atomic_archive_model(train_command.archive_model)
-    if not _is_wrapped(Params.to_file):
+    if not hasattr(Params.to_file, "_elmoc_atomic_original"):
         Params.to_file = _make_atomic_params_to_file(Params.to_file)  # type: ignore[assignment]
     return True

@@ -17,7 +17,6 @@ TARGETS = ("allennlp.commands.predict._PredictManager.__init__",)
 
 
 def install() -> bool:
-    """Makes `allennlp predict` refuse to overwrite its input (idempotent)."""
     from allennlp.commands.predict import _PredictManager
 
     original = _PredictManager.__init__
@@ -29,8 +28,7 @@ def install() -> bool:
         if output_file is not None and input_file != "-" and os.path.exists(output_file):
             if os.path.exists(input_file) and os.path.samefile(input_file, output_file):
                 raise ConfigurationError(
-                    f"--output-file {output_file} is the input file {input_file}: writing it "
-                    "would erase the input. Choose another --output-file."
+                    f"--output-file {output_file} is the input file {input_file}: choose another"
                 )
         original(self, predictor, input_file, output_file, *args, **kwargs)
 

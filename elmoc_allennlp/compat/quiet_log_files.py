@@ -1,17 +1,11 @@
 """
-allennlp's log files report a full disk once.
+allennlp 2.10.1 problem: on a full disk every record of `out.log` (the root logger's
+`FileHandler`s of `prepare_global_logging`) fails and prints a traceback: hundreds of lines that
+bury the actual error.
 
-**Problem (allennlp 2.10.1).** `allennlp train` logs every record to `out.log` (and one log per
-worker) through `logging.FileHandler`s that `prepare_global_logging` puts on the root logger.
-When the disk is full every record fails, and `logging` prints a traceback for each one:
-hundreds of lines that bury the actual error (the checkpoint's `DiskFullError`).
-
-**Workaround.** `install()` wraps `prepare_global_logging`: after it, every file handler of the
-root logger reports a failed write once, on stderr, naming the file, and drops its later records
-(the console still gets them).
-
-**To drop it**: when allennlp's log files handle write errors, remove this module and its entry
-in `elmoc_allennlp.compat.SHIMS`.
+`install()` wraps `prepare_global_logging` so that each log file then reports a failed write once,
+on stderr, naming the file, and drops its later records (the console still gets them). To drop
+it: once allennlp's log files handle write errors, delete this module and its name in `SHIMS`.
 """
 import functools
 import logging
@@ -40,32 +34,19 @@ def install() -> bool:
 
 
 def quiet_full_log_files(logger: Optional[logging.Logger] = None) -> None:
-    """
-    Makes every `logging.FileHandler` of `logger` (default: the root logger, where allennlp puts
-    `out.log` and the per-worker logs) report a failed write once, on stderr, naming the file,
-    and then drop its records instead of printing a traceback per record. Idempotent.
-    """
+    """Makes each `FileHandler` of `logger` (default: the root) report a failed write once."""
     logger = logger or logging.getLogger()
     for handler in logger.handlers:
-        if isinstance(handler, logging.FileHandler) and not hasattr(handler, "_elmoc_quiet"):
-            handler._elmoc_quiet = False  # type: ignore[attr-defined]
-            handler.handleError = _quiet_handle_error(handler)  # type: ignore[assignment]
+        if isinstance(handler, logging.FileHandler) and not hasattr(handler, "_elmoc_reported"):
+            handler._elmoc_reported = False  # type: ignore[attr-defined]
+            handler.handleError = functools.partial(_handle_error, handler, handler.handleError)
 
 
-def _quiet_handle_error(handler: logging.FileHandler):
-    original = handler.handleError
-
-    def handle_error(record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not isinstance(error, OSError):
-            original(record)
-            return
-        if not handler._elmoc_quiet:  # type: ignore[attr-defined]
-            handler._elmoc_quiet = True  # type: ignore[attr-defined]
-            reason = error.strerror or str(error)
-            sys.stderr.write(
-                f"Logging to {handler.baseFilename} failed ({reason}); its later records are "
-                "dropped (they still reach the console).\n"
-            )
-
-    return handle_error
+def _handle_error(handler: logging.FileHandler, original, record: logging.LogRecord) -> None:
+    error = sys.exc_info()[1]
+    if not isinstance(error, OSError):
+        original(record)
+    elif not handler._elmoc_reported:  # type: ignore[attr-defined]
+        handler._elmoc_reported = True  # type: ignore[attr-defined]
+        reason = error.strerror or str(error)
+        sys.stderr.write(f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n")

@@ -1,22 +1,13 @@
 """
-allennlp 2.10's `reduce_on_plateau` learning-rate scheduler, working with current PyTorch.
+allennlp 2.10.1 problem: its `reduce_on_plateau` scheduler passes `verbose` to PyTorch's
+`ReduceLROnPlateau`, which current PyTorch removed: every config using it (allennlp-models' ESIM
+and coreference recipes, the downstream configs here) fails with a `TypeError`.
 
-**Problem (allennlp 2.10.1).** allennlp passes `verbose` to
-`torch.optim.lr_scheduler.ReduceLROnPlateau`, which PyTorch has removed, so every config with
-`"learning_rate_scheduler": {"type": "reduce_on_plateau"}` (e.g. allennlp-models' ESIM and
-coreference recipes, and the downstream configs here) fails with a `TypeError` under the PyTorch
-this project installs. This must hold for any config a user trains with the plugin loaded, so it
-is installed at import.
-
-**Workaround.** `install()` registers a replacement under the same name, with the same
-parameters, which passes `verbose` only to PyTorch versions that still accept it. Under a PyTorch
-that accepts `verbose` it replaces nothing.
-
-**To drop it**: once the installed PyTorch accepts `verbose` again, or allennlp is patched, remove
-this module and its entry in `elmoc_allennlp.compat.SHIMS`.
+`install()` registers a replacement under the same name and parameters that passes `verbose` only
+to a PyTorch that accepts it (and replaces nothing under such a PyTorch). To drop it: once the
+installed PyTorch or allennlp is fixed, delete this module and its name in `SHIMS`.
 """
 import inspect
-import logging
 from typing import List, Union
 
 import torch
@@ -27,8 +18,6 @@ from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
     _PyTorchLearningRateSchedulerWithMetricsWrapper,
 )
 from allennlp.training.optimizers import Optimizer
-
-logger = logging.getLogger(__name__)
 
 REPLACES = "LearningRateScheduler 'reduce_on_plateau' without PyTorch's removed `verbose`"
 NAME = "reduce_on_plateau"
@@ -44,11 +33,9 @@ _ACCEPTS_VERBOSE = (
 
 class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetricsWrapper):
     """
-    Wrapper for PyTorch's `ReduceLROnPlateau`, as allennlp's scheduler of the same name (same
-    parameters); `verbose` is ignored by PyTorch versions that no longer have it.
+    allennlp's `reduce_on_plateau`; `verbose` is ignored by a PyTorch that no longer has it.
 
-    Registered as a `LearningRateScheduler` with name "reduce_on_plateau", replacing allennlp's,
-    by `install()` when PyTorch needs it.
+    Registered as a `LearningRateScheduler` with name "reduce_on_plateau" by `install()`.
 
     # Parameters
 
@@ -90,20 +77,13 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
         )
         if _ACCEPTS_VERBOSE:
             options["verbose"] = verbose
-        elif verbose:
-            logger.info("This PyTorch's ReduceLROnPlateau has no `verbose`; ignoring it")
         super().__init__(torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **options))
 
 
 def install() -> bool:
-    """
-    Registers `ReduceOnPlateauLearningRateScheduler` as "reduce_on_plateau" if this PyTorch lacks
-    `verbose`. Idempotent.
-    """
     if _ACCEPTS_VERBOSE:
         return False
-    # Written to the registry directly: `register(..., exist_ok=True)` would log a misleading
-    # "overwriting" line; the plugin names its replacements in one line instead.
+    # Not `register(..., exist_ok=True)`, which logs an "overwriting" line of its own.
     Registrable._registry[LearningRateScheduler][NAME] = (
         ReduceOnPlateauLearningRateScheduler,
         None,

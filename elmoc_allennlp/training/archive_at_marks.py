@@ -17,18 +17,12 @@ MARKS_FILE = "marks.json"
 @TrainerCallback.register("elmoc_archive_at_marks")
 class ArchiveAtMarksCallback(TrainerCallback):
     """
-    Writes a model archive each time training passes a mark of wall-clock time, for long runs
-    (keep what a run had learned at 1, 2, 4, ... hours) and for quality-against-time studies.
-    allennlp's checkpointer saves by seconds, but a checkpoint is no archive: this writes
-    `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz` through `allennlp train`'s own
-    `archive_model` (config, vocabulary, weights with the fastText fingerprint, carried biLM
-    configs; written atomically), and appends a record per mark to `<directory>/marks.json`:
-    `minutes`, `elapsed_seconds`, `epoch`, `batch` (1-based in the epoch), `archive`.
-
-    The clock is training wall-clock time (validation included) since training began; the
-    elapsed time is part of the trainer's checkpoints, so `allennlp train --recover` continues it
-    from the checkpoint it resumes (time lost between that checkpoint and the crash is not
-    counted), and marks already archived are not written again. Only the primary worker writes.
+    Writes a model archive each time training passes a mark of wall-clock time (for long runs and
+    quality-against-time studies): `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by
+    `allennlp train`'s own `archive_model`, plus a record per mark in `<directory>/marks.json`
+    (`minutes`, `elapsed_seconds`, `epoch`, `batch`, `archive`). The clock counts training time
+    (validation included); it is saved in checkpoints, so `--recover` continues it and does not
+    archive a mark twice. Only the primary worker writes.
 
     Registered as a `TrainerCallback` with name "elmoc_archive_at_marks".
 
@@ -36,8 +30,8 @@ class ArchiveAtMarksCallback(TrainerCallback):
 
     serialization_dir : `str`
     minutes : `List[float]`
-        The marks, in minutes of training; each is archived once, after the first batch that
-        ends at or past it. Positive and increasing.
+        The marks, in minutes of training, positive and increasing; each is archived after the
+        first batch that ends at or past it.
     directory : `str`, optional (default = `"archives"`)
         Folder under the serialization directory for the archives and `marks.json`.
     """
@@ -48,8 +42,7 @@ class ArchiveAtMarksCallback(TrainerCallback):
         super().__init__(serialization_dir)
         if not minutes or any(m <= 0 for m in minutes) or list(minutes) != sorted(set(minutes)):
             raise ConfigurationError(
-                f"trainer.callbacks[elmoc_archive_at_marks].minutes must be positive and "
-                f"increasing, got {minutes!r}"
+                f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}"
             )
         self._minutes = [float(m) for m in minutes]
         self._directory = os.path.join(serialization_dir, directory)
@@ -82,14 +75,12 @@ class ArchiveAtMarksCallback(TrainerCallback):
             return
         elapsed = self.elapsed_seconds()
         archived = {record["minutes"] for record in self._done}
-        due = [m for m in self._minutes if m not in archived and elapsed >= 60.0 * m]
-        if due:
-            # Marks passed within one batch share one archive, each under its own name.
-            for minutes in due:
+        for minutes in self._minutes:
+            if minutes not in archived and elapsed >= 60.0 * minutes:
                 self._archive(trainer, minutes, elapsed, epoch, batch_number)
 
     def _archive(self, trainer, minutes: float, elapsed: float, epoch: int, batch: int) -> None:
-        # The module attribute, so that the atomic, biLM-carrying wrapper (compat/) is used.
+        # The module attribute: the atomic wrapper of compat/atomic_train_files.py.
         import allennlp.commands.train as train_command
 
         os.makedirs(self._directory, exist_ok=True)
@@ -136,9 +127,6 @@ def _load_marks(folder: str) -> List[Dict[str, Any]]:
 
 
 def read_marks(serialization_dir: str, directory: str = "archives") -> List[Dict[str, Any]]:
-    """
-    The records of `marks.json` under a run's serialization directory, with absolute archive
-    paths; none before the first mark.
-    """
+    """The records of a run's `marks.json`, with absolute archive paths."""
     folder = os.path.join(serialization_dir, directory)
     return [dict(r, archive=os.path.join(folder, r["archive"])) for r in _load_marks(folder)]

@@ -1,52 +1,30 @@
 import logging
 import os
-import time
 from typing import Optional, Set, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer, TrainerCheckpoint
 
-from elmoc_allennlp.common.torch_versions import load_tensors
 from elmoc_allennlp.common.atomic_files import atomic_torch_save, remove_stale_partial_files
+from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.torch_versions import load_tensors
 
 logger = logging.getLogger(__name__)
-
-
-def _check_positive_or_none(**values) -> None:
-    for key, value in values.items():
-        if value is not None and not value > 0:
-            raise ConfigurationError(
-                f"trainer.checkpointer.{key} must be positive (or null), got {value}"
-            )
 
 
 @Checkpointer.register("elmoc_atomic")
 class AtomicCheckpointer(Checkpointer):
     """
-    allennlp's `Checkpointer` made crash-safe, so that `allennlp train --recover` always works
-    after the training process was killed at any instant (`kill -9`, pre-emption, OOM):
+    allennlp's `Checkpointer`, made crash-safe so that `allennlp train --recover` works after a
+    kill at any instant:
 
-    - both files of a checkpoint are written under temporary names and renamed into place
-      (`atomic_torch_save`); the training state is written first and the model state last, and
-      a checkpoint only counts once both files exist, so a checkpoint is either complete or
-      invisible;
-    - an existing checkpoint file of the same name is replaced (the stock checkpointer keeps a
-      stale one);
-    - old checkpoints are deleted model state first, so a deletion cut short leaves no
-      half-checkpoint behind;
-    - when recovering, a checkpoint that cannot be loaded (e.g. truncated by the stock
-      checkpointer in an earlier run) is renamed to `*.corrupt` with a warning and the previous
-      checkpoint is used; when none loads, `--recover` is refused, naming the files (nothing
-      is renamed); checkpoints are loaded as tensors only (`load_tensors`); leftover temporary
-      files are deleted;
-    - if the run was killed while the trainer replaced `best.th` (it deletes the old file
-      before linking the new one), `best.th` is restored from the checkpoint of the best epoch;
-    - a full disk is one `DiskFullError` naming the file and folder (the checkpoints already
-      written stay intact), not a traceback per log record.
-
-    The archive and `config.json` of the run are made atomic by the plugin at import
-    (`elmoc_allennlp.compat.atomic_train_files`). The parameters are the stock checkpointer's.
+    - each file is written atomically, training state first and model state last, and a
+      checkpoint counts only once both exist; old checkpoints are deleted model state first;
+    - on recovery, a checkpoint that does not load is renamed `*.corrupt` and the previous one is
+      used (none loading is a `ConfigurationError` naming the files); checkpoints are loaded as
+      tensors only; a `best.th` lost mid-replacement is restored from the best epoch's checkpoint;
+    - a full disk is one `DiskFullError` naming the file and folder.
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -56,9 +34,7 @@ class AtomicCheckpointer(Checkpointer):
     save_completed_epochs : `bool`, optional (default = `True`)
     save_every_num_seconds : `float`, optional (default = `None`)
     save_every_num_batches : `int`, optional (default = `None`)
-        With a large corpus an epoch takes days: set this (or `save_every_num_seconds`, which
-        allennlp does not support in distributed training) so that a crash loses at most this
-        many batches.
+        Set this for long epochs (`save_every_num_seconds` does not work in distributed runs).
     keep_most_recent_by_count : `int`, optional (default = `2`)
     keep_most_recent_by_age : `int`, optional (default = `None`)
     """
@@ -72,12 +48,13 @@ class AtomicCheckpointer(Checkpointer):
         keep_most_recent_by_count: Optional[int] = 2,
         keep_most_recent_by_age: Optional[int] = None,
     ) -> None:
-        _check_positive_or_none(
-            save_every_num_seconds=save_every_num_seconds,
-            save_every_num_batches=save_every_num_batches,
-            keep_most_recent_by_count=keep_most_recent_by_count,
-            keep_most_recent_by_age=keep_most_recent_by_age,
-        )
+        for key, value in (
+            ("save_every_num_seconds", save_every_num_seconds),
+            ("save_every_num_batches", save_every_num_batches),
+            ("keep_most_recent_by_count", keep_most_recent_by_count),
+            ("keep_most_recent_by_age", keep_most_recent_by_age),
+        ):
+            check_positive(value, f"trainer.checkpointer.{key}", allow_none=True)
         super().__init__(
             serialization_dir,
             save_completed_epochs=save_completed_epochs,
@@ -120,36 +97,12 @@ class AtomicCheckpointer(Checkpointer):
         )
         atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
         atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
-
-        self._last_save_time = time.time()
-        self._last_save_num_epochs_completed = point_in_time[0]
-        self._last_save_num_batches_in_epoch_completed = point_in_time[1]
-        if self._is_primary:
-            self._remove_old_checkpoints()
-
-    def _remove_old_checkpoints(self) -> None:
-        by_count, by_age = self._keep_most_recent_by_count, self._keep_most_recent_by_age
-        if by_count is None and by_age is None:
-            return
-        checkpoints = sorted(self._find_all_checkpoints(), reverse=True)
-        keep = set(checkpoints[:by_count]) if by_count is not None else set()
-        if by_age is not None:
-            now = time.time()
-            for checkpoint in checkpoints:
-                paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
-                if now - max(os.path.getmtime(path) for path in paths) <= by_age:
-                    keep.add(checkpoint)
-        for checkpoint in checkpoints:
-            if checkpoint not in keep:
-                self._remove_checkpoint(*checkpoint)
+        # Both files exist now: allennlp's method writes nothing, keeps its bookkeeping and
+        # removes old checkpoints (through `_remove_checkpoint` above).
+        super().save_checkpoint(trainer)
 
     def load_checkpoint(self) -> Optional[TrainerCheckpoint]:
-        """
-        Loads the newest checkpoint that loads; see the class docstring. Returns `None` when
-        there is none.
-        """
-        if self._is_primary and os.path.isdir(self._serialization_dir):
-            remove_stale_partial_files(self._serialization_dir)
+        """The newest checkpoint that loads, or `None` when there is none."""
         damaged = []
         for checkpoint in sorted(self._find_all_checkpoints(), reverse=True):
             paths = (self._model_state_path(*checkpoint), self._training_state_path(*checkpoint))
@@ -169,9 +122,8 @@ class AtomicCheckpointer(Checkpointer):
             return TrainerCheckpoint(model_state, training_state)
         if damaged:
             raise ConfigurationError(
-                f"--recover: no checkpoint of {self._serialization_dir} can be loaded (damaged: "
-                f"{', '.join(path for pair in damaged for path in pair)}). Nothing was renamed; "
-                "remove them to start over, or restore them from a backup."
+                f"--recover: no checkpoint of {self._serialization_dir} loads (damaged, not "
+                f"renamed: {', '.join(path for pair in damaged for path in pair)})"
             )
         return None
 

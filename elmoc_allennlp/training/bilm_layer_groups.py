@@ -1,11 +1,3 @@
-"""
-One optimizer parameter group per biLM layer, bottom to top, for ULMFiT-style fine-tuning
-(Howard & Ruder 2018, section 3.2-3.3) with allennlp's `slanted_triangular` scheduler: its
-`discriminative_fine_tuning` divides the learning rate by 1 / `decay_factor` per group going down
-from the last group, and its `gradual_unfreezing` trains the last group in the first epoch, the
-last two in the second, and so on. Both read the optimizer's parameter groups in order, with the
-default (last) group empty.
-"""
 import logging
 import re
 from typing import List, Tuple
@@ -20,25 +12,23 @@ from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLang
 
 logger = logging.getLogger(__name__)
 
+
 @Optimizer.register("elmoc_bilm_layerwise", constructor="from_partial_optimizer")
 class BilmLayerwiseOptimizer(Optimizer):
     """
-    A constructor, not an optimizer of its own: returns the optimizer given as `optimizer` (any
-    registered `Optimizer`, e.g. `adam`) with one parameter group per layer of the biLM being
-    trained, bottom to top (see `BidirectionalLanguageModel.layer_groups`): the input side, each
-    LSTM layer (forward and backward together), the output layer, then allennlp's default group,
-    which stays empty. That is the order allennlp's `slanted_triangular` scheduler expects for
-    `discriminative_fine_tuning` and `gradual_unfreezing`, and it works for any number of LSTM
-    layers without naming parameters in the config. The groups are logged.
+    Builds `optimizer` (any registered `Optimizer`) with one parameter group per biLM layer,
+    bottom to top (`BidirectionalLanguageModel.layer_groups`), then an empty default group: the
+    order allennlp's `slanted_triangular` needs for ULMFiT-style discriminative fine-tuning and
+    gradual unfreezing (Howard & Ruder 2018, sections 3.2-3.3). The groups are logged.
 
     Registered as an `Optimizer` with name "elmoc_bilm_layerwise".
 
     # Parameters
 
     model_parameters : `List[Tuple[str, torch.nn.Parameter]]`
-        Given by the trainer (the model's trainable parameters).
+        Given by the trainer.
     optimizer : `Lazy[Optimizer]`
-        The optimizer to build, without `parameter_groups` (this constructor sets them).
+        The optimizer to build, without `parameter_groups`.
     """
 
     @classmethod

@@ -13,21 +13,13 @@ logger = logging.getLogger(__name__)
 @LearningRateScheduler.register("elmoc_slanted_triangular")
 class RecoverableSlantedTriangular(SlantedTriangular):
     """
-    allennlp's `slanted_triangular` schedule (Howard & Ruder 2018, section 3.2: slanted triangular
-    learning rates and discriminative fine-tuning; section 3.3: gradual unfreezing), with the same
-    parameters and learning rates, made safe to resume and to configure:
-
-    * **Resuming** (`allennlp train --recover`): allennlp's scheduler restores its counters from
-      the checkpoint but not which parameter groups are frozen, so a resumed run trains every
-      layer from the first resumed batch on, whatever epoch it is in. Here `load_state_dict`
-      freezes the groups that the restored epoch freezes.
-    * **Configuring**: gradual unfreezing and discriminative fine-tuning need one parameter group
-      per layer and an empty default group (`elmoc_bilm_layerwise` makes them); allennlp asserts
-      this, this scheduler raises a `ConfigurationError` that says so. Without a known number of
-      batches per epoch (a data loader without a length, e.g. with `max_instances_in_memory`)
-      the slanted triangle of the first epoch degenerates to the lowest learning rate
-      throughout, which is warned about.
-    * Each epoch logs which groups are trained and their learning rates.
+    allennlp's `slanted_triangular` schedule (Howard & Ruder 2018, sections 3.2-3.3), with the same
+    parameters and learning rates, except that `load_state_dict` (`--recover`) freezes the groups
+    that the restored epoch freezes (allennlp's trains every layer after a resume). Gradual
+    unfreezing and discriminative fine-tuning without one parameter group per layer and an empty
+    default group (`elmoc_bilm_layerwise`) are a `ConfigurationError`; layers that `num_epochs`
+    leaves frozen and an unknown number of batches per epoch are warned about. Each epoch logs
+    the groups it trains.
 
     Registered as a `LearningRateScheduler` with name "elmoc_slanted_triangular".
 
@@ -55,20 +47,20 @@ class RecoverableSlantedTriangular(SlantedTriangular):
         if per_layer and (len(groups) < 3 or groups[-1]["params"]):
             raise ConfigurationError(
                 "trainer.learning_rate_scheduler: gradual_unfreezing and "
-                "discriminative_fine_tuning need one optimizer parameter group per layer, bottom "
-                "to top, and an empty default (last) group; the optimizer has "
-                f"{[len(group['params']) for group in groups]} parameters per group. Use the "
-                "'elmoc_bilm_layerwise' optimizer for a biLM."
+                "discriminative_fine_tuning need one parameter group per layer and an empty last "
+                "group: use the 'elmoc_bilm_layerwise' optimizer"
             )
         if not 0.0 < cut_frac < 1.0:
             raise ConfigurationError(
                 f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}"
             )
         if num_steps_per_epoch is None:
+            logger.warning("Without a data loader length the first epoch runs at the lowest rate")
+        if gradual_unfreezing and num_epochs < len(groups) - 1:
             logger.warning(
-                "slanted triangular schedule without a known number of batches per epoch: the "
-                "first epoch runs at the lowest learning rate. Use a data loader with a length "
-                "(no max_instances_in_memory) for fine-tuning."
+                "Gradual unfreezing with num_epochs = %d leaves the bottom %d group(s) untrained",
+                num_epochs,
+                len(groups) - 1 - num_epochs,
             )
         super().__init__(
             optimizer,
@@ -83,22 +75,12 @@ class RecoverableSlantedTriangular(SlantedTriangular):
         )
         self._log_groups()
 
-    def _layer_groups(self) -> List[Dict[str, Any]]:
-        groups = self.optimizer.param_groups
-        return groups[:-1] if len(groups) > 1 and not groups[-1]["params"] else groups
-
     def trained_groups(self) -> List[bool]:
         """For each parameter group (but an empty default one), bottom to top: is it trained."""
-        return [
-            any(parameter.requires_grad for parameter in group["params"])
-            for group in self._layer_groups()
-        ]
-
-    def _unfreeze_top_groups(self, count: int) -> None:
-        # As allennlp's step: the default group is reversed index 0, the top layer index 1.
-        for index, group in enumerate(reversed(self.optimizer.param_groups)):
-            for parameter in group["params"]:
-                parameter.requires_grad = index <= count
+        groups = self.optimizer.param_groups
+        if len(groups) > 1 and not groups[-1]["params"]:
+            groups = groups[:-1]
+        return [any(parameter.requires_grad for parameter in group["params"]) for group in groups]
 
     def step(self, metric: float = None) -> None:
         super().step(metric)
@@ -109,9 +91,11 @@ class RecoverableSlantedTriangular(SlantedTriangular):
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         if self.gradual_unfreezing:
-            # `step` left `last_epoch` at the index of the epoch to train, which trains the top
-            # `last_epoch + 1` groups (all of them once unfreezing has finished).
-            self._unfreeze_top_groups(self.last_epoch + 1)
+            # The epoch to train (`last_epoch`) trains the top `last_epoch + 1` groups; reversed,
+            # the empty default group comes first, as in allennlp's `step`.
+            for index, group in enumerate(reversed(self.optimizer.param_groups)):
+                for parameter in group["params"]:
+                    parameter.requires_grad = index <= self.last_epoch + 1
         self._log_groups()
 
     def _log_groups(self) -> None:

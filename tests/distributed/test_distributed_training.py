@@ -2,6 +2,7 @@
 ELMo-C pretraining on allennlp's distributed engine: 2 CPU worker processes (gloo) against one
 process on the same global batch; the gradient all-reduce volume; the data split.
 """
+import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -13,9 +14,11 @@ from allennlp.models.archival import load_archive
 
 import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401  (registers "elmoc_atomic")
-import elmoc_allennlp.training.step_log_callback  # noqa: F401  (registers "elmoc_step_log")
 from elmoc_allennlp.training.step_log_callback import read_step_log
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import allreduce_step_log  # noqa: E402,F401  (registers "elmoc_allreduce_step_log")
 
 NUM_SENTENCES = 48
 WORDS_PER_SENTENCE = 6
@@ -52,7 +55,7 @@ def _config(corpus: Path, batch_size: int, distributed: bool) -> Dict:
     config["model"]["contextualizer"]["recurrent_dropout"] = 0.0
     config["data_loader"] = {"batch_size": batch_size, "shuffle": False}
     config["trainer"]["num_epochs"] = NUM_EPOCHS
-    config["trainer"]["callbacks"] = [{"type": "elmoc_step_log"}]
+    config["trainer"]["callbacks"] = [{"type": "elmoc_allreduce_step_log"}]
     if distributed:
         config["distributed"] = {"cuda_devices": [-1] * WORLD_SIZE}
     return config
@@ -76,7 +79,7 @@ def runs(tmp_path_factory):
     train_model(
         Params(_config(corpus, GLOBAL_BATCH // WORLD_SIZE, distributed=True)),
         str(distributed_dir),
-        include_package=["elmoc_allennlp"],
+        include_package=["elmoc_allennlp", "allreduce_step_log"],
     )
     return single_dir, distributed_dir
 
@@ -134,6 +137,7 @@ def test_allreduce_volume_is_the_trainable_parameters(runs):
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
         )
         steps = [r for r in records if "loss" in r]
-        # Measured by the DDP communication hook in the real run: exactly the gradients of the
-        # trainable parameters, every step; the frozen fastText table is never communicated.
+        # Measured by the DDP communication hook (benchmarks/allreduce_step_log.py) in the real
+        # run: exactly the gradients of the trainable parameters, every step; the frozen fastText
+        # table is never communicated.
         assert {r["allreduce_bytes"] for r in steps} == {parameter_bytes}

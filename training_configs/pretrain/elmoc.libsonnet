@@ -118,7 +118,7 @@ local defaults = {
   keep_checkpoints: 2,
   // Mixed precision (needs a GPU).
   use_amp: false,
-  // Per-step log of loss and all-reduce bytes (`elmoc_step_log`), step_log_w<rank>.jsonl.
+  // Per-step log of loss, sentences and tokens (`elmoc_step_log`), step_log_w<rank>.jsonl.
   step_log: false,
 };
 
