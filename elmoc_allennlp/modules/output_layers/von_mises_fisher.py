@@ -1,32 +1,26 @@
 """
-The log-normalizer of the von Mises-Fisher distribution, differentiable in torch.
-
-The vMF density on the unit sphere in R^m is C_m(κ) exp(κ μᵀx) with
+The log-normalizer of the von Mises-Fisher distribution, differentiable in torch:
 log C_m(κ) = (m/2 − 1) log κ − (m/2) log(2π) − log I_{m/2−1}(κ).
-For the dimensions used with word vectors (m = 300, order v = 149) the modified Bessel function
-I_v overflows and underflows float64 over the useful range of κ, so `log_bessel_iv` evaluates
-log I_v(κ) directly with the uniform asymptotic (Debye) expansion for large order
-(Abramowitz & Stegun 9.7.7; DLMF 10.41.3) with its first two correction terms, which is accurate
-to 1e-4 in absolute terms for v ≥ 5 and any κ > 0 (better as v grows), and has an autograd gradient.
-Below order 5 the truncated expansion loses that accuracy, so the vMF loss needs dimension
-m ≥ `MIN_VMF_DIMENSION` = 12 (v = m/2 − 1 ≥ 5).
+
+I_v over- and underflows float64 at word-vector dimensions (m = 300), so `log_bessel_iv` uses the
+uniform asymptotic (Debye) expansion for large order with two correction terms (Abramowitz &
+Stegun 9.7.7; DLMF 10.41.3): accurate to 1e-4 for v ≥ 5, hence m ≥ `MIN_VMF_DIMENSION`.
 """
 import math
 
 import torch
 
-MIN_BESSEL_ORDER = 5.0
-MIN_VMF_DIMENSION = 12  # the smallest m with m/2 - 1 >= MIN_BESSEL_ORDER
+MIN_VMF_DIMENSION = 12  # the smallest m with m/2 - 1 >= 5
 
 
 def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
     """
-    log I_v(κ) for a fixed order `v > 0` and positive `kappa`, elementwise.
+    log I_v(κ) for a fixed order `v > 0`, elementwise.
 
     # Parameters
 
     order : `float`
-        The order v (= m/2 − 1 for the vMF normalizer in dimension m); must be positive.
+        The order v (m/2 − 1 for the vMF normalizer in dimension m).
     kappa : `torch.Tensor`
         Positive values, any shape.
     """
@@ -49,9 +43,7 @@ def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
 
 
 def von_mises_fisher_log_normalizer(kappa: torch.Tensor, dimension: int) -> torch.Tensor:
-    """
-    log C_m(κ) of the vMF distribution in `dimension` = m dimensions, elementwise over `kappa`.
-    """
+    """log C_m(κ) in `dimension` = m dimensions, elementwise over `kappa`."""
     order = dimension / 2.0 - 1.0
     return (
         order * torch.log(kappa)
