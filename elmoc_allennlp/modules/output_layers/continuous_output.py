@@ -30,9 +30,9 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     embedding_dim : `int`
         Dimension of the target vectors (300 for fastText).
     loss : `str`, optional (default = `"cosine"`)
-        `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖²; `"vmf"`: the von Mises-Fisher
-        negative log-likelihood of Kumar & Tsvetkov (ICLR 2019), −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖,
-        which needs `embedding_dim` ≥ 12 (see `von_mises_fisher`).
+        `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖²; `"vmf"`: the von
+        Mises-Fisher negative log-likelihood of Kumar & Tsvetkov (ICLR 2019),
+        −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖, which needs `embedding_dim` ≥ 12 (see `von_mises_fisher`).
     vmf_norm_penalty : `float`, optional (default = `0.02`)
         λ of the "NLLvMF reg1" variant (Kumar & Tsvetkov's 0.02); only used with `"vmf"`.
     """

@@ -52,8 +52,8 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
 
     def tie_weights(self, weight: torch.nn.Parameter) -> None:
         """Makes `weight`, an input embedding `(num_words, embedding_dim)`, the output embedding."""
-        check_dimensions_match(weight.size(0), self.num_words, "tied embedding rows", "output_layer vocabulary size")
-        check_dimensions_match(weight.size(1), self._embedding_dim, "tied embedding dim", "output_layer.embedding_dim")
+        check_dimensions_match(weight.size(0), self.num_words, "tied embedding rows", "output_layer.num_words")
+        check_dimensions_match(weight.size(1), self._embedding_dim, "tied embedding dim", "embedding_dim")
         self.weight = weight
 
     def logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
