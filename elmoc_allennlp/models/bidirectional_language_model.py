@@ -61,27 +61,6 @@ class DeviceAverage(Metric):
         self._count = 0
 
 
-def tie_output_embedding_to(
-    text_field_embedder: TextFieldEmbedder,
-    output_layer: LanguageModelOutputLayer,
-    embedder_key: str,
-) -> None:
-    """Makes the `weight` of the token embedder `embedder_key` the output embedding of `output_layer`."""
-    token_embedders = getattr(text_field_embedder, "_token_embedders", {})
-    embedder = token_embedders.get(embedder_key)
-    if embedder is None or not hasattr(embedder, "weight"):
-        raise ConfigurationError(
-            f"model.tie_output_embedding is '{embedder_key}', but the text_field_embedder has no "
-            f"embedding with that key (it has {sorted(token_embedders)})"
-        )
-    if not hasattr(output_layer, "tie_weights"):
-        raise ConfigurationError(
-            f"model.tie_output_embedding is set, but the output layer "
-            f"({type(output_layer).__name__}) has no output embedding to tie"
-        )
-    output_layer.tie_weights(embedder.weight)
-
-
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
     """
@@ -91,12 +70,9 @@ class BidirectionalLanguageModel(Model):
     frozen fastText input, the `elmoc_lstm` contextualizer and the `elmoc_continuous` output
     layer; any `LanguageModelOutputLayer` can be plugged in.
 
-    Instances hold a `TextField` `tokens` (reader `elmoc_lm_corpus`). The loss is the sum of the
-    two directions' mean per-token losses, as if each were trained in its own job (the authors
-    train them separately). Metrics, read from the device only when not training or at `reset`:
-    `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity` (prediction vs
-    target vector) and `retrieval_accuracy` (the target is the nearest, by cosine, of the batch's
-    targets).
+    The loss is the sum of the two directions' mean per-token losses (the authors train them
+    separately). Metrics: `forward_loss`, `backward_loss`, and for continuous heads
+    `cosine_similarity` and `retrieval_accuracy` (the target is the prediction's nearest of the batch).
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -199,8 +175,7 @@ class BidirectionalLanguageModel(Model):
         if initializer is not None:
             initializer(self)
         if tie_output_embedding is not None:
-            for head in {self.output_layer("forward"), self.output_layer("backward")}:
-                tie_output_embedding_to(text_field_embedder, head, tie_output_embedding)
+            self._tie_output_embedding(tie_output_embedding)
         if directions != "both":
             self._freeze_other_direction(directions)
 
@@ -225,10 +200,7 @@ class BidirectionalLanguageModel(Model):
 
     @staticmethod
     def parameter_directions(parameter_names: Iterable[str]) -> Dict[str, Optional[str]]:
-        """
-        For each parameter name of an `elmoc_bilm`, the one direction that trains it, or `None`
-        if both use it. Works on the names alone (e.g. `state_dict()` keys).
-        """
+        """Each parameter name's one training direction, or `None` if both use it (names only)."""
         names = list(parameter_names)
         separate_inputs = any(name.startswith(_BACKWARD_INPUT) for name in names)
         separate_heads = any(name.startswith(_BACKWARD_HEAD) for name in names)
@@ -248,10 +220,7 @@ class BidirectionalLanguageModel(Model):
         return directions
 
     def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
-        """
-        The trainable parameters the `"forward"` or `"backward"` LM's loss depends on, for
-        `elmoc_gradient_descent` to clip each direction on its own.
-        """
+        """The trainable parameters the `"forward"` or `"backward"` LM's loss depends on."""
         check_one_of(direction, ("forward", "backward"), "direction")
         named = list(self.named_parameters())
         trained_by = self.parameter_directions(name for name, _ in named)
@@ -290,6 +259,19 @@ class BidirectionalLanguageModel(Model):
         groups.extend((f"layer {index + 1}", layers[index]) for index in sorted(layers))
         groups.append(("output", output_names))
         return [(label, names) for label, names in groups if names]
+
+    def _tie_output_embedding(self, key: str) -> None:
+        token_embedders = getattr(self._text_field_embedder, "_token_embedders", {})
+        embedder = token_embedders.get(key)
+        if embedder is None or not hasattr(embedder, "weight"):
+            raise ConfigurationError(
+                f"model.tie_output_embedding is '{key}', but the text_field_embedder has no "
+                f"embedding with that key (it has {sorted(token_embedders)})"
+            )
+        for head in {self.output_layer("forward"), self.output_layer("backward")}:
+            if not hasattr(head, "tie_weights"):
+                raise ConfigurationError(f"{type(head).__name__} has no output embedding to tie")
+            head.tie_weights(embedder.weight)
 
     def _freeze_other_direction(self, directions: str) -> None:
         contextualizer = self._contextualizer
@@ -376,8 +358,7 @@ class BidirectionalLanguageModel(Model):
 
     def contextual_layers(self, tokens: TextFieldTensors) -> Tuple[torch.Tensor, torch.BoolTensor]:
         """
-        Every layer of the contextualizer, as features for downstream use (no dropout of this
-        model; call `eval()` for deterministic recurrent dropout).
+        Every layer of the contextualizer, as downstream features (call `eval()` for no dropout).
 
         # Parameters
 
@@ -414,10 +395,8 @@ class BidirectionalLanguageModel(Model):
         `mask` `(batch_size, num_tokens)`.
         """
         if self._output_layer.requires_target_ids:
-            raise ConfigurationError(
-                f"model.output_layer ({type(self._output_layer).__name__}) predicts word ids, "
-                f"not target vectors"
-            )
+            head = type(self._output_layer).__name__
+            raise ConfigurationError(f"model.output_layer {head} predicts word ids, not target vectors")
         embedder = self._target_embedder or self._text_field_embedder
         return embedder(tokens).detach(), util.get_text_field_mask(tokens)
 

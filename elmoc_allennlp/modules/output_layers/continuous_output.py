@@ -1,3 +1,4 @@
+import math
 from typing import Dict, Optional
 
 import torch
@@ -7,10 +8,52 @@ from allennlp.common.checks import ConfigurationError, check_dimensions_match
 
 from elmoc_allennlp.common.checks import check_one_of, check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
-from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
-    MIN_VMF_DIMENSION,
-    von_mises_fisher_log_normalizer,
-)
+
+# log C_m(κ) = (m/2 − 1) log κ − (m/2) log(2π) − log I_{m/2−1}(κ) of the von Mises-Fisher distribution.
+# I_v over- and underflows float64 at m = 300: `log_bessel_iv` uses the uniform asymptotic (Debye)
+# expansion with two correction terms (Abramowitz & Stegun 9.7.7; DLMF 10.41.3), accurate to 1e-4
+# for v ≥ 5, hence m ≥ `MIN_VMF_DIMENSION`.
+MIN_VMF_DIMENSION = 12  # the smallest m with m/2 - 1 >= 5
+
+
+def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
+    """
+    log I_v(κ) for a fixed order `v > 0`, elementwise.
+
+    # Parameters
+
+    order : `float`
+        The order v (m/2 − 1 for the vMF normalizer in dimension m).
+    kappa : `torch.Tensor`
+        Positive values, any shape.
+    """
+    if order <= 0:
+        raise ValueError(f"log_bessel_iv needs a positive order, got {order}")
+    z = kappa / order
+    root = torch.sqrt(1.0 + z * z)
+    eta = root + torch.log(z / (1.0 + root))
+    t = 1.0 / root
+    t2 = t * t
+    u1 = t * (3.0 - 5.0 * t2) / 24.0
+    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
+    series = 1.0 + u1 / order + u2 / (order * order)
+    return (
+        order * eta
+        - 0.5 * math.log(2.0 * math.pi * order)
+        + 0.5 * torch.log(t)
+        + torch.log(series)
+    )
+
+
+def von_mises_fisher_log_normalizer(kappa: torch.Tensor, dimension: int) -> torch.Tensor:
+    """log C_m(κ) in `dimension` = m dimensions, elementwise over `kappa`."""
+    order = dimension / 2.0 - 1.0
+    return (
+        order * torch.log(kappa)
+        - (dimension / 2.0) * math.log(2.0 * math.pi)
+        - log_bessel_iv(order, kappa)
+    )
+
 
 
 @LanguageModelOutputLayer.register("elmoc_continuous")
@@ -32,7 +75,7 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     loss : `str`, optional (default = `"cosine"`)
         `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖²; `"vmf"`: the von
         Mises-Fisher negative log-likelihood of Kumar & Tsvetkov (ICLR 2019),
-        −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖, which needs `embedding_dim` ≥ 12 (see `von_mises_fisher`).
+        −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖, which needs `embedding_dim` ≥ 12 (see `log_bessel_iv`).
     vmf_norm_penalty : `float`, optional (default = `0.02`)
         λ of the "NLLvMF reg1" variant (Kumar & Tsvetkov's 0.02); only used with `"vmf"`.
     """

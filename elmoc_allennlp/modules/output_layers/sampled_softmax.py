@@ -8,16 +8,10 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.modules.output_layers.output_layer import (
-    ClosedVocabularyOutputLayer,
-    LanguageModelOutputLayer,
-)
+from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
+from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
 
 logger = logging.getLogger(__name__)
-
-# Rows of the full-softmax logits computed at once in evaluation mode (a row is `num_words` wide).
-_EVAL_LOGITS_PER_CHUNK = 2 ** 25
 
 
 class LogUniformSampler:
@@ -52,7 +46,7 @@ class LogUniformSampler:
         return (-torch.expm1(num_tries * torch.log1p(-probabilities))).to(torch.float32)
 
     def draw(self, generator: Optional[np.random.Generator] = None) -> Tuple[np.ndarray, int]:
-        """`(classes, num_tries)`: the classes in order of first appearance, and the draws it took."""
+        """`(classes, num_tries)`: the classes in order of first appearance, and the draws taken."""
         random = generator if generator is not None else np.random
         stream = np.empty(0, dtype=np.int64)
         block = max(2 * self.num_samples, 1024)
@@ -69,12 +63,12 @@ class LogUniformSampler:
 
 
 @LanguageModelOutputLayer.register("elmoc_sampled_softmax")
-class SampledSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
+class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
     """
     The sampled softmax of ELMo (Jean et al., 2015; TensorFlow's `sampled_softmax_loss`): in
     training each target is scored against `num_samples` negatives shared by the batch, drawn by a
-    `LogUniformSampler`, with the log-Q correction and accidental hits masked out; in evaluation
-    the loss is the full softmax's. The padding index is never drawn. With `pretrained_file` and
+    `LogUniformSampler` (never the padding index), with the log-Q correction and accidental hits
+    masked out; in evaluation it is the full softmax. With `pretrained_file` and
     `trainable_embedding: false` it is the "Fixed" baseline of Li et al. (2019), section 5.2.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax".
@@ -110,7 +104,6 @@ class SampledSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         trainable_embedding: bool = True,
         sparse: bool = False,
     ) -> None:
-        super().__init__(vocab, input_dim, vocab_namespace)
         pretrained: Optional[torch.Tensor] = None
         if pretrained_file is not None:
             pretrained = fasttext_output_embedding(vocab, vocab_namespace, pretrained_file)
@@ -119,22 +112,17 @@ class SampledSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
                     embedding_dim, pretrained.size(1), "output_layer.embedding_dim", "pretrained_file dim"
                 )
             embedding_dim = pretrained.size(1)
-        embedding_dim = embedding_dim or input_dim
-        check_positive(embedding_dim, "output_layer.embedding_dim")
+        super().__init__(vocab, input_dim, vocab_namespace, embedding_dim)
         # Candidates are the ids 1 .. num_words - 1: index 0 is the namespace's padding.
         self._padding_offset = 1 if vocab.is_padded(vocab_namespace) else 0
         self.sampler = LogUniformSampler(self.num_words - self._padding_offset, num_samples)
         self._sparse = sparse
-        self.projection: Optional[torch.nn.Linear] = (
-            torch.nn.Linear(input_dim, embedding_dim) if embedding_dim != input_dim else None
-        )
-        if pretrained is None:
-            pretrained = torch.randn(self.num_words, embedding_dim) / embedding_dim ** 0.5
-        self.weight: torch.Tensor
-        if trainable_embedding:
+        if pretrained is not None:
             self.weight = torch.nn.Parameter(pretrained)
-        else:
-            self.register_buffer("weight", pretrained, persistent=pretrained_file is None)
+        if not trainable_embedding:
+            weight = self.weight.detach()
+            del self.weight
+            self.register_buffer("weight", weight, persistent=pretrained_file is None)
         # Shape (num_words, 1): an embedding table, so that its gradient can be sparse.
         self.bias = torch.nn.Parameter(torch.zeros(self.num_words, 1))
 
@@ -144,18 +132,10 @@ class SampledSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         return torch.from_numpy(classes + self._padding_offset).to(device), num_tries
 
     def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+        if not self.training:
+            return super().target_loss(hidden_states, target_ids)
         if self.projection is not None:
             hidden_states = self.projection(hidden_states)
-        if self.training:
-            return self._sampled_loss(hidden_states, target_ids)
-        chunk = max(1, _EVAL_LOGITS_PER_CHUNK // self.num_words)
-        losses = []
-        for start in range(0, hidden_states.size(0), chunk):
-            logits = F.linear(hidden_states[start : start + chunk], self.weight, self.bias[:, 0])
-            losses.append(F.cross_entropy(logits, target_ids[start : start + chunk], reduction="none"))
-        return torch.cat(losses)
-
-    def _sampled_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
         sampled_ids, num_tries = self.sample(hidden_states.device)
         all_ids = torch.cat([target_ids, sampled_ids])
         log_q = self.sampler.expected_count(all_ids - self._padding_offset, num_tries).log()

@@ -60,7 +60,13 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         """Shape `(num_targets, num_words)`: the unnormalised scores of every word."""
         if self.projection is not None:
             hidden_states = self.projection(hidden_states)
-        return F.linear(hidden_states, self.weight, self.bias)
+        return F.linear(hidden_states, self.weight, self.bias.view(-1))
 
     def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
-        return F.cross_entropy(self.logits(hidden_states), target_ids, reduction="none")
+        # At most 2^25 logits at once (a row is `num_words` wide).
+        chunk = max(1, 2 ** 25 // self.num_words)
+        losses = []
+        for start in range(0, hidden_states.size(0), chunk):
+            logits = self.logits(hidden_states[start : start + chunk])
+            losses.append(F.cross_entropy(logits, target_ids[start : start + chunk], reduction="none"))
+        return torch.cat(losses)
