@@ -3,7 +3,8 @@
 The output-layer efficiency benchmark of ELMo-C (Li et al., TACL 2019, Table 4), re-measured:
 the same frozen-fastText input, the same LayerNorm LSTM and the same biLM model class
 (`elmoc_bilm`, real forward and backward, Adam step); only the output layer changes. Plus a
-whole-model row: ELMo (character-CNN input + sampled softmax).
+whole-model row: ELMo (character-CNN input + sampled softmax). Each model is the `model` section
+of its baseline in training_configs/pretrain/baselines.libsonnet (`VARIANTS`), at the sizes below.
 
     python benchmarks/output_layers.py                 # default sizes: ~10 min on 2 CPU cores
     python benchmarks/output_layers.py --paper-sizes   # the paper's sizes (meant for a GPU)
@@ -72,8 +73,17 @@ LABELS = {
     "full": "Full",
     "elmo": "ELMo (char-CNN + Sampled)",
 }
+# The variant of training_configs/pretrain/baselines.libsonnet that each row measures.
+VARIANTS = {
+    "cont": "elmoc_oneb",
+    "fixed": "fixed",
+    "subword": "elmo_sub",
+    "adaptive": "elmo_a",
+    "sampled": "sampled",
+    "full": "full",
+    "elmo": "elmo",
+}
 FASTTEXT_ROWS_PER_WORD = 15  # a 5-letter word: its own row + 14 character n-grams (3 to 6)
-ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
 SIZES = {
     # Default: fits ~10 minutes on 2 CPU cores. The encoder is 16x smaller in cell x state
@@ -207,6 +217,8 @@ def _source_hashes() -> Dict[str, str]:
         "elmoc_allennlp/modules/output_layers/adaptive_softmax.py",
         "elmoc_allennlp/modules/output_layers/softmax.py",
         "elmoc_allennlp/modules/token_embedders/fasttext_token_embedder.py",
+        "training_configs/pretrain/baselines.libsonnet",
+        "training_configs/pretrain/elmoc.libsonnet",
     ):
         path = REPO_ROOT / relative
         if path.exists():
@@ -270,24 +282,48 @@ class BatchMaker:
         }
 
 
-def build_model(job: Dict[str, Any]):
-    import torch
+def model_params(job: Dict[str, Any]) -> Dict[str, Any]:
+    """The `model` section of the job's row, from training_configs/pretrain/baselines.libsonnet."""
+    import _jsonnet
 
-    from allennlp.data import Vocabulary
-    from allennlp.modules.seq2vec_encoders import CnnHighwayEncoder
-    from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
-    from allennlp.modules.token_embedders import Embedding, TokenCharactersEncoder
-
-    from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-    from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
-    from elmoc_allennlp.modules.output_layers.adaptive_softmax import AdaptiveSoftmaxOutputLayer
-    from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
-    from elmoc_allennlp.modules.output_layers.sampled_softmax import SampledSoftmaxOutputLayer
-    from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
-    from elmoc_allennlp.models.bidirectional_language_model import tie_output_embedding_to
-    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
-        FastTextTokenEmbedder,
+    settings = {
+        "fasttext_path": job["fasttext_path"],
+        "embedding_dim": job["embedding_dim"],
+        "train_data_path": "unused",
+        "projection_dim": job["projection_dim"],
+        "cell_dim": job["cell_dim"],
+        "num_layers": 2,
+        "dropout": 0.1,
+        # One input projection and one output layer for both directions, in every row.
+        "separate_input_projections": False,
+        "separate_output_layers": False,
+        "num_samples": 8192,
+        "sparse_softmax": True,
+        "char_cnn_highway_layers": job["char_cnn_highway"],
+    }
+    if job["kind"] == "adaptive":
+        settings.update(cutoffs=job["cutoffs"], div_value=job["div_value"])
+    config = _jsonnet.evaluate_snippet(
+        "output_layers",
+        "(import 'baselines.libsonnet').variant(std.extVar('variant'), std.extVar('settings')).model",
+        jpathdir=str(REPO_ROOT / "training_configs" / "pretrain"),
+        ext_vars={"variant": VARIANTS[job["kind"]]},
+        ext_codes={"settings": json.dumps(settings)},
     )
+    params = json.loads(config)
+    if job["kind"] == "fixed":
+        # A random frozen table of the fastText dimension: the synthetic vocabulary has no words.
+        del params["output_layer"]["pretrained_file"]
+        params["output_layer"]["embedding_dim"] = job["embedding_dim"]
+    return params
+
+
+def build_model(job: Dict[str, Any]):
+    from allennlp.common import Params
+    from allennlp.data import Vocabulary
+    from allennlp.models import Model
+
+    import elmoc_allennlp  # noqa: F401  (registers the model and its modules)
 
     class SizedVocabulary(Vocabulary):
         """Namespace sizes only: the heads need nothing else, and 2M strings would cost RAM."""
@@ -299,49 +335,9 @@ def build_model(job: Dict[str, Any]):
         def get_vocab_size(self, namespace: str = "tokens") -> int:
             return self._sizes.get(namespace, 2)
 
-    kind, P, D = job["kind"], job["projection_dim"], job["embedding_dim"]
-    vocab = SizedVocabulary({"targets": job["vocab_size"] or 2, "subwords": job["vocab_size"] or 2})
-    if kind == "subword":
-        embedder = BasicTextFieldEmbedder(
-            {"subwords": Embedding(embedding_dim=P, num_embeddings=job["vocab_size"])}
-        )
-    elif kind == "elmo":
-        characters = TokenCharactersEncoder(
-            Embedding(embedding_dim=16, num_embeddings=262),
-            CnnHighwayEncoder(16, ELMO_FILTERS, job["char_cnn_highway"], P),
-        )
-        embedder = BasicTextFieldEmbedder({"elmo_characters": characters})
-    else:
-        embedder = BasicTextFieldEmbedder({"fasttext": FastTextTokenEmbedder(job["fasttext_path"])})
-    encoder = LayerNormLstm(
-        embedder.get_output_dim(),
-        P,
-        job["cell_dim"],
-        num_layers=2,
-        layer_norm=kind != "elmo",
-        recurrent_dropout=0.1,
-    )
-    V = job["vocab_size"]
-    if kind == "cont":
-        head = ContinuousOutputLayer(P, D)
-    elif kind in ("sampled", "elmo"):
-        head = SampledSoftmaxOutputLayer(vocab, P, num_samples=8192, sparse=True)
-    elif kind == "fixed":
-        head = SampledSoftmaxOutputLayer(
-            vocab, P, num_samples=8192, embedding_dim=D, trainable_embedding=False, sparse=True
-        )
-    elif kind == "adaptive":
-        cutoffs, div_value = job["cutoffs"], job["div_value"]
-        head = AdaptiveSoftmaxOutputLayer(vocab, P, cutoffs=cutoffs, div_value=div_value)
-    elif kind in ("full", "subword"):
-        head = SoftmaxOutputLayer(vocab, P, vocab_namespace="subwords" if kind == "subword" else "targets")
-    else:
-        raise ValueError(kind)
-    model = BidirectionalLanguageModel(vocab, embedder, encoder, head, dropout=0.1)
-    if kind == "subword":
-        tie_output_embedding_to(embedder, head, "subwords")
-    del V
-    return model
+    size = job["vocab_size"] or 2
+    vocab = SizedVocabulary({"targets": size, "subwords": size})
+    return Model.from_params(vocab=vocab, params=Params(model_params(job)))
 
 
 class Optimizer:

@@ -17,10 +17,8 @@ from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutpu
 
 logger = logging.getLogger(__name__)
 
-_DIRECTIONS = ("both", "forward", "backward")
-# Parameter names (as `named_parameters()` gives them) of the contextualizers here (`elmoc_lstm`,
-# `elmoc_interlayer_norm_lstm`): per-layer modules are `<direction>_layers.<i>` and
-# `<direction>_layer_norms.<i>`; `backward_input_*` exist with separate input projections.
+# Parameter names of the `elmoc_lstm` contextualizers: per-layer modules are
+# `<direction>_layers.<i>` and `<direction>_layer_norms.<i>`.
 _LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
 _INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
 _BACKWARD_INPUT = (
@@ -33,11 +31,8 @@ _HEAD, _BACKWARD_HEAD = "_output_layer.", "_backward_output_layer."
 
 class DeviceAverage(Metric):
     """
-    The average of scalar tensors, kept as a running sum on their device: adding a value launches
-    one kernel and never waits for the device (unlike `Average`, which converts every value to
-    a Python float, a host synchronisation per call, and all-reduces it at once). The value is
-    read, and in distributed training summed over the processes, only by `get_metric`, which
-    every process calls when the trainer reports metrics.
+    The average of scalar tensors, summed on their device: unlike `Average`, adding a value never
+    waits for the device. `get_metric` reads the sum (and all-reduces it in distributed training).
     """
 
     def __init__(self) -> None:
@@ -50,85 +45,34 @@ class DeviceAverage(Metric):
         self._count += 1
 
     def get_metric(self, reset: bool = False) -> float:
-        total, count = self._total, self._count
+        total = 0.0 if self._total is None else float(self._total)
+        sums = torch.tensor([total, float(self._count)], dtype=torch.float64)
         if util.is_distributed():
-            device = (
-                total.device
-                if total is not None
-                else torch.device("cuda", torch.cuda.current_device())
-                if torch.distributed.get_backend() == "nccl"
-                else torch.device("cpu")
-            )
-            summed = torch.stack(
-                [
-                    torch.zeros((), dtype=torch.float64, device=device) if total is None else total,
-                    torch.tensor(float(count), dtype=torch.float64, device=device),
-                ]
-            )
-            torch.distributed.all_reduce(summed)
-            total_value, count = summed.tolist()
-        else:
-            total_value = 0.0 if total is None else float(total)
-        average = total_value / count if count > 0 else 0.0
+            nccl = torch.distributed.get_backend() == "nccl"
+            sums = sums.to(torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu")
+            torch.distributed.all_reduce(sums)
+        total, count = sums.tolist()
         if reset:
             self.reset()
-        return float(average)
+        return total / count if count > 0 else 0.0
 
     def reset(self) -> None:
         self._total = None
         self._count = 0
 
 
-def tie_output_embedding_to(
-    text_field_embedder: TextFieldEmbedder,
-    output_layer: LanguageModelOutputLayer,
-    embedder_key: str,
-) -> None:
-    """
-    Makes the `weight` of the token embedder `embedder_key` of `text_field_embedder` (an
-    `Embedding` over the output layer's namespace) the output embedding of `output_layer`
-    (which must have `tie_weights`, as the `elmoc_softmax` head has).
-    """
-    token_embedders = getattr(text_field_embedder, "_token_embedders", {})
-    embedder = token_embedders.get(embedder_key)
-    if embedder is None or not hasattr(embedder, "weight"):
-        raise ConfigurationError(
-            f"model.tie_output_embedding is '{embedder_key}', but the text_field_embedder has no "
-            f"embedding with that key (it has {sorted(token_embedders)})"
-        )
-    if not hasattr(output_layer, "tie_weights"):
-        raise ConfigurationError(
-            f"model.tie_output_embedding is set, but the output layer "
-            f"({type(output_layer).__name__}) has no output embedding to tie"
-        )
-    output_layer.tie_weights(embedder.weight)
-
-
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
     """
-    A bidirectional language model in the style of ELMo: a forward LM predicts each word from its
-    left context and a backward LM from its right context, through one bidirectional
-    contextualizer whose output is `[forward; backward]`. In ELMo-C
-    ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) the input embedder is frozen fastText, the
-    contextualizer is the LayerNorm LSTM (`elmoc_lstm`) and the output layer is continuous
-    (`elmoc_continuous`); any `LanguageModelOutputLayer` can be plugged in to compare output layers.
+    An ELMo-style bidirectional language model: one bidirectional contextualizer whose output is
+    `[forward; backward]`, a forward LM predicting each word from its left context and a backward
+    LM from its right context. ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) has a
+    frozen fastText input, the `elmoc_lstm` contextualizer and the `elmoc_continuous` output
+    layer; any `LanguageModelOutputLayer` can be plugged in.
 
-    Instances hold a `TextField` named `tokens`: a sentence wrapped in boundary tokens, or a
-    fixed-length window of the token stream (reader `elmoc_lm_corpus`, modes "sentence" and
-    "window"). Of `m` tokens the forward LM predicts positions 1..m-1 from their left context
-    and the backward LM positions 0..m-2 from their right context.
-
-    The loss is the sum of the forward and backward LMs' mean per-token losses, so that each
-    direction's gradient is what it would be in its own job (the authors train the two LMs
-    separately; with `elmoc_gradient_descent` each direction is also clipped on its own, see
-    `direction_parameters`). Metrics (read from the device only when not training or at `reset`,
-    i.e. when allennlp logs them at the end of an epoch, not after every step):
-    `forward_loss`, `backward_loss`; for continuous heads also `cosine_similarity` (mean cosine
-    between prediction and target vector) and `retrieval_accuracy` (the target word's vector is
-    the nearest, by cosine, to the prediction among all distinct target words of the batch;
-    computed on at most `retrieval_sample_size` predictions per batch while training and on all
-    of them during evaluation).
+    The loss is the sum of the two directions' mean per-token losses (the authors train them
+    separately). Metrics: `forward_loss`, `backward_loss`, and for continuous heads
+    `cosine_similarity` and `retrieval_accuracy` (the target is the prediction's nearest of the batch).
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -138,44 +82,28 @@ class BidirectionalLanguageModel(Model):
     text_field_embedder : `TextFieldEmbedder`
         Embeds the `tokens` field (fastText vectors in ELMo-C).
     contextualizer : `Seq2SeqEncoder`
-        A bidirectional encoder whose output is `[forward; backward]`, each half of dimension
-        `output_layer.get_input_dim()`.
+        A bidirectional encoder, each half of its output of dimension `output_layer.get_input_dim()`.
     output_layer : `LanguageModelOutputLayer`
-        The forward LM's head, shared with the backward LM unless `backward_output_layer` is
-        given.
+        The forward LM's head, shared with the backward LM unless `backward_output_layer` is given.
     target_embedder : `TextFieldEmbedder`, optional (default = `None`)
-        Embeds the target words for continuous heads. By default the (frozen) input embeddings are
-        reused, so the forward target at position t is the input vector at t+1; set this for the
-        ablations whose output embedding differs from the input one.
+        Embeds the target words for continuous heads; by default the (frozen) input embeddings.
     target_indexer : `str`, optional (default = `"targets"`)
-        For softmax-family heads: the key of the `tokens` field's single-id indexer that gives the
-        target ids. That indexer's output is not passed to the `text_field_embedder`.
+        For softmax-family heads: the `tokens` indexer that gives the target ids (not embedded).
     dropout : `float`, optional (default = `0.0`)
-        Dropout on the contextualizer's output before the output layer (the authors' config:
-        `output_layer.dropout` 0.0).
+        Dropout on the contextualizer's output (authors: `output_layer.dropout` 0.0).
     retrieval_sample_size : `int`, optional (default = `512`)
+        Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
     initializer : `InitializerApplicator`, optional
     directions : `str`, optional (default = `"both"`)
-        Which language models are trained: `"both"` (the biLM), or `"forward"` / `"backward"`
-        only, to train the two directions as separate jobs on separate devices or machines and
-        merge them afterwards into one biLM archive (`allennlp elmoc-merge-bilm`; Li et al.
-        2019, footnote 7). With one direction the loss is that direction's, and only that
-        direction's parameters are trained: its LSTM stack, its input projection and LayerNorm
-        (with `elmoc_lstm`'s `separate_input_projections`) and its output layer (with a
-        `backward_output_layer`). Everything else is frozen (`requires_grad = False`) at its
-        initialisation, which gives frozen parameters no gradient, no optimizer state and no
-        all-reduce. An input projection shared by both directions is frozen too, so that two
-        jobs started with the same random seeds see identical inputs and the merge is exact
-        (a warning says so: use separate projections). The contextualizer must have
-        `forward_layers` and `backward_layers` (as `elmoc_lstm` does); it still computes both
-        directions in the forward pass (the unused one without building an autograd graph).
+        `"forward"` or `"backward"` trains that LM only, freezing every other parameter (also an
+        input projection both directions share), to merge two such runs with `allennlp
+        elmoc-merge-bilm` (Li et al. 2019, footnote 7). Needs `forward_layers` and
+        `backward_layers` on the contextualizer (as `elmoc_lstm`).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
-        A separate output layer for the backward LM (by default both directions share
-        `output_layer`), as the authors' two independent LMs have.
+        A separate head for the backward LM, as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
-        The key, in `text_field_embedder`, of an `Embedding` (over the output layer's namespace)
-        whose weight becomes the output layer's output embedding, e.g. for the subword LM
-        baseline ELMo-Sub. The output layer must have `tie_weights` (as `elmoc_softmax` has).
+        The key of an `Embedding` in `text_field_embedder` whose weight becomes the output
+        embedding (ELMo-Sub); the output layer must have `tie_weights` (as `elmoc_softmax`).
     """
 
     default_predictor = "elmoc_bilm"
@@ -197,7 +125,7 @@ class BidirectionalLanguageModel(Model):
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
-        check_one_of(directions, _DIRECTIONS, "model.directions")
+        check_one_of(directions, ("both", "forward", "backward"), "model.directions")
         if not contextualizer.is_bidirectional():
             raise ConfigurationError("model.contextualizer must be bidirectional")
         check_dimensions_match(
@@ -225,9 +153,8 @@ class BidirectionalLanguageModel(Model):
                     "or both be softmax-family heads"
                 )
         if not output_layer.requires_target_ids:
-            target_dim = (target_embedder or text_field_embedder).get_output_dim()
             check_dimensions_match(
-                target_dim,
+                (target_embedder or text_field_embedder).get_output_dim(),
                 output_layer.get_output_dim(),
                 "target embedding dim",
                 "output_layer output dim",
@@ -248,9 +175,7 @@ class BidirectionalLanguageModel(Model):
         if initializer is not None:
             initializer(self)
         if tie_output_embedding is not None:
-            for head in (output_layer, backward_output_layer):
-                if head is not None:
-                    tie_output_embedding_to(text_field_embedder, head, tie_output_embedding)
+            self._tie_output_embedding(tie_output_embedding)
         if directions != "both":
             self._freeze_other_direction(directions)
 
@@ -275,12 +200,7 @@ class BidirectionalLanguageModel(Model):
 
     @staticmethod
     def parameter_directions(parameter_names: Iterable[str]) -> Dict[str, Optional[str]]:
-        """
-        For each parameter name of an `elmoc_bilm` (a `named_parameters()` or `state_dict()`
-        key), the one direction that trains it, `"forward"` or `"backward"`, or `None` if both
-        use it (the embedders, a shared input projection, a shared output layer). Works on the
-        names alone, so that weights can be sorted without building the model.
-        """
+        """Each parameter name's one training direction, or `None` if both use it (names only)."""
         names = list(parameter_names)
         separate_inputs = any(name.startswith(_BACKWARD_INPUT) for name in names)
         separate_heads = any(name.startswith(_BACKWARD_HEAD) for name in names)
@@ -300,13 +220,8 @@ class BidirectionalLanguageModel(Model):
         return directions
 
     def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
-        """
-        The trainable parameters that the `"forward"` or `"backward"` LM's loss depends on: its
-        own and any that both directions share. The paper config shares none, and
-        `elmoc_gradient_descent` then clips each direction's gradient norm on its own.
-        """
-        if direction not in ("forward", "backward"):
-            raise ConfigurationError(f"direction must be 'forward' or 'backward', got {direction!r}")
+        """The trainable parameters the `"forward"` or `"backward"` LM's loss depends on."""
+        check_one_of(direction, ("forward", "backward"), "direction")
         named = list(self.named_parameters())
         trained_by = self.parameter_directions(name for name, _ in named)
         return (
@@ -318,12 +233,9 @@ class BidirectionalLanguageModel(Model):
     @staticmethod
     def layer_groups(parameter_names: Iterable[str]) -> List[Tuple[str, List[str]]]:
         """
-        Parameter names of an `elmoc_bilm` by layer, bottom to top: `("layer 0", ...)`, the
-        input side (input projection, LayerNorm, any trainable input embedding), `("layer 1",
-        ...)` to `("layer L", ...)`, the LSTM layers of both directions, and `("output", ...)`,
-        the output layer(s); layers numbered as ELMo numbers its representations. Names only,
-        because allennlp gives an optimizer the names, not the model. A name that fits none is a
-        `ConfigurationError`.
+        Parameter names of an `elmoc_bilm` by layer, bottom to top, numbered as ELMo numbers its
+        representations: `"layer 0"` (the input side), `"layer 1"` to `"layer L"` (the LSTM
+        layers) and `"output"`. A name that fits none is a `ConfigurationError`.
         """
         input_names: List[str] = []
         layers: Dict[int, List[str]] = {}
@@ -340,10 +252,7 @@ class BidirectionalLanguageModel(Model):
             else:
                 unknown.append(name)
         if unknown:
-            raise ConfigurationError(
-                f"Parameters {unknown} are not part of a biLM layer (input side, LSTM layer or "
-                "output layer); 'elmoc_bilm_layerwise' groups the parameters of an 'elmoc_bilm'"
-            )
+            raise ConfigurationError(f"Parameters {unknown} are not part of an 'elmoc_bilm' layer")
         if sorted(layers) != list(range(len(layers))):
             raise ConfigurationError(f"biLM LSTM layers {sorted(layers)} are not numbered 0..L-1")
         groups = [("layer 0", input_names)]
@@ -351,21 +260,32 @@ class BidirectionalLanguageModel(Model):
         groups.append(("output", output_names))
         return [(label, names) for label, names in groups if names]
 
+    def _tie_output_embedding(self, key: str) -> None:
+        token_embedders = getattr(self._text_field_embedder, "_token_embedders", {})
+        embedder = token_embedders.get(key)
+        if embedder is None or not hasattr(embedder, "weight"):
+            raise ConfigurationError(
+                f"model.tie_output_embedding is '{key}', but the text_field_embedder has no "
+                f"embedding with that key (it has {sorted(token_embedders)})"
+            )
+        for head in {self.output_layer("forward"), self.output_layer("backward")}:
+            if not hasattr(head, "tie_weights"):
+                raise ConfigurationError(f"{type(head).__name__} has no output embedding to tie")
+            head.tie_weights(embedder.weight)
+
     def _freeze_other_direction(self, directions: str) -> None:
         contextualizer = self._contextualizer
         if not all(hasattr(contextualizer, name) for name in ("forward_layers", "backward_layers")):
             raise ConfigurationError(
-                f"model.directions = {directions!r} needs a contextualizer with separate "
-                f"forward_layers and backward_layers (e.g. elmoc_lstm); "
-                f"{type(contextualizer).__name__} has none"
+                f"model.directions = {directions!r} needs a contextualizer with forward_layers and "
+                f"backward_layers (e.g. elmoc_lstm), not {type(contextualizer).__name__}"
             )
         if hasattr(contextualizer, "input_projection") and not getattr(
             contextualizer, "separate_input_projections", False
         ):
             logger.warning(
-                "model.directions = %r: the input projection is shared by both directions, so "
-                "it stays frozen at its initialisation; set the contextualizer's "
-                "separate_input_projections to train one per direction",
+                "model.directions = %r: the shared input projection stays frozen; set the "
+                "contextualizer's separate_input_projections to train one per direction",
                 directions,
             )
         named = list(self.named_parameters())
@@ -385,17 +305,15 @@ class BidirectionalLanguageModel(Model):
 
         # Returns
 
-        An output dictionary with `loss`, `forward_loss` and `backward_loss` (scalars), `mask`
-        `(batch_size, num_tokens)`, and for continuous heads `forward_cosine` and
-        `backward_cosine` `(batch_size, num_tokens)`: the cosine between each position's
-        prediction and its target (0 where a position predicts nothing).
+        `loss`, `forward_loss` and `backward_loss` (scalars), `mask` `(batch_size, num_tokens)`,
+        and for continuous heads `forward_cosine` and `backward_cosine` `(batch_size, num_tokens)`:
+        each position's cosine between prediction and target (0 where it predicts nothing).
         """
         target_ids = None
         if self._output_layer.requires_target_ids:
             if self._target_indexer not in tokens:
                 raise ConfigurationError(
-                    f"The output layer needs target ids from the indexer named "
-                    f"'{self._target_indexer}' (model.target_indexer), but the tokens field only "
+                    f"model.target_indexer is '{self._target_indexer}', but the tokens field only "
                     f"has {sorted(tokens)}"
                 )
             tokens = dict(tokens)
@@ -404,10 +322,8 @@ class BidirectionalLanguageModel(Model):
         embeddings = self._text_field_embedder(tokens)
         contextual = self._dropout(self._contextualizer(embeddings, mask))
         forward_states, backward_states = contextual.chunk(2, dim=-1)
-
         target_embeddings = None
         if not self._output_layer.requires_target_ids:
-            # As `target_vectors`, reusing the input embeddings when they are the targets.
             source = embeddings if self._target_embedder is None else self._target_embedder(tokens)
             target_embeddings = source.detach()
 
@@ -421,15 +337,10 @@ class BidirectionalLanguageModel(Model):
         ):
             if self._directions not in ("both", direction):
                 continue
-            head = self._output_layer
-            if direction == "backward" and self._backward_output_layer is not None:
-                head = self._backward_output_layer
-            direction_states = states[:, predict_at][pair_mask]
-            head_output = head(
-                direction_states,
-                target_embeddings=None
-                if target_embeddings is None
-                else target_embeddings[:, target_at][pair_mask],
+            targets = None if target_embeddings is None else target_embeddings[:, target_at][pair_mask]
+            head_output = self.output_layer(direction)(
+                states[:, predict_at][pair_mask],
+                target_embeddings=targets,
                 target_ids=None if target_ids is None else target_ids[:, target_at][pair_mask],
             )
             token_loss = head_output["loss"]
@@ -440,38 +351,28 @@ class BidirectionalLanguageModel(Model):
             metric(direction_loss)
             if "predictions" in head_output:
                 self._update_vector_metrics(
-                    direction,
-                    head_output["predictions"],
-                    target_embeddings[:, target_at][pair_mask],
-                    pair_mask,
-                    predict_at,
-                    output_dict,
+                    direction, head_output["predictions"], targets, pair_mask, predict_at, output_dict
                 )
-        output_dict["loss"] = losses[0] if len(losses) == 1 else losses[0] + losses[1]
+        output_dict["loss"] = sum(losses[1:], losses[0])
         return output_dict
 
-    def contextual_layers(
-        self, tokens: TextFieldTensors
-    ) -> Tuple[torch.Tensor, torch.BoolTensor]:
+    def contextual_layers(self, tokens: TextFieldTensors) -> Tuple[torch.Tensor, torch.BoolTensor]:
         """
-        Every layer of the contextualizer for a batch, for use as features downstream (no dropout
-        from this model is applied; call `eval()` for deterministic recurrent dropout).
+        Every layer of the contextualizer, as downstream features (call `eval()` for no dropout).
 
         # Parameters
 
         tokens : `TextFieldTensors`
-            As for `forward`; the sentences should include their boundary tokens.
+            As for `forward`, with the boundary tokens.
 
         # Returns
 
-        `(layers, mask)`: `layers` has shape `(num_layers + 1, batch_size, num_tokens, 2 * P)`,
-        layer 0 being the (projected) input repeated for both directions; `mask` is
-        `(batch_size, num_tokens)`.
+        `(layers, mask)`: `layers` `(num_layers + 1, batch_size, num_tokens, 2 * P)`, layer 0 the
+        (projected) input repeated for both directions; `mask` `(batch_size, num_tokens)`.
         """
         if not hasattr(self._contextualizer, "forward_all_layers"):
             raise ConfigurationError(
-                f"model.contextualizer ({type(self._contextualizer).__name__}) cannot return all "
-                f"of its layers (it has no forward_all_layers method)"
+                f"model.contextualizer ({type(self._contextualizer).__name__}) has no forward_all_layers"
             )
         if self._output_layer.requires_target_ids and self._target_indexer in tokens:
             tokens = {key: value for key, value in tokens.items() if key != self._target_indexer}
@@ -481,9 +382,7 @@ class BidirectionalLanguageModel(Model):
 
     def target_vectors(self, tokens: TextFieldTensors) -> Tuple[torch.Tensor, torch.BoolTensor]:
         """
-        The vectors a continuous output layer is trained to predict, one per token: the frozen
-        input embeddings, or `target_embedder`'s when the model has one. Useful as a reference:
-        e.g. the cosine of their mean direction is what a constant prediction scores.
+        The vectors a continuous output layer is trained to predict, one per token.
 
         # Parameters
 
@@ -496,15 +395,10 @@ class BidirectionalLanguageModel(Model):
         `mask` `(batch_size, num_tokens)`.
         """
         if self._output_layer.requires_target_ids:
-            raise ConfigurationError(
-                f"model.output_layer ({type(self._output_layer).__name__}) predicts word ids, "
-                f"not target vectors"
-            )
-        mask = util.get_text_field_mask(tokens)
-        embedder = self._target_embedder
-        if embedder is None:
-            embedder = self._text_field_embedder
-        return embedder(tokens).detach(), mask
+            head = type(self._output_layer).__name__
+            raise ConfigurationError(f"model.output_layer {head} predicts word ids, not target vectors")
+        embedder = self._target_embedder or self._text_field_embedder
+        return embedder(tokens).detach(), util.get_text_field_mask(tokens)
 
     def _update_vector_metrics(
         self,
@@ -517,7 +411,7 @@ class BidirectionalLanguageModel(Model):
     ) -> None:
         with torch.no_grad():
             cosine = F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
-            # cosine has its own dtype under mixed precision (autocast computes it in float32).
+            # cosine's own dtype: autocast computes it in float32.
             per_position = cosine.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
             # Writes through the slice view; unlike boolean indexing, needs no host sync.
             per_position[:, predict_at].masked_scatter_(pair_mask, cosine)
@@ -527,13 +421,10 @@ class BidirectionalLanguageModel(Model):
             self._cosine_similarity(cosine.mean())
             self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
 
-    def _retrieval_accuracy_of(
-        self, predictions: torch.Tensor, targets: torch.Tensor
-    ) -> torch.Tensor:
+    def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """
-        The fraction of predictions whose nearest (by cosine) target of the batch is their own
-        target, as a 0-d tensor on their device. Targets are compared by value, so a word's
-        repeated occurrences are one candidate (no `torch.unique`, which waits for the device).
+        The fraction of predictions whose nearest target of the batch is their own, a 0-d tensor.
+        Targets are compared by value (no `torch.unique`, which waits for the device).
         """
         gold = targets
         if self.training and predictions.size(0) > self._retrieval_sample_size:
@@ -546,8 +437,7 @@ class BidirectionalLanguageModel(Model):
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
         if self.training and not reset:
-            # allennlp asks after every training step; reading the device sums there would cost a
-            # host sync (and an all-reduce under DDP) per metric and step.
+            # Asked after every training step: reading the device sums there would sync.
             return {}
         metrics = {}
         if self._directions in ("both", "forward"):
@@ -559,9 +449,7 @@ class BidirectionalLanguageModel(Model):
             metrics["retrieval_accuracy"] = self._retrieval_accuracy.get_metric(reset)
         return metrics
 
-    def make_output_human_readable(
-        self, output_dict: Dict[str, torch.Tensor]
-    ) -> Dict[str, Any]:
+    def make_output_human_readable(self, output_dict: Dict[str, torch.Tensor]) -> Dict[str, Any]:
         lengths = output_dict["mask"].sum(-1).tolist()
         for key in ("forward_cosine", "backward_cosine"):
             if key in output_dict:

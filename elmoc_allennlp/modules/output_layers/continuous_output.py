@@ -1,18 +1,59 @@
+import math
 from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
 
-from allennlp.common.checks import ConfigurationError
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
 
 from elmoc_allennlp.common.checks import check_one_of, check_positive
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
-from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
-    MIN_VMF_DIMENSION,
-    von_mises_fisher_log_normalizer,
-)
 
-_LOSSES = ("cosine", "l2", "vmf")
+# log C_m(κ) = (m/2 − 1) log κ − (m/2) log(2π) − log I_{m/2−1}(κ) of the von Mises-Fisher distribution.
+# I_v over- and underflows float64 at m = 300: `log_bessel_iv` uses the uniform asymptotic (Debye)
+# expansion with two correction terms (Abramowitz & Stegun 9.7.7; DLMF 10.41.3), accurate to 1e-4
+# for v ≥ 5, hence m ≥ `MIN_VMF_DIMENSION`.
+MIN_VMF_DIMENSION = 12  # the smallest m with m/2 - 1 >= 5
+
+
+def log_bessel_iv(order: float, kappa: torch.Tensor) -> torch.Tensor:
+    """
+    log I_v(κ) for a fixed order `v > 0`, elementwise.
+
+    # Parameters
+
+    order : `float`
+        The order v (m/2 − 1 for the vMF normalizer in dimension m).
+    kappa : `torch.Tensor`
+        Positive values, any shape.
+    """
+    if order <= 0:
+        raise ValueError(f"log_bessel_iv needs a positive order, got {order}")
+    z = kappa / order
+    root = torch.sqrt(1.0 + z * z)
+    eta = root + torch.log(z / (1.0 + root))
+    t = 1.0 / root
+    t2 = t * t
+    u1 = t * (3.0 - 5.0 * t2) / 24.0
+    u2 = t2 * (81.0 - 462.0 * t2 + 385.0 * t2 * t2) / 1152.0
+    series = 1.0 + u1 / order + u2 / (order * order)
+    return (
+        order * eta
+        - 0.5 * math.log(2.0 * math.pi * order)
+        + 0.5 * torch.log(t)
+        + torch.log(series)
+    )
+
+
+def von_mises_fisher_log_normalizer(kappa: torch.Tensor, dimension: int) -> torch.Tensor:
+    """log C_m(κ) in `dimension` = m dimensions, elementwise over `kappa`."""
+    order = dimension / 2.0 - 1.0
+    return (
+        order * torch.log(kappa)
+        - (dimension / 2.0) * math.log(2.0 * math.pi)
+        - log_bessel_iv(order, kappa)
+    )
+
 
 
 @LanguageModelOutputLayer.register("elmoc_continuous")
@@ -20,26 +61,23 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
     section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
-    embedding, trained to point at the target word's vector. It has `input_dim · embedding_dim +
-    embedding_dim` parameters whatever the vocabulary size, and no softmax normalisation.
+    embedding, trained to point at the target word's vector. No softmax; its size does not
+    depend on the vocabulary.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous".
 
     # Parameters
 
     input_dim : `int`
-        Dimension of the hidden states (the LSTM projection size, 512 in the paper).
+        Dimension of the hidden states (512 in the paper).
     embedding_dim : `int`
         Dimension of the target vectors (300 for fastText).
     loss : `str`, optional (default = `"cosine"`)
-        `"cosine"`: 1 − cos(Wh, e) (the paper's choice); `"l2"`: the squared Euclidean distance
-        ‖Wh − e‖²; `"vmf"`: the von Mises-Fisher negative log-likelihood of the unit-normalised
-        target with mean direction and concentration given by the prediction (Kumar & Tsvetkov,
-        ICLR 2019, "Von Mises-Fisher Loss for Training Sequence to Sequence Models with Continuous
-        Outputs"): −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖. Needs `embedding_dim` ≥ 12, where the
-        expansion of log C_m is accurate (see `von_mises_fisher`).
+        `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖²; `"vmf"`: the von
+        Mises-Fisher negative log-likelihood of Kumar & Tsvetkov (ICLR 2019),
+        −log C_m(‖ê‖) − êᵀe/‖e‖ + λ‖ê‖, which needs `embedding_dim` ≥ 12 (see `log_bessel_iv`).
     vmf_norm_penalty : `float`, optional (default = `0.02`)
-        λ of the "NLLvMF reg1" variant above (0.02 in Kumar & Tsvetkov); only used with `"vmf"`.
+        λ of the "NLLvMF reg1" variant (Kumar & Tsvetkov's 0.02); only used with `"vmf"`.
     """
 
     def __init__(
@@ -49,24 +87,18 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
         loss: str = "cosine",
         vmf_norm_penalty: float = 0.02,
     ) -> None:
-        super().__init__()
-        check_one_of(loss, _LOSSES, "output_layer.loss")
-        check_positive(input_dim, "output_layer.input_dim")
+        super().__init__(input_dim)
+        check_one_of(loss, ("cosine", "l2", "vmf"), "output_layer.loss")
         check_positive(embedding_dim, "output_layer.embedding_dim")
         if loss == "vmf" and embedding_dim < MIN_VMF_DIMENSION:
             raise ConfigurationError(
                 f"output_layer.embedding_dim is {embedding_dim}, but output_layer.loss 'vmf' "
-                f"needs at least {MIN_VMF_DIMENSION}: below that its log-Bessel expansion is not "
-                "accurate. Use 'cosine' or 'l2' for such small embeddings."
+                f"needs at least {MIN_VMF_DIMENSION}"
             )
-        self._input_dim = input_dim
         self._embedding_dim = embedding_dim
         self._loss = loss
         self._vmf_norm_penalty = vmf_norm_penalty
         self.projection = torch.nn.Linear(input_dim, embedding_dim)
-
-    def get_input_dim(self) -> int:
-        return self._input_dim
 
     def get_output_dim(self) -> int:
         return self._embedding_dim
@@ -79,11 +111,9 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     ) -> Dict[str, torch.Tensor]:
         if target_embeddings is None:
             raise ValueError("ContinuousOutputLayer needs target_embeddings")
-        if target_embeddings.size(-1) != self._embedding_dim:
-            raise ConfigurationError(
-                f"output_layer.embedding_dim is {self._embedding_dim} but the target vectors have "
-                f"dimension {target_embeddings.size(-1)}"
-            )
+        check_dimensions_match(
+            target_embeddings.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim"
+        )
         predictions = self.projection(hidden_states)
         target_embeddings = target_embeddings.to(predictions.dtype)
         if self._loss == "cosine":

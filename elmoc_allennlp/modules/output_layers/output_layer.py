@@ -3,29 +3,34 @@ from typing import Dict, Optional
 import torch
 
 from allennlp.common import Registrable
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+
+from elmoc_allennlp.common.checks import check_positive
 
 
 class LanguageModelOutputLayer(torch.nn.Module, Registrable):
     """
-    The output layer of a language model: it maps the contextualizer's hidden state at each position
-    to a loss against the word at the target position (the next word for the forward LM, the
-    previous word for the backward LM). The biLM shares one head between both directions.
+    The output layer of a language model: maps the contextualizer's state at each predicting
+    position to a loss against the target word. Continuous heads (ELMo-C) compare a prediction
+    with the target word's vector; softmax-family heads (`requires_target_ids`) score a closed
+    vocabulary. The model applies the masking and averaging.
 
-    Heads come in two families, declared by `requires_target_ids`:
+    # Parameters
 
-    - continuous heads (ELMo-C) compare a prediction with the target word's (frozen) vector and need
-      `target_embeddings`; they have no vocabulary, so every word is a valid target;
-    - softmax-family heads score a closed vocabulary and need `target_ids`.
-
-    Subclasses implement `forward`, returning at least `"loss"`: the per-target loss, shape
-    `(num_targets,)`, to which the model applies its masking and averaging. (allennlp-models'
-    `LanguageModelHead` is another contract: it returns logits over a vocabulary.)
+    input_dim : `int`
+        Dimension of the hidden states (the LSTM projection size).
     """
 
     requires_target_ids: bool = False
 
+    def __init__(self, input_dim: int) -> None:
+        super().__init__()
+        check_positive(input_dim, "output_layer.input_dim")
+        self._input_dim = input_dim
+
     def get_input_dim(self) -> int:
-        raise NotImplementedError
+        return self._input_dim
 
     def forward(
         self,
@@ -41,7 +46,7 @@ class LanguageModelOutputLayer(torch.nn.Module, Registrable):
         target_embeddings : `torch.Tensor`, optional
             Shape `(num_targets, embedding_dim)`: the target words' vectors (continuous heads).
         target_ids : `torch.LongTensor`, optional
-            Shape `(num_targets,)`: the target words' ids in the head's vocabulary (softmax heads).
+            Shape `(num_targets,)`: the target words' ids (softmax-family heads).
 
         # Returns
 
@@ -49,3 +54,51 @@ class LanguageModelOutputLayer(torch.nn.Module, Registrable):
         heads, `"predictions"` of shape `(num_targets, embedding_dim)`.
         """
         raise NotImplementedError
+
+
+class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
+    """
+    A softmax-family head over the `num_words` entries (padding and OOV included) of a
+    vocabulary namespace, which must be sorted by decreasing frequency (allennlp's
+    `from_instances` vocabulary is). Subclasses implement `target_loss`.
+
+    # Parameters
+
+    vocab : `Vocabulary`
+    input_dim : `int`
+        Dimension of the hidden states.
+    vocab_namespace : `str`
+        The namespace of the target ids (that of the model's `target_indexer`).
+    """
+
+    requires_target_ids = True
+
+    def __init__(self, vocab: Vocabulary, input_dim: int, vocab_namespace: str) -> None:
+        super().__init__(input_dim)
+        self._num_words = vocab.get_vocab_size(vocab_namespace)
+        if self._num_words <= 2:
+            raise ConfigurationError(
+                f"output_layer.vocab_namespace is '{vocab_namespace}', but that namespace has "
+                f"{self._num_words} entries: index the tokens with a single_id indexer in it and "
+                "build the vocabulary from the corpus (vocabulary.type 'from_instances')"
+            )
+
+    @property
+    def num_words(self) -> int:
+        return self._num_words
+
+    def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+        """The negative log-likelihood of each target, shape `(num_targets,)`."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        target_embeddings: Optional[torch.Tensor] = None,
+        target_ids: Optional[torch.LongTensor] = None,
+    ) -> Dict[str, torch.Tensor]:
+        if target_ids is None:
+            raise ValueError(f"{type(self).__name__} needs target_ids")
+        if hidden_states.size(0) == 0:
+            return {"loss": hidden_states.new_zeros(0)}
+        return {"loss": self.target_loss(hidden_states, target_ids)}

@@ -8,9 +8,9 @@ from scipy.special import ive
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.modules.output_layers.continuous_output import ContinuousOutputLayer
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
-from elmoc_allennlp.modules.output_layers.von_mises_fisher import (
+from elmoc_allennlp.modules.output_layers.continuous_output import (
+    ContinuousOutputLayer,
     MIN_VMF_DIMENSION,
     log_bessel_iv,
     von_mises_fisher_log_normalizer,
