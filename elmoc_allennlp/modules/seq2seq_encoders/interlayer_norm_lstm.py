@@ -6,10 +6,10 @@ from typing import List, Optional
 
 import torch
 
-from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 
 from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import checked_mask
 
 
 def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -28,22 +28,12 @@ def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch
 class InterLayerNormLstm(Seq2SeqEncoder):
     """
     A bidirectional LSTM encoder with the layout of [`LayerNormLstm`](layer_norm_lstm.md#elmoclstm)
-    (input projection, separate forward and backward stacks, residual connections from layer 1,
-    output `[forward; backward]`), where each layer of each direction is one
-    `torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim)`, i.e. PyTorch's fused LSTM
-    (cuDNN on a GPU).
+    (input projection, separate stacks, residual connections from layer 1), where each layer
+    direction is PyTorch's fused `torch.nn.LSTM(projection_dim, cell_dim, proj_size=...)`.
 
-    **This is a different model from `elmoc_lstm`**, not a faster implementation of it: the fused
-    kernel has no LayerNorm inside the recurrence, so here LayerNorm is applied to each layer's
-    output, between layers (the state fed back at the next time step is the raw projected state),
-    and there is no cell or projection clipping and no variational recurrent dropout. Its
-    parameters are named and shaped like `torch.nn.LSTM`'s, so checkpoints of the two encoders are
-    not interchangeable. Use it when the fused kernel's speed matters more than matching the
-    ELMo-C paper; `benchmarks/encoder_speed.py` shows what it buys.
-
-    Padding must be at the end of each sequence; the backward stack runs on sequences reversed
-    within their lengths, and padded batches are packed (`pack_padded_sequence`), so padding
-    costs nothing and never reaches a real position.
+    **A different model from `elmoc_lstm`**, not a faster implementation: LayerNorm is applied
+    between layers, not inside the recurrence, and there is no clipping and no recurrent dropout;
+    checkpoints are not interchangeable. Padding must be at the end of each sequence.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_interlayer_norm_lstm".
 
@@ -72,13 +62,10 @@ class InterLayerNormLstm(Seq2SeqEncoder):
         layer_norm: bool = True,
     ) -> None:
         super().__init__(stateful=False)
-        for value, name in (
-            (input_dim, "input_dim"),
-            (projection_dim, "projection_dim"),
-            (cell_dim, "cell_dim"),
-            (num_layers, "num_layers"),
-        ):
-            check_positive(value, name)
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(num_layers, "num_layers")
         self._input_dim = input_dim
         self.projection_dim = projection_dim
         self.cell_dim = cell_dim
@@ -166,22 +153,7 @@ class InterLayerNormLstm(Seq2SeqEncoder):
     def _encode(
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
-        if inputs.dim() != 3:
-            raise ValueError(
-                f"inputs must have shape (batch_size, timesteps, {self._input_dim}), "
-                f"but got shape {tuple(inputs.size())}."
-            )
-        check_dimensions_match(
-            inputs.size(-1), self._input_dim, "inputs' last dimension", "input_dim"
-        )
-        if mask is None:
-            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
-        if mask.size() != inputs.size()[:2]:
-            raise ValueError(
-                f"mask must have shape (batch_size, timesteps) = {tuple(inputs.size()[:2])}, "
-                f"but got shape {tuple(mask.size())}."
-            )
-        mask = mask.bool()
+        mask = checked_mask(inputs, mask, self._input_dim)
         lengths = mask.sum(dim=1)
         positions = torch.arange(mask.size(1), device=mask.device).unsqueeze(0)
         if not torch.equal(mask, positions < lengths.unsqueeze(1)):
