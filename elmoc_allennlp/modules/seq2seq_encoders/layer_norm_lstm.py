@@ -1,13 +1,8 @@
 """
-The ELMo-C contextual encoder: ELMo's bidirectional LSTM with projection (`ElmoLstm` /
-`LstmCellWithProjection`), with LayerNorm applied to the projected state inside the recurrence.
-With `layer_norm=False` the layers compute exactly what `LstmCellWithProjection` computes.
-
-Two implementations compute the same function (`implementation`): `"reference"`, a Python loop
-over time steps with autograd's backward pass, and `"auto"`, the fast path of
-`lstm_recurrence` (sequences packed by length, a hand-written backward pass), which needs the
-padding at the end of each sequence and falls back to the reference path for other masks. Under
-autocast (`use_amp`) the fast path runs in the parameters' precision.
+The ELMo-C contextual encoder: ELMo's `ElmoLstm` with LayerNorm of the projected state inside the
+recurrence. Two implementations compute the same function: `"reference"`, a Python loop over time
+steps, and `"auto"`, the fast path of `lstm_recurrence` (which needs the padding at the end of
+each sequence, and runs in the parameters' precision under autocast).
 """
 import contextlib
 import logging
@@ -37,22 +32,6 @@ IMPLEMENTATIONS = ("auto", "reference")
 _SEQUENTIAL = ConcurrentRunner(enabled=False)
 _CONCURRENT = ConcurrentRunner(enabled=True)
 _warned_not_prefix = False
-
-
-def _check_lstm_config(
-    input_dim: int,
-    projection_dim: int,
-    cell_dim: int,
-    cell_clip: Optional[float],
-    projection_clip: Optional[float],
-    recurrent_dropout: float,
-) -> None:
-    check_positive(input_dim, "input_dim")
-    check_positive(projection_dim, "projection_dim")
-    check_positive(cell_dim, "cell_dim")
-    check_positive(cell_clip, "cell_clip", allow_none=True)
-    check_positive(projection_clip, "projection_clip", allow_none=True)
-    check_probability(recurrent_dropout, "recurrent_dropout")
 
 
 def checked_mask(
@@ -145,9 +124,12 @@ class LayerNormLstmLayer(torch.nn.Module):
         implementation: str = "auto",
     ) -> None:
         super().__init__()
-        _check_lstm_config(
-            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
-        )
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(cell_clip, "cell_clip", allow_none=True)
+        check_positive(projection_clip, "projection_clip", allow_none=True)
+        check_probability(recurrent_dropout, "recurrent_dropout")
         self.implementation = implementation
         self.input_dim = input_dim
         self.projection_dim = projection_dim
@@ -288,8 +270,71 @@ class LayerNormLstmLayer(torch.nn.Module):
         return torch.stack(outputs, dim=1)  # type: ignore[arg-type]
 
 
+class BidirectionalStacks(Seq2SeqEncoder):
+    """
+    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: an input projection, then separate
+    forward and backward stacks of `num_layers` LSTM layers whose output is `[forward; backward]`.
+    Subclasses implement `_encode`, which returns the requested layers.
+    """
+
+    def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:
+        super().__init__(stateful=False)
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(num_layers, "num_layers")
+        self._input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.num_layers = num_layers
+
+    def get_input_dim(self) -> int:
+        return self._input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`, required.
+            A tensor of shape `(batch_size, timesteps, input_dim)`.
+        mask : `torch.BoolTensor`, optional (default = `None`)
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
+            padding at the end of each sequence. `None` means every position is real.
+
+        # Returns
+
+        `torch.Tensor`
+            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
+            2 * projection_dim)`, zero at padding.
+        """
+        return self._encode(inputs, mask, all_layers=False)[-1]
+
+    def forward_all_layers(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
+        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
+        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
+        """
+        return torch.stack(self._encode(inputs, mask, all_layers=True))
+
+    def _encode(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
+    ) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+
 @Seq2SeqEncoder.register("elmoc_lstm")
-class LayerNormLstm(Seq2SeqEncoder):
+class LayerNormLstm(BidirectionalStacks):
     """
     The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1).
 
@@ -348,15 +393,7 @@ class LayerNormLstm(Seq2SeqEncoder):
         input_projection_bias: Optional[bool] = None,
         separate_input_projections: bool = False,
     ) -> None:
-        super().__init__(stateful=False)
-        _check_lstm_config(
-            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
-        )
-        check_positive(num_layers, "num_layers")
-        self._input_dim = input_dim
-        self.projection_dim = projection_dim
-        self.cell_dim = cell_dim
-        self.num_layers = num_layers
+        super().__init__(input_dim, projection_dim, cell_dim, num_layers)
         self.parallel_directions = parallel_directions
         self.separate_input_projections = separate_input_projections
 
@@ -403,45 +440,6 @@ class LayerNormLstm(Seq2SeqEncoder):
         for layer in list(self.forward_layers) + list(self.backward_layers):
             layer.implementation = implementation
 
-    def get_input_dim(self) -> int:
-        return self._input_dim
-
-    def get_output_dim(self) -> int:
-        return 2 * self.projection_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
-
-    def forward(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
-            padding at the end of each sequence. `None` means every position is real.
-
-        # Returns
-
-        `torch.Tensor`
-            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
-            2 * projection_dim)`, zero at padding.
-        """
-        return self._encode(inputs, mask, all_layers=False)[-1]
-
-    def forward_all_layers(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
-        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
-        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
-        """
-        return torch.stack(self._encode(inputs, mask, all_layers=True))
-
     def _project(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The (normalised) input projections of the forward and the backward stack."""
         projections = [(self.input_projection, self.input_layer_norm)]
@@ -457,53 +455,44 @@ class LayerNormLstm(Seq2SeqEncoder):
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
         mask = checked_mask(inputs, mask, self._input_dim)
+        # The fast path runs on packed rows, the reference path on padded inputs.
         packing = _fast_packing(self.implementation, mask)
-        if packing is None:
-            return self._encode_stacks(inputs, mask, None, all_layers)
-        inputs, precision = _outside_autocast(inputs, self.input_projection.weight.dtype)
+        precision: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if packing is not None:
+            inputs, precision = _outside_autocast(inputs, self.input_projection.weight.dtype)
+            inputs = packing.pack(inputs)
         with precision:
-            return self._encode_stacks(packing.pack(inputs), mask, packing, all_layers)
+            forward_output, backward_output = self._project(inputs)
+            if packing is None:  # zero at padding, as unpacked rows are
+                keep = mask.unsqueeze(-1)
+                forward_output, backward_output = forward_output * keep, backward_output * keep
 
-    def _encode_stacks(
-        self,
-        inputs: torch.Tensor,
-        mask: torch.BoolTensor,
-        packing: Optional[SequencePacking],
-        all_layers: bool,
-    ) -> List[torch.Tensor]:
-        """Runs both stacks on padded `inputs` (reference path, `packing` is `None`) or on packed
-        rows (fast path); returns the requested layers, padded."""
-        forward_output, backward_output = self._project(inputs)
-        if packing is None:  # zero at padding, as unpacked rows are
-            keep = mask.unsqueeze(-1)
-            forward_output, backward_output = forward_output * keep, backward_output * keep
+            def padded(forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
+                both = torch.cat([forward, backward], dim=-1)
+                return both if packing is None else packing.unpack(both)
 
-        def padded(forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
-            both = torch.cat([forward, backward], dim=-1)
-            return both if packing is None else packing.unpack(both)
-
-        layers = [padded(forward_output, backward_output)] if all_layers else []
-        runner = _SEQUENTIAL
-        if self.parallel_directions and inputs.device.type == "cpu":
-            runner = _CONCURRENT
-        for layer_index, (forward_layer, backward_layer) in enumerate(
-            zip(self.forward_layers, self.backward_layers)
-        ):
-            forward_input, backward_input = forward_output, backward_output
-            if packing is None:
-                forward_output = forward_layer._forward_reference(forward_input, mask)
-                backward_output = backward_layer._forward_reference(backward_input, mask)
-            else:
-                # Dropout masks are drawn in the reference path's order: forward, then backward.
-                directions = [
-                    forward_layer.recurrence_inputs(forward_input, packing),
-                    backward_layer.recurrence_inputs(backward_input, packing),
-                ]
-                forward_output, backward_output = run_recurrences(runner, directions)
-            if layer_index != 0:
-                # Residual connection; the inputs are zero at padding, so the outputs stay zero.
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            if all_layers or layer_index == self.num_layers - 1:
-                layers.append(padded(forward_output, backward_output))
+            layers = [padded(forward_output, backward_output)] if all_layers else []
+            runner = _SEQUENTIAL
+            if self.parallel_directions and inputs.device.type == "cpu":
+                runner = _CONCURRENT
+            for layer_index, (forward_layer, backward_layer) in enumerate(
+                zip(self.forward_layers, self.backward_layers)
+            ):
+                forward_input, backward_input = forward_output, backward_output
+                if packing is None:
+                    forward_output = forward_layer._forward_reference(forward_input, mask)
+                    backward_output = backward_layer._forward_reference(backward_input, mask)
+                else:
+                    # Dropout masks are drawn in the reference path's order: forward, backward.
+                    directions = [
+                        forward_layer.recurrence_inputs(forward_input, packing),
+                        backward_layer.recurrence_inputs(backward_input, packing),
+                    ]
+                    forward_output, backward_output = run_recurrences(runner, directions)
+                if layer_index != 0:
+                    # Residual connection; the inputs are zero at padding, so are the outputs.
+                    forward_output = forward_output + forward_input
+                    backward_output = backward_output + backward_input
+                if all_layers or layer_index == self.num_layers - 1:
+                    layers.append(padded(forward_output, backward_output))
         return layers

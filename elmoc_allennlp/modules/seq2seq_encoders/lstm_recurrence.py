@@ -1,13 +1,9 @@
 """
 The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
 autograd node with a hand-written backward pass, over sequences packed by length (the layout of
-`torch.nn.utils.rnn.PackedSequence`), so padding costs nothing and every per-step operand is a
-contiguous slice.
-
-The input-to-gates product of all positions and the weight gradients are one GEMM each outside
-the loop; each step runs two GEMMs forward and two backward into preallocated buffers. The two
-directions of a layer can run in two threads on CPU ([`ConcurrentRunner`](#concurrentrunner)).
-Everything is PyTorch operations: nothing is compiled, and it runs on any device.
+`PackedSequence`). The input-to-gates product and the weight gradients are one GEMM each outside
+the loop; each step runs two GEMMs forward and two backward into preallocated buffers. Only
+PyTorch operations: nothing is compiled, and it runs on any device.
 """
 import os
 import threading
@@ -358,8 +354,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
         )
         ctx.runner, ctx.configs = runner, configs
         ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
-        outputs = tuple(output for output, _ in results)
-        return outputs if len(outputs) > 1 else outputs[0]
+        return tuple(output for output, _ in results)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -397,8 +392,7 @@ def run_recurrences(
     """
     configs = [config for config, _ in directions]
     flat = [tensor for _, tensors in directions for tensor in tensors]
-    outputs = LayerNormLstmRecurrence.apply(runner, configs, *flat)
-    return list(outputs) if isinstance(outputs, tuple) else [outputs]
+    return list(LayerNormLstmRecurrence.apply(runner, configs, *flat))
 
 
 @contextmanager
