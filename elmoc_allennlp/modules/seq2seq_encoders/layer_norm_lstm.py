@@ -58,7 +58,7 @@ def _fast_packing(implementation: str, mask: torch.BoolTensor) -> Optional[Seque
         return None
     packing = pack_by_length(mask)
     if packing is None and not _warned_not_prefix:
-        logger.warning("The mask has padding before real tokens: the fast LSTM path needs the padding at the end")
+        logger.warning("The fast LSTM path needs the padding at the end; using the reference path")
         _warned_not_prefix = True
     return packing if packing is not None and packing.num_rows > 0 else None
 
