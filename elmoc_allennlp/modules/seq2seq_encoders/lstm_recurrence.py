@@ -308,23 +308,22 @@ def recurrence_backward(
         if k > 0:
             torch.mm(step_grad_gates, saved.state_weight, out=grad_state_carry[:n])
 
-    needs = needs_input_grads
     grads: List[Optional[torch.Tensor]] = [None] * 7
-    if needs[0]:
+    if needs_input_grads[0]:
         grads[0] = grad_gates.mm(saved.input_weight)
-    if needs[1]:
+    if needs_input_grads[1]:
         grads[1] = grad_gates.t().mm(saved.inputs)
-    if needs[2]:
+    if needs_input_grads[2]:
         grads[2] = grad_gates.sum(dim=0)
-    if needs[3]:  # the rows whose previous state is not the zero state of a first step
+    if needs_input_grads[3]:  # the rows whose previous state is not the zero state of a first step
         first = steps[0]
         recurrent = slice(first.offset + first.rows, num_rows) if config.go_forward else slice(0, first.offset)
         grads[3] = grad_gates[recurrent].t().mm(saved.previous_states[recurrent])
-    if needs[4]:
+    if needs_input_grads[4]:
         grads[4] = grad_projected.t().mm(saved.cell_outputs)
     if norm_weight is not None:
-        grads[5] = grad_norm_weight.to(norm_weight.dtype) if needs[5] else None
-        grads[6] = grad_norm_bias.to(norm_weight.dtype) if needs[6] else None
+        grads[5] = grad_norm_weight.to(norm_weight.dtype) if needs_input_grads[5] else None
+        grads[6] = grad_norm_bias.to(norm_weight.dtype) if needs_input_grads[6] else None
     return tuple(grads)
 
 
