@@ -6,10 +6,9 @@ from typing import List, Optional
 
 import torch
 
-from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 
-from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import BidirectionalStacks, checked_mask
 
 
 def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -25,25 +24,15 @@ def reverse_within_lengths(padded: torch.Tensor, lengths: torch.Tensor) -> torch
 
 
 @Seq2SeqEncoder.register("elmoc_interlayer_norm_lstm")
-class InterLayerNormLstm(Seq2SeqEncoder):
+class InterLayerNormLstm(BidirectionalStacks):
     """
     A bidirectional LSTM encoder with the layout of [`LayerNormLstm`](layer_norm_lstm.md#elmoclstm)
-    (input projection, separate forward and backward stacks, residual connections from layer 1,
-    output `[forward; backward]`), where each layer of each direction is one
-    `torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim)`, i.e. PyTorch's fused LSTM
-    (cuDNN on a GPU).
+    (input projection, separate stacks, residual connections from layer 1), where each layer
+    direction is PyTorch's fused `torch.nn.LSTM(projection_dim, cell_dim, proj_size=...)`.
 
-    **This is a different model from `elmoc_lstm`**, not a faster implementation of it: the fused
-    kernel has no LayerNorm inside the recurrence, so here LayerNorm is applied to each layer's
-    output, between layers (the state fed back at the next time step is the raw projected state),
-    and there is no cell or projection clipping and no variational recurrent dropout. Its
-    parameters are named and shaped like `torch.nn.LSTM`'s, so checkpoints of the two encoders are
-    not interchangeable. Use it when the fused kernel's speed matters more than matching the
-    ELMo-C paper; `benchmarks/encoder_speed.py` shows what it buys.
-
-    Padding must be at the end of each sequence; the backward stack runs on sequences reversed
-    within their lengths, and padded batches are packed (`pack_padded_sequence`), so padding
-    costs nothing and never reaches a real position.
+    **A different model from `elmoc_lstm`**, not a faster implementation: LayerNorm is applied
+    between layers, not inside the recurrence, and there is no clipping and no recurrent dropout;
+    checkpoints are not interchangeable. Padding must be at the end of each sequence.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_interlayer_norm_lstm".
 
@@ -71,18 +60,7 @@ class InterLayerNormLstm(Seq2SeqEncoder):
         num_layers: int = 2,
         layer_norm: bool = True,
     ) -> None:
-        super().__init__(stateful=False)
-        for value, name in (
-            (input_dim, "input_dim"),
-            (projection_dim, "projection_dim"),
-            (cell_dim, "cell_dim"),
-            (num_layers, "num_layers"),
-        ):
-            check_positive(value, name)
-        self._input_dim = input_dim
-        self.projection_dim = projection_dim
-        self.cell_dim = cell_dim
-        self.num_layers = num_layers
+        super().__init__(input_dim, projection_dim, cell_dim, num_layers)
 
         # A bias before a LayerNorm would be cancelled by its mean subtraction.
         self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=not layer_norm)
@@ -91,60 +69,17 @@ class InterLayerNormLstm(Seq2SeqEncoder):
         )
 
         def make_lstm() -> torch.nn.LSTM:
-            return torch.nn.LSTM(
-                projection_dim, cell_dim, proj_size=projection_dim, batch_first=True
-            )
+            return torch.nn.LSTM(projection_dim, cell_dim, proj_size=projection_dim, batch_first=True)
 
         def make_norms() -> Optional[torch.nn.ModuleList]:
             if not layer_norm:
                 return None
-            return torch.nn.ModuleList(
-                torch.nn.LayerNorm(projection_dim) for _ in range(num_layers)
-            )
+            return torch.nn.ModuleList(torch.nn.LayerNorm(projection_dim) for _ in range(num_layers))
 
         self.forward_layers = torch.nn.ModuleList(make_lstm() for _ in range(num_layers))
         self.backward_layers = torch.nn.ModuleList(make_lstm() for _ in range(num_layers))
         self.forward_layer_norms = make_norms()
         self.backward_layer_norms = make_norms()
-
-    def get_input_dim(self) -> int:
-        return self._input_dim
-
-    def get_output_dim(self) -> int:
-        return 2 * self.projection_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
-
-    def forward(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
-            padding at the end. `None` means every position is real.
-
-        # Returns
-
-        `torch.Tensor`
-            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
-            2 * projection_dim)`, zero at padding.
-        """
-        return self._encode(inputs, mask, all_layers=False)[-1]
-
-    def forward_all_layers(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
-        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
-        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
-        """
-        return torch.stack(self._encode(inputs, mask, all_layers=True))
 
     def _run(
         self,
@@ -166,22 +101,7 @@ class InterLayerNormLstm(Seq2SeqEncoder):
     def _encode(
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
-        if inputs.dim() != 3:
-            raise ValueError(
-                f"inputs must have shape (batch_size, timesteps, {self._input_dim}), "
-                f"but got shape {tuple(inputs.size())}."
-            )
-        check_dimensions_match(
-            inputs.size(-1), self._input_dim, "inputs' last dimension", "input_dim"
-        )
-        if mask is None:
-            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
-        if mask.size() != inputs.size()[:2]:
-            raise ValueError(
-                f"mask must have shape (batch_size, timesteps) = {tuple(inputs.size()[:2])}, "
-                f"but got shape {tuple(mask.size())}."
-            )
-        mask = mask.bool()
+        mask = checked_mask(inputs, mask, self._input_dim)
         lengths = mask.sum(dim=1)
         positions = torch.arange(mask.size(1), device=mask.device).unsqueeze(0)
         if not torch.equal(mask, positions < lengths.unsqueeze(1)):
@@ -216,9 +136,6 @@ class InterLayerNormLstm(Seq2SeqEncoder):
                 forward_output = forward_output + forward_input
                 backward_output = backward_output + backward_input
             if all_layers or index == self.num_layers - 1:
-                layers.append(
-                    torch.cat(
-                        [forward_output, reverse_within_lengths(backward_output, lengths)], -1
-                    )
-                )
+                backward = reverse_within_lengths(backward_output, lengths)
+                layers.append(torch.cat([forward_output, backward], -1))
         return layers

@@ -1,21 +1,8 @@
 """
-The ELMo-C contextual encoder: ELMo's bidirectional LSTM with projection (`ElmoLstm` /
-`LstmCellWithProjection`), with LayerNorm applied to the projected state inside the recurrence.
-
-With `layer_norm=False` the layers compute exactly what allennlp's `LstmCellWithProjection`
-computes.
-
-Two implementations compute the same thing (chosen with `implementation`):
-
-* the **reference** path (`"reference"`), a Python loop over time steps whose backward pass is
-  autograd's, with padding handled by masks;
-* the **fast** path (`"auto"`, the default; `elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence`): sequences
-  packed by length, one autograd node per layer and direction with a hand-written backward pass,
-  all in PyTorch operations (any device, nothing compiled). It needs the padding at the end of
-  each sequence and uses the reference path for other masks.
-
-Under autocast (`use_amp`), the fast path runs in the parameters' precision (usually float32);
-the reference path follows autocast's per-operation rules.
+The ELMo-C contextual encoder: ELMo's `ElmoLstm` with LayerNorm of the projected state inside the
+recurrence. Two implementations compute the same function: `"reference"`, a Python loop over time
+steps, and `"auto"`, the fast path of `lstm_recurrence` (which needs the padding at the end of
+each sequence, and runs in the parameters' precision under autocast).
 """
 import contextlib
 import logging
@@ -23,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from allennlp.common.checks import ConfigurationError, check_dimensions_match
+from allennlp.common.checks import check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
@@ -42,91 +29,64 @@ logger = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("auto", "reference")
 
-
-def _check_lstm_config(
-    input_dim: int,
-    projection_dim: int,
-    cell_dim: int,
-    cell_clip: Optional[float],
-    projection_clip: Optional[float],
-    recurrent_dropout: float,
-) -> None:
-    check_positive(input_dim, "input_dim")
-    check_positive(projection_dim, "projection_dim")
-    check_positive(cell_dim, "cell_dim")
-    check_positive(cell_clip, "cell_clip", allow_none=True)
-    check_positive(projection_clip, "projection_clip", allow_none=True)
-    check_probability(recurrent_dropout, "recurrent_dropout")
-
-
-def _checked_implementation(implementation: str) -> str:
-    check_one_of(implementation, IMPLEMENTATIONS, "implementation")
-    return implementation
-
-
 _SEQUENTIAL = ConcurrentRunner(enabled=False)
 _CONCURRENT = ConcurrentRunner(enabled=True)
 _warned_not_prefix = False
 
 
+def checked_mask(
+    inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int
+) -> torch.BoolTensor:
+    """Checks the shapes of an encoder's `inputs` and `mask`; returns the mask (all `True` for
+    `None`) as a `BoolTensor`."""
+    if inputs.dim() != 3:
+        shape = tuple(inputs.size())
+        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {shape}")
+    check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
+    if mask is None:
+        return inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
+    if mask.size() != inputs.size()[:2]:
+        raise ValueError(f"mask must have shape {tuple(inputs.size()[:2])}, got {tuple(mask.size())}")
+    return mask.bool()
+
+
+def _fast_packing(implementation: str, mask: torch.BoolTensor) -> Optional[SequencePacking]:
+    """The packing for the fast path, or `None` for the reference path (chosen, or taken for an
+    empty batch and, with a warning, for padding before real tokens)."""
+    global _warned_not_prefix
+    if implementation == "reference":
+        return None
+    packing = pack_by_length(mask)
+    if packing is None and not _warned_not_prefix:
+        logger.warning("The fast LSTM path needs the padding at the end; using the reference path")
+        _warned_not_prefix = True
+    return packing if packing is not None and packing.num_rows > 0 else None
+
+
 def _outside_autocast(
     inputs: torch.Tensor, dtype: torch.dtype
 ) -> Tuple[torch.Tensor, contextlib.AbstractContextManager]:
-    """
-    Under autocast (`use_amp`), the fast path runs in the parameters' precision: returns the
-    inputs cast to `dtype` and a context that turns autocast off on their device. Otherwise the
-    inputs unchanged and a no-op context.
-    """
+    """The inputs in `dtype` and a context without autocast, under autocast; else a no-op."""
     device_type = inputs.device.type
     if autocast_enabled(device_type):
         return inputs.to(dtype), torch.autocast(device_type, enabled=False)
     return inputs, contextlib.nullcontext()
 
 
-def _pack_or_warn(mask: torch.BoolTensor) -> Optional[SequencePacking]:
-    global _warned_not_prefix
-    packing = pack_by_length(mask)
-    if packing is None and not _warned_not_prefix:
-        logger.warning(
-            "The mask has padding before real tokens; the fast LSTM path needs padding at the end "
-            "of each sequence, so the (slower) reference path is used for such batches."
-        )
-        _warned_not_prefix = True
-    return packing
-
-
-def _check_inputs(inputs: torch.Tensor, mask: torch.Tensor, input_dim: int) -> None:
-    if inputs.dim() != 3:
-        raise ValueError(
-            f"inputs must have shape (batch_size, timesteps, {input_dim}), "
-            f"but got shape {tuple(inputs.size())}."
-        )
-    check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
-    if mask.size() != inputs.size()[:2]:
-        raise ValueError(
-            f"mask must have shape (batch_size, timesteps) = {tuple(inputs.size()[:2])}, "
-            f"but got shape {tuple(mask.size())}."
-        )
-
-
 class LayerNormLstmLayer(torch.nn.Module):
     """
-    One direction of one layer of the ELMo-C LSTM: an LSTM whose cell is projected down to a
-    smaller state, as in allennlp's `LstmCellWithProjection`, followed (when `layer_norm` is
-    `True`) by LayerNorm of the projected, clipped state. The normalised state is both the
-    output at step t and the recurrent state fed back at step t + 1.
-
-    Per time step, with gates in the order (input, forget, memory, output):
+    One direction of one layer of the ELMo-C LSTM: allennlp's `LstmCellWithProjection` followed
+    (when `layer_norm`) by LayerNorm of the projected, clipped state, which is both the output at
+    step t and the state fed back at step t + 1. With gates in the order (input, forget, memory,
+    output):
 
         gates = input_linearity(x_t) + state_linearity(h_{t-1})
         c_t = sigmoid(i) * tanh(g) + sigmoid(f) * c_{t-1}          (clipped to +-cell_clip)
         h_t = state_projection(sigmoid(o) * tanh(c_t))             (clipped to +-projection_clip)
         h_t = layer_norm(h_t) * recurrent_dropout_mask
 
-    Padding is handled with the mask: at a padded step the (state, memory) pair is carried over
-    unchanged and the output is zero. Since padding comes at the end of a sequence, the backward
-    direction starts from a zero state at each sequence's last real token. (That is what the
-    reference path does; the fast path gets the same result by packing the sequences by length.)
+    Outputs are zero at padding; the backward direction starts from a zero state at each
+    sequence's last real token.
 
     # Parameters
 
@@ -146,14 +106,9 @@ class LayerNormLstmLayer(torch.nn.Module):
         The magnitude at which the projected state is clipped (before LayerNorm); `None`
         disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
-        Variational dropout on the recurrent state: in training mode one mask per sequence is
-        applied, at every time step, to the state that is emitted and fed back.
+        Variational dropout on the recurrent state: one mask per sequence, at every time step.
     implementation : `str`, optional (default = `"auto"`)
-        How to compute it (the result is the same up to float rounding): `"auto"` (the fast
-        path: packed sequences, hand-written backward pass; any device) or `"reference"` (Python
-        loop over time steps, autograd backward). The fast path needs the padding at the end of
-        each sequence and uses the reference path for other masks. It is also an attribute,
-        which can be changed after construction.
+        `"auto"` (the fast path) or `"reference"`; also a settable attribute.
     """
 
     def __init__(
@@ -169,9 +124,12 @@ class LayerNormLstmLayer(torch.nn.Module):
         implementation: str = "auto",
     ) -> None:
         super().__init__()
-        _check_lstm_config(
-            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
-        )
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(cell_clip, "cell_clip", allow_none=True)
+        check_positive(projection_clip, "projection_clip", allow_none=True)
+        check_probability(recurrent_dropout, "recurrent_dropout")
         self.implementation = implementation
         self.input_dim = input_dim
         self.projection_dim = projection_dim
@@ -196,11 +154,11 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     @implementation.setter
     def implementation(self, implementation: str) -> None:
-        self._implementation = _checked_implementation(implementation)
+        check_one_of(implementation, IMPLEMENTATIONS, "implementation")
+        self._implementation = implementation
 
     def reset_parameters(self) -> None:
-        # Same initialisation as `LstmCellWithProjection`: orthogonal blocks per gate, forget
-        # gate bias 1 (Jozefowicz et al., 2015), default init for the state projection.
+        # As `LstmCellWithProjection`: orthogonal blocks per gate, forget gate bias 1.
         block_orthogonal(self.input_linearity.weight.data, [self.cell_dim, self.input_dim])
         block_orthogonal(self.state_linearity.weight.data, [self.cell_dim, self.projection_dim])
         self.state_linearity.bias.data.fill_(0.0)
@@ -217,62 +175,36 @@ class LayerNormLstmLayer(torch.nn.Module):
         inputs : `torch.Tensor`, required.
             A tensor of shape `(batch_size, timesteps, input_dim)`.
         mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real (non-padding) positions.
-            `None` means every position is real.
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions; `None` means
+            every position is real.
 
         # Returns
 
         `torch.Tensor`
             The states, of shape `(batch_size, timesteps, projection_dim)`, zero at padding.
         """
-        if mask is None:
-            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
-        _check_inputs(inputs, mask, self.input_dim)
-        mask = mask.bool()
-        if self.implementation == "reference":
+        mask = checked_mask(inputs, mask, self.input_dim)
+        packing = _fast_packing(self.implementation, mask)
+        if packing is None:
             return self._forward_reference(inputs, mask)
         inputs, precision = _outside_autocast(inputs, self.input_linearity.weight.dtype)
         with precision:
-            packing = _pack_or_warn(mask)
-            if packing is None or packing.num_rows == 0:
-                return self._forward_reference(inputs, mask)
-            dropout_mask = self.make_dropout_mask(inputs)
-            if dropout_mask is not None:
-                dropout_mask = packing.sort_batch(dropout_mask)
-            outputs = self.forward_packed(packing.pack(inputs), packing, dropout_mask)
-            return packing.unpack(outputs)
+            direction = self.recurrence_inputs(packing.pack(inputs), packing)
+            return packing.unpack(run_recurrences(_SEQUENTIAL, [direction])[0])
 
-    def make_dropout_mask(self, inputs: torch.Tensor) -> Optional[torch.Tensor]:
-        """
-        The recurrent dropout mask `(batch_size, projection_dim)` for a batch of `inputs`, or
-        `None` when there is no dropout (evaluation mode or `recurrent_dropout == 0`).
-        """
+    def _dropout_mask(self, batch_size: int, like: torch.Tensor) -> Optional[torch.Tensor]:
+        """The recurrent dropout mask `(batch_size, projection_dim)`, or `None` without dropout."""
         if not (self.training and self.recurrent_dropout > 0.0):
             return None
-        state = inputs.new_zeros(inputs.size(0), self.projection_dim)
+        state = like.new_zeros(batch_size, self.projection_dim)
         return get_dropout_mask(self.recurrent_dropout, state).to(state.dtype)
 
-    def forward_packed(
-        self,
-        packed_inputs: torch.Tensor,
-        packing: SequencePacking,
-        dropout_mask: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
-        """
-        The fast path on packed rows: `packed_inputs` `(num_rows, input_dim)` in the layout of
-        `packing`, `dropout_mask` `(batch_size, projection_dim)` in packing order (or `None`).
-        Returns the states `(num_rows, projection_dim)`. `packing` must have at least one row.
-        """
-        config, tensors = self.recurrence_inputs(packed_inputs, packing, dropout_mask)
-        return run_recurrences(_SEQUENTIAL, [config], [tensors])[0]
-
     def recurrence_inputs(
-        self,
-        packed_inputs: torch.Tensor,
-        packing: SequencePacking,
-        dropout_mask: Optional[torch.Tensor] = None,
+        self, packed_inputs: torch.Tensor, packing: SequencePacking
     ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
-        """The arguments of `lstm_recurrence.run_recurrences` for this layer (`forward_packed`)."""
+        """The `(config, tensors)` of `lstm_recurrence.run_recurrences` for this layer on
+        `packed_inputs` `(num_rows, input_dim)`, with a new dropout mask."""
+        dropout_mask = self._dropout_mask(packing.batch_size, packed_inputs)
         config = RecurrenceConfig(
             batch_sizes=packing.batch_sizes,
             offsets=packing.offsets,
@@ -289,15 +221,13 @@ class LayerNormLstmLayer(torch.nn.Module):
             self.state_projection.weight,
             None if self.layer_norm is None else self.layer_norm.weight,
             None if self.layer_norm is None else self.layer_norm.bias,
-            dropout_mask,
+            None if dropout_mask is None else packing.sort_batch(dropout_mask),
         )
         return config, tensors
 
     def _forward_reference(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         batch_size, total_timesteps, _ = inputs.size()
-
-        # Input-to-gates product for all time steps in one matmul, time-major so that each step
-        # reads a contiguous (batch_size, 4 * cell_dim) block. The state bias is folded in here.
+        # The input-to-gates product (and the state bias) of all steps in one matmul, time-major.
         input_gates = torch.nn.functional.linear(
             inputs.transpose(0, 1), self.input_linearity.weight, self.state_linearity.bias
         )
@@ -308,7 +238,7 @@ class LayerNormLstmLayer(torch.nn.Module):
 
         memory = inputs.new_zeros(batch_size, self.cell_dim)
         state = inputs.new_zeros(batch_size, self.projection_dim)
-        dropout_mask = self.make_dropout_mask(inputs)
+        dropout_mask = self._dropout_mask(batch_size, inputs)
 
         outputs: List[Optional[torch.Tensor]] = [None] * total_timesteps
         steps = range(total_timesteps) if self.go_forward else range(total_timesteps - 1, -1, -1)
@@ -340,19 +270,78 @@ class LayerNormLstmLayer(torch.nn.Module):
         return torch.stack(outputs, dim=1)  # type: ignore[arg-type]
 
 
-@Seq2SeqEncoder.register("elmoc_lstm")
-class LayerNormLstm(Seq2SeqEncoder):
+class BidirectionalStacks(Seq2SeqEncoder):
     """
-    The ELMo-C bidirectional language model encoder.
+    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: an input projection, then separate
+    forward and backward stacks of `num_layers` LSTM layers whose output is `[forward; backward]`.
+    Subclasses implement `_encode`, which returns the requested layers.
+    """
+
+    def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:
+        super().__init__(stateful=False)
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(num_layers, "num_layers")
+        self._input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.num_layers = num_layers
+
+    def get_input_dim(self) -> int:
+        return self._input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`, required.
+            A tensor of shape `(batch_size, timesteps, input_dim)`.
+        mask : `torch.BoolTensor`, optional (default = `None`)
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
+            padding at the end of each sequence. `None` means every position is real.
+
+        # Returns
+
+        `torch.Tensor`
+            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
+            2 * projection_dim)`, zero at padding.
+        """
+        return self._encode(inputs, mask, all_layers=False)[-1]
+
+    def forward_all_layers(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
+        """
+        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
+        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
+        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
+        """
+        return torch.stack(self._encode(inputs, mask, all_layers=True))
+
+    def _encode(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
+    ) -> List[torch.Tensor]:
+        raise NotImplementedError
+
+
+@Seq2SeqEncoder.register("elmoc_lstm")
+class LayerNormLstm(BidirectionalStacks):
+    """
+    The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1).
 
     The input (e.g. fastText vectors) is projected to `projection_dim` (and LayerNorm-ed, when
-    `layer_norm` is `True`; Li et al. 2019, section 4.1), by one projection shared by both
-    directions or one per direction (`separate_input_projections`, as the ELMo-C authors' two
-    independent LMs), then run through separate forward and backward stacks of
-    `num_layers` [`LayerNormLstmLayer`](#layernormlstmlayer)s. As in allennlp's `ElmoLstm`, each
-    direction's layer i takes that direction's layer i - 1 output, and layers with index >= 1
-    add their input to their output (residual connection). Unlike `ElmoLstm` this encoder is
-    not stateful: every batch starts from a zero state.
+    `layer_norm`), then run through separate forward and backward stacks of `num_layers`
+    [`LayerNormLstmLayer`](#layernormlstmlayer)s. As in allennlp's `ElmoLstm`, layers with index
+    >= 1 add their input to their output. Not stateful: every batch starts from a zero state.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_lstm".
 
@@ -369,15 +358,6 @@ class LayerNormLstm(Seq2SeqEncoder):
         The number of layers in each direction.
     layer_norm : `bool`, optional (default = `True`)
         Whether to LayerNorm the projected input and the LSTM states.
-    input_projection_bias : `bool`, optional (default = `None`)
-        Whether the input projection has a bias (the authors' `Linear(300, 512)` has one).
-        `None` means `not layer_norm`, the layout of archives written without this option.
-    separate_input_projections : `bool`, optional (default = `False`)
-        One input projection (and LayerNorm) per direction: `input_projection` for the forward
-        stack, `backward_input_projection` for the backward one; layer 0 of
-        `forward_all_layers` is then `[x_forward; x_backward]`. A state dict with a single
-        projection (and, if this encoder has a bias, without a bias) loads into both, with a
-        zero bias: the same function.
     cell_clip : `float`, optional (default = `3.0`)
         The magnitude at which memory cells are clipped; `None` disables clipping.
     projection_clip : `float`, optional (default = `3.0`)
@@ -385,15 +365,17 @@ class LayerNormLstm(Seq2SeqEncoder):
     recurrent_dropout : `float`, optional (default = `0.0`)
         Variational dropout on the recurrent states (one mask per sequence, layer and direction).
     implementation : `str`, optional (default = `"auto"`)
-        `"auto"` (the fast path) or `"reference"`; see
-        [`LayerNormLstmLayer`](#layernormlstmlayer). Both compute the same function; the fast
-        path packs the batch once for the whole stack. Setting the `implementation` attribute
-        later also sets it on every layer.
+        `"auto"` (the fast path) or `"reference"`, for every layer; also a settable attribute.
     parallel_directions : `bool`, optional (default = `True`)
-        On CPU, let the fast path run the forward and backward directions of each layer (forward
-        and backward passes) in two threads, each with half of PyTorch's intra-op threads (see
-        `lstm_recurrence.ConcurrentRunner`; it falls back to one after the other where threads
-        cannot be limited per thread). Does not change the result beyond float rounding.
+        On CPU, run the fast path's two directions of a layer in two threads, each with half of
+        the intra-op threads (`lstm_recurrence.ConcurrentRunner`).
+    input_projection_bias : `bool`, optional (default = `None`)
+        Whether the input projection has a bias (the authors' `Linear(300, 512)` in
+        uclanlp/ELMO-C has one); `None` means `not layer_norm`.
+    separate_input_projections : `bool`, optional (default = `False`)
+        One input projection (and LayerNorm) per direction, as the authors' two independent LMs:
+        `backward_input_projection` feeds the backward stack, and layer 0 of
+        `forward_all_layers` is `[x_forward; x_backward]`.
     """
 
     def __init__(
@@ -411,33 +393,24 @@ class LayerNormLstm(Seq2SeqEncoder):
         input_projection_bias: Optional[bool] = None,
         separate_input_projections: bool = False,
     ) -> None:
-        super().__init__(stateful=False)
-        _check_lstm_config(
-            input_dim, projection_dim, cell_dim, cell_clip, projection_clip, recurrent_dropout
-        )
-        check_positive(num_layers, "num_layers")
-        implementation = _checked_implementation(implementation)
-        self._input_dim = input_dim
-        self.projection_dim = projection_dim
-        self.cell_dim = cell_dim
-        self.num_layers = num_layers
+        super().__init__(input_dim, projection_dim, cell_dim, num_layers)
+        self.parallel_directions = parallel_directions
+        self.separate_input_projections = separate_input_projections
 
         if input_projection_bias is None:
             input_projection_bias = not layer_norm
-        self.input_projection = torch.nn.Linear(
-            input_dim, projection_dim, bias=input_projection_bias
-        )
-        self.input_layer_norm: Optional[torch.nn.LayerNorm] = (
-            torch.nn.LayerNorm(projection_dim) if layer_norm else None
-        )
-        self.separate_input_projections = separate_input_projections
+
+        def make_projection() -> torch.nn.Linear:
+            return torch.nn.Linear(input_dim, projection_dim, bias=input_projection_bias)
+
+        def make_norm() -> Optional[torch.nn.LayerNorm]:
+            return torch.nn.LayerNorm(projection_dim) if layer_norm else None
+
+        self.input_projection = make_projection()
+        self.input_layer_norm = make_norm()
         if separate_input_projections:
-            self.backward_input_projection = torch.nn.Linear(
-                input_dim, projection_dim, bias=input_projection_bias
-            )
-            self.backward_input_layer_norm: Optional[torch.nn.LayerNorm] = (
-                torch.nn.LayerNorm(projection_dim) if layer_norm else None
-            )
+            self.backward_input_projection = make_projection()
+            self.backward_input_layer_norm = make_norm()
 
         def make_layer(go_forward: bool) -> LayerNormLstmLayer:
             return LayerNormLstmLayer(
@@ -455,7 +428,6 @@ class LayerNormLstm(Seq2SeqEncoder):
         self.forward_layers = torch.nn.ModuleList(make_layer(True) for _ in range(num_layers))
         self.backward_layers = torch.nn.ModuleList(make_layer(False) for _ in range(num_layers))
         self.implementation = implementation
-        self.parallel_directions = parallel_directions
 
     @property
     def implementation(self) -> str:
@@ -463,12 +435,10 @@ class LayerNormLstm(Seq2SeqEncoder):
 
     @implementation.setter
     def implementation(self, implementation: str) -> None:
-        self._implementation = _checked_implementation(implementation)
+        check_one_of(implementation, IMPLEMENTATIONS, "implementation")
+        self._implementation = implementation
         for layer in list(self.forward_layers) + list(self.backward_layers):
-            layer.implementation = self._implementation
-
-    def get_input_dim(self) -> int:
-        return self._input_dim
+            layer.implementation = implementation
 
     def _project(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The (normalised) input projections of the forward and the backward stack."""
@@ -481,123 +451,48 @@ class LayerNormLstm(Seq2SeqEncoder):
             projected.append(output if layer_norm is None else layer_norm(output))
         return projected[0], projected[-1]
 
-    def get_output_dim(self) -> int:
-        return 2 * self.projection_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
-
-    def forward(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions. Padding must
-            be at the end of each sequence. `None` means every position is real.
-
-        # Returns
-
-        `torch.Tensor`
-            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
-            2 * projection_dim)`, zero at padding.
-        """
-        return self._encode(inputs, mask, all_layers=False)[-1]
-
-    def forward_all_layers(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        Same arguments as `forward`.
-
-        # Returns
-
-        `torch.Tensor`
-            A tensor of shape `(num_layers + 1, batch_size, timesteps, 2 * projection_dim)`.
-            Layer 0 is `[x; x]`, where `x` is the projected (and normalised) input; layer i >= 1
-            is `[forward_i; backward_i]`. All layers are zero at padding.
-        """
-        return torch.stack(self._encode(inputs, mask, all_layers=True))
-
     def _encode(
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
-        if mask is None:
-            mask = inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
-        _check_inputs(inputs, mask, self._input_dim)
-        mask = mask.bool()
-        if self.implementation != "reference":
-            packed_inputs, precision = _outside_autocast(
-                inputs, self.input_projection.weight.dtype
-            )
-            with precision:
-                packing = _pack_or_warn(mask)
-                if packing is not None and packing.num_rows > 0:
-                    return self._encode_packed(packed_inputs, packing, all_layers)
+        mask = checked_mask(inputs, mask, self._input_dim)
+        # The fast path runs on packed rows, the reference path on padded inputs.
+        packing = _fast_packing(self.implementation, mask)
+        precision: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if packing is not None:
+            inputs, precision = _outside_autocast(inputs, self.input_projection.weight.dtype)
+            inputs = packing.pack(inputs)
+        with precision:
+            forward_output, backward_output = self._project(inputs)
+            if packing is None:  # zero at padding, as unpacked rows are
+                keep = mask.unsqueeze(-1)
+                forward_output, backward_output = forward_output * keep, backward_output * keep
 
-        forward_output, backward_output = self._project(inputs)
+            def padded(forward: torch.Tensor, backward: torch.Tensor) -> torch.Tensor:
+                both = torch.cat([forward, backward], dim=-1)
+                return both if packing is None else packing.unpack(both)
 
-        layers: List[torch.Tensor] = []
-        if all_layers:
-            token_layer = torch.cat([forward_output, backward_output], dim=-1)
-            layers.append(token_layer * mask.unsqueeze(-1))
-
-        for layer_index, (forward_layer, backward_layer) in enumerate(
-            zip(self.forward_layers, self.backward_layers)
-        ):
-            forward_input, backward_input = forward_output, backward_output
-            forward_output = forward_layer(forward_input, mask)
-            backward_output = backward_layer(backward_input, mask)
-            if layer_index != 0:
-                # Residual connection; the inputs are zero at padding, so the outputs stay zero.
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            if all_layers or layer_index == self.num_layers - 1:
-                layers.append(torch.cat([forward_output, backward_output], dim=-1))
-        return layers
-
-    def _encode_packed(
-        self,
-        inputs: torch.Tensor,
-        packing: SequencePacking,
-        all_layers: bool,
-    ) -> List[torch.Tensor]:
-        """`_encode`'s fast path: packs once, runs every layer on packed rows, unpacks outputs."""
-        forward_output, backward_output = self._project(packing.pack(inputs))
-
-        layers: List[torch.Tensor] = []
-        if all_layers:
-            layers.append(packing.unpack(torch.cat([forward_output, backward_output], dim=-1)))
-
-        runner = _SEQUENTIAL
-        if self.parallel_directions and inputs.device.type == "cpu":
-            runner = _CONCURRENT
-        for layer_index, (forward_layer, backward_layer) in enumerate(
-            zip(self.forward_layers, self.backward_layers)
-        ):
-            forward_input, backward_input = forward_output, backward_output
-            # Drawn in the same order as on the reference path: forward mask, then backward.
-            forward_mask = forward_layer.make_dropout_mask(inputs)
-            backward_mask = backward_layer.make_dropout_mask(inputs)
-            forward_config, forward_tensors = forward_layer.recurrence_inputs(
-                forward_input,
-                packing,
-                None if forward_mask is None else packing.sort_batch(forward_mask),
-            )
-            backward_config, backward_tensors = backward_layer.recurrence_inputs(
-                backward_input,
-                packing,
-                None if backward_mask is None else packing.sort_batch(backward_mask),
-            )
-            forward_output, backward_output = run_recurrences(
-                runner, [forward_config, backward_config], [forward_tensors, backward_tensors]
-            )
-            if layer_index != 0:
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            if all_layers or layer_index == self.num_layers - 1:
-                layers.append(packing.unpack(torch.cat([forward_output, backward_output], -1)))
+            layers = [padded(forward_output, backward_output)] if all_layers else []
+            runner = _SEQUENTIAL
+            if self.parallel_directions and inputs.device.type == "cpu":
+                runner = _CONCURRENT
+            for layer_index, (forward_layer, backward_layer) in enumerate(
+                zip(self.forward_layers, self.backward_layers)
+            ):
+                forward_input, backward_input = forward_output, backward_output
+                if packing is None:
+                    forward_output = forward_layer._forward_reference(forward_input, mask)
+                    backward_output = backward_layer._forward_reference(backward_input, mask)
+                else:
+                    # Dropout masks are drawn in the reference path's order: forward, backward.
+                    directions = [
+                        forward_layer.recurrence_inputs(forward_input, packing),
+                        backward_layer.recurrence_inputs(backward_input, packing),
+                    ]
+                    forward_output, backward_output = run_recurrences(runner, directions)
+                if layer_index != 0:
+                    # Residual connection; the inputs are zero at padding, so are the outputs.
+                    forward_output = forward_output + forward_input
+                    backward_output = backward_output + backward_input
+                if all_layers or layer_index == self.num_layers - 1:
+                    layers.append(padded(forward_output, backward_output))
         return layers
