@@ -1,16 +1,9 @@
 """
-The one reader of model archives (`model.tar.gz`), which may come from strangers: every loader
-(allennlp's `load_archive` through `compat/safe_archive_extraction.py`, `ElmocArchive`, carried
-biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here.
-
-* `extract_archive` writes only regular files and folders. It refuses absolute names, `..`
-  components, links, devices, FIFOs, sparse and duplicate members, and more than the limits
-  `ELMOC_ARCHIVE_MAX_MEMBERS`, `ELMOC_ARCHIVE_MAX_BYTES`, `ELMOC_ARCHIVE_MAX_RATIO` (times the
-  archive's size, past 1 GiB) and `ELMOC_ARCHIVE_MAX_JSON_BYTES`. After any failure the folder
-  is gone.
-* `read_config` reads a config as strict JSON (never jsonnet), and a dotted `"type"` must be
-  registered or a class of a module already imported (`check_config_types`).
-* `read_archive` extracts an archive once per process into a temporary folder removed at exit.
+The one reader of model archives, which may come from strangers (every loader opens them here).
+`extract_archive` writes only regular files and folders inside its folder, within the limits
+`ELMOC_ARCHIVE_MAX_MEMBERS`, `ELMOC_ARCHIVE_MAX_BYTES`, `ELMOC_ARCHIVE_MAX_RATIO` (times the
+archive's size, past 1 GiB) and `ELMOC_ARCHIVE_MAX_JSON_BYTES`. `read_config` reads configs as
+strict JSON whose dotted types are never imported.
 """
 import atexit
 import contextlib
@@ -94,10 +87,6 @@ def _damage_named(archive: str, what: str = "") -> Iterator[None]:
             raise
         text = f"{type(error).__name__}: {error}".splitlines()[0].rstrip(": ")
         raise CorruptArchiveError(archive, f"{what}truncated or corrupt ({text})") from None
-
-
-def _no_member_error(archive: str, member: str) -> ConfigurationError:
-    return ConfigurationError(f"Model archive {archive} has no {member}")
 
 
 def archive_limit(variable: str) -> int:
@@ -206,15 +195,14 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             )
         while tar.fileobj.read(1 << 20):
             pass
-    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary", True)):
-        if names.get(required) is not is_folder:
-            raise _no_member_error(archive, required + ("/" if is_folder else ""))
+    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
+        if names.get(required.rstrip("/")) is not is_folder:
+            raise ConfigurationError(f"Model archive {archive} has no {required}")
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
 
 
-# Extraction folder -> the archive it came from.
-_EXTRACTED_FROM: Dict[str, str] = {}
+_EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
 def extract_archive(
@@ -271,10 +259,7 @@ def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -
 
 
 class ExtractedArchive:
-    """
-    An archive (or a serialization directory) opened by `read_archive`: `directory` holds its
-    members; `config` is its `config.json` read by `read_config`.
-    """
+    """An archive (or a serialization directory) opened by `read_archive`, and its config."""
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
@@ -353,7 +338,7 @@ def read_config(
     """The strict-JSON config `member` of an extracted archive, its types checked."""
     path = _regular_file(directory, member, archive)
     if path is None:
-        raise _no_member_error(archive, member)
+        raise ConfigurationError(f"Model archive {archive} has no {member}")
     limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
     if os.path.getsize(path) > limit:
         raise ConfigurationError(
