@@ -1,31 +1,14 @@
 """
-The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, written to hdf5 (what
+The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, written to hdf5 (as
 the removed `allennlp elmo` command did for ELMo).
 
-    $ allennlp elmoc-embed --help
-    usage: allennlp elmoc-embed [-h] (--all | --top | --average) [--batch-size BATCH_SIZE]
-                                [--cuda-device CUDA_DEVICE] [--vectors-path VECTORS_PATH]
-                                [--allow-different-vectors] [--force] [--forget-sentences]
-                                [--file-friendly-logging] [--include-package INCLUDE_PACKAGE]
-                                archive_file input_file output_file
-
 The input has one whitespace-tokenized sentence per line. The output has one dataset per line,
-named by the line's 0-based index (`"0"`, `"1"`, ...), of shape `(num_layers, num_tokens, dim)`
-with `--all`, `(num_tokens, dim)` with `--top` or `--average`; an empty line gives zero tokens.
-Unless `--forget-sentences`, a dataset `sentence_to_index` holds a JSON object mapping each
-sentence to its index (a repeated sentence maps to its last line), as `allennlp elmo` wrote it.
+named by its 0-based index, of shape `(num_layers, num_tokens, dim)` with `--all`, `(num_tokens,
+dim)` with `--top` or `--average`, and, unless `--forget-sentences`, a dataset
+`sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none.
 
-The file is written under a temporary name in the output's directory and renamed to
-`output_file` only when complete: an interrupted run (an error, Ctrl-C, SIGTERM) leaves no output
-file. An existing `output_file` is refused unless `--force` (and then replaced only by a complete
-one). The temporary file a killed run (`kill -9`) leaves behind, `.OUTPUT_NAME.partial-*`, is
-removed by the next run for the same output; that of a run still writing (its pid is in the
-file's name) is left alone. The input, the output's folder and `--cuda-device` are checked before
-the model is loaded.
-
-allennlp finds plugin subcommands before parsing the command line, so `--include-package` alone
-cannot make `elmoc-embed` known: list `elmoc_allennlp` in a `.allennlp_plugins` file in the
-working directory (or in `~/.allennlp/plugins`).
+allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
+`.allennlp_plugins` file (`--include-package` alone is not enough).
 """
 import argparse
 import json
@@ -46,6 +29,7 @@ from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
+from elmoc_allennlp.common.checks import check_positive
 
 logger = logging.getLogger(__name__)
 
@@ -62,26 +46,18 @@ class ElmocEmbed(Subcommand):
         subparser = parser.add_parser(
             self.name, description=description, help="Export ELMo-C vectors to hdf5."
         )
-        subparser.add_argument("archive_file", type=str, help="a biLM model.tar.gz (ELMo-C, ELMo, ELMo-Sub, ...)")
-        subparser.add_argument(
-            "input_file", type=str, help="one whitespace-tokenized sentence per line"
-        )
+        subparser.add_argument("archive_file", type=str, help="a biLM model.tar.gz")
+        subparser.add_argument("input_file", type=str, help="one tokenized sentence per line")
         subparser.add_argument("output_file", type=str, help="the hdf5 file to write")
         layers = subparser.add_mutually_exclusive_group(required=True)
         layers.add_argument(
-            "--all",
-            action="store_true",
-            help="every layer: datasets of shape (num_layers, num_tokens, dim)",
+            "--all", action="store_true", help="every layer: (num_layers, num_tokens, dim)"
         )
-        layers.add_argument(
-            "--top", action="store_true", help="the top layer: (num_tokens, dim)"
-        )
+        layers.add_argument("--top", action="store_true", help="the top layer: (num_tokens, dim)")
         layers.add_argument(
             "--average", action="store_true", help="the mean of the layers: (num_tokens, dim)"
         )
-        subparser.add_argument(
-            "--batch-size", type=int, default=64, help="sentences per batch"
-        )
+        subparser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
         subparser.add_argument(
             "--cuda-device", type=int, default=-1, help="the GPU to use; -1 for the CPU"
         )
@@ -94,15 +70,12 @@ class ElmocEmbed(Subcommand):
         subparser.add_argument(
             "--allow-different-vectors",
             action="store_true",
-            help="accept a fastText .bin other than the one the biLM was trained with "
-            "(refused by default: their fingerprints differ)",
+            help="accept a fastText .bin other than the one the biLM was trained with",
         )
         subparser.add_argument(
             "--lowercase-tokens",
             action="store_true",
-            help="lowercase tokens for a biLM whose input is not fastText (ELMo's characters, "
-            "ELMo-Sub's pieces) pretrained on lowercased text; a fastText-input biLM "
-            "lowercases as in pretraining",
+            help="lowercase tokens for a biLM whose input is not fastText",
         )
         subparser.add_argument(
             "--force", action="store_true", help="replace output_file if it exists"
@@ -140,7 +113,7 @@ def elmoc_embed_from_args(args: argparse.Namespace) -> None:
 
 
 def read_sentences(input_file: str) -> List[str]:
-    """The lines of `input_file` (UTF-8), without their line ends; every line is a sentence."""
+    """The lines of `input_file` (UTF-8), without their line ends."""
     try:
         with open(input_file, encoding="utf-8") as lines:
             return [line.rstrip("\r\n") for line in lines]
@@ -150,6 +123,21 @@ def read_sentences(input_file: str) -> List[str]:
         raise ConfigurationError(f"input file {input_file} is a directory") from None
     except UnicodeDecodeError as error:
         raise ConfigurationError(f"input file {input_file} is not UTF-8 text ({error})") from None
+
+
+def _check_output(output_file: str, input_file: str, force: bool) -> Path:
+    output_path = Path(output_file)
+    if output_path.is_dir():
+        raise ConfigurationError(f"output file {output_file} is a directory")
+    if not output_path.parent.is_dir():
+        raise ConfigurationError(f"the directory of output file {output_file} does not exist")
+    if output_path.resolve() == Path(input_file).resolve():
+        raise ConfigurationError(f"output file {output_file} is the input file")
+    if output_path.exists() and not force:
+        raise ConfigurationError(f"output file {output_file} exists; pass --force to replace it")
+    if not os.access(output_path.parent, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"the directory of output file {output_file} is not writable")
+    return output_path
 
 
 def embed_file(
@@ -167,35 +155,22 @@ def embed_file(
     lowercase_tokens: bool = False,
 ) -> Path:
     """
-    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`
-    (see the module docstring); returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
-    `archive_file` if not given. An existing `output_file` is a `ConfigurationError` unless
-    `force`.
+    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file` (see
+    the module docstring) and returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
+    `archive_file` if not given. Inputs are checked before the model is loaded.
     """
     import h5py
 
     from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
 
-    if batch_size < 1:
-        raise ConfigurationError(f"--batch-size must be at least 1, got {batch_size}")
-    output_path = Path(output_file)
-    if output_path.is_dir():
-        raise ConfigurationError(f"output file {output_file} is a directory")
-    if not output_path.parent.is_dir():
-        raise ConfigurationError(f"the directory of output file {output_file} does not exist")
-    if output_path.resolve() == Path(input_file).resolve():
-        raise ConfigurationError(f"output file {output_file} is the input file")
-    if output_path.exists() and not force:
-        raise ConfigurationError(
-            f"output file {output_file} exists; pass --force (force=True) to replace it"
-        )
-    if not os.access(output_path.parent, os.W_OK | os.X_OK):
-        raise ConfigurationError(f"the directory of output file {output_file} is not writable")
-    if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
+    check_positive(batch_size, "--batch-size")
+    output_path = _check_output(output_file, input_file, force)
+    if cuda_device >= torch.cuda.device_count():
         raise ConfigurationError(
             f"--cuda-device {cuda_device}: this machine has {torch.cuda.device_count()} CUDA "
             "device(s); use -1 for the CPU"
         )
+    # The partial file of a killed run (`kill -9`) for the same output.
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
     sentences = read_sentences(input_file)
     if embedder is None:

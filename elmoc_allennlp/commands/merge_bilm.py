@@ -1,14 +1,10 @@
 """
 The `elmoc-merge-bilm` subcommand: merges a forward-only and a backward-only ELMo-C run into one
-biLM archive (Li et al., 2019, footnote 7: the two directions are trained as separate jobs on
-separate devices).
+biLM archive (Li et al., 2019, footnote 7: the two directions trained as separate jobs).
 
-    allennlp elmoc-merge-bilm runs/forward/model.tar.gz runs/backward/model.tar.gz \\
-        -o runs/bilm.tar.gz --include-package elmoc_allennlp
+    allennlp elmoc-merge-bilm runs/forward/model.tar.gz runs/backward/model.tar.gz -o runs/bilm.tar.gz
 
-or, without the `allennlp` plugin machinery,
-
-    python -m elmoc_allennlp.commands.merge_bilm FORWARD BACKWARD -o OUTPUT
+or `python -m elmoc_allennlp.commands.merge_bilm FORWARD BACKWARD -o OUTPUT`.
 """
 import argparse
 import copy
@@ -25,26 +21,25 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.archives import ExtractedArchive, read_archive
+from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.torch_versions import load_tensors
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 
 logger = logging.getLogger(__name__)
 
-CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "weights.th"
-META_NAME = "meta.json"
 VOCABULARY_NAME = "vocabulary"
-
+# The state-dict prefixes of the two heads, for runs with a single head (no `backward_output_layer`):
+# a model built from the config would need the fastText file, which merging does not.
 _HEAD_PREFIX = "_output_layer."
 _BACKWARD_HEAD_PREFIX = "_backward_output_layer."
+
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
 @Subcommand.register("elmoc-merge-bilm", exist_ok=True)
 class MergeBidirectionalLanguageModels(Subcommand):
-    """
-    `allennlp elmoc-merge-bilm FORWARD BACKWARD -o OUTPUT`: see `merge_bilm_archives`.
-    """
+    """`allennlp elmoc-merge-bilm FORWARD BACKWARD -o OUTPUT`: see `merge_bilm_archives`."""
 
     def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description = (
@@ -63,9 +58,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o", "--output-file", required=True, help="where to write the merged model.tar.gz"
     )
-    parser.add_argument(
-        "--force", action="store_true", help="overwrite an existing output file"
-    )
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument(
         "--no-verify",
         action="store_true",
@@ -84,9 +77,7 @@ def _run(args: argparse.Namespace) -> None:
     print(f"Merged biLM archive written to {path}")
 
 
-def _first_difference(
-    forward: Any, backward: Any, path: str
-) -> Optional[Tuple[str, Any, Any]]:
+def _first_difference(forward: Any, backward: Any, path: str) -> Optional[Tuple[str, Any, Any]]:
     if isinstance(forward, dict) and isinstance(backward, dict):
         for key in sorted(set(forward) | set(backward)):
             found = _first_difference(
@@ -126,12 +117,9 @@ def merge_bilm_state_dicts(
     backward_name: str = "backward archive",
 ) -> Dict[str, torch.Tensor]:
     """
-    The weights of the merged biLM: each direction's LSTM stack, input projection and LayerNorm
-    (if the contextualizer has one per direction) and output layer from the job that trained
-    that direction. Models with a single output layer (written before `backward_output_layer`
-    was used in single-direction jobs) give the backward job's `_output_layer` as the merged
-    `_backward_output_layer`. Every other tensor (frozen in both jobs, e.g. a shared input
-    projection) must be identical in both runs.
+    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from
+    the job that trained that direction. A run with a single head gives the backward job's head
+    as the merged backward head. Every shared tensor must be identical in both runs.
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -144,108 +132,78 @@ def merge_bilm_state_dicts(
     merged: Dict[str, torch.Tensor] = {}
     for key, forward_value in forward_state.items():
         backward_value = backward_state[key]
-        direction = trained_by[key]
-        if direction == "forward":
-            merged[key] = forward_value
-        elif direction == "backward":
+        if trained_by[key] == "backward":
             merged[key] = backward_value
         elif not separate_heads and key.startswith(_HEAD_PREFIX):
             merged[key] = forward_value
             merged[_BACKWARD_HEAD_PREFIX + key[len(_HEAD_PREFIX) :]] = backward_value
-        elif forward_value.shape != backward_value.shape or not torch.equal(
-            forward_value, backward_value
+        elif trained_by[key] is None and (
+            forward_value.shape != backward_value.shape or not torch.equal(forward_value, backward_value)
         ):
             raise ConfigurationError(
-                f"Parameter {key} differs between the {forward_name} and the {backward_name}. "
-                "It is frozen in single-direction runs, so it differs only if the two runs did "
-                "not start from the same initialisation: use the same config and the same "
-                "random_seed / numpy_seed / pytorch_seed for both"
+                f"Parameter {key} differs between the {forward_name} and the {backward_name}: "
+                "train both runs with the same config and random_seed / numpy_seed / pytorch_seed"
             )
         else:
             merged[key] = forward_value
     return merged
 
 
-def _read_run_config(extracted: ExtractedArchive, archive: str, direction: str) -> Dict[str, Any]:
-    """The config of a single-direction `elmoc_bilm` run, checked."""
-    config = extracted.config
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    if model.get("type") != "elmoc_bilm":
-        raise ConfigurationError(
-            f"{archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
-        )
-    if model.get("directions", "both") != direction:
-        raise ConfigurationError(
-            f"{archive}: model.directions is {model.get('directions', 'both')!r}, "
-            f"expected {direction!r} (train it with directions: '{direction}')"
-        )
-    return config
-
-
-def _check_same_model(
-    forward_config: Dict[str, Any],
-    backward_config: Dict[str, Any],
-    forward_dir: Path,
-    backward_dir: Path,
-    forward_archive: str,
-    backward_archive: str,
-) -> None:
-    """The two runs have the same model (but for `directions`) and the same vocabulary."""
-    forward_model = {k: v for k, v in forward_config["model"].items() if k != "directions"}
-    backward_model = {k: v for k, v in backward_config["model"].items() if k != "directions"}
-    difference = _first_difference(forward_model, backward_model, "model")
+def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
+    """Both runs are single-direction `elmoc_bilm`s with the same model and vocabulary."""
+    for extracted, direction in ((forward, "forward"), (backward, "backward")):
+        model = extracted.config["model"]
+        if model.get("type") != "elmoc_bilm":
+            raise ConfigurationError(
+                f"{extracted.archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
+            )
+        if model.get("directions", "both") != direction:
+            raise ConfigurationError(
+                f"{extracted.archive}: model.directions is {model.get('directions', 'both')!r}, "
+                f"expected {direction!r}"
+            )
+    models = [
+        {key: value for key, value in run.config["model"].items() if key != "directions"}
+        for run in (forward, backward)
+    ]
+    difference = _first_difference(*models, "model")
     if difference is not None:
         key, left, right = difference
         raise ConfigurationError(
-            f"The two runs have different models: {key} is {left!r} in {forward_archive} "
-            f"and {right!r} in {backward_archive}"
+            f"The two runs have different models: {key} is {left!r} in {forward.archive} "
+            f"and {right!r} in {backward.archive}"
         )
-    if _vocabulary_content(forward_dir / VOCABULARY_NAME) != _vocabulary_content(
-        backward_dir / VOCABULARY_NAME
+    if _vocabulary_content(forward.directory / VOCABULARY_NAME) != _vocabulary_content(
+        backward.directory / VOCABULARY_NAME
     ):
         raise ConfigurationError(
-            f"{forward_archive} and {backward_archive} have different vocabularies"
+            f"{forward.archive} and {backward.archive} have different vocabularies"
         )
 
 
-def _merged_config(forward_config: Dict[str, Any]) -> Dict[str, Any]:
-    """The forward run's config as a biLM: no `directions`, no `distributed`, two heads."""
-    config = copy.deepcopy(forward_config)
-    config.pop("distributed", None)
-    model = config["model"]
-    model.pop("directions", None)
-    model.setdefault("backward_output_layer", copy.deepcopy(model["output_layer"]))
-    return config
+def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
+    weights = extracted.member(WEIGHTS_NAME)
+    if weights is None:
+        raise ConfigurationError(f"Archive {extracted.archive} has no {WEIGHTS_NAME}")
+    return load_tensors(str(weights))
 
 
 def _write_archive(
     config: Dict[str, Any], state: Dict[str, torch.Tensor], extras_dir: Path, output_file: str
-) -> str:
+) -> None:
     """Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically."""
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:
         with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
             json.dump(config, config_file, indent=4)
         torch.save(state, os.path.join(merged_dir, WEIGHTS_NAME))
-        members = [(os.path.join(merged_dir, CONFIG_NAME), CONFIG_NAME)]
-        members.append((os.path.join(merged_dir, WEIGHTS_NAME), WEIGHTS_NAME))
-        for name in (VOCABULARY_NAME, META_NAME):
-            if os.path.exists(os.path.join(extras_dir, name)):
-                members.append((os.path.join(extras_dir, name), name))
+        members = [(merged_dir, CONFIG_NAME), (merged_dir, WEIGHTS_NAME)]
+        members += [(extras_dir, name) for name in (VOCABULARY_NAME, "meta.json")]
         with atomic_path(output_file) as temporary:
             with tarfile.open(temporary, "w:gz") as tar:
-                for path, name in members:
-                    tar.add(path, arcname=name)
-    return output_file
-
-
-def _verify_archive(output_file: str, state: Dict[str, torch.Tensor]) -> None:
-    """The archive loads (which needs its fastText file) with exactly `state` as weights."""
-    from allennlp.models.archival import load_archive
-
-    loaded = load_archive(output_file).model.state_dict()
-    if set(loaded) != set(state) or not all(torch.equal(loaded[key], state[key]) for key in state):
-        raise ConfigurationError(f"The merged archive {output_file} does not load as written")
+                for directory, name in members:
+                    if os.path.exists(os.path.join(directory, name)):
+                        tar.add(os.path.join(directory, name), arcname=name)
 
 
 def merge_bilm_archives(
@@ -257,13 +215,22 @@ def merge_bilm_archives(
 ) -> str:
     """
     Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config
-    and seeds, with `model.directions` set to `"forward"` and `"backward"`) into one biLM
-    archive whose forward and backward language models are exactly the two runs' (see
-    `merge_bilm_state_dicts`). The merged config is the forward run's with `directions`
-    removed and a `backward_output_layer` (added if the runs had none). The archive is written
-    atomically; an existing `output_file` (an input too) only with `force`. With `verify` the
-    merged archive is loaded (which needs the fastText file of
-    the config) and its weights compared with the inputs.
+    and seeds but `model.directions`) into one biLM archive whose two language models are
+    exactly the runs' (`merge_bilm_state_dicts`). The config is the forward run's without
+    `directions`, with a `backward_output_layer`.
+
+    # Parameters
+
+    forward_archive : `str`
+        The forward-only run's `model.tar.gz`.
+    backward_archive : `str`
+        The backward-only run's `model.tar.gz`.
+    output_file : `str`
+        Where to write the merged archive (atomically), or a folder for its `model.tar.gz`.
+    verify : `bool`, optional (default = `True`)
+        Load the merged archive (which needs its fastText file) and compare its weights.
+    force : `bool`, optional (default = `False`)
+        Replace an existing `output_file`.
 
     # Returns
 
@@ -273,41 +240,26 @@ def merge_bilm_archives(
     if os.path.isdir(output_file):
         output_file = os.path.join(output_file, "model.tar.gz")
     if os.path.exists(output_file) and not force:
-        raise ConfigurationError(
-            f"{output_file} (--output-file) exists; give --force to overwrite it"
-        )
+        raise ConfigurationError(f"{output_file} (--output-file) exists; give --force to overwrite it")
     forward, backward = read_archive(forward_archive), read_archive(backward_archive)
-    merged_state = _merge(forward, backward, forward_archive, backward_archive, output_file)
+    _check_runs(forward, backward)
+    state = merge_bilm_state_dicts(
+        _load_weights(forward), _load_weights(backward), forward_archive, backward_archive
+    )
+    config = copy.deepcopy(forward.config)
+    config.pop("distributed", None)
+    model = config["model"]
+    model.pop("directions", None)
+    model.setdefault("backward_output_layer", copy.deepcopy(model["output_layer"]))
+    _write_archive(config, state, forward.directory, output_file)
     if verify:
-        _verify_archive(output_file, merged_state)
+        from allennlp.models.archival import load_archive
+
+        loaded = load_archive(output_file).model.state_dict()
+        if set(loaded) != set(state) or not all(torch.equal(loaded[key], state[key]) for key in state):
+            raise ConfigurationError(f"The merged archive {output_file} does not load as written")
     logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
     return output_file
-
-
-def _merge(
-    forward: ExtractedArchive,
-    backward: ExtractedArchive,
-    forward_archive: str,
-    backward_archive: str,
-    output_file: str,
-) -> Dict[str, torch.Tensor]:
-    forward_config = _read_run_config(forward, forward_archive, "forward")
-    backward_config = _read_run_config(backward, backward_archive, "backward")
-    _check_same_model(
-        forward_config, backward_config, forward.directory, backward.directory,
-        forward_archive, backward_archive,
-    )
-    from elmoc_allennlp.common.torch_versions import load_tensors
-
-    states = []
-    for extracted, name in ((forward, forward_archive), (backward, backward_archive)):
-        weights = extracted.member(WEIGHTS_NAME)
-        if weights is None:
-            raise ConfigurationError(f"Archive {name} has no {WEIGHTS_NAME}")
-        states.append(load_tensors(str(weights)))
-    merged_state = merge_bilm_state_dicts(*states, forward_archive, backward_archive)
-    _write_archive(_merged_config(forward_config), merged_state, forward.directory, output_file)
-    return merged_state
 
 
 def main(argv: Optional[List[str]] = None) -> None:

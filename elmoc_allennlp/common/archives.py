@@ -1,25 +1,9 @@
 """
-The one reader of model archives (`model.tar.gz`), which may come from strangers: every loader
-(allennlp's `load_archive` through `compat/safe_archive_extraction.py`, `ElmocArchive`, the carried
-biLM configs, `elmoc-merge-bilm`, `elmoc-embed`) opens archives here. An archive is data:
-
-* **Extraction** (`extract_archive`, `read_archive`): only regular files and folders, as
-  `allennlp train` writes them. Refused, naming the archive and member, before anything is written
-  for that member: absolute names, `..` components, symbolic and hard links, devices, FIFOs,
-  sparse members, duplicate names (or a member inside a file), more than `ELMOC_ARCHIVE_MAX_MEMBERS`
-  members (default 100,000), more than `ELMOC_ARCHIVE_MAX_BYTES` in all (default 64 GiB) or,
-  past 1 GiB, more than `ELMOC_ARCHIVE_MAX_RATIO` (default 100) times the archive's size, and a
-  `.json` member over `ELMOC_ARCHIVE_MAX_JSON_BYTES` (default 16 MiB). `config.json` and
-  `weights.th` must be regular files, `vocabulary/` a folder, `meta.json` (if any) a JSON object. Every check is linear in the members. A
-  damaged archive is a `CorruptArchiveError`; after any failure the folder is gone.
-* **Configs** (`read_config`, for an archive's `config.json` and a carried
-  `elmoc_bilm/<key>/config.json`): strict JSON read with `json` (never jsonnet, so no imports and
-  no environment variables), and every dotted `"type"` must be registered or a class of a module
-  already imported: a name from an archive never causes an import (`check_config_types`).
-
-`read_archive` extracts an archive once per process (cached by its path, size, inode and
-modification time) into a temporary folder removed at exit, or when the last of its users whose
-work failed `release`s it.
+The one reader of model archives, which may come from strangers (every loader opens them here).
+`extract_archive` writes only regular files and folders inside its folder, within the limits
+`ELMOC_ARCHIVE_MAX_MEMBERS`, `ELMOC_ARCHIVE_MAX_BYTES`, `ELMOC_ARCHIVE_MAX_RATIO` (times the
+archive's size, past 1 GiB) and `ELMOC_ARCHIVE_MAX_JSON_BYTES`. `read_config` reads configs as
+strict JSON whose dotted types are never imported.
 """
 import atexit
 import contextlib
@@ -41,7 +25,7 @@ from allennlp.common.checks import ConfigurationError
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "config.json"
-# Members that must be regular files when present (allennlp's names).
+# Members that must be regular files when present.
 REGULAR_MEMBERS = ("config.json", "weights.th", "meta.json")
 _DEFAULT_LIMITS = {
     "ELMOC_ARCHIVE_MAX_MEMBERS": 100_000,
@@ -49,14 +33,18 @@ _DEFAULT_LIMITS = {
     "ELMOC_ARCHIVE_MAX_RATIO": 100,
     "ELMOC_ARCHIVE_MAX_JSON_BYTES": 16 << 20,
 }
-
 _LIMIT_NAMES = (
     "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
     "bytes extracted, past ELMOC_ARCHIVE_MAX_BYTES or ELMOC_ARCHIVE_MAX_RATIO times the archive",
     "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
 )
+_SPECIAL_FILES = {
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
 
-# Errors the compressed-stream readers raise on truncated or damaged data.
+# Errors of truncated or damaged compressed streams.
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
 try:
     import lzma
@@ -64,6 +52,28 @@ try:
     _STREAM_ERRORS += (lzma.LZMAError,)
 except ImportError:  # pragma: no cover  (a Python built without lzma)
     pass
+
+
+class UnsafeArchiveError(ConfigurationError):
+    """An archive member is not a plain file or folder inside the archive, or is too large."""
+
+    def __init__(self, archive: str, member: str, reason: str) -> None:
+        self.archive = archive
+        self.member = member
+        super().__init__(
+            f"Refusing to extract model archive {archive}: member {member!r} {reason}. "
+            "Nothing was extracted."
+        )
+
+
+class CorruptArchiveError(ConfigurationError):
+    """An archive is truncated, corrupt, or not a tar archive at all."""
+
+    def __init__(self, archive: str, problem: str) -> None:
+        self.archive = archive
+        super().__init__(
+            f"{archive} is not a readable model archive: {problem}; download or copy it again"
+        )
 
 
 @contextlib.contextmanager
@@ -80,42 +90,15 @@ def _damage_named(archive: str, what: str = "") -> Iterator[None]:
 
 
 def archive_limit(variable: str) -> int:
-    """The limit `variable` (see the module docstring): the environment's value, else the default."""
+    """The limit `variable`: the environment's value, else the default."""
     value = os.environ.get(variable) or str(_DEFAULT_LIMITS[variable])
     if not value.isdigit() or int(value) == 0:
         raise ConfigurationError(f"{variable} must be a positive integer, got {value!r}")
     return int(value)
 
 
-class UnsafeArchiveError(ConfigurationError):
-    """An archive member is not a plain file or folder inside the archive, or is too large."""
-
-    def __init__(self, archive: str, member: str, reason: str) -> None:
-        self.archive = archive
-        self.member = member
-        super().__init__(
-            f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing "
-            "was extracted. A model archive holds only regular files and folders (config.json, "
-            "weights.th, vocabulary/, meta.json); this one may have been crafted."
-        )
-
-
-class CorruptArchiveError(ConfigurationError):
-    """An archive is truncated, corrupt, or not a tar archive at all."""
-
-    def __init__(self, archive: str, problem: str) -> None:
-        self.archive = archive
-        super().__init__(
-            f"{archive} is not a readable model archive: {problem}. Nothing was extracted; if "
-            "it is a model archive, it is damaged: download or copy it again."
-        )
-
-
 def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
-    """
-    `tarfile.open(archive_path, "r:*")`, with a `ConfigurationError` naming the file when it is
-    missing, not a regular file (a folder, a FIFO), empty or not a (compressed) tar archive.
-    """
+    """`tarfile.open(archive_path, "r:*")`, naming the file if it is not a tar archive."""
     archive = os.fspath(archive_path)
     try:
         status = os.stat(archive)
@@ -138,8 +121,8 @@ def _check_member(
     limits: Tuple[int, int, int],
 ) -> str:
     """
-    The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and
-    their parent folders) -> whether it is a folder; `totals`: members and bytes so far.
+    The member's normalised name, or `UnsafeArchiveError`. `names` maps every name seen (members
+    and their parent folders) to whether it is a folder; `totals` counts members and bytes.
     """
     name = member.name
     if not name or "\0" in name:
@@ -152,12 +135,7 @@ def _check_member(
         kind = "symbolic link" if member.issym() else "hard link"
         raise UnsafeArchiveError(archive, name, f"is a {kind} (to {member.linkname!r})")
     if not (member.isfile() or member.isdir()):
-        kind = (
-            "a character device" if member.ischr()
-            else "a block device" if member.isblk()
-            else "a FIFO" if member.isfifo()
-            else f"a special file (tar type {member.type!r})"
-        )
+        kind = _SPECIAL_FILES.get(member.type, f"a special file (tar type {member.type!r})")
         raise UnsafeArchiveError(archive, name, f"is {kind}")
     if member.issparse():
         raise UnsafeArchiveError(archive, name, "is a sparse file")
@@ -205,37 +183,34 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         os.makedirs(target if member.isdir() else os.path.dirname(target), exist_ok=True)
         if member.isfile():
             with _damage_named(archive, f"member {member.name!r} is "), open(target, "xb") as out:
-                shutil.copyfileobj(tar.extractfile(member), out, 1 << 20)  # no links to follow
-    # `tarfile` ends its member list silently at a cut or damaged header: a complete archive
-    # ends with the end-of-archive marker (two zero blocks), a compressed one with its checksum.
+                shutil.copyfileobj(tar.extractfile(member), out, 1 << 20)
+    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks
+    # (and a compressed one with its checksum, checked by reading to the end).
     with _damage_named(archive):
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
             raise CorruptArchiveError(
-                archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data (no "
-                "end-of-archive marker there)"
+                archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data"
             )
         while tar.fileobj.read(1 << 20):
             pass
-    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary", True)):
-        if names.get(required) is not is_folder:
-            raise ConfigurationError(
-                f"Model archive {archive} has no {required}{'/' if is_folder else ''}: it is not "
-                "a model archive written by `allennlp train`"
-            )
+    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
+        if names.get(required.rstrip("/")) is not is_folder:
+            raise ConfigurationError(f"Model archive {archive} has no {required}")
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
+
+
+_EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
 def extract_archive(
     archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
 ) -> str:
     """
-    Extracts the tar archive `archive_path` into `directory` (created: it must not exist) or a
-    new temporary folder, checking every member before it is written (see the module
-    docstring), and returns the folder. On any error the folder is removed and a
-    `ConfigurationError` names the archive.
+    Extracts `archive_path` into `directory` (which must not exist) or a new temporary folder,
+    checking every member before it is written, and returns the folder.
     """
     archive = os.fspath(archive_path)
     with open_archive(archive) as tar:
@@ -254,10 +229,6 @@ def extract_archive(
     return directory
 
 
-# Extraction folder -> the archive it came from (what a loaded model's components can ask).
-_EXTRACTED_FROM: Dict[str, str] = {}
-
-
 def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
     """The archive extracted into `directory` by this module, if it was."""
     return _EXTRACTED_FROM.get(os.path.realpath(os.fspath(directory)))
@@ -267,11 +238,7 @@ def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
 def extracted_archive(
     resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
 ) -> Iterator[str]:
-    """
-    The signature of allennlp's `allennlp.models.archival.extracted_archive` (which
-    `load_archive` calls with `cleanup=False`, removing the folder itself): extracts into a new
-    temporary folder with `extract_archive`'s checks and yields it.
-    """
+    """allennlp's `allennlp.models.archival.extracted_archive`, with `extract_archive`'s checks."""
     directory = extract_archive(resolved_archive_file)
     try:
         yield directory
@@ -280,11 +247,19 @@ def extracted_archive(
             shutil.rmtree(directory, ignore_errors=True)
 
 
+def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -> Optional[Path]:
+    path = Path(directory, *name.split("/"))
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise ConfigurationError(f"Model archive {archive}: {name} is not a regular file")
+    return path
+
+
 class ExtractedArchive:
-    """
-    An archive (or a serialization directory) opened by `read_archive`: `directory` holds its
-    members; `config` is its `config.json` read by `read_config`.
-    """
+    """An archive (or a serialization directory) opened by `read_archive`, and its config."""
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
@@ -306,29 +281,18 @@ class ExtractedArchive:
         return _regular_file(self.directory, name, self.archive)
 
 
-def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -> Optional[Path]:
-    path = Path(directory, *name.split("/"))
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return None
-    if not stat.S_ISREG(mode):
-        raise ConfigurationError(f"Model archive {archive}: {name} is not a regular file")
-    return path
-
-
 _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 
 def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
     """
     The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once per
-    process. `name` is how errors call it (default: the path).
+    process (cached by path, inode, size and modification time). `name` is how errors call it.
     """
     path = os.fspath(archive_path)
     name = name or path
     if os.path.isdir(path):
-        return ExtractedArchive(name, Path(path))  # a serialization directory: nothing to remove
+        return ExtractedArchive(name, Path(path))
     try:
         status = os.stat(path)
     except OSError:
@@ -354,15 +318,6 @@ def remove_extracted_archives() -> None:
     _OPENED.clear()
 
 
-def read_archive_member(archive_path: Union[str, os.PathLike], name: str) -> Optional[bytes]:
-    """The content of the regular file `name` of an archive (`read_archive`), or `None`."""
-    path = read_archive(archive_path).member(name)
-    return None if path is None else path.read_bytes()
-
-
-# ---------------------------------------------------------------------- configs
-
-
 def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
     """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
     if isinstance(config, dict):
@@ -380,29 +335,21 @@ def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, An
 def read_config(
     directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
 ) -> Dict[str, Any]:
-    """
-    The strict-JSON config `member` of an extracted archive (or serialization directory), its
-    types checked by `check_config_types`; a `ConfigurationError` names `archive` and `member`.
-    """
+    """The strict-JSON config `member` of an extracted archive, its types checked."""
     path = _regular_file(directory, member, archive)
     if path is None:
-        raise ConfigurationError(
-            f"Model archive {archive} has no {member}: it is not a model archive written by "
-            "`allennlp train`"
-        )
+        raise ConfigurationError(f"Model archive {archive} has no {member}")
     limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
     if os.path.getsize(path) > limit:
         raise ConfigurationError(
-            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES "
-            f"({limit:,})"
+            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
         )
     try:
         config = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise ConfigurationError(
             f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
-            f"{str(error)[:200]}); a config inside an archive is read as strict JSON, never as "
-            "jsonnet"
+            f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
         ) from None
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
@@ -414,9 +361,8 @@ def read_config(
 
 def check_config_types(config: Dict[str, Any], source: str) -> None:
     """
-    Every dotted `"type"` of a config from an archive must be a registered name, or a
-    `FromParams` or registered class of a module already in `sys.modules`: otherwise a
-    `ConfigurationError` names `source`, the key and the type, before anything is imported.
+    Every dotted `"type"` of an archived config must be a registered name, or a `FromParams` or
+    registered class of a module already imported; nothing is imported.
     """
     from allennlp.common.from_params import FromParams
     from allennlp.common.registrable import Registrable
@@ -430,7 +376,7 @@ def check_config_types(config: Dict[str, Any], source: str) -> None:
         component = isinstance(found, type) and issubclass(found, FromParams)
         if not (component or any(value == name or found is cls for name, (cls, _) in registry)):
             raise ConfigurationError(
-                f"{source}: {key} is {value!r}, which is neither a registered name nor a "
-                "component class of an imported module. Names in an archive are never imported: "
-                "import the package yourself (--include-package) if you trust it."
+                f"{source}: {key} is {value!r}, which is neither a registered name nor a component "
+                "class of an imported module. Names in an archive are never imported: import the "
+                "package yourself (--include-package) if you trust it."
             )

@@ -1,10 +1,7 @@
 """
-What a downstream user needs to know about a trained ELMo-C biLM archive, read from its
-`config.json` without loading the weights (`ElmocArchive`): the text field key and boundary tokens
-of its fastText input, and where the fastText model it needs is on this machine. Both the
-`elmoc_bilm_inputs` indexer (data) and the biLM wrapper `ElmocBiLm` (modules) use it; the biLM
-itself is loaded through allennlp's `load_archive` and recognised by its registered name, so
-nothing here imports the model.
+`ElmocArchive`: what a downstream user needs to know about a trained biLM archive, read from its
+`config.json` without loading the weights. The biLM model is recognised by its registered name,
+so nothing here imports it.
 """
 import logging
 import os
@@ -25,35 +22,31 @@ logger = logging.getLogger(__name__)
 BILM_MODEL_TYPE = "elmoc_bilm"
 # The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
-# Defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
-DEFAULT_START_TOKEN = "<S>"
-DEFAULT_END_TOKEN = "</S>"
-DEFAULT_BOUNDARY_TOKENS = ["<S>", "</S>"]
+# The defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
+_BOUNDARY_TOKENS = ("<S>", "</S>")
 # How many trailing components of a recorded vectors path are tried relative to the archive.
 _MAX_RELATIVE_COMPONENTS = 3
 
 
+def _registered_class(base: type, name: Any) -> Optional[type]:
+    """The class `name` resolves to under the registrable `base`, or `None`."""
+    if not isinstance(name, str):
+        return None
+    try:
+        return base.resolve_class_name(name)[0]
+    except ConfigurationError:
+        return None
+
+
 class ElmocArchive:
     """
-    What a downstream user needs to know about a biLM archive, read from its `config.json`
-    without loading the weights: the text field key and kind of its input (`input_key`,
-    `input_kind`: fastText for ELMo-C, characters for ELMo, BPE pieces for ELMo-Sub; see
-    `elmoc_allennlp.common.bilm_inputs`), the sentence boundary tokens it was pretrained with,
-    and, for fastText input, where the fastText model it needs is on this machine.
+    What a downstream user needs to know about a biLM archive, read from its `config.json`: the
+    text field key and kind of its input (`input_key`, `input_kind`, see `common.bilm_inputs`),
+    its boundary tokens and, for fastText input, where its fastText model is on this machine.
 
-    The fastText `.bin` is not inside the archive: the archive's config records its path (at
-    `dataset_reader.token_indexers.<key>.vectors_path` and
-    `model.text_field_embedder.token_embedders.<key>.vectors_path`). That path is used if it
-    exists. Otherwise the file is looked for relative to the archive, so that an archive moved
-    to another machine together with its vectors still works: the recorded path's last one,
-    two and three components under the archive's directory and under its parent (e.g.
-    `runs/elmoc/model.tar.gz` finds `runs/elmoc/crawl-300d-2M-subword.bin` or
-    `runs/fasttext/crawl-300d-2M-subword.bin`). `vectors_path` overrides all of this. A file
-    that cannot be found raises a `ConfigurationError` naming it, the archive's config key and
-    the `vectors_path` option.
-
-    Use `ElmocArchive.read`, which also rejects archives that are not ELMo-C biLMs with a
-    `ConfigurationError` naming the offending config key.
+    The fastText `.bin` is not in the archive: the path its config records is used if it exists,
+    else the last one to three components of that path under the archive's folder and its parent
+    (an archive moved together with its vectors still works).
 
     # Parameters
 
@@ -68,11 +61,9 @@ class ElmocArchive:
         try:
             self.local_path = Path(cached_path(self.archive_file))
         except FileNotFoundError:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file} (archive_file) does not exist (a relative "
-                f"path resolves against the working directory, {os.getcwd()})"
-            ) from None
-        self.config = self._read_config()
+            raise self._error("(archive_file) does not exist") from None
+        self.extracted = read_archive(self.local_path, self.archive_file)
+        self.config = self.extracted.config
         try:
             self._describe(vectors_path)
         except BaseException:
@@ -80,101 +71,63 @@ class ElmocArchive:
             raise
 
     def _describe(self, vectors_path: Optional[str]) -> None:
-        self._check_model_type()
-        # The text field key of the biLM's input and its kind (fastText, characters or pieces).
+        self._check_model()
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
-        self.boundary_tokens: List[str] = list(
-            indexer.get("boundary_tokens", DEFAULT_BOUNDARY_TOKENS)
-        )
-        # Whether pretraining lowercased tokens (`elmoc_fasttext_subwords`'s lowercase_tokens).
+        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", _BOUNDARY_TOKENS))
         self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
-        # Pretraining may have truncated long tokens (`elmoc_lm_corpus`'s max_token_characters).
+        # Pretraining may have cut long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
-        self.start_token = reader.get("start_token", DEFAULT_START_TOKEN)
-        self.end_token = reader.get("end_token", DEFAULT_END_TOKEN)
+        self.start_token = reader.get("start_token", _BOUNDARY_TOKENS[0])
+        self.end_token = reader.get("end_token", _BOUNDARY_TOKENS[1])
         if not self.start_token or not self.end_token:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file} was pretrained without sentence boundary "
-                f"tokens (dataset_reader.start_token={self.start_token!r}, "
-                f"dataset_reader.end_token={self.end_token!r}); ELMo-C representations are "
-                "computed with the boundaries the biLM was trained with"
-            )
+            raise self._error("has no dataset_reader.start_token / end_token")
         self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
         # The fastText model of a fastText-input biLM (None for other inputs).
         self.input_vectors_path: Optional[str] = None
         if self.input_kind == FASTTEXT_INPUT:
-            self.input_vectors_path = self.vectors_overrides[
-                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
-            ]
-            self._check_vectors_dim()
+            self.input_vectors_path = self.vectors_overrides[self._embedder_vectors_key]
+            expected = self.config["model"]["contextualizer"].get("input_dim")
+            dim = FastTextVectors.from_path(self.input_vectors_path).dim
+            if expected is not None and dim != expected:
+                raise self._error(
+                    f"gets fastText vectors of dimension {dim} ({self.input_vectors_path}), not "
+                    f"model.contextualizer.input_dim = {expected}: wrong vectors_path?"
+                )
 
-    @classmethod
-    def read(
-        cls, archive_file: Union[str, os.PathLike], vectors_path: Optional[str] = None
-    ) -> "ElmocArchive":
-        return cls(archive_file, vectors_path)
+    def _error(self, problem: str) -> ConfigurationError:
+        return ConfigurationError(f"ELMo-C archive {self.archive_file} {problem}")
 
-    # ------------------------------------------------------------------ config
+    @property
+    def _embedder_key(self) -> str:
+        return f"model.text_field_embedder.token_embedders.{self.input_key}"
 
-    def _read_config(self) -> Dict[str, Any]:
-        # Extracted once per process and checked (`elmoc_allennlp.common.archives`).
-        self.extracted = read_archive(self.local_path, self.archive_file)
-        return self.extracted.config
+    @property
+    def _embedder_vectors_key(self) -> str:
+        return f"{self._embedder_key}.{VECTORS_PATH_KEY}"
 
-    def _check_model_type(self) -> None:
+    def _check_model(self) -> None:
         from allennlp.models import Model
-
-        model_type = self.config["model"].get("type")
-        model_class = None
-        if isinstance(model_type, str):
-            try:
-                model_class, _ = Model.resolve_class_name(model_type)
-            except ConfigurationError:
-                model_class = None
-        # The biLM class by its registered name: this layer does not import the model.
-        bilm_class, _ = Model.resolve_class_name(BILM_MODEL_TYPE)
-        is_bilm = isinstance(model_class, type) and issubclass(model_class, bilm_class)
-        if not is_bilm:
-            raise ConfigurationError(
-                f"{self.archive_file} (archive_file) is not an ELMo-C biLM archive: its "
-                f"model.type is {model_type!r}, expected 'elmoc_bilm' (a "
-                "BidirectionalLanguageModel, pretrained with training_configs/pretrain/)"
-            )
-        directions = self.config["model"].get("directions", "both")
-        if directions != "both":
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file} trained only the {directions} language model "
-                f"(model.directions = {directions!r}); merge it with the other direction's "
-                "archive first (`allennlp elmoc-merge-bilm`)"
-            )
         from allennlp.modules import Seq2SeqEncoder
 
-        contextualizer = self.config["model"].get("contextualizer")
+        model = self.config["model"]
+        model_class = _registered_class(Model, model.get("type"))
+        bilm_class = Model.resolve_class_name(BILM_MODEL_TYPE)[0]
+        if not (isinstance(model_class, type) and issubclass(model_class, bilm_class)):
+            raise self._error(f"(archive_file) is not an ELMo-C biLM archive: model.type is {model.get('type')!r}")
+        directions = model.get("directions", "both")
+        if directions != "both":
+            raise self._error(f"has model.directions {directions!r}: merge it first (elmoc-merge-bilm)")
+        contextualizer = model.get("contextualizer")
         encoder_type = contextualizer.get("type") if isinstance(contextualizer, dict) else None
-        try:
-            encoder_class = (
-                Seq2SeqEncoder.resolve_class_name(encoder_type)[0] if encoder_type else None
-            )
-        except ConfigurationError:
-            encoder_class = None
-        if encoder_class is None or not hasattr(encoder_class, "forward_all_layers"):
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file}: model.contextualizer is {encoder_type!r}, "
-                "which cannot return all of its layers; expected 'elmoc_lstm'"
-            )
+        if not hasattr(_registered_class(Seq2SeqEncoder, encoder_type), "forward_all_layers"):
+            raise self._error(f"has model.contextualizer {encoder_type!r}, not one returning all layers")
         if "projection_dim" not in contextualizer:
-            raise ConfigurationError(
-                f"ELMo-C archive {self.archive_file}: model.contextualizer has no projection_dim"
-            )
-
-    # ------------------------------------------------------------------ fastText paths
+            raise self._error("has no model.contextualizer.projection_dim")
 
     def _archive_directories(self) -> List[Path]:
-        directory = self.local_path if self.local_path.is_dir() else self.local_path.parent
-        directory = directory.resolve()
-        return [directory, directory.parent]
+        return folder_and_parent(self.local_path if self.local_path.is_dir() else self.local_path.parent)
 
     def _candidates(self, recorded: str) -> List[Path]:
         recorded_path = Path(recorded).expanduser()
@@ -187,32 +140,18 @@ class ElmocArchive:
     def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
         """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
         recorded_paths = dict(find_keys(self.config, VECTORS_PATH_KEY))
-        if self.input_kind != FASTTEXT_INPUT:
-            if vectors_path is not None:
-                raise ConfigurationError(
-                    f"biLM archive {self.archive_file} has {self.input_kind} input (model."
-                    f"text_field_embedder.token_embedders.{self.input_key}), not fastText: "
-                    f"vectors_path ({vectors_path}) does not apply to it"
-                )
-            input_keys: set = set()
-            input_recorded = None
-        else:
-            input_keys = {
-                f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}",
-                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}",
-            }
+        input_keys = set()
+        if self.input_kind == FASTTEXT_INPUT:
+            reader_key = f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}"
+            input_keys = {reader_key, self._embedder_vectors_key}
             missing_keys = input_keys - set(recorded_paths)
             if missing_keys:
-                raise ConfigurationError(
-                    f"ELMo-C archive {self.archive_file}: its config has no {sorted(missing_keys)}"
-                )
-            input_recorded = recorded_paths[
-                f"model.text_field_embedder.token_embedders.{self.input_key}.{VECTORS_PATH_KEY}"
-            ]
+                raise self._error(f"has no {sorted(missing_keys)}")
+        elif vectors_path is not None:
+            raise self._error(f"has {self.input_kind} input ({self._embedder_key}): vectors_path does not apply")
         if vectors_path is not None and not Path(vectors_path).expanduser().is_file():
-            raise ConfigurationError(
-                f"fastText model {vectors_path} (vectors_path) does not exist"
-            )
+            raise ConfigurationError(f"fastText model {vectors_path} (vectors_path) does not exist")
+        input_recorded = recorded_paths.get(self._embedder_vectors_key)
         resolved: Dict[str, str] = {}
         for key, recorded in recorded_paths.items():
             if vectors_path is not None and (key in input_keys or recorded == input_recorded):
@@ -222,30 +161,14 @@ class ElmocArchive:
             found = next((path for path in candidates if path.is_file()), None)
             if found is None:
                 looked = ", ".join(str(path) for path in candidates[1:])
-                raise ConfigurationError(
-                    f"ELMo-C archive {self.archive_file} needs the fastText model {recorded} (its "
-                    f"config key {key}), which does not exist on this machine; also looked for "
-                    f"it relative to the archive: {looked}. Copy the .bin next to the archive "
-                    "or give its path as `vectors_path` (of the `elmoc_bilm_inputs` indexer and "
-                    "the `elmoc_token_embedder`, or --vectors-path of `allennlp elmoc-embed`)"
+                raise self._error(
+                    f"needs the fastText model {recorded} ({key}), which does not exist; also looked "
+                    f"for {looked}. Copy the .bin next to the archive or give it as `vectors_path`"
                 )
             if found != Path(str(recorded)):
                 logger.info("ELMo-C archive %s: using %s for %s", self.archive_file, found, key)
             resolved[key] = str(found)
         return resolved
-
-    def _check_vectors_dim(self) -> None:
-        contextualizer = self.config["model"]["contextualizer"]
-        expected = contextualizer.get("input_dim")
-        vectors = FastTextVectors.from_path(self.input_vectors_path)
-        if expected is not None and vectors.dim != expected:
-            raise ConfigurationError(
-                f"fastText model {self.input_vectors_path} has dimension {vectors.dim}, but the "
-                f"ELMo-C archive {self.archive_file} was pretrained on {expected}-dimensional "
-                "vectors (model.contextualizer.input_dim): wrong vectors_path?"
-            )
-
-    # ------------------------------------------------------------------ properties
 
     @property
     def num_layers(self) -> int:
@@ -259,9 +182,8 @@ class ElmocArchive:
 
     def load_model(self, cuda_device: int = -1, allow_different_vectors: bool = False):
         """
-        Loads the biLM (a `BidirectionalLanguageModel`) with the resolved fastText paths. The
-        vectors must be those the biLM was trained with (their fingerprint, recorded in the
-        weights) unless `allow_different_vectors`.
+        The biLM and its dataset reader, with the resolved fastText paths. The vectors must be
+        those the biLM was trained with (their fingerprint) unless `allow_different_vectors`.
         """
         overrides: Dict[str, Any] = dict(self.vectors_overrides)
         if allow_different_vectors and self.input_kind == FASTTEXT_INPUT:
@@ -277,6 +199,11 @@ class ElmocArchive:
         return archive.model, archive.dataset_reader
 
 
+def folder_and_parent(folder: Union[str, os.PathLike]) -> List[Path]:
+    folder = Path(folder).resolve()
+    return [folder, folder.parent]
+
+
 def relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
     """The last one, two and three components of `recorded` under each of `directories`."""
     recorded_path = Path(recorded).expanduser()
@@ -290,7 +217,6 @@ def relative_candidates(recorded: str, directories: List[Path]) -> List[Path]:
 
 def same_fasttext_model(first: Union[str, os.PathLike], second: Union[str, os.PathLike]) -> bool:
     """Whether two paths hold the same fastText model (the same file, or identical copies)."""
-    first, second = Path(first), Path(second)
     try:
         if os.path.samefile(first, second):
             return True
@@ -304,11 +230,8 @@ def different_fasttext_error(
 ) -> ConfigurationError:
     return ConfigurationError(
         f"fastText model {given_vectors} ({config_key}) is not the one ELMo-C archive "
-        f"{archive_file} was pretrained with ({archive_vectors}). The biLM's input projection and "
-        "output layer live in the vector space of its own fastText model: fine-tuning keeps that "
-        "model (words unseen in pretraining get its subword vectors, in and out), and a different "
-        "one would silently give wrong vectors. Leave the option out to use the archive's model, "
-        "or give a copy of that same file."
+        f"{archive_file} was pretrained with ({archive_vectors}): the biLM lives in the vector "
+        "space of its own fastText model. Leave the option out, or give a copy of that file."
     )
 
 
@@ -318,38 +241,24 @@ def archive_with_its_fasttext(
     config_key: str = "vectors_path",
 ) -> ElmocArchive:
     """
-    The `ElmocArchive` of a biLM archive, using the fastText model the archive was pretrained
-    with. That model is found as `ElmocArchive` finds it (the path in the archive's config, then
-    relative to the archive). `vectors_path`, if given, must be the same model (the same file or
-    a copy of it): another fastText model is refused with a `ConfigurationError` naming
-    `config_key`. When the archive's own model cannot be found on this machine, `vectors_path`
-    is accepted if its dimension matches (nothing else can be compared), with a warning.
+    The `ElmocArchive` of a fastText-input biLM with the fastText model it was pretrained with.
+    `vectors_path`, if given, must be that model (or a copy); if the archive's own model is not
+    on this machine, it is accepted with a warning.
     """
     archive_file = str(archive_file)
-    own_kind = ElmocArchive.read(archive_file) if vectors_path is None else None
-    if own_kind is not None:
-        if own_kind.input_kind != FASTTEXT_INPUT:
-            raise ConfigurationError(
-                f"biLM archive {archive_file} has {own_kind.input_kind} input (model."
-                f"text_field_embedder.token_embedders.{own_kind.input_key}): fine-tuning "
-                "continues ELMo-C pretraining and needs a fastText-input biLM"
-            )
-        return own_kind
-    given = ElmocArchive.read(archive_file, vectors_path)
-    try:
-        own = ElmocArchive.read(archive_file)
-    except ConfigurationError as error:
-        logger.warning(
-            "ELMo-C archive %s: its own fastText model is not on this machine (%s); using %s "
-            "(%s), whose dimension matches, without being able to check that it is the same model",
-            archive_file,
-            error,
-            vectors_path,
-            config_key,
+    given = ElmocArchive(archive_file, vectors_path)
+    if given.input_kind != FASTTEXT_INPUT:
+        raise ConfigurationError(
+            f"biLM archive {archive_file} has {given.input_kind} input (model.text_field_embedder."
+            f"token_embedders.{given.input_key}): fine-tuning needs a fastText-input biLM"
         )
+    if vectors_path is None:
+        return given
+    try:
+        own = ElmocArchive(archive_file)
+    except ConfigurationError as error:
+        logger.warning("%s: its own fastText model is missing (%s); using %s", archive_file, error, vectors_path)
         return given
     if not same_fasttext_model(own.input_vectors_path, vectors_path):
-        raise different_fasttext_error(
-            archive_file, own.input_vectors_path, str(vectors_path), config_key
-        )
+        raise different_fasttext_error(archive_file, own.input_vectors_path, vectors_path, config_key)
     return given

@@ -1,34 +1,10 @@
 """
-What a downstream model trained with ELMo-C carries, so that its `model.tar.gz` loads anywhere.
-
-The biLM's weights are part of the downstream model's weights (the biLM is a submodule), so a
-downstream archive only lacks what builds the biLM before those weights are loaded: the biLM's
-`config.json` (which also holds its indexer settings: boundary tokens, lowercasing, token length)
-and its vocabulary (the output layer's size). When `allennlp train` builds the
-`elmoc_token_embedder`, these are copied into the run's serialization directory under
-`elmoc_bilm/<key>/` (`key` names the `archive_file` as written in the config), and `allennlp
-train` puts that folder into `model.tar.gz` (see `elmoc_allennlp/compat/atomic_train_files.py`).
-
-Loading a downstream archive (`allennlp evaluate` / `predict`, `load_archive`), the indexer and
-the embedder find that copy in the extracted archive and build the biLM from it, without its
-weights: the biLM archive is not read and need not exist. Only the fastText `.bin` is needed,
-found in this order:
-
-1. the environment variable `ELMOC_VECTORS_PATH` (the one override, for the indexer and the
-   embedder alike; it also applies at training);
-2. the option `vectors_path`, if the file exists;
-3. the absolute path the `.bin` had at training;
-4. the last one, two and three components of that path under the downstream archive's folder
-   and under its parent (a `.bin` copied next to the moved `model.tar.gz` is found).
-
-A task's own fastText components (`elmoc_fasttext_subwords`, `elmoc_fasttext`, e.g. the word
-vectors of `training_configs/downstream/`) keep their `vectors_path` if it exists, and otherwise,
-in a loaded archive, look in the places of 4., then take `ELMOC_VECTORS_PATH` (`locate_fasttext`).
-
-Relative paths in ELMo-C options (`archive_file`, `vectors_path`, `ELMOC_VECTORS_PATH`) resolve
-against the working directory of the process, at training and at loading alike (as allennlp's
-data paths do); the copy records absolute paths, so loading does not depend on the working
-directory.
+What a downstream model trained with ELMo-C carries, so that its `model.tar.gz` loads anywhere:
+the biLM's `config.json` and vocabulary, copied at training to `elmoc_bilm/<key>/` in the
+serialization directory (and so in the archive). Loading builds the biLM from that copy, without
+the biLM archive. Its fastText `.bin` is, in this order: `ELMOC_VECTORS_PATH`, the option
+`vectors_path` if it exists, the path recorded at training, and the last one to three components
+of that path under the downstream archive's folder and its parent.
 """
 import copy
 import hashlib
@@ -47,7 +23,7 @@ from allennlp.models.archival import CONFIG_NAME
 
 from elmoc_allennlp.common.archives import extracted_from
 from elmoc_allennlp.common.config_keys import set_dotted
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive, relative_candidates
+from elmoc_allennlp.common.elmoc_archive import ElmocArchive, folder_and_parent, relative_candidates
 
 logger = logging.getLogger(__name__)
 
@@ -55,28 +31,15 @@ logger = logging.getLogger(__name__)
 CARRIED_DIRECTORY = "elmoc_bilm"
 # The one override of the biLM's fastText `.bin`.
 VECTORS_PATH_VARIABLE = "ELMOC_VECTORS_PATH"
-_ORIGIN_NAME = "origin.json"
 _VOCABULARY_NAME = "vocabulary"
-
-
-def carried_key(archive_file: Union[str, os.PathLike]) -> str:
-    """The folder name of the copy of the biLM named `archive_file` in a config."""
-    return hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
 
 
 def carried_bilm_directory(
     serialization_dir: Union[str, os.PathLike], archive_file: Union[str, os.PathLike]
 ) -> Path:
-    return Path(serialization_dir) / CARRIED_DIRECTORY / carried_key(archive_file)
-
-
-def _find_carried(
-    serialization_dir: Optional[Union[str, os.PathLike]], archive_file: Union[str, os.PathLike]
-) -> Optional[Path]:
-    if serialization_dir is None:
-        return None
-    directory = carried_bilm_directory(serialization_dir, archive_file)
-    return directory if (directory / CONFIG_NAME).is_file() else None
+    """Where the copy of the biLM named `archive_file` in a config is carried."""
+    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
+    return Path(serialization_dir) / CARRIED_DIRECTORY / key
 
 
 def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
@@ -86,17 +49,15 @@ def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
         return vectors_path
     if not Path(variable).expanduser().is_file():
         raise ConfigurationError(
-            f"fastText model {variable} (environment variable {VECTORS_PATH_VARIABLE}) does not "
-            f"exist (relative paths resolve against the working directory, {os.getcwd()})"
+            f"fastText model {variable} (environment variable {VECTORS_PATH_VARIABLE}) does not exist"
         )
     return str(Path(variable).expanduser().resolve())
 
 
 class CarriedElmocArchive(ElmocArchive):
     """
-    The `ElmocArchive` of a biLM copy carried in a downstream archive (a folder with the biLM's
-    `config.json` and vocabulary, see the module docstring). `load_model` builds the biLM
-    without weights: the downstream weights hold them.
+    The `ElmocArchive` of a biLM copy carried in a downstream archive. `load_model` builds the
+    biLM without weights: the downstream weights hold them.
 
     # Parameters
 
@@ -105,8 +66,7 @@ class CarriedElmocArchive(ElmocArchive):
     vectors_path : `str`, optional (default = `None`)
         The fastText `.bin`, overriding the recorded one.
     search_directories : `List[Path]`
-        Where a `.bin` missing at its recorded path is looked for (the downstream archive's
-        folder and its parent).
+        Where a `.bin` missing at its recorded path is looked for.
     """
 
     def __init__(
@@ -123,16 +83,14 @@ class CarriedElmocArchive(ElmocArchive):
         from allennlp.models import Model
 
         config = copy.deepcopy(self.config)
-        for key, path in getattr(self, "vectors_overrides", {}).items():
+        for key, path in self.vectors_overrides.items():
             set_dotted(config, key, path)
         if allow_different_vectors:
             embedders = config["model"]["text_field_embedder"]["token_embedders"]
             embedders[self.input_key]["allow_different_vectors"] = True
         params = Params(config)
         vocabulary_params = params.pop("vocabulary", Params({}))
-        vocabulary_type = vocabulary_params.pop_choice(
-            "type", Vocabulary.list_available(), True
-        )
+        vocabulary_type = vocabulary_params.pop_choice("type", Vocabulary.list_available(), True)
         vocabulary_class, _ = Vocabulary.resolve_class_name(vocabulary_type)
         vocabulary = vocabulary_class.from_files(
             self.local_path / _VOCABULARY_NAME,
@@ -151,20 +109,15 @@ class CarriedElmocArchive(ElmocArchive):
 def _origin_directories(serialization_dir: Union[str, os.PathLike]) -> List[Path]:
     """The downstream archive's folder (or the serialization directory) and its parent."""
     origin = extracted_from(serialization_dir)
-    folder = Path(origin).parent if origin else Path(serialization_dir)
-    folder = folder.resolve()
-    return [folder, folder.parent]
+    return folder_and_parent(Path(origin).parent if origin else serialization_dir)
 
 
 def locate_fasttext(
     vectors_path: str, serialization_dir: Optional[Union[str, os.PathLike]] = None
 ) -> str:
     """
-    The fastText `.bin` of an `elmoc_fasttext` / `elmoc_fasttext_subwords` component: its
-    `vectors_path` if that file exists (or no archive is being loaded, `serialization_dir` is
-    `None`); otherwise, in a loaded archive, its last 1-3 path components under the archive's
-    folder and that folder's parent, then `ELMOC_VECTORS_PATH`. If none exists, `vectors_path`
-    (whose reader names it).
+    The fastText `.bin` of a task's own fastText component: `vectors_path` if it exists; else,
+    in a loaded archive, as the biLM's is found (but `ELMOC_VECTORS_PATH` last).
     """
     if serialization_dir is None or Path(vectors_path).expanduser().is_file():
         return vectors_path
@@ -173,26 +126,6 @@ def locate_fasttext(
             logger.info("Using %s for the missing fastText model %s", candidate, vectors_path)
             return str(candidate)
     return vectors_path_override(None) or vectors_path
-
-
-def _read_carried(
-    directory: Path,
-    archive_file: str,
-    vectors_path: Optional[str],
-    serialization_dir: Union[str, os.PathLike],
-) -> CarriedElmocArchive:
-    override = vectors_path_override(None)
-    if override is None and vectors_path and Path(vectors_path).expanduser().is_file():
-        override = str(Path(vectors_path).expanduser().resolve())
-    origin = extracted_from(serialization_dir) or os.fspath(serialization_dir)
-    try:
-        return CarriedElmocArchive(directory, override, _origin_directories(serialization_dir))
-    except ConfigurationError as error:
-        raise ConfigurationError(
-            f"The downstream model {origin} carries the config of its ELMo-C biLM "
-            f"{archive_file} (archive_file), which it could not use: {error}. Copy the fastText "
-            f".bin next to the downstream archive or set {VECTORS_PATH_VARIABLE} to its path."
-        ) from None
 
 
 def read_bilm_archive(
@@ -204,10 +137,23 @@ def read_bilm_archive(
     The `ElmocArchive` of the biLM named `archive_file` in a downstream config: its copy carried
     in `serialization_dir` if there is one (a loaded downstream archive), else the biLM archive.
     """
-    carried = _find_carried(serialization_dir, archive_file)
-    if carried is not None:
-        return _read_carried(carried, os.fspath(archive_file), vectors_path, serialization_dir)
-    return ElmocArchive.read(archive_file, vectors_path_override(vectors_path))
+    carried = None
+    if serialization_dir is not None:
+        carried = carried_bilm_directory(serialization_dir, archive_file)
+    if carried is None or not (carried / CONFIG_NAME).is_file():
+        return ElmocArchive(archive_file, vectors_path_override(vectors_path))
+    override = vectors_path_override(None)
+    if override is None and vectors_path and Path(vectors_path).expanduser().is_file():
+        override = str(Path(vectors_path).expanduser().resolve())
+    try:
+        return CarriedElmocArchive(carried, override, _origin_directories(serialization_dir))
+    except ConfigurationError as error:
+        origin = extracted_from(serialization_dir) or os.fspath(serialization_dir)
+        raise ConfigurationError(
+            f"The downstream model {origin} carries the config of its ELMo-C biLM "
+            f"{os.fspath(archive_file)} (archive_file), which it could not use: {error}. Copy the "
+            f"fastText .bin next to the downstream archive or set {VECTORS_PATH_VARIABLE}."
+        ) from None
 
 
 def open_bilm(
@@ -217,10 +163,8 @@ def open_bilm(
     allow_different_vectors: bool = False,
 ) -> Tuple[ElmocArchive, Any, Any]:
     """
-    `(archive, biLM model, biLM dataset reader)` for a downstream component. With a carried copy
-    in `serialization_dir`, the biLM is built from it without weights (the downstream weights
-    are loaded next); otherwise it is loaded from `archive_file` and, if `serialization_dir` is
-    given (`allennlp train`), its copy is written there to travel with the downstream archive.
+    `(archive, biLM model, biLM dataset reader)` for a downstream component. At training
+    (`serialization_dir` given, no copy yet) the biLM's copy is written there.
     """
     archive = read_bilm_archive(archive_file, vectors_path, serialization_dir)
     model, reader = archive.load_model(allow_different_vectors=allow_different_vectors)
@@ -237,16 +181,15 @@ def carry_bilm(
 ) -> Path:
     """
     Writes the copy of the biLM `archive` (config with absolute fastText paths, vocabulary,
-    where it came from) to `<serialization_dir>/elmoc_bilm/<key>`, atomically.
+    `origin.json`) to `<serialization_dir>/elmoc_bilm/<key>`, atomically.
     """
     directory = carried_bilm_directory(serialization_dir, archive_file)
     if (directory / CONFIG_NAME).is_file():
         return directory
     config = copy.deepcopy(archive.config)
-    # (A biLM whose input is not fastText has no .bin to record.)
-    for key, path in getattr(archive, "vectors_overrides", {}).items():
+    for key, path in archive.vectors_overrides.items():
         set_dotted(config, key, str(Path(path).resolve()))
-    input_vectors = getattr(archive, "input_vectors_path", None)
+    input_vectors = archive.input_vectors_path
     directory.parent.mkdir(parents=True, exist_ok=True)
     # A folder of its own: the workers of a distributed run may all be writing the same copy.
     partial = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
@@ -258,7 +201,7 @@ def carry_bilm(
             "resolved_archive_file": str(Path(archive.local_path).resolve()),
             "vectors_path": str(Path(input_vectors).resolve()) if input_vectors else None,
         }
-        (partial / _ORIGIN_NAME).write_text(json.dumps(origin, indent=2), encoding="utf-8")
+        (partial / "origin.json").write_text(json.dumps(origin, indent=2), encoding="utf-8")
         try:
             os.replace(partial, directory)
         except OSError:

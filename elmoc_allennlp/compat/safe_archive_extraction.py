@@ -1,20 +1,15 @@
 """
-allennlp 2.10.1 problem: `load_archive` (so `allennlp evaluate` / `predict`, `Model.from_archive`,
-`from_archive` models, the `pretrained` initializer) extracts with `tarfile.extractall` and no
-filter (absolute or `..` names and links write anywhere; a 4 MB archive can fill the disk), leaves
-its temporary folder behind when extraction fails, and reads the archive's `config.json` with
-`Params.from_file`: as jsonnet, with every environment variable as an external variable
-(`importstr` of a local file, `std.extVar` of a token, a computation that never ends), importing
-any dotted `"type"` it names.
+`load_archive` extracts archives checked and bounded, and reads their config as strict JSON.
 
-`install()` replaces `allennlp.models.archival.extracted_archive` with
-`elmoc_allennlp.common.archives.extracted_archive` (every member checked and bounded before it is
-written, the folder removed after any failure) and the module's `Params` with `ArchiveParams`,
-whose `from_file` reads the archive's config as strict JSON through
-`elmoc_allennlp.common.archives.read_config` (a dotted type must be registered or already
-imported) and then applies the user's overrides as allennlp does. To drop it: once allennlp
-extracts with bounds and a filter and reads archived configs as JSON, delete this module and its
-name in `SHIMS`.
+**Problem (allennlp 2.10.1).** `load_archive` extracts with `tarfile.extractall` and no filter
+(names and links may write anywhere, a small archive may fill the disk) and reads `config.json`
+as jsonnet with the environment as external variables, importing any dotted `"type"`.
+
+**Workaround.** `install()` replaces `archival.extracted_archive` and `archival.Params` with
+`common.archives.extracted_archive` and `ArchiveParams` (`read_config`, then the overrides).
+
+**To drop it**: when allennlp extracts with a filter and reads archived configs as JSON, remove
+this module and its entry in `elmoc_allennlp.compat.SHIMS`.
 """
 import json
 import os
@@ -23,10 +18,7 @@ from allennlp.common.params import Params, parse_overrides, with_overrides
 
 from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
 
-REPLACES = (
-    "archives are extracted checked and bounded; their config.json is strict JSON, never "
-    "jsonnet, and names no type that would need an import"
-)
+REPLACES = "archives are extracted checked and bounded; their config.json is strict JSON"
 TARGETS = (
     "allennlp.models.archival.extracted_archive",
     "allennlp.models.archival.Params",
@@ -34,7 +26,7 @@ TARGETS = (
 
 
 class ArchiveParams(Params):
-    """`Params` whose `from_file` reads an archived `config.json` (see the module docstring)."""
+    """`Params` whose `from_file` reads an archived `config.json` with `read_config`."""
 
     @classmethod
     def from_file(cls, params_file, params_overrides="", ext_vars=None) -> "ArchiveParams":
@@ -47,7 +39,6 @@ class ArchiveParams(Params):
 
 
 def install() -> bool:
-    """Makes `load_archive` extract and read archives as data (idempotent)."""
     import allennlp.models.archival as archival
 
     # `load_archive` looks both names up in this module when it runs.

@@ -1,29 +1,25 @@
 """
-allennlp 2.10.1 problem: a config's `"type"` may be a dotted Python name
-(`Registrable.resolve_class_name`), which allennlp imports and calls with the remaining keys
-without checking that it is a class of the kind asked for: `"model": {"type": "subprocess.Popen",
-"args": "...", "shell": true}` runs a shell command.
+A dotted config `"type"` must name a class of the kind asked for.
 
-`install()` wraps `resolve_class_name` so that a dotted name must resolve to a subclass of the
-registrable base class asked for (or to a class already registered under it, e.g. the torch
-modules registered as activations); anything else is a `ConfigurationError` naming the type.
-This covers the configs a user writes (whose dotted types allennlp still imports); a config from
-an archive is checked before anything is imported (`elmoc_allennlp.common.archives`). Registered
-names are unaffected. To drop it: once allennlp checks this itself, delete this module and its
-name in `SHIMS`.
+**Problem (allennlp 2.10.1).** `Registrable.resolve_class_name` imports a dotted `"type"` and
+calls it unchecked: `{"type": "subprocess.Popen", "args": "...", "shell": true}` runs a command.
+
+**Workaround.** `install()` wraps `resolve_class_name`: a dotted name must resolve to a subclass
+of the base asked for, or to a class registered under it.
+
+**To drop it**: when allennlp checks this itself, remove this module and its entry in
+`elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 
-
 REPLACES = "a dotted config type must name a subclass of the requested kind"
 TARGETS = ("allennlp.common.registrable.Registrable.resolve_class_name",)
 
 
 def install() -> bool:
-    """Refuses dotted config types that are not classes of the requested kind (idempotent)."""
     original = Registrable.__dict__["resolve_class_name"].__func__
     if getattr(original, "_elmoc_checked", False):
         return True
@@ -38,9 +34,7 @@ def install() -> bool:
         if not is_subclass and subclass not in registered:
             raise ConfigurationError(
                 f'"type": "{name}" is not a {cls.__name__}: a dotted type name must name a '
-                f"subclass of {cls.__module__}.{cls.__name__}. Refusing to call it (a config, "
-                "for example one inside a downloaded model archive, may only build registered "
-                "components)."
+                f"subclass of {cls.__module__}.{cls.__name__}"
             )
         return subclass, constructor
 

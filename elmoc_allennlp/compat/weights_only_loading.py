@@ -1,16 +1,15 @@
 """
-allennlp 2.10.1 problem: `Model._load` (through `allennlp.nn.util.read_state_dict`, so every
-`load_archive`), the stock `Checkpointer.load_checkpoint` (`--recover`) and the `pretrained`
-initializer (a weights file or archive named in a config) call `torch.load` without
-`weights_only`: they are safe only through torch's default, and a user who sets
-`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (torch's opt-out for old checkpoints) lets a pickle payload
-in a stranger's `weights.th` run.
+allennlp loads weights and checkpoints as tensors only.
 
-`install()` replaces the three with versions that load through
-`elmoc_allennlp.common.torch_versions.load_tensors` (tensors and plain containers only, whatever
-the environment says). `read_state_dict` with `strip_prefix` / `ignore` first checks the file
-that way, then lets allennlp's own function filter it. To drop it: once allennlp passes
-`weights_only=True` itself, delete this module and its name in `SHIMS`.
+**Problem (allennlp 2.10.1).** `read_state_dict` (every `load_archive`),
+`Checkpointer.load_checkpoint` and the `pretrained` initializer call `torch.load` without `weights_only`: with
+`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's `weights.th` can run code.
+
+**Workaround.** `install()` replaces the three with versions that load through
+`common.torch_versions.load_tensors`.
+
+**To drop it**: when allennlp passes `weights_only=True` itself, remove this module and its entry
+in `elmoc_allennlp.compat.SHIMS`.
 """
 import collections
 import os
@@ -28,7 +27,6 @@ TARGETS = (
 
 
 def install() -> bool:
-    """Makes allennlp load weights and checkpoints as tensors only (idempotent)."""
     from allennlp.nn import util
     from allennlp.nn.initializers import PretrainedModelInitializer
     from allennlp.training.checkpointer import Checkpointer, TrainerCheckpoint

@@ -13,14 +13,10 @@ class BidirectionalLanguageModelPredictor(Predictor):
     Scores sentences with a trained biLM (`elmoc_bilm`).
 
     Input: `{"sentence": "a whitespace tokenized sentence"}` (or a list of tokens). Output: the
-    model's forward and backward losses for the sentence, the mask and, for continuous heads, the
-    per-position cosine between each prediction and its target vector (`forward_cosine`,
-    `backward_cosine`; the positions include the `<S>` and `</S>` boundaries).
-
-    Input of the wrong shape (no `"sentence"`, a number, `null`, a list with a non-string token,
-    JSON that is malformed or nested too deeply) raises a `ConfigurationError` naming
-    the key; under `allennlp predict` also the input line, counted among the non-blank lines the
-    command passes to `load_line` (allennlp skips blank lines before the predictor sees them).
+    model's forward and backward losses, the mask and, for continuous heads, the per-position
+    cosine between each prediction and its target (`forward_cosine`, `backward_cosine`).
+    Malformed input raises a `ConfigurationError` naming the key and, under `allennlp predict`,
+    the input line (counting non-blank lines).
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
@@ -46,34 +42,24 @@ class BidirectionalLanguageModelPredictor(Predictor):
     def validate_json(self, json_dict: Any) -> None:
         """Raises a `ConfigurationError` naming the key if `json_dict` is not a valid input."""
         if not isinstance(json_dict, dict):
-            raise ConfigurationError(
-                f'expected a JSON object like {{"sentence": "the bank raised its rate"}}, got '
-                f"{type(json_dict).__name__} {_preview(json_dict)}"
-            )
+            raise _wrong_type('expected a JSON object like {"sentence": "the bank"}', json_dict)
         if "sentence" not in json_dict:
             raise ConfigurationError(
                 f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}"
             )
         sentence = json_dict["sentence"]
-        if isinstance(sentence, str):
-            return
-        if not isinstance(sentence, list):
-            raise ConfigurationError(
-                f"'sentence' must be a string (or a list of token strings), got "
-                f"{type(sentence).__name__} {_preview(sentence)}"
-            )
-        for index, token in enumerate(sentence):
+        if not isinstance(sentence, (str, list)):
+            raise _wrong_type("'sentence' must be a string (or a list of token strings)", sentence)
+        for index, token in enumerate(sentence if isinstance(sentence, list) else []):
             if not isinstance(token, str):
-                raise ConfigurationError(
-                    f"'sentence'[{index}] must be a token string, got "
-                    f"{type(token).__name__} {_preview(token)}"
-                )
+                raise _wrong_type(f"'sentence'[{index}] must be a token string", token)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         self.validate_json(json_dict)
         return self._dataset_reader.text_to_instance(json_dict["sentence"])  # type: ignore
 
 
-def _preview(value: Any) -> str:
+def _wrong_type(problem: str, value: Any) -> ConfigurationError:
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    preview = text if len(text) <= 60 else text[:57] + "..."
+    return ConfigurationError(f"{problem}, got {type(value).__name__} {preview}")

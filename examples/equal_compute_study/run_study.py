@@ -341,7 +341,7 @@ def main() -> None:
 
     args.fasttext_dim = FastTextVectors.from_path(args.fasttext).dim
     bilms = _pairs(args.bilm, "--bilm")
-    args.bilm_dims = {name: ElmocArchive.read(path).output_dim for name, path in bilms.items()}
+    args.bilm_dims = {name: ElmocArchive(path).output_dim for name, path in bilms.items()}
     models: List[Tuple[str, Optional[str]]] = [(FASTTEXT_ONLY, None)] + list(bilms.items())
     data = prepare_data(args)
 

@@ -236,7 +236,7 @@ def seconds_of(duration: str) -> float:
 def bilm_settings(archive: Path) -> Dict[str, str]:
     from elmoc_allennlp.common.elmoc_archive import ElmocArchive
 
-    description = ElmocArchive.read(str(archive))
+    description = ElmocArchive(str(archive))
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     return {

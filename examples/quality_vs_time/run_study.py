@@ -132,7 +132,7 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
         train_size=args.train_size, eval_size=args.eval_size, dev_size=args.dev_size, epochs=args.epochs,
         task_epochs={}, batch_size=args.batch_size, lowercase=True, collect_only=False, fasttext=args.fasttext,
         fasttext_dim=FastTextVectors.from_path(args.fasttext).dim,
-        bilm_dims={name: ElmocArchive.read(path).output_dim for name, path in archives.items()},
+        bilm_dims={name: ElmocArchive(path).output_dim for name, path in archives.items()},
     )
     settings.output_dir.mkdir(parents=True, exist_ok=True)
     data = grid.prepare_data(settings)

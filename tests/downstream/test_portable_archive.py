@@ -188,7 +188,7 @@ def test_the_copy_is_written_once_and_a_second_writer_keeps_the_first(
     from elmoc_allennlp.common.portable_bilm import carry_bilm, read_bilm_archive
     from allennlp.data import Vocabulary
 
-    archive = ElmocArchive.read(relocated_archive)
+    archive = ElmocArchive(relocated_archive)
     vocabulary = Vocabulary()
     vocabulary.add_tokens_to_namespace(["the", "cat"], "tokens")
     first = carry_bilm(tmp_path, "bilm.tar.gz", archive, vocabulary)

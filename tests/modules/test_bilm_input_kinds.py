@@ -73,7 +73,7 @@ KINDS = [FASTTEXT_INPUT, CHARACTERS_INPUT, PIECES_INPUT]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_archive_input_kind_and_indexer(archives, kind):
-    archive = ElmocArchive.read(archives[kind])
+    archive = ElmocArchive(archives[kind])
     assert archive.input_kind == kind
     assert archive.output_dim == OUTPUT_DIM
     assert (archive.input_vectors_path is not None) == (kind == FASTTEXT_INPUT)
@@ -229,7 +229,7 @@ def test_character_indexer_lowercases_when_asked(archives):
 def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
     characters = str(archives[CHARACTERS_INPUT])
     with pytest.raises(ConfigurationError, match="vectors_path"):
-        ElmocArchive.read(characters, str(tiny_fasttext_path))
+        ElmocArchive(characters, str(tiny_fasttext_path))
     with pytest.raises(ConfigurationError, match="fastText-input biLM"):
         archive_with_its_fasttext(characters)
 
@@ -239,14 +239,14 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
 
     broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "a" / "model.tar.gz", unsupported_embedder)
     with pytest.raises(ConfigurationError, match=r"token_embedders\.elmo_characters"):
-        ElmocArchive.read(broken)
+        ElmocArchive(broken)
 
     def wrong_indexer(config):
         config["dataset_reader"]["token_indexers"]["elmo_characters"] = {"type": "single_id"}
 
     broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "b" / "model.tar.gz", wrong_indexer)
     with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
-        ElmocArchive.read(broken)
+        ElmocArchive(broken)
 
 
 @pytest.mark.parametrize("kind", KINDS)

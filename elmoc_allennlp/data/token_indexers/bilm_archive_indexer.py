@@ -4,7 +4,6 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.token_indexer import TokenIndexer
 
-from elmoc_allennlp.common.archives import read_archive_member
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
 from elmoc_allennlp.common.config_keys import naming_the_config_key
 from elmoc_allennlp.common.portable_bilm import read_bilm_archive
@@ -18,30 +17,22 @@ from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastText
 
 
 def pretraining_token_cap(archive) -> int:
-    """
-    Where a biLM archive's pretraining cut tokens (`ElmocArchive`): its input indexer's
-    `max_token_characters`, or its `elmoc_lm_corpus` reader's if that is shorter.
-    """
+    """Where a biLM archive's pretraining cut tokens: its indexer's or its reader's limit."""
     indexer = archive.config["dataset_reader"]["token_indexers"][archive.input_key]
-    indexer_limit = indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS)
-    limits = (archive.max_token_characters, indexer_limit)
+    limits = (archive.max_token_characters, indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS))
     return min(limit for limit in limits if limit is not None)
 
 
 def _piece_vocabulary(archive, namespace: str) -> Dict[str, int]:
     """piece -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
     name = f"vocabulary/{namespace}.txt"
-    if archive.local_path.is_dir():
-        path = archive.local_path / name
-        data = path.read_bytes() if path.is_file() else None
-    else:
-        data = read_archive_member(archive.local_path, name)
-    if data is None:
+    path = archive.extracted.member(name)
+    if path is None:
         raise ConfigurationError(
-            f"biLM archive {archive.archive_file} has no {name}: the vocabulary of its pieces "
-            f"(model.text_field_embedder.token_embedders.{archive.input_key}.vocab_namespace)"
+            f"biLM archive {archive.archive_file} has no {name} (model.text_field_embedder."
+            f"token_embedders.{archive.input_key}.vocab_namespace)"
         )
-    pieces = data.decode("utf-8").split("\n")
+    pieces = path.read_bytes().decode("utf-8").split("\n")
     if pieces and pieces[-1] == "":
         pieces.pop()
     return {piece: index + 1 for index, piece in enumerate(pieces)}
@@ -51,11 +42,8 @@ def archive_input_indexer(
     archive, lowercase_tokens: Optional[bool] = None, token_min_padding_length: int = 0
 ) -> BilmInputIndexer:
     """
-    The indexer of a biLM archive's input kind (`ElmocArchive`), indexing as pretraining did:
-    `FastTextSubwordIndexer` (the archive's fastText model, boundary tokens and lowercasing),
-    `ElmocCharacterIndexer` or `ElmocPieceIndexer`, cut at `pretraining_token_cap`.
-    `lowercase_tokens` overrides the archive's lowercasing (`None`: as in pretraining; only
-    fastText indexers record it, the others do not lowercase by default).
+    The indexer of a biLM archive's input kind (`ElmocArchive`), indexing as pretraining did.
+    `lowercase_tokens` overrides the archive's lowercasing (`None`: as in pretraining).
     """
     max_token_characters = pretraining_token_cap(archive)
     if archive.input_kind == FASTTEXT_INPUT:
@@ -71,7 +59,6 @@ def archive_input_indexer(
     if archive.input_kind == CHARACTERS_INPUT:
         return ElmocCharacterIndexer(bool(lowercase_tokens), token_min_padding_length)
     if archive.input_kind == PIECES_INPUT:
-        from allennlp.common import Params
         from allennlp.data import Tokenizer
 
         reader = archive.config["dataset_reader"]
@@ -94,20 +81,11 @@ def archive_input_indexer(
 @TokenIndexer.register("elmoc_bilm_inputs")
 class BilmArchiveIndexer(BilmInputIndexer):
     """
-    Indexes tokens for a trained biLM, in the role of ELMo's `elmo_characters`: each token
-    becomes the ids the biLM's input was pretrained on, whatever its kind (see
-    `elmoc_allennlp.common.bilm_inputs`): the fastText subword ids of the biLM's own fastText
-    model (ELMo-C and its ablations), ELMo's character ids (ELMo) or the BPE piece ids of its
-    SentencePiece model and vocabulary (ELMo-Sub), all read from the biLM archive (see
-    `ElmocArchive`), so that the indexer and the `elmoc_token_embedder` always agree
-    (`kind_indexer` is the indexer of that kind). Like `elmo_characters` it needs no vocabulary
-    and adds no sentence boundaries (the embedder does). Long tokens are cut as in pretraining:
-    at the archive's indexer's `max_token_characters`, or its `elmoc_lm_corpus` reader's if that
-    is shorter.
-
-    The output has a single key, `elmo_tokens` (see `BilmInputIndexer`). There is no `mask` key,
-    so it can sit next to an indexer that has one (e.g. `elmoc_fasttext_subwords`);
-    `get_text_field_mask` derives the mask from the ids.
+    Indexes tokens for a trained biLM, in the role of ELMo's `elmo_characters`: each token becomes
+    the ids the biLM's input was pretrained on, whatever its kind (fastText subwords, ELMo's
+    characters or BPE pieces; see `common.bilm_inputs`), read from the biLM archive so that the
+    indexer and the `elmoc_token_embedder` always agree. Long tokens are cut as in pretraining.
+    The output has the single key `elmo_tokens` and no `mask`.
 
     Registered as a `TokenIndexer` with name "elmoc_bilm_inputs".
 
@@ -118,13 +96,12 @@ class BilmArchiveIndexer(BilmInputIndexer):
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if it is not where the archive says.
     lowercase_tokens : `bool`, optional (default = `None`)
-        Whether to lowercase tokens; `None` means as in pretraining (the archive's
-        `dataset_reader.token_indexers.<key>.lowercase_tokens`), which is what the biLM expects.
+        Whether to lowercase tokens; `None` means as in pretraining.
     token_min_padding_length : `int`, optional (default = `0`)
         See :class:`TokenIndexer`.
     serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp when loading a downstream archive: the biLM config it carries is read
-        instead of `archive_file` (see `elmoc_allennlp/common/portable_bilm.py`).
+        Given by allennlp when loading a downstream archive: its carried biLM config is read
+        instead of `archive_file` (see `common/portable_bilm.py`).
     """
 
     def __init__(
@@ -160,8 +137,3 @@ class BilmArchiveIndexer(BilmInputIndexer):
 
     def token_ids(self, text: str) -> List[int]:
         return self.kind_indexer.token_ids(text)
-
-    def __eq__(self, other) -> bool:
-        if isinstance(other, BilmArchiveIndexer):
-            return self.__dict__ == other.__dict__
-        return NotImplemented

@@ -77,7 +77,7 @@ def embed(module, indexer, sentences):
 
 
 def test_archive_reads_the_config_without_the_weights(elmoc_archive, tiny_fasttext_path):
-    archive = ElmocArchive.read(str(elmoc_archive))
+    archive = ElmocArchive(str(elmoc_archive))
     assert archive.input_key == "fasttext"
     assert archive.num_layers == 3 and archive.output_dim == 12
     assert (archive.start_token, archive.end_token) == ("<S>", "</S>")
@@ -318,8 +318,8 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
     lowered_archive = rewrite_archive(
         elmoc_archive, tmp_path / "lower.tar.gz", lowercase_in_pretraining
     )
-    assert ElmocArchive.read(lowered_archive).lowercase_tokens
-    assert not ElmocArchive.read(elmoc_archive).lowercase_tokens
+    assert ElmocArchive(lowered_archive).lowercase_tokens
+    assert not ElmocArchive(elmoc_archive).lowercase_tokens
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
     inherited = BilmArchiveIndexer(str(lowered_archive))
     assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
@@ -432,7 +432,7 @@ def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_pat
 def test_a_moved_archive_finds_its_vectors_relative_to_it(
     relocated_archive, elmoc_archive, indexer
 ):
-    archive = ElmocArchive.read(str(relocated_archive))
+    archive = ElmocArchive(str(relocated_archive))
     assert archive.input_vectors_path == str(relocated_archive.parents[1] / "fasttext" / "tiny.bin")
     moved = ElmocTokenEmbedder(str(relocated_archive), dropout=0.0)
     original = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
