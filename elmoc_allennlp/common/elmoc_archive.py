@@ -23,7 +23,7 @@ BILM_MODEL_TYPE = "elmoc_bilm"
 # The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
 # The defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
-_BOUNDARY_TOKENS = ("<S>", "</S>")
+DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 # How many trailing components of a recorded vectors path are tried relative to the archive.
 _MAX_RELATIVE_COMPONENTS = 3
 
@@ -75,12 +75,12 @@ class ElmocArchive:
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
-        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", _BOUNDARY_TOKENS))
+        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]))
         self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
         # Pretraining may have cut long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
-        self.start_token = reader.get("start_token", _BOUNDARY_TOKENS[0])
-        self.end_token = reader.get("end_token", _BOUNDARY_TOKENS[1])
+        self.start_token = reader.get("start_token", DEFAULT_START_TOKEN)
+        self.end_token = reader.get("end_token", DEFAULT_END_TOKEN)
         if not self.start_token or not self.end_token:
             raise self._error("has no dataset_reader.start_token / end_token")
         self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
