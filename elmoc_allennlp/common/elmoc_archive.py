@@ -75,7 +75,8 @@ class ElmocArchive:
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
-        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]))
+        default_boundaries = [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]
+        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", default_boundaries))
         self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
         # Pretraining may have cut long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
