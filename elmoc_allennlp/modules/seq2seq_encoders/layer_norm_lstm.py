@@ -1,8 +1,6 @@
 """
 The ELMo-C contextual encoder: ELMo's `ElmoLstm` with LayerNorm of the projected state inside the
-recurrence. Two implementations compute the same function: `"reference"`, a Python loop over time
-steps, and `"auto"`, the fast path of `lstm_recurrence` (which needs the padding at the end of
-each sequence, and runs in the parameters' precision under autocast).
+recurrence, as a Python loop (`"reference"`) or the fast path of `lstm_recurrence` (`"auto"`).
 """
 import contextlib
 import logging
@@ -37,8 +35,7 @@ _warned_not_prefix = False
 def checked_mask(
     inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int
 ) -> torch.BoolTensor:
-    """Checks the shapes of an encoder's `inputs` and `mask`; returns the mask (all `True` for
-    `None`) as a `BoolTensor`."""
+    """Checks the shapes of `inputs` and `mask`; returns the mask (all `True` for `None`)."""
     if inputs.dim() != 3:
         shape = tuple(inputs.size())
         raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {shape}")
@@ -51,8 +48,7 @@ def checked_mask(
 
 
 def _fast_packing(implementation: str, mask: torch.BoolTensor) -> Optional[SequencePacking]:
-    """The packing for the fast path, or `None` for the reference path (chosen, or taken for an
-    empty batch and, with a warning, for padding before real tokens)."""
+    """The fast path's packing, or `None` for the reference path (chosen, empty or not prefix)."""
     global _warned_not_prefix
     if implementation == "reference":
         return None
@@ -75,18 +71,8 @@ def _outside_autocast(
 
 class LayerNormLstmLayer(torch.nn.Module):
     """
-    One direction of one layer of the ELMo-C LSTM: allennlp's `LstmCellWithProjection` followed
-    (when `layer_norm`) by LayerNorm of the projected, clipped state, which is both the output at
-    step t and the state fed back at step t + 1. With gates in the order (input, forget, memory,
-    output):
-
-        gates = input_linearity(x_t) + state_linearity(h_{t-1})
-        c_t = sigmoid(i) * tanh(g) + sigmoid(f) * c_{t-1}          (clipped to +-cell_clip)
-        h_t = state_projection(sigmoid(o) * tanh(c_t))             (clipped to +-projection_clip)
-        h_t = layer_norm(h_t) * recurrent_dropout_mask
-
-    Outputs are zero at padding; the backward direction starts from a zero state at each
-    sequence's last real token.
+    One direction of one layer of the ELMo-C LSTM: allennlp's `LstmCellWithProjection` with
+    LayerNorm of the projected, clipped state, which is both the output and the state fed back.
 
     # Parameters
 
@@ -103,8 +89,7 @@ class LayerNormLstmLayer(torch.nn.Module):
     cell_clip : `float`, optional (default = `3.0`)
         The magnitude at which the memory cell is clipped; `None` disables clipping.
     projection_clip : `float`, optional (default = `3.0`)
-        The magnitude at which the projected state is clipped (before LayerNorm); `None`
-        disables clipping.
+        The magnitude at which the projected state is clipped; `None` disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
         Variational dropout on the recurrent state: one mask per sequence, at every time step.
     implementation : `str`, optional (default = `"auto"`)
@@ -139,7 +124,6 @@ class LayerNormLstmLayer(torch.nn.Module):
         self.projection_clip = projection_clip
         self.recurrent_dropout = recurrent_dropout
 
-        # All four gates are computed with one projection of the input and one of the state.
         self.input_linearity = torch.nn.Linear(input_dim, 4 * cell_dim, bias=False)
         self.state_linearity = torch.nn.Linear(projection_dim, 4 * cell_dim, bias=True)
         self.state_projection = torch.nn.Linear(cell_dim, projection_dim, bias=False)
@@ -175,8 +159,7 @@ class LayerNormLstmLayer(torch.nn.Module):
         inputs : `torch.Tensor`, required.
             A tensor of shape `(batch_size, timesteps, input_dim)`.
         mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions; `None` means
-            every position is real.
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions.
 
         # Returns
 
@@ -202,8 +185,7 @@ class LayerNormLstmLayer(torch.nn.Module):
     def recurrence_inputs(
         self, packed_inputs: torch.Tensor, packing: SequencePacking
     ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
-        """The `(config, tensors)` of `lstm_recurrence.run_recurrences` for this layer on
-        `packed_inputs` `(num_rows, input_dim)`, with a new dropout mask."""
+        """The `(config, tensors)` of `run_recurrences` for `packed_inputs`, with a new dropout mask."""
         dropout_mask = self._dropout_mask(packing.batch_size, packed_inputs)
         config = RecurrenceConfig(
             batch_sizes=packing.batch_sizes,
@@ -227,13 +209,12 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     def _forward_reference(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         batch_size, total_timesteps, _ = inputs.size()
-        # The input-to-gates product (and the state bias) of all steps in one matmul, time-major.
         input_gates = torch.nn.functional.linear(
             inputs.transpose(0, 1), self.input_linearity.weight, self.state_linearity.bias
         )
         state_weight = self.state_linearity.weight.t()
         step_masks = mask.t().unsqueeze(-1)  # (timesteps, batch_size, 1)
-        # One host sync: steps where no sequence is padded need no masked update.
+        # One host sync: full steps need no masked update.
         step_is_full: List[bool] = mask.all(dim=0).tolist()
 
         memory = inputs.new_zeros(batch_size, self.cell_dim)
@@ -245,9 +226,8 @@ class LayerNormLstmLayer(torch.nn.Module):
         for index in steps:
             gates = torch.addmm(input_gates[index], state, state_weight)
             input_gate, forget_gate, memory_init, output_gate = gates.chunk(4, dim=1)
-            new_memory = torch.sigmoid(input_gate) * torch.tanh(memory_init) + torch.sigmoid(
-                forget_gate
-            ) * memory
+            new_memory = torch.sigmoid(input_gate) * torch.tanh(memory_init)
+            new_memory = new_memory + torch.sigmoid(forget_gate) * memory
             if self.cell_clip is not None:
                 new_memory = torch.clamp(new_memory, -self.cell_clip, self.cell_clip)
             new_state = self.state_projection(torch.sigmoid(output_gate) * torch.tanh(new_memory))
@@ -272,9 +252,8 @@ class LayerNormLstmLayer(torch.nn.Module):
 
 class BidirectionalStacks(Seq2SeqEncoder):
     """
-    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: an input projection, then separate
-    forward and backward stacks of `num_layers` LSTM layers whose output is `[forward; backward]`.
-    Subclasses implement `_encode`, which returns the requested layers.
+    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: forward and backward stacks of
+    `num_layers` LSTM layers, output `[forward; backward]`. Subclasses implement `_encode`.
     """
 
     def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:
@@ -306,14 +285,12 @@ class BidirectionalStacks(Seq2SeqEncoder):
         inputs : `torch.Tensor`, required.
             A tensor of shape `(batch_size, timesteps, input_dim)`.
         mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions, with the
-            padding at the end of each sequence. `None` means every position is real.
+            A tensor of shape `(batch_size, timesteps)`, `True` at real positions.
 
         # Returns
 
         `torch.Tensor`
-            The top layer, `[forward; backward]`, of shape `(batch_size, timesteps,
-            2 * projection_dim)`, zero at padding.
+            The top layer, of shape `(batch_size, timesteps, 2 * projection_dim)`.
         """
         return self._encode(inputs, mask, all_layers=False)[-1]
 
@@ -321,9 +298,8 @@ class BidirectionalStacks(Seq2SeqEncoder):
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
     ) -> torch.Tensor:
         """
-        Same arguments as `forward`. Returns a tensor of shape `(num_layers + 1, batch_size,
-        timesteps, 2 * projection_dim)`: layer 0 is `[x; x]` for the projected (and normalised)
-        input, layer i >= 1 is `[forward_i; backward_i]`, all zero at padding.
+        As `forward`, but returns all layers `(num_layers + 1, batch_size, timesteps,
+        2 * projection_dim)`, layer 0 being the projected input.
         """
         return torch.stack(self._encode(inputs, mask, all_layers=True))
 
@@ -338,10 +314,9 @@ class LayerNormLstm(BidirectionalStacks):
     """
     The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1).
 
-    The input (e.g. fastText vectors) is projected to `projection_dim` (and LayerNorm-ed, when
-    `layer_norm`), then run through separate forward and backward stacks of `num_layers`
-    [`LayerNormLstmLayer`](#layernormlstmlayer)s. As in allennlp's `ElmoLstm`, layers with index
-    >= 1 add their input to their output. Not stateful: every batch starts from a zero state.
+    The input is projected to `projection_dim` (and LayerNorm-ed), then run through forward and
+    backward stacks of [`LayerNormLstmLayer`](#layernormlstmlayer)s, with residual connections
+    from layer 1 on, as in allennlp's `ElmoLstm`.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_lstm".
 
@@ -350,8 +325,7 @@ class LayerNormLstm(BidirectionalStacks):
     input_dim : `int`, required.
         The dimension of the input vectors.
     projection_dim : `int`, required.
-        The dimension of the projected input and of every LSTM state; the output dimension is
-        `2 * projection_dim`.
+        The dimension of the projected input and of every LSTM state.
     cell_dim : `int`, required.
         The dimension of the LSTM memory cells.
     num_layers : `int`, optional (default = `2`)
@@ -363,19 +337,16 @@ class LayerNormLstm(BidirectionalStacks):
     projection_clip : `float`, optional (default = `3.0`)
         The magnitude at which projected states are clipped; `None` disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
-        Variational dropout on the recurrent states (one mask per sequence, layer and direction).
+        Variational dropout on the recurrent states.
     implementation : `str`, optional (default = `"auto"`)
         `"auto"` (the fast path) or `"reference"`, for every layer; also a settable attribute.
     parallel_directions : `bool`, optional (default = `True`)
-        On CPU, run the fast path's two directions of a layer in two threads, each with half of
-        the intra-op threads (`lstm_recurrence.ConcurrentRunner`).
+        On CPU, run the fast path's two directions of a layer in two threads.
     input_projection_bias : `bool`, optional (default = `None`)
-        Whether the input projection has a bias (the authors' `Linear(300, 512)` in
-        uclanlp/ELMO-C has one); `None` means `not layer_norm`.
+        Whether the input projection has a bias (as in uclanlp/ELMO-C); `None` means `not layer_norm`.
     separate_input_projections : `bool`, optional (default = `False`)
-        One input projection (and LayerNorm) per direction, as the authors' two independent LMs:
-        `backward_input_projection` feeds the backward stack, and layer 0 of
-        `forward_all_layers` is `[x_forward; x_backward]`.
+        One input projection (and LayerNorm) per direction, as the authors' two independent LMs;
+        `backward_input_projection` feeds the backward stack.
     """
 
     def __init__(
@@ -455,7 +426,6 @@ class LayerNormLstm(BidirectionalStacks):
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
         mask = checked_mask(inputs, mask, self._input_dim)
-        # The fast path runs on packed rows, the reference path on padded inputs.
         packing = _fast_packing(self.implementation, mask)
         precision: contextlib.AbstractContextManager = contextlib.nullcontext()
         if packing is not None:

@@ -1,9 +1,6 @@
 """
 The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
-autograd node with a hand-written backward pass, over sequences packed by length (the layout of
-`PackedSequence`). The input-to-gates product and the weight gradients are one GEMM each outside
-the loop; each step runs two GEMMs forward and two backward into preallocated buffers. Only
-PyTorch operations: nothing is compiled, and it runs on any device.
+autograd node with a hand-written backward pass, over sequences packed by length.
 """
 import os
 import threading
@@ -18,9 +15,8 @@ T = TypeVar("T")
 
 class SequencePacking(NamedTuple):
     """
-    Where each real position of a `(batch_size, timesteps)` batch goes in the packed layout:
-    packed row `offsets[t] + j` holds position t of the j-th longest sequence, for
-    `j < batch_sizes[t]`. Build it with [`pack_by_length`](#pack_by_length).
+    Where each real position of a batch goes: packed row `offsets[t] + j` holds position t of the
+    j-th longest sequence, for `j < batch_sizes[t]`. Built by [`pack_by_length`](#pack_by_length).
     """
 
     batch_size: int
@@ -51,10 +47,7 @@ class SequencePacking(NamedTuple):
 
 
 def pack_by_length(mask: torch.BoolTensor) -> Optional[SequencePacking]:
-    """
-    The packing of a batch with the given `(batch_size, timesteps)` mask, or `None` when the mask
-    is not a prefix mask (some padding before a real token). Costs one device-to-host copy.
-    """
+    """The packing of a `(batch_size, timesteps)` mask, or `None` if padding precedes a real token."""
     batch_size, timesteps = mask.size()
     lengths = mask.sum(dim=1)
     positions = torch.arange(timesteps, device=mask.device)
@@ -84,8 +77,7 @@ class RecurrenceConfig(NamedTuple):
 
 
 class _Step(NamedTuple):
-    """One time step in processing order: its packed rows, and how many of them continue a
-    sequence that was running at the previous step (the others start from a zero state)."""
+    """A step's packed rows, and how many of them continue a sequence running at the previous step."""
 
     offset: int
     rows: int
@@ -114,8 +106,7 @@ def _steps(config: RecurrenceConfig) -> List[_Step]:
 
 
 class SavedForBackward(NamedTuple):
-    """What `recurrence_forward` keeps for `recurrence_backward` (all `(num_rows, ...)` packed
-    rows but the weights and the dropout mask)."""
+    """What `recurrence_forward` keeps for `recurrence_backward`."""
 
     inputs: torch.Tensor
     input_weight: torch.Tensor
@@ -132,12 +123,6 @@ class SavedForBackward(NamedTuple):
     rstds: torch.Tensor
 
 
-# The elementwise work of the steps writes into preallocated buffers. C is the cell dimension,
-# gates are in the order (input, forget, memory, output) of allennlp's `LstmCellWithProjection`,
-# and a clip of `None` disables clipping. The gradient of a clip passes where the value is
-# strictly inside the clip range (`torch.clamp` also passes it at a bound, a measure-zero case).
-
-
 def recurrence_forward(
     config: RecurrenceConfig,
     inputs: torch.Tensor,
@@ -150,15 +135,15 @@ def recurrence_forward(
     dropout_mask: Optional[torch.Tensor],
 ) -> Tuple[torch.Tensor, SavedForBackward]:
     """
-    The forward pass of one layer direction (no autograd): returns the states
-    `(num_rows, projection_dim)` and what `recurrence_backward` needs.
+    The forward pass of one layer direction (no autograd), gates in the order (input, forget,
+    memory, output): returns the states `(num_rows, P)` and what `recurrence_backward` needs.
 
     # Parameters
 
     inputs : `torch.Tensor`
         Packed rows `(num_rows, input_dim)`.
     input_weight, gate_bias, state_weight, projection_weight : `torch.Tensor`
-        `(4C, input_dim)`, `(4C,)`, `(4C, P)` and `(P, C)`, as in `LstmCellWithProjection`.
+        `(4C, input_dim)`, `(4C,)`, `(4C, P)`, `(P, C)` for C cells, as in `LstmCellWithProjection`.
     norm_weight, norm_bias : `torch.Tensor`, optional
         The LayerNorm parameters `(P,)`, or `None` (no LayerNorm).
     dropout_mask : `torch.Tensor`, optional
@@ -231,10 +216,9 @@ def recurrence_backward(
     needs_input_grads: Sequence[bool] = (True,) * 7,
 ) -> Tuple[Optional[torch.Tensor], ...]:
     """
-    The backward pass matching [`recurrence_forward`](#recurrence_forward): gradients of
-    `(inputs, input_weight, gate_bias, state_weight, projection_weight, norm_weight, norm_bias)`,
-    `None` where `needs_input_grads` is `False`. The weight gradients are one GEMM each over all
-    rows at the end.
+    The backward pass of [`recurrence_forward`](#recurrence_forward): gradients of its tensor
+    arguments but the dropout mask, `None` where `needs_input_grads` is `False`. A clip's
+    gradient passes strictly inside its range.
     """
     grad_outputs = grad_outputs.contiguous()
     num_rows, C = saved.cells.size()
@@ -332,11 +316,9 @@ _TENSORS_PER_RECURRENCE = 8  # the tensor arguments of `recurrence_forward`
 
 class LayerNormLstmRecurrence(torch.autograd.Function):
     """
-    The recurrences of independent layer directions (typically both directions of a layer) as
-    one autograd node. `apply(runner, configs, *tensors)`: for each config, the eight tensor
-    arguments of [`recurrence_forward`](#recurrence_forward); `runner` (a
-    [`ConcurrentRunner`](#concurrentrunner)) runs the directions' forward passes, and later their
-    backward passes. Returns one states tensor per config.
+    The recurrences of independent layer directions as one autograd node. `apply(runner, configs,
+    *tensors)`: for each config, the eight tensor arguments of `recurrence_forward`, run by
+    `runner`, a [`ConcurrentRunner`](#concurrentrunner). Returns one states tensor per config.
     """
 
     @staticmethod
@@ -371,8 +353,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
                 )
             )
         grads: List[Optional[torch.Tensor]] = [None, None]  # runner, configs
-        # Like the forward pass, the backward pass runs in the saved tensors' precision even when
-        # `backward()` is called under autocast.
+        # As the forward pass, run in the saved tensors' precision even under autocast.
         with torch.autocast(saved_tensors[0].device.type, enabled=False):
             results = ctx.runner.run(tasks)
         for result in results:
@@ -385,10 +366,7 @@ def run_recurrences(
     runner: "ConcurrentRunner",
     directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]],
 ) -> List[torch.Tensor]:
-    """
-    Runs [`LayerNormLstmRecurrence`](#layernormlstmrecurrence) on `(config, tensors)` pairs (the
-    eight tensor arguments of `recurrence_forward`) and returns the list of states.
-    """
+    """Runs [`LayerNormLstmRecurrence`](#layernormlstmrecurrence) on `(config, tensors)` pairs."""
     configs = [config for config, _ in directions]
     flat = [tensor for _, tensors in directions for tensor in tensors]
     return list(LayerNormLstmRecurrence.apply(runner, configs, *flat))
@@ -409,13 +387,9 @@ def _intra_op_threads(threads: int) -> Iterator[None]:
 
 class ConcurrentRunner:
     """
-    Runs a few independent tasks (the two directions of a layer) concurrently: the first in the
-    calling thread, the others in worker threads, each limited to its share of
-    `torch.get_num_threads()` intra-op threads so that the machine is not oversubscribed.
-
-    Tasks run one after the other with `enabled=False`, with fewer intra-op threads than tasks,
-    or where thread counts are not per thread (PyTorch's native thread pool is shared; with its
-    OpenMP backend, the count is the calling thread's). Tasks run under `torch.no_grad()`.
+    Runs a few independent tasks under `torch.no_grad()`: the first in the calling thread, the
+    others in worker threads, each with its share of intra-op threads; in turn unless `enabled`,
+    with an intra-op thread per task and per-thread counts (OpenMP backend).
     """
 
     _per_thread: Optional[bool] = None
@@ -462,8 +436,7 @@ class ConcurrentRunner:
 
         executor = self._get_executor(len(tasks) - 1)
         futures = [executor.submit(limited, task) for task in tasks[1:]]
-        # The calling thread's count is restored only after the workers are done: setting a
-        # thread count also sets the default of threads that start later.
+        # Restore only after the workers finish: a thread count is also later threads' default.
         with _intra_op_threads(share):
             try:
                 first = limited(tasks[0])
