@@ -24,16 +24,16 @@ from allennlp.common.checks import ConfigurationError
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
 from elmoc_allennlp.common.torch_versions import load_tensors
-from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
+from elmoc_allennlp.models.bidirectional_language_model import (
+    BACKWARD_OUTPUT_LAYER_PREFIX,
+    OUTPUT_LAYER_PREFIX,
+    BidirectionalLanguageModel,
+)
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "weights.th"
 VOCABULARY_NAME = "vocabulary"
-# The state-dict prefixes of the two heads, for runs with a single head (no `backward_output_layer`):
-# a model built from the config would need the fastText file, which merging does not.
-_HEAD_PREFIX = "_output_layer."
-_BACKWARD_HEAD_PREFIX = "_backward_output_layer."
 
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
@@ -128,15 +128,15 @@ def merge_bilm_state_dicts(
             f"(e.g. {only[:3]}); they must be the same architecture"
         )
     trained_by = BidirectionalLanguageModel.parameter_directions(forward_state)
-    separate_heads = any(key.startswith(_BACKWARD_HEAD_PREFIX) for key in forward_state)
+    separate_heads = any(key.startswith(BACKWARD_OUTPUT_LAYER_PREFIX) for key in forward_state)
     merged: Dict[str, torch.Tensor] = {}
     for key, forward_value in forward_state.items():
         backward_value = backward_state[key]
         if trained_by[key] == "backward":
             merged[key] = backward_value
-        elif not separate_heads and key.startswith(_HEAD_PREFIX):
+        elif not separate_heads and key.startswith(OUTPUT_LAYER_PREFIX):
             merged[key] = forward_value
-            merged[_BACKWARD_HEAD_PREFIX + key[len(_HEAD_PREFIX) :]] = backward_value
+            merged[BACKWARD_OUTPUT_LAYER_PREFIX + key[len(OUTPUT_LAYER_PREFIX) :]] = backward_value
         elif trained_by[key] is None and (
             forward_value.shape != backward_value.shape or not torch.equal(forward_value, backward_value)
         ):

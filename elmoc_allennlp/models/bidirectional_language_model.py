@@ -17,8 +17,6 @@ from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutpu
 
 logger = logging.getLogger(__name__)
 
-# Parameter names of the `elmoc_lstm` contextualizers: per-layer modules are
-# `<direction>_layers.<i>` and `<direction>_layer_norms.<i>`.
 _LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
 _INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
 _BACKWARD_INPUT = (
@@ -26,14 +24,11 @@ _BACKWARD_INPUT = (
     "_contextualizer.backward_input_layer_norm.",
 )
 _FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
-_HEAD, _BACKWARD_HEAD = "_output_layer.", "_backward_output_layer."
+OUTPUT_LAYER_PREFIX, BACKWARD_OUTPUT_LAYER_PREFIX = "_output_layer.", "_backward_output_layer."
 
 
 class DeviceAverage(Metric):
-    """
-    The average of scalar tensors, summed on their device: unlike `Average`, adding a value never
-    waits for the device. `get_metric` reads the sum (and all-reduces it in distributed training).
-    """
+    """An `Average` summed on the device, so adding a value never syncs; `get_metric` all-reduces it."""
 
     def __init__(self) -> None:
         self._total: Optional[torch.Tensor] = None
@@ -64,15 +59,10 @@ class DeviceAverage(Metric):
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
     """
-    An ELMo-style bidirectional language model: one bidirectional contextualizer whose output is
-    `[forward; backward]`, a forward LM predicting each word from its left context and a backward
-    LM from its right context. ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269)) has a
-    frozen fastText input, the `elmoc_lstm` contextualizer and the `elmoc_continuous` output
-    layer; any `LanguageModelOutputLayer` can be plugged in.
-
-    The loss is the sum of the two directions' mean per-token losses (the authors train them
-    separately). Metrics: `forward_loss`, `backward_loss`, and for continuous heads
-    `cosine_similarity` and `retrieval_accuracy` (the target is the prediction's nearest of the batch).
+    An ELMo-style bidirectional language model: a forward and a backward LM on the contextualizer's
+    `[forward; backward]` output, the loss summing their mean per-token losses. ELMo-C uses fastText,
+    `elmoc_lstm` and `elmoc_continuous` ([Li et al., 2019](https://arxiv.org/abs/1902.11269)). Metrics:
+    `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity`, `retrieval_accuracy`.
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -95,15 +85,13 @@ class BidirectionalLanguageModel(Model):
         Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
     initializer : `InitializerApplicator`, optional
     directions : `str`, optional (default = `"both"`)
-        `"forward"` or `"backward"` trains that LM only, freezing every other parameter (also an
-        input projection both directions share), to merge two such runs with `allennlp
-        elmoc-merge-bilm` (Li et al. 2019, footnote 7). Needs `forward_layers` and
-        `backward_layers` on the contextualizer (as `elmoc_lstm`).
+        `"forward"` or `"backward"` trains only that LM (all else frozen), for `elmoc-merge-bilm`; needs
+        `forward_layers` and `backward_layers` (as `elmoc_lstm`). Li et al. 2019, footnote 7.
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate head for the backward LM, as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
-        The key of an `Embedding` in `text_field_embedder` whose weight becomes the output
-        embedding (ELMo-Sub); the output layer must have `tie_weights` (as `elmoc_softmax`).
+        The key of a `text_field_embedder` `Embedding` tied as the output embedding (ELMo-Sub); the
+        output layer must have `tie_weights` (as `elmoc_softmax`).
     """
 
     default_predictor = "elmoc_bilm"
@@ -203,16 +191,16 @@ class BidirectionalLanguageModel(Model):
         """Each parameter name's one training direction, or `None` if both use it (names only)."""
         names = list(parameter_names)
         separate_inputs = any(name.startswith(_BACKWARD_INPUT) for name in names)
-        separate_heads = any(name.startswith(_BACKWARD_HEAD) for name in names)
+        separate_heads = any(name.startswith(BACKWARD_OUTPUT_LAYER_PREFIX) for name in names)
         directions: Dict[str, Optional[str]] = {}
         for name in names:
             layer = _LSTM_LAYER.match(name)
             if layer:
                 directions[name] = layer.group(1)
-            elif name.startswith(_BACKWARD_INPUT) or name.startswith(_BACKWARD_HEAD):
+            elif name.startswith(_BACKWARD_INPUT) or name.startswith(BACKWARD_OUTPUT_LAYER_PREFIX):
                 directions[name] = "backward"
             elif (separate_inputs and name.startswith(_FORWARD_INPUT)) or (
-                separate_heads and name.startswith(_HEAD)
+                separate_heads and name.startswith(OUTPUT_LAYER_PREFIX)
             ):
                 directions[name] = "forward"
             else:
@@ -232,11 +220,7 @@ class BidirectionalLanguageModel(Model):
 
     @staticmethod
     def layer_groups(parameter_names: Iterable[str]) -> List[Tuple[str, List[str]]]:
-        """
-        Parameter names of an `elmoc_bilm` by layer, bottom to top, numbered as ELMo numbers its
-        representations: `"layer 0"` (the input side), `"layer 1"` to `"layer L"` (the LSTM
-        layers) and `"output"`. A name that fits none is a `ConfigurationError`.
-        """
+        """Parameter names by ELMo layer: `"layer 0"` (input), `"layer 1"` to `"layer L"`, `"output"`."""
         input_names: List[str] = []
         layers: Dict[int, List[str]] = {}
         output_names: List[str] = []
@@ -245,7 +229,7 @@ class BidirectionalLanguageModel(Model):
             match = _LSTM_LAYER.match(name)
             if match:
                 layers.setdefault(int(match.group(2)), []).append(name)
-            elif name.startswith((_HEAD, _BACKWARD_HEAD)):
+            elif name.startswith((OUTPUT_LAYER_PREFIX, BACKWARD_OUTPUT_LAYER_PREFIX)):
                 output_names.append(name)
             elif name.startswith(_INPUT_PREFIXES):
                 input_names.append(name)
@@ -305,9 +289,8 @@ class BidirectionalLanguageModel(Model):
 
         # Returns
 
-        `loss`, `forward_loss` and `backward_loss` (scalars), `mask` `(batch_size, num_tokens)`,
-        and for continuous heads `forward_cosine` and `backward_cosine` `(batch_size, num_tokens)`:
-        each position's cosine between prediction and target (0 where it predicts nothing).
+        `loss`, `forward_loss`, `backward_loss` (scalars), `mask` `(batch_size, num_tokens)`, and for
+        continuous heads `forward_cosine`, `backward_cosine`: each position's cosine (0 if none).
         """
         target_ids = None
         if self._output_layer.requires_target_ids:
@@ -367,8 +350,7 @@ class BidirectionalLanguageModel(Model):
 
         # Returns
 
-        `(layers, mask)`: `layers` `(num_layers + 1, batch_size, num_tokens, 2 * P)`, layer 0 the
-        (projected) input repeated for both directions; `mask` `(batch_size, num_tokens)`.
+        `(layers, mask)`: `(num_layers + 1, batch_size, num_tokens, 2 * P)`, layer 0 the input twice.
         """
         if not hasattr(self._contextualizer, "forward_all_layers"):
             raise ConfigurationError(
@@ -391,8 +373,7 @@ class BidirectionalLanguageModel(Model):
 
         # Returns
 
-        `(targets, mask)`: `targets` `(batch_size, num_tokens, embedding_dim)` (detached),
-        `mask` `(batch_size, num_tokens)`.
+        `(targets, mask)`: detached `(batch_size, num_tokens, embedding_dim)` targets and their mask.
         """
         if self._output_layer.requires_target_ids:
             head = type(self._output_layer).__name__
@@ -411,9 +392,8 @@ class BidirectionalLanguageModel(Model):
     ) -> None:
         with torch.no_grad():
             cosine = F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
-            # cosine's own dtype: autocast computes it in float32.
+            # cosine's dtype (float32 under autocast); the slice-view scatter needs no host sync.
             per_position = cosine.new_zeros(pair_mask.size(0), pair_mask.size(1) + 1)
-            # Writes through the slice view; unlike boolean indexing, needs no host sync.
             per_position[:, predict_at].masked_scatter_(pair_mask, cosine)
             output_dict[f"{direction}_cosine"] = per_position
             if cosine.numel() == 0:
@@ -422,10 +402,7 @@ class BidirectionalLanguageModel(Model):
             self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
 
     def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """
-        The fraction of predictions whose nearest target of the batch is their own, a 0-d tensor.
-        Targets are compared by value (no `torch.unique`, which waits for the device).
-        """
+        """The fraction of predictions nearest to their own target of the batch (compared by value)."""
         gold = targets
         if self.training and predictions.size(0) > self._retrieval_sample_size:
             chosen = torch.randperm(predictions.size(0), device=predictions.device)

@@ -1,7 +1,4 @@
-"""
-A trained biLM downstream, in the roles of allennlp's `allennlp/modules/elmo.py`: `ElmocBiLm` returns
-every layer (as `_ElmoBiLm`), `ElmocElmo` mixes them (it *is* an allennlp `Elmo`).
-"""
+"""A trained biLM downstream: `ElmocBiLm` returns all layers (as `_ElmoBiLm`), `ElmocElmo` mixes them."""
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
@@ -36,10 +33,7 @@ def bilm_token_tensors(kind: str, token_ids: torch.LongTensor, mask: torch.BoolT
 def lay_out_pieces(
     piece_ids: torch.LongTensor, start_id: int, end_id: int
 ) -> Tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
-    """
-    `(sequence, first, last, word_mask)`: each sentence's pieces with boundaries, `(batch_size,
-    2 + max pieces)`, the positions of each word's first and last piece, and the words' mask.
-    """
+    """Pieces with boundaries per sentence, each word's first and last piece position, the word mask."""
     word_mask = (piece_ids > 0).any(-1)
     lengths = (piece_ids > 0).sum(-1)
     ends = lengths.cumsum(-1)  # 1-based position of each word's last piece (<S> is at 0)
@@ -60,10 +54,7 @@ def lay_out_pieces(
 def pieces_to_words(
     layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
 ) -> Tuple[torch.Tensor, torch.BoolTensor]:
-    """
-    Word states `(num_layers, batch_size, timesteps + 2, dim)` with boundaries, and their mask, from
-    piece states: each word's forward half at its last piece, its backward half at its first.
-    """
+    """Word states and mask, with boundaries: forward halves from last pieces, backward from first ones."""
     num_layers, batch_size, _, dim = layers.shape
     timesteps = word_mask.size(1)
     counts = word_mask.sum(-1)
@@ -91,9 +82,7 @@ def pieces_to_words(
 
 class ElmocBiLm(torch.nn.Module):
     """
-    Runs a trained biLM on the `elmo_tokens` of the `elmoc_bilm_inputs` indexer and returns all of
-    its layers with the pretraining boundary tokens, as allennlp's `_ElmoBiLm`. The biLM always
-    runs in eval mode. Its pretraining indexer is the `indexer` attribute.
+    A trained biLM's layers (in eval mode) with boundaries, as `_ElmoBiLm`; `indexer` is its own indexer.
 
     # Parameters
 
@@ -106,8 +95,7 @@ class ElmocBiLm(torch.nn.Module):
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a fastText `.bin` other than the biLM's training one, with a warning.
     serialization_dir : `str`, optional (default = `None`)
-        The downstream run's folder (given by allennlp), where the biLM's config is carried (see
-        `elmoc_allennlp/common/portable_bilm.py`).
+        The downstream run's folder (given by allennlp), which carries the biLM's config.
     """
 
     def __init__(
@@ -184,8 +172,7 @@ class ElmocBiLm(torch.nn.Module):
 
         # Returns
 
-        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each layer `(batch_size, timesteps + 2,
-        2 * projection_dim)`: the projected input, then `[forward_j; backward_j]`.
+        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`.
         """
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
@@ -205,8 +192,7 @@ class ElmocBiLm(torch.nn.Module):
 
 class ElmocElmo(Elmo):
     """
-    ELMo representations (Peters et al. 2018, eq. 1) from a trained ELMo-C biLM: allennlp's `Elmo`
-    with `ElmocBiLm` as its biLM, a drop-in `Elmo` (e.g. `bcn`'s `elmo`).
+    ELMo representations (Peters et al. 2018, eq. 1) from a trained ELMo-C biLM: `Elmo` on `ElmocBiLm`.
 
     # Parameters
 
@@ -225,8 +211,7 @@ class ElmocElmo(Elmo):
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
         Fixed pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]` for the top layer.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
-        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo paper, section 3.3), added to
-        their gradient once per backward pass (not to the reported loss).
+        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), in their gradient only.
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if not where the archive says.
     module : `ElmocBiLm`, optional (default = `None`)

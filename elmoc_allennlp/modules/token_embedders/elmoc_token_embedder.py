@@ -15,11 +15,8 @@ from elmoc_allennlp.modules.elmoc import ElmocElmo
 @TokenEmbedder.register("elmoc_token_embedder")
 class ElmocTokenEmbedder(TokenEmbedder):
     """
-    One ELMo representation from a trained ELMo-C biLM, in the role of allennlp's
-    `elmo_token_embedder` (see `ElmocElmo`): in an allennlp-models config, replace the indexer
-    `elmo_characters` by `{"type": "elmoc_bilm_inputs", "archive_file": ...}` and the embedder
-    `elmo_token_embedder` (or `bidirectional_lm_token_embedder`) by this one, with the same
-    `archive_file`. The output dimension is `2 * projection_dim` of the biLM.
+    One ELMo representation from a trained ELMo-C biLM, in place of `elmo_token_embedder` (or
+    `bidirectional_lm_token_embedder`) in allennlp-models configs, with an `elmoc_bilm_inputs` indexer.
 
     Registered as a `TokenEmbedder` with name "elmoc_token_embedder".
 
@@ -44,8 +41,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a fastText `.bin` other than the one the biLM was trained with (see `ElmocBiLm`).
     bilm_dim : `int`, optional (default = `None`)
-        The biLM output size the config was sized for (`ELMOC_DIM` in `training_configs/downstream`);
-        a different archive is a `ConfigurationError`.
+        The biLM size the config expects (`ELMOC_DIM` in downstream configs); checked against the archive.
     bos_eos_tokens : `Tuple[str, str]`, optional (default = `None`)
         As in `bidirectional_lm_token_embedder`: must be the biLM's own boundary tokens.
     remove_bos_eos : `bool`, optional (default = `True`)
@@ -102,7 +98,6 @@ class ElmocTokenEmbedder(TokenEmbedder):
     def from_params(
         cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
     ):
-        # Options of the replaced ELMo block with no ELMo-C meaning: say what to change.
         reject_elmo_only_options(params)
         with naming_the_config_key(params):
             return super().from_params(
@@ -124,13 +119,11 @@ class ElmocTokenEmbedder(TokenEmbedder):
         # Parameters
 
         elmo_tokens : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`: the output of the `elmoc_bilm_inputs`
-            indexer.
+            Shape `(batch_size, timesteps, num_subwords)`, from the `elmoc_bilm_inputs` indexer.
 
         # Returns
 
-        `torch.Tensor`
-            Shape `(batch_size, timesteps, output_dim)`, zero at padding.
+        Shape `(batch_size, timesteps, output_dim)`, zero at padding.
         """
         if elmo_tokens is None or unexpected:
             raise ConfigurationError(
