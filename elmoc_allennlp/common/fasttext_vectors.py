@@ -1,8 +1,4 @@
-"""
-A pure-Python reader of fastText `.bin` models (format version 11 or 12, as fastText 0.9 writes;
-little-endian: magic, version, args, dictionary header and entries, `quant_input`, the input matrix
-`(nwords + bucket, dim)` of `float32`, then the output matrix), without the fastText library.
-"""
+"""A pure-Python reader of fastText `.bin` models (format 11 or 12), without the fastText library."""
 
 import hashlib
 import logging
@@ -26,7 +22,6 @@ logger = logging.getLogger(__name__)
 
 FASTTEXT_MAGIC = 793712314
 FASTTEXT_VERSION = 12
-# fastText reads versions 11 and 12 alike; nothing older was written with the magic number.
 FASTTEXT_READABLE_VERSIONS = (11, 12)
 # Trained vectors are of order 1; rows with NaN, inf or a magnitude this large are refused.
 MAX_ABS_VALUE = 1e6
@@ -72,11 +67,8 @@ def _encode(word: str) -> bytes:
 class FastTextVectors:
     """
     The word and character n-gram vectors of a fastText `.bin` model, memory-mapped copy-on-write
-    (no RAM up front, a page cache shared between processes); `from_path` loads a file once per
-    process. Models with labels, quantized and pruned models are refused. `rows()` gathers rows as
-    bytes (the matrix is rarely 4-byte aligned) and checks them for NaN, inf and magnitudes of
-    `MAX_ABS_VALUE` or more; `fingerprint` identifies the content and `check_unchanged` detects a
-    file changed in use.
+    and loaded once per process by `from_path`. Models with labels, quantized and pruned models are
+    refused; `rows()` checks its rows for NaN, inf and magnitudes of `MAX_ABS_VALUE` or more.
 
     # Parameters
 
@@ -136,7 +128,6 @@ class FastTextVectors:
         self.words, dictionary_end = self._read_dictionary(buffer, file_size, nwords)
         self.num_words = nwords
         self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(self.words)}
-        # Rows of the input matrix: `num_words + bucket`.
         self.num_rows = nwords + self.bucket
         self._matrix_offset = self._read_matrices(buffer, file_size, dictionary_end)
         # The table as bytes: a uint8 view is valid at any address.
@@ -249,7 +240,6 @@ class FastTextVectors:
             vectors = _CACHE.get(key)
             if vectors is None:
                 vectors = cls(resolved)
-                # Drop the instance of an older version of the same file.
                 for stale in [k for k in _CACHE if k[0] == key[0]]:
                     del _CACHE[stale]
                 _CACHE[key] = vectors
@@ -298,8 +288,7 @@ class FastTextVectors:
         return tuple(ids)
 
     def _ngram_ids(self, text: bytes) -> List[int]:
-        # fastText's `computeSubwords`: n-grams of n = minn..maxn UTF-8 characters (a character is
-        # a lead byte and its 0b10xxxxxx continuation bytes), except the 1-grams "<" and ">".
+        # fastText's `computeSubwords`: n-grams of minn..maxn UTF-8 characters, but not "<" and ">".
         length = len(text)
         starts = [i for i in range(length) if text[i] & 0xC0 != 0x80]
         starts.append(length)
@@ -321,10 +310,7 @@ class FastTextVectors:
         ids: Union[torch.Tensor, Sequence[int], np.ndarray],
         out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """
-        Rows `ids` of the input matrix as a `(len(ids), dim)` tensor (into `out` if given); a
-        `FastTextFormatError` if one holds NaN, inf or a magnitude of `MAX_ABS_VALUE` or more.
-        """
+        """Rows `ids`, `(len(ids), dim)` (into `out`); a `FastTextFormatError` on NaN, inf or huge values."""
         index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
         index = index.reshape(-1)
         if out is None:
@@ -342,8 +328,7 @@ class FastTextVectors:
         return out
 
     def _check_finite(self, values: torch.Tensor, index: np.ndarray) -> None:
-        # One pass over the gathered rows (NaN fails both comparisons); the search only runs when
-        # something is wrong.
+        # One pass (NaN fails both comparisons); the search only runs when something is wrong.
         if values.numel() == 0:
             return
         low, high = torch.aminmax(values)
@@ -376,10 +361,7 @@ class FastTextVectors:
 
     @property
     def fingerprint(self) -> str:
-        """
-        `"2:<file size>:<hash>"`: a BLAKE2b hash of the header, the dictionary and sampled blocks
-        of the word rows and of the n-gram rows. Detects another model, not a forgery.
-        """
+        """`"2:<file size>:<hash>"`: BLAKE2b of the header, dictionary and sampled rows (not forgery-proof)."""
         if self._fingerprint is None:
             words_end = self._matrix_offset + self.num_words * self.dim * 4
             rows_end = self._matrix_offset + self.num_rows * self.dim * 4
@@ -429,8 +411,7 @@ def write_fasttext_bin(
     model: str = "skipgram",
 ) -> Path:
     """
-    Writes an unsupervised fastText `.bin` (zeros for the output matrix) atomically, e.g. for test
-    fixtures and synthetic benchmarks.
+    Writes an unsupervised fastText `.bin` (zeros for the output matrix) atomically, for tests.
 
     # Parameters
 
@@ -463,8 +444,7 @@ def write_fasttext_bin(
         raise ConfigurationError(f"{len(counts)} counts for {len(words)} words")
     dim = matrix.shape[1]
     model_id = 1 if model == "cbow" else 2
-    # dim, ws, epoch, minCount, neg, wordNgrams, loss (negative sampling), model, bucket, minn,
-    # maxn, lrUpdateRate, t.
+    # dim, ws, epoch, minCount, neg, wordNgrams, loss (ns), model, bucket, minn, maxn, lrUpdateRate, t.
     args = (dim, 5, 5, 1, 5, 1, 2, model_id, bucket, minn, maxn, 100, 1e-4)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "wb") as out:
@@ -488,9 +468,7 @@ def no_vector_id(vectors: FastTextVectors) -> int:
 
 
 def mean_subword_vectors(vectors: FastTextVectors, subword_ids: torch.Tensor) -> torch.Tensor:
-    """
-    `(..., dim)`: the mean of each token's rows, for indexer ids `(..., num_subwords)` (rows + 1).
-    """
+    """`(..., dim)`: the mean of each token's rows, for indexer ids `(..., num_subwords)` (rows + 1)."""
     flat = subword_ids.cpu().reshape(-1, subword_ids.size(-1)).numpy()
     valid = (flat > 0) & (flat <= vectors.num_rows)
     # numpy's unique is single-threaded: torch's stalls on a busy machine.

@@ -1,8 +1,4 @@
-"""
-The RNMT+ learning-rate schedule (Chen et al. 2018, "The Best of Both Worlds", section 4.1), as
-published (`rnmt_plus`) and as the ELMo-C authors train with it (`elmoc_rnmt_plus`). A step is one
-optimizer update; the global batch `B` is the instances one step learns from, over all workers.
-"""
+"""The RNMT+ learning-rate schedule (Chen et al. 2018), as published and as the authors of ELMo-C use it."""
 import logging
 import math
 from typing import Any, Dict, List, Optional
@@ -21,8 +17,7 @@ logger = logging.getLogger(__name__)
 
 FORMULAS = ("rnmt_plus", "authors")
 
-# The authors' constants (uclanlp/ELMO-C, `stand_alone_scripts/parse_config.py`, `config.json`):
-# decay from 0.4 x 4e8 to 2.0 x 4e8 instances.
+# The authors' constants (GitHub uclanlp/ELMO-C): decay from 0.4 x 4e8 to 2.0 x 4e8 instances.
 AUTHORS_REFERENCE_BATCH_SIZE = 128
 AUTHORS_DECAY_INSTANCES = (1.6e8, 8e8)
 AUTHORS_WARMUP_STEPS = 10000
@@ -32,9 +27,9 @@ AUTHORS_WARMUP_STEPS = 10000
 @LearningRateScheduler.register("elmoc_rnmt_plus", constructor="from_global_batch")
 class RnmtPlusLearningRate(LearningRateScheduler):
     """
-    The RNMT+ schedule: a linear warm-up, a plateau at `n * lr0`, an exponential decay to
-    `lr0 / 2` at the end of the decay, then `lr0 / 2`. With `t` the steps taken, `p`, `s`, `e`,
-    `n` = `warmup_steps`, `decay_start`, `decay_end`, `num_replicas`:
+    The RNMT+ schedule, stepped per batch: a linear warm-up, a plateau at `n * lr0`, an exponential
+    decay to `lr0 / 2` at `decay_end`, then `lr0 / 2`. With `t` the optimizer steps taken and `p`,
+    `s`, `e`, `n` = `warmup_steps`, `decay_start`, `decay_end`, `num_replicas`:
 
     * `"rnmt_plus"` (Chen et al. 2018, eq. 1):
       `lr(t) = lr0 * min(1 + t * (n - 1) / (n * p), n, n * (2 * n) ** ((s - n * t) / (e - s)))`;
@@ -42,10 +37,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
       `lr(t) = lr0 * min(1 + t * (n - 1) / p, n, n * (2 * n) ** ((s - t) / (e - s)))` for
       `t < e`, and `lr0 / 2` from `t = e` on.
 
-    `p = 0` leaves the warm-up out. The schedule steps per batch (`step_batch`).
-
-    Registered as a `LearningRateScheduler` with name "elmoc_rnmt_plus_steps", and with name
-    "elmoc_rnmt_plus" for the authors' set-up (`from_global_batch`).
+    Registered as a `LearningRateScheduler` with names "elmoc_rnmt_plus_steps" and "elmoc_rnmt_plus"
+    (the authors' set-up, `from_global_batch`).
 
     # Parameters
 
@@ -111,12 +104,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch: int = -1,
     ) -> "RnmtPlusLearningRate":
         """
-        The authors' schedule for a global batch of `B` instances per step: `formula =
-        "authors"`, `n = B / reference_batch_size`, `s = int(decay_start_instances / B)`,
-        `e = int(decay_end_instances / B)`. `B` comes from the `elmoc_gradient_descent` trainer
-        (`set_global_batch`); with another trainer, give `batch_size` (`B = batch_size x
-        world_size`). The defaults are the authors' (with their `lr = 1e-4`, the peak is
-        `1e-4 * B / 128`).
+        The authors' schedule for a global batch of `B` instances (set by `elmoc_gradient_descent`, else
+        `batch_size x world_size`): `n = B / reference_batch_size`, `s`, `e` = `int(decay_*_instances / B)`.
 
         # Parameters
 
@@ -200,8 +189,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
             # Held once n * t reaches decay_end.
             decay_position = min(n * t, self.decay_end)
         warmup = float(n) if warmup_slope is None else 1.0 + t * warmup_slope
-        # With 2n > 1 the decay term is >= n before decay_start, so it only needs computing after
-        # it (which also keeps `(2n) ** large` from overflowing).
+        # With 2n >= 1 the decay term is >= n before decay_start: skipped (`(2n) ** large` overflows).
         if decay_position <= self.decay_start and 2 * n >= 1:
             decay = float(n)
         else:

@@ -1,7 +1,4 @@
-"""
-The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, the subword biLM of
-Li et al. (2019): its pieces are the tokens, indexed with a `single_id` indexer.
-"""
+"""The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, Li et al. (2019)."""
 import glob
 import hashlib
 import json
@@ -14,7 +11,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.data.tokenizers import Token, Tokenizer
-
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +43,7 @@ def train_sentencepiece_bpe(
     num_threads: int = 2,
 ) -> Path:
     """
-    Trains a SentencePiece BPE model on whitespace-tokenized text and writes `model_path` (and its
-    `.vocab`) atomically. Pieces never cross spaces and unknown characters are spelled as bytes.
+    Trains a BPE model (no piece across spaces, bytes for unknown characters) into `model_path`, atomically.
 
     # Parameters
 
@@ -99,9 +94,9 @@ def train_sentencepiece_bpe(
 @Tokenizer.register("elmoc_sentencepiece_bpe")
 class SentencePieceBpeTokenizer(Tokenizer):
     """
-    Splits whitespace-tokenized text into SentencePiece BPE pieces (a word's first begins with
-    `▁`). Without a model at `model_path`, one is trained on `train_data_path` and written there,
-    or to a cache file named after the corpus and the settings in `DEFAULT_BPE_CACHE`.
+    Splits whitespace-tokenized text into SentencePiece BPE pieces for a `single_id` indexer (a word's
+    first begins with `▁`). Without a model at `model_path`, one is trained on `train_data_path` and
+    written there, or to a cache file named after the corpus and the settings in `DEFAULT_BPE_CACHE`.
 
     Registered as a `Tokenizer` with name "elmoc_sentencepiece_bpe".
 

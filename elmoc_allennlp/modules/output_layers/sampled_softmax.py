@@ -16,10 +16,8 @@ logger = logging.getLogger(__name__)
 
 class LogUniformSampler:
     """
-    Draws `num_samples` distinct classes of `range_max` from the log-uniform (Zipfian)
-    distribution P(k) = log((k + 2) / (k + 1)) / log(range_max + 1), as TensorFlow's
-    `log_uniform_candidate_sampler` with `unique=True` (ELMo's; allennlp's `SampledSoftmaxLoss`).
-    Draws in numpy blocks rather than one at a time; the distribution is the same.
+    Draws `num_samples` distinct classes from P(k) = log((k + 2) / (k + 1)) / log(range_max + 1), as
+    TensorFlow's `log_uniform_candidate_sampler` with `unique=True` (ELMo's), in numpy blocks.
 
     # Parameters
 
@@ -65,11 +63,9 @@ class LogUniformSampler:
 @LanguageModelOutputLayer.register("elmoc_sampled_softmax")
 class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
     """
-    The sampled softmax of ELMo (Jean et al., 2015; TensorFlow's `sampled_softmax_loss`): in
-    training each target is scored against `num_samples` negatives shared by the batch, drawn by a
-    `LogUniformSampler` (never the padding index), with the log-Q correction and accidental hits
-    masked out; in evaluation it is the full softmax. With `pretrained_file` and
-    `trainable_embedding: false` it is the "Fixed" baseline of Li et al. (2019), section 5.2.
+    The sampled softmax of ELMo (Jean et al., 2015): in training each target is scored against
+    `num_samples` negatives per batch from a `LogUniformSampler`, log-Q corrected, accidental hits masked;
+    in evaluation, the full softmax. A frozen `pretrained_file` is the "Fixed" baseline of Li et al. (2019).
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_sampled_softmax".
 
@@ -85,8 +81,7 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
     embedding_dim : `int`, optional (default = `input_dim`, or the fastText dimension)
         Dimension of the output embedding; the hidden state is projected to it if it differs.
     pretrained_file : `str`, optional
-        A fastText `.bin` whose word vectors are the initial output embedding (not saved with the
-        weights: rebuilt from the file).
+        A fastText `.bin` whose word vectors initialize the output embedding (rebuilt, not saved).
     trainable_embedding : `bool`, optional (default = `True`)
         `False` freezes the output embedding (a buffer); the bias stays trainable.
     sparse : `bool`, optional (default = `False`)
@@ -156,10 +151,7 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
 
 
 def fasttext_output_embedding(vocab: Vocabulary, vocab_namespace: str, vectors_path: str) -> torch.Tensor:
-    """
-    The fastText vector of every word of `vocab_namespace`, in id order: fastText's `</s>` for
-    `<S>` and `</S>` (as the `elmoc_fasttext_subwords` indexer), zeros for padding.
-    """
+    """The fastText vectors of `vocab_namespace` in id order: `</s>` for `<S>` and `</S>`, zeros for padding."""
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     vectors = FastTextVectors.from_path(vectors_path)
