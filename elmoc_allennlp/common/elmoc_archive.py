@@ -61,7 +61,8 @@ class ElmocArchive:
         try:
             self.local_path = Path(cached_path(self.archive_file))
         except FileNotFoundError:
-            raise self._error("(archive_file) does not exist") from None
+            where = f"relative to the working directory, {Path.cwd()}"
+            raise self._error(f"(archive_file) does not exist ({where})") from None
         self.extracted = read_archive(self.local_path, self.archive_file)
         self.config = self.extracted.config
         try:

@@ -136,7 +136,7 @@ def test_layer_groups_are_the_bilm_layers_bottom_to_top(base_archive):
     assert labels["_contextualizer.forward_layers.0.input_linearity.weight"] == "layer 1"
     assert labels["_contextualizer.backward_layers.1.state_linearity.weight"] == "layer 2"
     assert labels["_output_layer.projection.weight"] == "output"
-    with pytest.raises(ConfigurationError, match="not part of a biLM layer"):
+    with pytest.raises(ConfigurationError, match="not part of an 'elmoc_bilm' layer"):
         BidirectionalLanguageModel.layer_groups(names + ["_classifier.weight"])
 
 
