@@ -256,12 +256,14 @@ def main() -> None:
         for record in records:
             metrics = intrinsic(record["archive"], corpus, environment)
             point = {"model": f"{label}@{record['minutes']:g}min", "label": label, **record}
+            # The biLM's `loss` is the sum of its two directions: report their mean per token.
+            per_direction = (metrics["forward_loss"] + metrics["backward_loss"]) / 2
             if "cosine_similarity" in metrics:
-                point["cosine_loss"] = metrics["loss"]
-                point["intrinsic"] = (f"1-cos {metrics['loss']:.4f}, "
+                point["cosine_loss"] = round(per_direction, 4)
+                point["intrinsic"] = (f"1-cos {per_direction:.4f}, "
                                       f"retrieval {metrics['retrieval_accuracy']:.3f}")
             else:
-                point["perplexity"] = round(math.exp(metrics["loss"]), 1)
+                point["perplexity"] = round(math.exp(per_direction), 1)
                 point["intrinsic"] = f"perplexity {point['perplexity']}"
             archives[point["model"]] = record["archive"]
             points.append(point)
