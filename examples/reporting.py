@@ -13,12 +13,13 @@ def log(message: str) -> None:
 
 
 def mean_std(values: List[float], scale: float = 100.0, digits: int = 2) -> str:
-    """`mean ± std` of `values * scale` (the sample std; 0 for one value), `-` for none."""
+    """`mean ± std` of `values * scale` (the sample std), the value alone for one, `-` for none."""
     if not values:
         return "-"
     scaled = [scale * value for value in values]
-    std = statistics.stdev(scaled) if len(scaled) > 1 else 0.0
-    return f"{statistics.mean(scaled):.{digits}f} ± {std:.{digits}f}"
+    if len(scaled) == 1:
+        return f"{scaled[0]:.{digits}f}"
+    return f"{statistics.mean(scaled):.{digits}f} ± {statistics.stdev(scaled):.{digits}f}"
 
 
 def write_text(path: Path, text: str) -> None:
