@@ -13,6 +13,16 @@ from elmoc_allennlp.common.torch_versions import load_tensors
 logger = logging.getLogger(__name__)
 
 
+class _TakenState:
+    """Stands in for the trainer in `Checkpointer.save_checkpoint`, which only asks for its state."""
+
+    def __init__(self, checkpoint: Optional[TrainerCheckpoint]) -> None:
+        self.checkpoint = checkpoint
+
+    def get_checkpoint_state(self) -> Optional[TrainerCheckpoint]:
+        return self.checkpoint
+
+
 @Checkpointer.register("elmoc_atomic")
 class AtomicCheckpointer(Checkpointer):
     """
@@ -86,20 +96,17 @@ class AtomicCheckpointer(Checkpointer):
     def save_checkpoint(self, trainer: Trainer) -> None:
         if self._serialization_dir is None:
             return
-        checkpoint = trainer.get_checkpoint_state()
-        if checkpoint is None:
-            # A non-primary worker of a (non-sharded) distributed run: the primary saves.
-            assert not self._is_primary and not self.state_is_sharded
-            return
-        point_in_time = (
-            checkpoint.trainer_state["epochs_completed"],
-            checkpoint.trainer_state["batches_in_epoch_completed"],
-        )
-        atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
-        atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
-        # Both files exist now: allennlp's method writes nothing, keeps its bookkeeping and
-        # removes old checkpoints (through `_remove_checkpoint` above).
-        super().save_checkpoint(trainer)
+        checkpoint = trainer.get_checkpoint_state()  # `None` on a non-primary worker: the primary saves
+        if checkpoint is not None:
+            point_in_time = (
+                checkpoint.trainer_state["epochs_completed"],
+                checkpoint.trainer_state["batches_in_epoch_completed"],
+            )
+            atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
+            atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
+        # allennlp's method, given the state already taken, finds both files and writes nothing;
+        # it keeps its bookkeeping and removes old checkpoints (through `_remove_checkpoint` above).
+        super().save_checkpoint(_TakenState(checkpoint))  # type: ignore[arg-type]
 
     def load_checkpoint(self) -> Optional[TrainerCheckpoint]:
         """The newest checkpoint that loads, or `None` when there is none."""

@@ -23,8 +23,10 @@ class _FakeTrainer:
             {"weight": torch.full((size,), value)},
             {"epochs_completed": epochs, "batches_in_epoch_completed": batches, "value": value},
         )
+        self.state_calls = 0
 
     def get_checkpoint_state(self):
+        self.state_calls += 1
         return self.state
 
 
@@ -116,6 +118,12 @@ def test_keeps_the_most_recent_and_overwrites_same_point(tmp_path):
     ]
     checkpointer.save_checkpoint(_FakeTrainer(0, 6, 60.0))  # stock: silently keeps the stale one
     assert checkpointer.load_checkpoint().trainer_state["value"] == 60.0
+
+
+def test_the_state_is_taken_once_per_save(tmp_path):
+    trainer = _FakeTrainer(0, 2, 1.0)
+    AtomicCheckpointer(tmp_path).save_checkpoint(trainer)
+    assert trainer.state_calls == 1  # a sharded model's state_dict gathers across workers
 
 
 def test_best_weights_are_restored_if_killed_while_replaced(tmp_path):
