@@ -22,8 +22,6 @@ logger = logging.getLogger(__name__)
 BILM_MODEL_TYPE = "elmoc_bilm"
 # The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
-# The defaults of `LanguageModelCorpusReader` and `FastTextSubwordIndexer`.
-DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 # How many trailing components of a recorded vectors path are tried relative to the archive.
 _MAX_RELATIVE_COMPONENTS = 3
 
@@ -72,6 +70,10 @@ class ElmocArchive:
             raise
 
     def _describe(self, vectors_path: Optional[str]) -> None:
+        # The corpus reader owns the default boundary tokens (imported here: the data package's
+        # indexers import this module).
+        from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import DEFAULT_END_TOKEN, DEFAULT_START_TOKEN
+
         self._check_model()
         self.input_key, self.input_kind = find_bilm_input(self.archive_file, self.config)
         reader = self.config.get("dataset_reader", {})

@@ -112,7 +112,7 @@ class FineTuneCallback(TrainerCallback):
         for option in ("start_token", "end_token", "max_token_characters"):
             expected = getattr(archive, option)
             # Checked only with a reader that has the option (`elmoc_lm_corpus`).
-            checks.append((f"{config_key}.{option}", getattr(reader, f"_{option}", expected), expected))
+            checks.append((f"{config_key}.{option}", getattr(reader, option, expected), expected))
         for option, actual, expected in checks:
             if actual != expected:
                 raise ConfigurationError(

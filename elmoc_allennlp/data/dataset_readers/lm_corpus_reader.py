@@ -17,9 +17,10 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
 
 from elmoc_allennlp.common.checks import check_one_of
-from elmoc_allennlp.common.elmoc_archive import DEFAULT_END_TOKEN, DEFAULT_START_TOKEN
-
 logger = logging.getLogger(__name__)
+
+# The boundary tokens a sentence gets by default (ELMo's; the fastText indexer's defaults too).
+DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 
 _STATISTICS = (
     "files",
@@ -153,6 +154,21 @@ class LanguageModelCorpusReader(DatasetReader):
     def token_indexers(self) -> Dict[str, TokenIndexer]:
         """The indexers of the "tokens" field."""
         return self._token_indexers
+
+    @property
+    def start_token(self) -> Optional[str]:
+        """The token put before every sentence (`None`: none)."""
+        return self._start_token
+
+    @property
+    def end_token(self) -> Optional[str]:
+        """The token put after every sentence (`None`: none)."""
+        return self._end_token
+
+    @property
+    def max_token_characters(self) -> Optional[int]:
+        """The length at which tokens are cut (`None`: not cut)."""
+        return self._max_token_characters
 
     def text_to_instance(self, sentence: Union[str, List[str]]) -> Instance:  # type: ignore
         """One instance of a sentence (a string to tokenize or a list of tokens), not limited."""
