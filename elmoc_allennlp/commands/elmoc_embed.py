@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
-import torch
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
@@ -29,7 +28,7 @@ from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
-from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 
 logger = logging.getLogger(__name__)
 
@@ -161,15 +160,11 @@ def embed_file(
     """
     import h5py
 
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     check_positive(batch_size, "--batch-size")
     output_path = _check_output(output_file, input_file, force)
-    if cuda_device >= torch.cuda.device_count():
-        raise ConfigurationError(
-            f"--cuda-device {cuda_device}: this machine has {torch.cuda.device_count()} CUDA "
-            "device(s); use -1 for the CPU"
-        )
+    check_cuda_device(cuda_device, "--cuda-device")
     # The partial file of a killed run (`kill -9`) for the same output.
     remove_stale_partial_files(output_path.parent, for_file=output_path.name)
     sentences = read_sentences(input_file)

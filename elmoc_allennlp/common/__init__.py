@@ -1,2 +1,1 @@
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive

@@ -259,7 +259,11 @@ def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -
 
 
 class ExtractedArchive:
-    """An archive (or a serialization directory) opened by `read_archive`, and its config."""
+    """
+    An archive (or a serialization directory) opened by `read_archive`, and its config. Used as a
+    context manager (`with read_archive(path) as extracted:`), it is released when the block
+    ends, however it ends: the folder of a `.tar.gz` goes when no block uses it any more.
+    """
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
@@ -269,8 +273,14 @@ class ExtractedArchive:
         self._users = 0
         self.pid = os.getpid()
 
+    def __enter__(self) -> "ExtractedArchive":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
     def release(self) -> None:
-        """For a user whose work with the archive failed: the last one removes the folder."""
+        """One user (one `read_archive` call) is done; the last one removes the folder."""
         self._users -= 1
         if self._key is not None and self._users <= 0:
             _OPENED.pop(self._key, None)
@@ -286,8 +296,9 @@ _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
     """
-    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once per
-    process (cached by path, inode, size and modification time). `name` is how errors call it.
+    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once
+    while it is in use (shared by path, inode, size and modification time; see
+    `ExtractedArchive`). `name` is how errors call it.
     """
     path = os.fspath(archive_path)
     name = name or path

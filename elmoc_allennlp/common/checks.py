@@ -1,6 +1,8 @@
 """One-line checks of config values; each raises a `ConfigurationError` naming the key."""
 from typing import Any, Optional, Sequence
 
+import torch
+
 from allennlp.common.checks import ConfigurationError
 
 
@@ -25,3 +27,12 @@ def check_probability(value: float, key: str) -> None:
 def check_one_of(value: Any, choices: Sequence[Any], key: str) -> None:
     if value not in choices:
         raise ConfigurationError(f"{key} must be one of {list(choices)}, got {value!r}")
+
+
+def check_cuda_device(cuda_device: int, option: str) -> None:
+    """A GPU index this machine has (or -1, the CPU); the one check of every entry point's GPU flag."""
+    available = torch.cuda.device_count()
+    if cuda_device >= available:
+        raise ConfigurationError(
+            f"{option} {cuda_device}: this machine has {available} CUDA device(s); use -1 for the CPU"
+        )

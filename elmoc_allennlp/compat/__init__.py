@@ -4,7 +4,7 @@ module here whose docstring says the problem, the workaround and when it can go,
 (a phrase for the log line), `TARGETS` (the dotted names of the allennlp objects it replaces; a
 test checks that importing the plugin replaces exactly these) and an idempotent `install() ->
 bool` (`False`: this environment does not need it). `install_shims()`, run when `elmoc_allennlp`
-is imported, installs those in `SHIMS` and logs one line naming them.
+is imported, installs those in `SHIMS` and logs one short line (the list at DEBUG).
 
 One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
 `tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module
@@ -24,6 +24,8 @@ SHIMS = (
     "predict_output_file",
     "reduce_on_plateau",
     "atomic_train_files",
+    "carried_files",
+    "gpu_flag",
     "elmoc_as_elmo",
     "quiet_log_files",
 )
@@ -45,8 +47,8 @@ def install_shims() -> List[str]:
             descriptions.append(f"{name} ({shim.REPLACES})")
     if descriptions:
         logger.info(
-            "elmoc_allennlp replaces parts of allennlp 2.10.1 in this process "
-            "(elmoc_allennlp/compat/): %s",
-            "; ".join(descriptions),
+            "elmoc_allennlp: %d patches of allennlp 2.10.1 installed (elmoc_allennlp/compat/; listed at DEBUG)",
+            len(descriptions),
         )
+        logger.debug("elmoc_allennlp replaces in this process: %s", "; ".join(descriptions))
     return list(_installed)

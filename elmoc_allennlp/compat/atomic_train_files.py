@@ -1,13 +1,17 @@
 """
-allennlp 2.10.1 problem: `allennlp train` writes `model.tar.gz` (`archive_model`) and
+`allennlp train` writes `model.tar.gz` and `config.json` atomically.
+
+**Problem (allennlp 2.10.1).** `allennlp train` writes `model.tar.gz` (`archive_model`) and
 `config.json` (`Params.to_file`) in place: a kill mid-write leaves a truncated archive, or a
 `config.json` that `--recover` cannot read. In a distributed run the parent process writes both,
 and it builds none of the project's components, so this must hold at import.
 
-`install()` wraps the `archive_model` that `allennlp.commands.train` calls and `Params.to_file` so
-that allennlp's own functions write a temporary file that is renamed into place (`atomic_path`);
-the archive also carries the biLM configs of `common/portable_bilm.py`. To drop it: once
-allennlp writes these files atomically, delete this module and its name in `SHIMS`.
+**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls and
+`Params.to_file` so that allennlp's own functions write a temporary file that is renamed into
+place (`atomic_path`).
+
+**To drop it**: when allennlp writes these files atomically, remove this module and its entry in
+`elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 import os
@@ -22,8 +26,6 @@ TARGETS = ("allennlp.commands.train.archive_model", "allennlp.common.params.Para
 
 def _make_atomic_archive_model(original: Callable) -> Callable:
     from allennlp.models.archival import _DEFAULT_WEIGHTS
-
-    from elmoc_allennlp.common.portable_bilm import with_carried_bilms
 
     @functools.wraps(original)
     def archive_model(
@@ -44,7 +46,7 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
                 serialization_dir,
                 weights=weights,
                 archive_path=temporary,
-                include_in_archive=with_carried_bilms(serialization_dir, include_in_archive),
+                include_in_archive=include_in_archive,
             )
         return str(archive_file)
 

@@ -1,11 +1,15 @@
 """
-allennlp 2.10.1 problem: `Elmo` is not `Registrable`, so a model-level `elmo` block
+A model-level `elmo` block with an ELMo-C `archive_file` builds `ElmocElmo`.
+
+**Problem (allennlp 2.10.1).** `Elmo` is not `Registrable`, so a model-level `elmo` block
 (allennlp-models' `bcn`) can only be built from ELMo's options and weight files.
 
-`install()` gives `Elmo` a `from_params` that builds `ElmocElmo` (same options plus ELMo-C's) when
-the block has an `archive_file` (`options_file` / `weight_file` beside it are an error); other
-blocks are built by allennlp's. To drop it: once `Elmo` is `Registrable`, register `ElmocElmo`
-and delete this module and its name in `SHIMS`.
+**Workaround.** `install()` gives `Elmo` a `from_params` that builds `ElmocElmo` (same options plus
+ELMo-C's) when the block has an `archive_file` (`options_file` / `weight_file` beside it are an
+error); other blocks are built by allennlp's.
+
+**To drop it**: when `Elmo` is `Registrable`, register `ElmocElmo`, remove this module and its
+entry in `elmoc_allennlp.compat.SHIMS`.
 """
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo
@@ -17,9 +21,9 @@ TARGETS = ("allennlp.modules.elmo.Elmo.from_params",)
 def _elmo_from_params(
     cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
 ):
-    from elmoc_allennlp.common.config_keys import naming_the_config_key
-    from elmoc_allennlp.modules.elmo_block_options import reject_elmo_only_options
-    from elmoc_allennlp.modules.elmoc import ElmocElmo
+    from elmoc_allennlp.downstream.archive import naming_the_config_key
+    from elmoc_allennlp.downstream.elmoc import ElmocElmo
+    from elmoc_allennlp.downstream.token_embedder import reject_elmo_only_options
 
     allennlp_from_params = _elmo_from_params.allennlp_from_params
     if cls is Elmo and isinstance(params, Params) and "archive_file" in params:

@@ -1,11 +1,16 @@
 """
-allennlp 2.10.1 problem: `allennlp predict ARCHIVE in.jsonl --output-file in.jsonl` opens the
+`allennlp predict` refuses an `--output-file` that is its input file.
+
+**Problem (allennlp 2.10.1).** `allennlp predict ARCHIVE in.jsonl --output-file in.jsonl` opens the
 output for writing (`_PredictManager.__init__`) before reading the input: the input is truncated
 to nothing and the command exits 0.
 
-`install()` wraps `_PredictManager.__init__` to raise a `ConfigurationError` naming both options
-when `--output-file` is the input file (the same path, or a link to it), before anything is
-opened. To drop it: once allennlp checks this itself, delete this module and its name in `SHIMS`.
+**Workaround.** `install()` wraps `_PredictManager.__init__` to raise a `ConfigurationError` naming
+both options when `--output-file` is the input file (the same path, or a link to it), before
+anything is opened.
+
+**To drop it**: when allennlp checks this itself, remove this module and its entry in
+`elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 import os

@@ -1,11 +1,16 @@
 """
-allennlp 2.10.1 problem: on a full disk every record of `out.log` (the root logger's
+A full disk is reported once per log file.
+
+**Problem (allennlp 2.10.1).** On a full disk every record of `out.log` (the root logger's
 `FileHandler`s of `prepare_global_logging`) fails and prints a traceback: hundreds of lines that
 bury the actual error.
 
-`install()` wraps `prepare_global_logging` so that each log file then reports a failed write once,
-on stderr, naming the file, and drops its later records (the console still gets them). To drop
-it: once allennlp's log files handle write errors, delete this module and its name in `SHIMS`.
+**Workaround.** `install()` wraps `prepare_global_logging` so that each log file then reports a
+failed write once, on stderr, naming the file, and drops its later records (the console still
+gets them).
+
+**To drop it**: when allennlp's log files handle write errors, remove this module and its entry in
+`elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 import logging

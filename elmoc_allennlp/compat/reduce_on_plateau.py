@@ -1,11 +1,15 @@
 """
-allennlp 2.10.1 problem: its `reduce_on_plateau` scheduler passes `verbose` to PyTorch's
+allennlp's `reduce_on_plateau` scheduler works with current PyTorch.
+
+**Problem (allennlp 2.10.1).** Its `reduce_on_plateau` scheduler passes `verbose` to PyTorch's
 `ReduceLROnPlateau`, which current PyTorch removed: every config using it (allennlp-models' ESIM
 and coreference recipes, the downstream configs here) fails with a `TypeError`.
 
-`install()` registers a replacement under the same name and parameters that passes `verbose` only
-to a PyTorch that accepts it (and replaces nothing under such a PyTorch). To drop it: once the
-installed PyTorch or allennlp is fixed, delete this module and its name in `SHIMS`.
+**Workaround.** `install()` registers a replacement under the same name and parameters that
+passes `verbose` only to a PyTorch that accepts it (and replaces nothing under such a PyTorch).
+
+**To drop it**: when the installed PyTorch or allennlp is fixed, remove this module and its entry
+in `elmoc_allennlp.compat.SHIMS`.
 """
 import inspect
 from typing import List, Union

@@ -48,10 +48,11 @@ def install() -> bool:
         return TrainerCheckpoint(*(load_tensors(path) for path in latest))
 
     def __init__(self, weights_file_path: str, parameter_name_overrides=None) -> None:
-        path = weights_file_path
         if tarfile.is_tarfile(weights_file_path):  # an archive: its checked weights.th
-            path = read_archive(weights_file_path).member("weights.th")
-        self.weights = load_tensors(str(path))
+            with read_archive(weights_file_path) as extracted:
+                self.weights = load_tensors(str(extracted.member("weights.th")))
+        else:
+            self.weights = load_tensors(weights_file_path)
         self.parameter_name_overrides = parameter_name_overrides or {}
 
     read_state_dict._elmoc_weights_only = True  # type: ignore[attr-defined]

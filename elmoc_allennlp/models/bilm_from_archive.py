@@ -12,12 +12,9 @@ from allennlp.data import Vocabulary
 from allennlp.models.model import Model
 
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-from elmoc_allennlp.common.elmoc_archive import archive_with_its_fasttext
+from elmoc_allennlp.downstream.archive import archive_with_its_fasttext
 
 logger = logging.getLogger(__name__)
-
-# The loaded model keeps its `ElmocArchive` under this attribute, for the `elmoc_finetune` callback.
-FINETUNED_FROM_ATTRIBUTE = "elmoc_finetuned_from"
 
 
 @Model.register("elmoc_bilm_from_archive", constructor="from_archive")
@@ -26,7 +23,7 @@ class BilmFromArchive(Model):
     `from_archive` returns the trained `BidirectionalLanguageModel` of an ELMo-C biLM archive, to
     be fine-tuned by `allennlp train` (`training_configs/pretrain/finetune_domain.jsonnet`).
     Unlike allennlp's `from_archive` model, it accepts only the archives the downstream tools
-    accept (`ElmocArchive`), uses the archive's own fastText model and refuses softmax-family
+    accept (`BilmArchive`), uses the archive's own fastText model and refuses softmax-family
     output layers, whose vocabulary the run would not carry over.
 
     Registered as a `Model` with name "elmoc_bilm_from_archive".
@@ -50,7 +47,7 @@ class BilmFromArchive(Model):
         vocab: Optional[Vocabulary] = None,
     ) -> BidirectionalLanguageModel:
         archive = archive_with_its_fasttext(archive_file, vectors_path, "model.vectors_path")
-        model, _ = archive.load_model()
+        model, _ = archive.load()
         if not isinstance(model, BidirectionalLanguageModel):
             raise ConfigurationError(
                 f"ELMo-C archive {archive_file} (model.archive_file) holds a "
@@ -62,6 +59,5 @@ class BilmFromArchive(Model):
                 f"layer ({type(model.output_layer()).__name__}); fine-tuning supports "
                 "continuous-output biLMs (model.output_layer.type 'continuous')"
             )
-        setattr(model, FINETUNED_FROM_ATTRIBUTE, archive)
         logger.info("Fine-tuning the biLM of %s (fastText model %s)", archive_file, archive.input_vectors_path)
         return model

@@ -6,6 +6,4 @@ from elmoc_allennlp.modules.output_layers import (
     SampledSoftmaxOutputLayer,
     SoftmaxOutputLayer,
 )
-from elmoc_allennlp.modules.token_embedders import ElmocTokenEmbedder, FastTextTokenEmbedder
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
-from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+from elmoc_allennlp.modules.token_embedders import FastTextTokenEmbedder

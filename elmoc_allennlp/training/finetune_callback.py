@@ -9,14 +9,15 @@ from allennlp.models.archival import CONFIG_NAME
 from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmoc_allennlp.common.atomic_files import atomic_write
-from elmoc_allennlp.common.config_keys import set_dotted
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.elmoc_archive import (
-    ElmocArchive,
+from elmoc_allennlp.downstream.archive import (
+    BilmArchive,
+    archive_with_its_fasttext,
     different_fasttext_error,
     same_fasttext_model,
+    set_dotted,
 )
-from elmoc_allennlp.models.bilm_from_archive import FINETUNED_FROM_ATTRIBUTE
+from elmoc_allennlp.downstream.input_kinds import registered_as
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ ARCHIVE_INDEXER_TYPE = "elmoc_archive_fasttext"
 
 
 def self_contained_config(
-    finetune_config: Dict[str, Any], archive: ElmocArchive
+    finetune_config: Dict[str, Any], archive: BilmArchive
 ) -> Dict[str, Any]:
     """
     The config of a fine-tuning run as an ordinary biLM config: the base archive's `model`, its
@@ -66,14 +67,19 @@ class FineTuneCallback(TrainerCallback):
 
     def __init__(self, serialization_dir: str) -> None:
         super().__init__(serialization_dir)
-        self._archive: Optional[ElmocArchive] = None
+        self._archive: Optional[BilmArchive] = None
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
-        archive = getattr(trainer.model, FINETUNED_FROM_ATTRIBUTE, None)
-        if archive is None:
+        from allennlp.models import Model
+
+        with open(os.path.join(self.serialization_dir, CONFIG_NAME), encoding="utf-8") as handle:
+            model = json.load(handle).get("model", {})
+        if not registered_as(Model, model.get("type"), "elmoc_bilm_from_archive"):
             raise ConfigurationError(
                 "model.type must be 'elmoc_bilm_from_archive' with the 'elmoc_finetune' callback"
             )
+        # The archive the model was built from (opened once per process).
+        archive = archive_with_its_fasttext(model["archive_file"], model.get("vectors_path"), "model.vectors_path")
         self._archive = archive
         # allennlp's trainer has no public accessor of its validation data loader.
         loaders = [("dataset_reader", trainer.data_loader)]
@@ -87,7 +93,7 @@ class FineTuneCallback(TrainerCallback):
                 continue
             self._check_reader(reader, config_key, archive)
 
-    def _check_reader(self, reader, config_key: str, archive: ElmocArchive) -> None:
+    def _check_reader(self, reader, config_key: str, archive: BilmArchive) -> None:
         # allennlp's DatasetReader has no public accessor of its token indexers.
         key = archive.input_key
         indexers = getattr(reader, "_token_indexers", {}) or {}

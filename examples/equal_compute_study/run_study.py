@@ -336,7 +336,7 @@ def main() -> None:
     args.task_epochs = {task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()}
 
     sys.path.insert(0, str(REPO_ROOT))
-    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     args.fasttext_dim = FastTextVectors.from_path(args.fasttext).dim

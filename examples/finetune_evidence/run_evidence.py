@@ -234,7 +234,7 @@ def seconds_of(duration: str) -> float:
 
 
 def bilm_settings(archive: Path) -> Dict[str, str]:
-    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
 
     description = ElmocArchive(str(archive))
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors

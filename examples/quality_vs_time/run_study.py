@@ -124,7 +124,7 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
     """The downstream grid of the equal-compute study, one model per mark's archive."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     settings = Namespace(

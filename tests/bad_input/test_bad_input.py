@@ -233,7 +233,7 @@ def _load_archive_call(sandbox, kind):
 
 
 def _embedder_call(sandbox, kind):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     path = sandbox.crafted_copy(kind)
     return lambda: ElmocEmbedder(str(path))
@@ -342,7 +342,7 @@ def _config_type_load_archive(sandbox):
 @case("archive-config-runs-subprocess-ElmocEmbedder", ConfigurationError,
       "{archive}", "model.type", "subprocess.Popen", "never imported")
 def _config_type_embedder(sandbox):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     path = _popen_archive(sandbox)
     return lambda: ElmocEmbedder(str(path))
@@ -372,7 +372,7 @@ def _config_archive_call(sandbox, config, loader: str = "load_archive", extra=()
                          config=config, **changes)
     sandbox.paths["archive"] = str(path)
     if loader == "ElmocEmbedder":
-        from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+        from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
         return lambda: ElmocEmbedder(str(path))
     from allennlp.models.archival import load_archive
@@ -491,7 +491,7 @@ def _zip_archive(sandbox):
 
 @case("archive-is-a-fasttext-bin", CorruptArchiveError, "{archive}", "not a tar archive")
 def _bin_as_archive(sandbox):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     path = sandbox.copy(sandbox.fasttext, "vectors.bin")
     sandbox.paths["archive"] = str(path)
@@ -512,7 +512,7 @@ def _fifo_archive(sandbox):
       "model.type", "'this.Zen'")
 def _folder_type(sandbox):
     """A biLM given as a folder (a serialization directory, or a carried `elmoc_bilm/<key>/`)."""
-    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
 
     folder = sandbox.root / "run"
     folder.mkdir()
@@ -534,7 +534,7 @@ def _truncated_call(sandbox, fraction: float, loader: str):
     path.write_bytes(data[:cut])
     sandbox.paths["archive"] = str(path)
     if loader == "ElmocEmbedder":
-        from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+        from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
         return lambda: ElmocEmbedder(str(path))
     from allennlp.models.archival import load_archive
@@ -792,7 +792,7 @@ def _other_vectors(sandbox, name: str = "other.bin") -> Path:
 @case("fingerprint-other-vectors-ElmocEmbedder", ConfigurationError, "{fasttext}", "{other}",
       "allow_different_vectors")
 def _fingerprint_embedder(sandbox):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     other = _other_vectors(sandbox)
     return lambda: ElmocEmbedder(str(sandbox.archive), vectors_path=str(other))
@@ -816,7 +816,7 @@ def _fingerprint_load_archive(sandbox):
       "{fasttext}", "a different file")
 def _fingerprint_moved(sandbox):
     """An archive moved to another machine, next to an unrelated .bin with the same name."""
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     with tarfile.open(sandbox.archive) as tar:
         config = json.load(tar.extractfile("config.json"))
@@ -1270,7 +1270,7 @@ def test_a_stale_partial_export_is_removed_by_the_next_run(sandbox):
 
 
 def test_allow_different_vectors_is_the_documented_override(sandbox):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     other = _other_vectors(sandbox)
     embedder = ElmocEmbedder(str(sandbox.archive), vectors_path=str(other),

@@ -13,7 +13,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.commands.elmoc_embed import embed_file
-from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -19,10 +19,10 @@ from allennlp.modules import FeedForward, Maxout
 from allennlp.modules.seq2seq_encoders import LstmSeq2SeqEncoder
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 
-from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
+from elmoc_allennlp.downstream.indexers import BilmArchiveIndexer
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.modules.elmoc import ElmocElmo
-from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.downstream.elmoc import ElmocElmo
+from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder
 from tests.downstream.conftest import DOWNSTREAM_CONFIGS
 
@@ -172,7 +172,7 @@ def test_bcn_with_elmoc_in_the_embedder_equals_bcn_with_elmoc_as_input_elmo(
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = BilmArchiveIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer.from_archive(str(elmoc_archive))
     embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     fasttext = FastTextTokenEmbedder(str(tiny_fasttext_path))
 
@@ -199,7 +199,7 @@ def test_bcn_with_elmoc_at_input_and_integrator_output(elmoc_archive, tiny_fastt
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace([str(i) for i in range(5)], "labels")
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    indexer = BilmArchiveIndexer(str(elmoc_archive))
+    indexer = BilmArchiveIndexer.from_archive(str(elmoc_archive))
     elmo = ElmocElmo(str(elmoc_archive), 2, dropout=0.0)
     model = _bcn(
         vocab,
@@ -233,7 +233,7 @@ def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
     assert isinstance(elmo, ElmocElmo) and elmo.get_output_dim() == 20
     model = _bcn(vocab, fasttext, 36, elmo, use_input=True, use_output=True, elmo_dim=20)
     words = FastTextSubwordIndexer(str(tiny_fasttext_path))
-    batch = _sst_batch("elmo", BilmArchiveIndexer(str(elmoc_archive)), words, vocab)
+    batch = _sst_batch("elmo", BilmArchiveIndexer.from_archive(str(elmoc_archive)), words, vocab)
     output = model(**batch)
     output["loss"].backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in elmo._projections.parameters())

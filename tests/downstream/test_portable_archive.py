@@ -18,7 +18,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 
-from elmoc_allennlp.common.portable_bilm import CARRIED_DIRECTORY, VECTORS_PATH_VARIABLE
+from elmoc_allennlp.downstream.archive import CARRIED_DIRECTORY, VECTORS_PATH_VARIABLE
 from tests.downstream.conftest import DOWNSTREAM_FIXTURES, REPO_ROOT
 
 SENTENCES = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"]]
@@ -184,20 +184,20 @@ def test_missing_bin_names_the_downstream_archive_and_the_override(
 def test_the_copy_is_written_once_and_a_second_writer_keeps_the_first(
     relocated_archive, tmp_path
 ):
-    from elmoc_allennlp.common.elmoc_archive import ElmocArchive
-    from elmoc_allennlp.common.portable_bilm import carry_bilm, read_bilm_archive
+    from elmoc_allennlp.downstream.archive import BilmArchive
     from allennlp.data import Vocabulary
 
-    archive = ElmocArchive(relocated_archive)
+    archive = BilmArchive(relocated_archive)
     vocabulary = Vocabulary()
     vocabulary.add_tokens_to_namespace(["the", "cat"], "tokens")
-    first = carry_bilm(tmp_path, "bilm.tar.gz", archive, vocabulary)
+    archive.archive_file = "bilm.tar.gz"  # as a config names it
+    first = archive.carry(tmp_path, vocabulary)
     written = (first / "config.json").read_text()
-    second = carry_bilm(tmp_path, "bilm.tar.gz", archive, Vocabulary())
+    second = archive.carry(tmp_path, Vocabulary())
     assert second == first and (first / "config.json").read_text() == written
     assert sorted(path.name for path in first.parent.iterdir()) == [first.name]  # no leftovers
     # The copy records absolute paths of the .bin it used; reading it needs no biLM archive.
-    carried = read_bilm_archive("bilm.tar.gz", serialization_dir=tmp_path)
+    carried = BilmArchive("bilm.tar.gz", serialization_dir=tmp_path)
     assert Path(carried.input_vectors_path).is_absolute()
     assert carried.input_vectors_path == str(Path(archive.input_vectors_path).resolve())
     assert carried.boundary_tokens == archive.boundary_tokens

@@ -20,18 +20,19 @@ from allennlp.modules.token_embedders import TokenEmbedder
 
 import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
-from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive, archive_with_its_fasttext
+from elmoc_allennlp.downstream.input_kinds import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
+from elmoc_allennlp.downstream.archive import BilmArchive, archive_with_its_fasttext
 from elmoc_allennlp.commands.elmoc_embed import embed_file
-from elmoc_allennlp.data.token_indexers import BilmArchiveIndexer, FastTextSubwordIndexer
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
+from elmoc_allennlp.downstream.input_kinds import (
     ElmocCharacterIndexer,
+    ElmocFastTextIndexer,
     ElmocPieceIndexer,
-    indexed_batch,
+    lay_out_pieces,
+    pieces_to_words,
 )
-from elmoc_allennlp.modules.elmoc import lay_out_pieces, pieces_to_words
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
-from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo
+from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 from tests.conftest import rewrite_archive
 from tests.test_baseline_configs import tiny_config
 
@@ -73,20 +74,19 @@ KINDS = [FASTTEXT_INPUT, CHARACTERS_INPUT, PIECES_INPUT]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_archive_input_kind_and_indexer(archives, kind):
-    archive = ElmocArchive(archives[kind])
-    assert archive.input_kind == kind
+    archive = BilmArchive(archives[kind])
+    assert archive.input_kind.name == kind
     assert archive.output_dim == OUTPUT_DIM
     assert (archive.input_vectors_path is not None) == (kind == FASTTEXT_INPUT)
     indexer = TokenIndexer.from_params(
         Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[kind])})
     )
     expected = {
-        FASTTEXT_INPUT: FastTextSubwordIndexer,
+        FASTTEXT_INPUT: ElmocFastTextIndexer,
         CHARACTERS_INPUT: ElmocCharacterIndexer,
         PIECES_INPUT: ElmocPieceIndexer,
     }[kind]
-    assert type(indexer) is BilmArchiveIndexer and indexer.input_kind == kind
-    assert type(indexer.kind_indexer) is expected
+    assert type(indexer) is expected
     indexed = indexer.tokens_to_indices([Token("bank"), Token("unbelievably")], Vocabulary())
     rows = indexed["elmo_tokens"]
     assert len(rows) == 2 and all(len(row) >= 1 and min(row) > 0 for row in rows)
@@ -168,7 +168,7 @@ def test_piece_bilm_words_take_last_and_first_piece_states(archives, one_torch_t
     piece_rows = indexer.tokens_to_indices([Token(w) for w in words], None)["elmo_tokens"]
     assert max(len(row) for row in piece_rows) > 1, "the test needs a word of several pieces"
     # The pretraining tokenizer's pieces of the sentence, run the way pretraining ran them.
-    tokenizer = indexer.kind_indexer._piece_tokenizer
+    tokenizer = indexer._piece_tokenizer
     pieces = [piece.text for piece in tokenizer.tokenize(" ".join(words))]
     expected_layers = _pretraining_layers(bilm, pieces)  # (layers, pieces + 2, dim)
     with torch.no_grad():
@@ -229,7 +229,7 @@ def test_character_indexer_lowercases_when_asked(archives):
 def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
     characters = str(archives[CHARACTERS_INPUT])
     with pytest.raises(ConfigurationError, match="vectors_path"):
-        ElmocArchive(characters, str(tiny_fasttext_path))
+        BilmArchive(characters, str(tiny_fasttext_path))
     with pytest.raises(ConfigurationError, match="fastText-input biLM"):
         archive_with_its_fasttext(characters)
 
@@ -239,14 +239,14 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
 
     broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "a" / "model.tar.gz", unsupported_embedder)
     with pytest.raises(ConfigurationError, match=r"token_embedders\.elmo_characters"):
-        ElmocArchive(broken)
+        BilmArchive(broken)
 
     def wrong_indexer(config):
         config["dataset_reader"]["token_indexers"]["elmo_characters"] = {"type": "single_id"}
 
     broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "b" / "model.tar.gz", wrong_indexer)
     with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
-        ElmocArchive(broken)
+        BilmArchive(broken)
 
 
 @pytest.mark.parametrize("kind", KINDS)

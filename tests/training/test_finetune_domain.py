@@ -23,12 +23,12 @@ from allennlp.data import Token, Vocabulary
 from allennlp.models.archival import load_archive
 
 from elmoc_allennlp.common.fasttext_training import train_fasttext
-from elmoc_allennlp.data.token_indexers.archive_fasttext_indexer import ArchiveFastTextIndexer
-from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
-from elmoc_allennlp.common.elmoc_archive import same_fasttext_model
+from elmoc_allennlp.downstream.indexers import ArchiveFastTextIndexer
+from elmoc_allennlp.downstream.indexers import BilmArchiveIndexer
+from elmoc_allennlp.downstream.archive import same_fasttext_model
 from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive
-from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
-from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.downstream.embedder import ElmocEmbedder
+from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 from elmoc_allennlp.training.gradual_unfreezing import RecoverableSlantedTriangular
 from elmoc_allennlp.common import torch_versions
@@ -244,7 +244,7 @@ def test_finetuned_archive_works_with_every_downstream_tool(
         numpy.testing.assert_allclose(hdf5["0"][()], tuned_layers, atol=1e-5)
 
     # The token embedder of the downstream configs, with its indexer.
-    indexer = BilmArchiveIndexer(str(archive))
+    indexer = BilmArchiveIndexer.from_archive(str(archive))
     embedder = ElmocTokenEmbedder(str(archive), dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1])
     indexed = indexer.tokens_to_indices([Token(word) for word in SENTENCE], Vocabulary())
     padded = indexer.as_padded_tensor_dict(indexed, indexer.get_padding_lengths(indexed))

@@ -1,3 +1,1 @@
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
-from elmoc_allennlp.data.token_indexers.archive_fasttext_indexer import ArchiveFastTextIndexer

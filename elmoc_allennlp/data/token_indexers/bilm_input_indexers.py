@@ -1,13 +1,11 @@
-"""The indexers of biLM input ids (see `elmoc_allennlp.common.bilm_inputs`), and `indexed_batch`."""
+"""The base of the indexers of biLM input ids (see `elmoc_allennlp.downstream.input_kinds`), and `indexed_batch`."""
 from typing import Dict, List, Optional, Sequence
 
 import numpy
 import torch
 
-from allennlp.common.checks import ConfigurationError
-from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
-from allennlp.data.tokenizers import Token, Tokenizer
+from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.common.checks import check_positive
@@ -92,54 +90,6 @@ class BilmInputIndexer(TokenIndexer):
     ) -> Dict[str, torch.Tensor]:
         num_tokens, num_ids = (padding_lengths[key] for key in self.length_keys)
         return {self.ids_key: padded_ids(tokens[self.ids_key], num_tokens, num_ids)}
-
-
-class ElmocCharacterIndexer(BilmInputIndexer):
-    """ELMo's `elmo_characters` ids, for ELMo. Parameters as `BilmInputIndexer`'s."""
-
-    def __init__(self, lowercase_tokens: bool = False, token_min_padding_length: int = 0) -> None:
-        super().__init__(lowercase_tokens, token_min_padding_length=token_min_padding_length)
-        self._mapper = ELMoCharacterMapper()
-
-    def _ids_of(self, text: str) -> List[int]:
-        return self._mapper.convert_word_to_char_ids(self._lowered(text))
-
-
-class ElmocPieceIndexer(BilmInputIndexer):
-    """
-    The ids of each token's BPE pieces, for a subword-input biLM (ELMo-Sub).
-
-    # Parameters
-
-    piece_tokenizer : `SentencePieceBpeTokenizer`
-        The archive's tokenizer.
-    piece_ids : `Dict[str, int]`
-        The archive's `subwords` namespace (piece -> id).
-    unknown_id : `int`
-        The id of an unknown piece.
-    lowercase_tokens, max_token_characters, token_min_padding_length
-        As for `BilmInputIndexer`.
-    """
-
-    def __init__(
-        self,
-        piece_tokenizer: Tokenizer,
-        piece_ids: Dict[str, int],
-        unknown_id: int,
-        lowercase_tokens: bool = False,
-        max_token_characters: int = MAX_TOKEN_CHARACTERS,
-        token_min_padding_length: int = 0,
-    ) -> None:
-        super().__init__(lowercase_tokens, max_token_characters, token_min_padding_length)
-        self._piece_tokenizer = piece_tokenizer
-        self._piece_ids = piece_ids
-        self._unknown_id = unknown_id
-
-    def _ids_of(self, token: str) -> List[int]:
-        pieces = [piece.text for piece in self._piece_tokenizer.tokenize(self._lowered(token))]
-        if not pieces:
-            raise ConfigurationError(f"the biLM's BPE model splits {token!r} into no pieces")
-        return [self._piece_ids.get(piece, self._unknown_id) for piece in pieces]
 
 
 def indexed_batch(

@@ -13,7 +13,7 @@ from elmoc_allennlp.common.fasttext_vectors import (
     mean_subword_vectors,
     no_vector_id,
 )
-from elmoc_allennlp.common.portable_bilm import locate_fasttext
+from elmoc_allennlp.common.fasttext_location import locate_fasttext
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     MAX_TOKEN_CHARACTERS,
     BilmInputIndexer,
@@ -45,7 +45,7 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         Also output each token's vector, for a frozen `elmoc_fasttext` embedder.
     serialization_dir : `str`, optional (default=`None`)
         Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
-        it (see `elmoc_allennlp/common/portable_bilm.py`).
+        it (see `elmoc_allennlp/common/fasttext_location.py`).
     max_token_characters : `int`, optional (default=`50`, ELMo's)
         A longer token is indexed as its first `max_token_characters` characters.
     """

@@ -1,2 +1,1 @@
 from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder
-from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder

@@ -13,7 +13,7 @@ from elmoc_allennlp.common.fasttext_vectors import (
     mean_subword_vectors,
     no_vector_id,
 )
-from elmoc_allennlp.common.portable_bilm import locate_fasttext
+from elmoc_allennlp.common.fasttext_location import locate_fasttext
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
         The dimension the config expects (`ELMOC_FASTTEXT_DIM`); another is a `ConfigurationError`.
     serialization_dir : `str`, optional (default=`None`)
         Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
-        it (see `elmoc_allennlp/common/portable_bilm.py`).
+        it (see `elmoc_allennlp/common/fasttext_location.py`).
     """
 
     def __init__(

@@ -10,9 +10,9 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import Elmo
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmoc_allennlp.modules.elmoc import ElmocElmo
+from elmoc_allennlp.downstream.elmoc import ElmocElmo
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
-from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

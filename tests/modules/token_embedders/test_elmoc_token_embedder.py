@@ -12,13 +12,14 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 from allennlp.nn.util import get_text_field_mask
 
-from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import BilmArchiveIndexer
+from elmoc_allennlp.downstream.indexers import BilmArchiveIndexer
+from elmoc_allennlp.downstream.input_kinds import add_boundaries
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.elmoc_archive import ElmocArchive
-from elmoc_allennlp.modules.elmoc import ElmocBiLm, ElmocElmo
+from elmoc_allennlp.downstream.archive import BilmArchive
+from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-from elmoc_allennlp.modules.token_embedders.elmoc_token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -61,7 +62,7 @@ def bilm(elmoc_archive):
 
 @pytest.fixture(scope="module")
 def indexer(elmoc_archive):
-    return BilmArchiveIndexer(str(elmoc_archive))
+    return BilmArchiveIndexer.from_archive(str(elmoc_archive))
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def embed(module, indexer, sentences):
 
 
 def test_archive_reads_the_config_without_the_weights(elmoc_archive, tiny_fasttext_path):
-    archive = ElmocArchive(str(elmoc_archive))
+    archive = BilmArchive(str(elmoc_archive))
     assert archive.input_key == "fasttext"
     assert archive.num_layers == 3 and archive.output_dim == 12
     assert (archive.start_token, archive.end_token) == ("<S>", "</S>")
@@ -111,7 +112,7 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
     ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
-    with_boundaries, mask = bilm.add_sentence_boundaries(ids, (ids > 0).any(-1))
+    with_boundaries, mask = add_boundaries(ids, bilm._boundary_ids)
     # Two boundary vectors, as pretrained (the authors' `<s>` and `</s>`).
     start, end = indexer.token_ids("<S>"), indexer.token_ids("</S>")
     assert start != end
@@ -298,7 +299,7 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
     def cut_long_tokens(config):
         config["dataset_reader"]["max_token_characters"] = 4
 
-    cutting = BilmArchiveIndexer(
+    cutting = BilmArchiveIndexer.from_archive(
         str(rewrite_archive(elmoc_archive, tmp_path / "cut.tar.gz", cut_long_tokens))
     )
     tokens = [Token("unseenword"), Token("cat")]
@@ -310,7 +311,7 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
 
 
 def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexer, tmp_path):
-    from elmoc_allennlp.modules.elmoc_embedder import ElmocEmbedder
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     def lowercase_in_pretraining(config):
         config["dataset_reader"]["token_indexers"]["fasttext"]["lowercase_tokens"] = True
@@ -318,17 +319,17 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
     lowered_archive = rewrite_archive(
         elmoc_archive, tmp_path / "lower.tar.gz", lowercase_in_pretraining
     )
-    assert ElmocArchive(lowered_archive).lowercase_tokens
-    assert not ElmocArchive(elmoc_archive).lowercase_tokens
+    assert BilmArchive(lowered_archive).lowercase_tokens
+    assert not BilmArchive(elmoc_archive).lowercase_tokens
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
-    inherited = BilmArchiveIndexer(str(lowered_archive))
+    inherited = BilmArchiveIndexer.from_archive(str(lowered_archive))
     assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         lower, Vocabulary()
     )
     assert indexer.tokens_to_indices(cased, Vocabulary()) != indexer.tokens_to_indices(
         lower, Vocabulary()
     )
-    overridden = BilmArchiveIndexer(str(lowered_archive), lowercase_tokens=False)
+    overridden = BilmArchiveIndexer.from_archive(str(lowered_archive), lowercase_tokens=False)
     assert overridden.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
         cased, Vocabulary()
     )
@@ -382,7 +383,7 @@ def test_missing_or_non_archive_files(tmp_path):
     text = tmp_path / "model.tar.gz"
     text.write_text("not an archive")
     with pytest.raises(ConfigurationError, match="is not a readable model archive"):
-        BilmArchiveIndexer(str(text))
+        BilmArchiveIndexer.from_archive(str(text))
 
 
 def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
@@ -402,14 +403,14 @@ def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
     # Character input is supported (ELMo), but only with the indexer it was pretrained with.
     cnn = rewrite_archive(elmoc_archive, tmp_path / "cnn.tar.gz", character_input)
     with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
-        BilmArchiveIndexer(str(cnn))
+        BilmArchiveIndexer.from_archive(str(cnn))
 
     def unsupported_input(config):
         config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {"type": "pass_through", "hidden_dim": 16}
 
     other_input = rewrite_archive(elmoc_archive, tmp_path / "other.tar.gz", unsupported_input)
     with pytest.raises(ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"):
-        BilmArchiveIndexer(str(other_input))
+        BilmArchiveIndexer.from_archive(str(other_input))
 
 
 def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_path):
@@ -426,17 +427,17 @@ def test_missing_vectors_name_the_file_and_the_config_key(elmoc_archive, tmp_pat
     assert "dataset_reader.token_indexers.fasttext.vectors_path" in message
     assert "vectors_path" in message and str(tmp_path / "bilm" / "ft.bin") in message
     with pytest.raises(ConfigurationError, match=r"nope\.bin \(vectors_path\) does not exist"):
-        BilmArchiveIndexer(str(moved), vectors_path=str(tmp_path / "nope.bin"))
+        BilmArchiveIndexer.from_archive(str(moved), vectors_path=str(tmp_path / "nope.bin"))
 
 
 def test_a_moved_archive_finds_its_vectors_relative_to_it(
     relocated_archive, elmoc_archive, indexer
 ):
-    archive = ElmocArchive(str(relocated_archive))
+    archive = BilmArchive(str(relocated_archive))
     assert archive.input_vectors_path == str(relocated_archive.parents[1] / "fasttext" / "tiny.bin")
     moved = ElmocTokenEmbedder(str(relocated_archive), dropout=0.0)
     original = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
-    moved_indexer = BilmArchiveIndexer(str(relocated_archive))
+    moved_indexer = BilmArchiveIndexer.from_archive(str(relocated_archive))
     assert torch.equal(
         embed(moved, moved_indexer, SENTENCES), embed(original, indexer, SENTENCES)
     )

@@ -11,10 +11,9 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmoc_allennlp.common.checks import check_one_of, check_positive
-from elmoc_allennlp.data.token_indexers.bilm_archive_indexer import archive_input_indexer
+from elmoc_allennlp.common.checks import check_cuda_device, check_one_of, check_positive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
-from elmoc_allennlp.modules.elmoc import ElmocBiLm
+from elmoc_allennlp.downstream.elmoc import ElmocBiLm
 
 
 OUTPUT_MODES = ("all", "top", "average")
@@ -51,11 +50,13 @@ class ElmocEmbedder:
         allow_different_vectors: bool = False,
         lowercase_tokens: bool = False,
     ) -> None:
+        check_cuda_device(cuda_device, "cuda_device")
         self._bilm = ElmocBiLm(
             archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
         )
         self._bilm.eval()
-        self._indexer = archive_input_indexer(self._bilm.archive, lowercase_tokens or None)
+        archive = self._bilm.archive
+        self._indexer = archive.input_kind.indexer(archive, lowercase_tokens or None, 0)
         self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
 

@@ -4,80 +4,11 @@ from typing import Dict, List, Optional, Tuple, Union
 import torch
 
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
-from allennlp.data.tokenizers import Token
 from allennlp.modules.elmo import Elmo
-from allennlp.nn.util import add_sentence_boundary_token_ids
 from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
-from elmoc_allennlp.common.portable_bilm import open_bilm
-from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-
-
-def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
-    """The ids a boundary token (`<S>`, `</S>`) had in pretraining, from the biLM's own indexer."""
-    if kind == FASTTEXT_INPUT:
-        return pretraining_indexer.token_ids(token)
-    indexed = pretraining_indexer.tokens_to_indices([Token(token)], vocabulary)
-    ids = next(iter(indexed.values()))[0]
-    return [ids] if isinstance(ids, int) else list(ids)
-
-
-def bilm_token_tensors(kind: str, token_ids: torch.LongTensor, mask: torch.BoolTensor) -> Dict[str, torch.Tensor]:
-    """The tensors the biLM's input embedder reads, from ids with sentence boundaries."""
-    if kind == FASTTEXT_INPUT:
-        return {"subword_ids": token_ids, "mask": mask}
-    return {"elmo_tokens" if kind == CHARACTERS_INPUT else "tokens": token_ids}
-
-
-def lay_out_pieces(
-    piece_ids: torch.LongTensor, start_id: int, end_id: int
-) -> Tuple[torch.LongTensor, torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
-    """Pieces with boundaries per sentence, each word's first and last piece position, the word mask."""
-    word_mask = (piece_ids > 0).any(-1)
-    lengths = (piece_ids > 0).sum(-1)
-    ends = lengths.cumsum(-1)  # 1-based position of each word's last piece (<S> is at 0)
-    first = ends - lengths + 1
-    totals = lengths.sum(-1)
-    batch_size, _, width = piece_ids.shape
-    sequence = piece_ids.new_zeros(batch_size, int(totals.max().item() if batch_size else 0) + 2)
-    sequence[:, 0] = start_id
-    offsets = torch.arange(width, device=piece_ids.device)
-    filled = offsets < lengths.unsqueeze(-1)
-    positions = first.unsqueeze(-1) + offsets
-    rows = torch.arange(batch_size, device=piece_ids.device).view(-1, 1, 1).expand_as(positions)
-    sequence[rows[filled], positions[filled]] = piece_ids[filled]
-    sequence[torch.arange(batch_size, device=piece_ids.device), totals + 1] = end_id
-    return sequence, first * word_mask, ends * word_mask, word_mask
-
-
-def pieces_to_words(
-    layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
-) -> Tuple[torch.Tensor, torch.BoolTensor]:
-    """Word states and mask, with boundaries: forward halves from last pieces, backward from first ones."""
-    num_layers, batch_size, _, dim = layers.shape
-    timesteps = word_mask.size(1)
-    counts = word_mask.sum(-1)
-    rows = torch.arange(batch_size, device=layers.device)
-    forward_index = last.new_zeros(batch_size, timesteps + 2)
-    backward_index = last.new_zeros(batch_size, timesteps + 2)
-    forward_index[:, 1 : timesteps + 1] = last
-    backward_index[:, 1 : timesteps + 1] = first
-    end_positions = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
-    forward_index[rows, counts + 1] = end_positions
-    backward_index[rows, counts + 1] = end_positions
-    half = dim // 2
-
-    def gather(index: torch.LongTensor) -> torch.Tensor:
-        expanded = index.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)
-        return layers.gather(2, expanded)
-
-    words = torch.cat([gather(forward_index)[..., :half], gather(backward_index)[..., half:]], -1)
-    mask = word_mask.new_zeros(batch_size, timesteps + 2)
-    mask[:, 0] = True
-    mask[:, 1 : timesteps + 1] = word_mask
-    mask[rows, counts + 1] = True
-    return words * mask.view(1, batch_size, -1, 1), mask
+from elmoc_allennlp.downstream.archive import BilmArchive
 
 
 class ElmocBiLm(torch.nn.Module):
@@ -87,7 +18,7 @@ class ElmocBiLm(torch.nn.Module):
     # Parameters
 
     archive_file : `str`
-        An ELMo-C biLM `model.tar.gz` (see `ElmocArchive`).
+        An ELMo-C biLM `model.tar.gz` (see `BilmArchive`).
     requires_grad : `bool`, optional (default = `False`)
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
     vectors_path : `str`, optional (default = `None`)
@@ -107,9 +38,8 @@ class ElmocBiLm(torch.nn.Module):
         serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
-        self.archive, model, reader = open_bilm(
-            archive_file, vectors_path, serialization_dir, allow_different_vectors
-        )
+        self.archive = BilmArchive.open(archive_file, vectors_path, serialization_dir)
+        model, reader = self.archive.open_for_training(serialization_dir, allow_different_vectors)
         contextualizer = model.contextualizer
         if not hasattr(contextualizer, "forward_all_layers"):
             raise ConfigurationError(f"{archive_file}: model.contextualizer cannot return all its layers")
@@ -119,10 +49,11 @@ class ElmocBiLm(torch.nn.Module):
             parameter.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
 
+        # The biLM's own (pretraining) indexer.
         self.indexer = reader.token_indexers[self.archive.input_key]
         self.input_kind = self.archive.input_kind
         boundaries = [
-            torch.tensor(boundary_token_ids(self.input_kind, self.indexer, model.vocab, token))
+            torch.tensor(self.input_kind.boundary_ids(self.indexer, model.vocab, token))
             for token in (self.archive.start_token, self.archive.end_token)
         ]
         self.register_buffer("_boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
@@ -149,16 +80,6 @@ class ElmocBiLm(torch.nn.Module):
         """The wrapped `BidirectionalLanguageModel`."""
         return self._bilm
 
-    def add_sentence_boundaries(
-        self, subword_ids: torch.LongTensor, mask: torch.BoolTensor
-    ) -> Tuple[torch.LongTensor, torch.BoolTensor]:
-        """Inserts the biLM's `<S>` and `</S>` around every sentence of `subword_ids`, and in `mask`."""
-        boundaries = self._boundary_ids
-        width = max(subword_ids.size(-1), boundaries.size(1))
-        padded = torch.nn.functional.pad(subword_ids, (0, width - subword_ids.size(-1)))
-        begin, end = torch.nn.functional.pad(boundaries, (0, width - boundaries.size(1)))
-        return add_sentence_boundary_token_ids(padded, mask, begin, end)
-
     def forward(
         self, inputs: torch.Tensor, word_inputs: torch.Tensor = None
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
@@ -177,16 +98,8 @@ class ElmocBiLm(torch.nn.Module):
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
         check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
-        if self.input_kind == PIECES_INPUT:
-            start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
-            sequence, first, last, word_mask = lay_out_pieces(inputs, start_id, end_id)
-            tensors = bilm_token_tensors(self.input_kind, sequence, sequence > 0)
-            layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
-            words, mask = pieces_to_words(layers, first, last, word_mask)
-            return {"activations": list(words.unbind(0)), "mask": mask}
-        subword_ids, mask = self.add_sentence_boundaries(inputs, (inputs > 0).any(-1))
-        tensors = bilm_token_tensors(self.input_kind, subword_ids, mask)
-        layers, _ = self._bilm.contextual_layers({self.archive.input_key: tensors})
+        key = self.archive.input_key
+        layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self._boundary_ids)
         return {"activations": list(layers.unbind(0)), "mask": mask}
 
 
