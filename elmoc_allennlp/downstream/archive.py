@@ -132,7 +132,10 @@ class BilmArchive:
 
     def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model()
-        self.input_key, self.input_kind = find_input_kind(self.archive_file, self.config)
+        try:
+            self.input_key, self.input_kind = find_input_kind(self.config)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"biLM archive {self.archive_file}: {error}") from None
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
         default_boundaries = [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]
@@ -363,7 +366,7 @@ class BilmArchive:
         )
         opened = cls._opened.get(key)
         if opened is None or not opened.still_valid():
-            opened = cls._opened[key] = cls(archive_file, vectors_path, serialization_dir)
+            opened = cls._opened[key] = BilmArchive(archive_file, vectors_path, serialization_dir)
         return opened
 
     def open_for_training(self, serialization_dir: Optional[PathLike], allow_different_vectors: bool = False):

@@ -265,7 +265,7 @@ def _type_of(spec: Any) -> Any:
     return spec.get("type") if isinstance(spec, dict) else spec
 
 
-def find_input_kind(archive_file: str, config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
+def find_input_kind(config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
     """
     `(text field key, input kind)` of a biLM archive's config: its one token embedder that is not
     `empty`, and its kind. Anything else is a `ConfigurationError` naming the config key.
@@ -276,17 +276,16 @@ def find_input_kind(archive_file: str, config: Dict[str, Any]) -> Tuple[str, Bil
     embedders = config["model"].get("text_field_embedder", {}).get("token_embedders", {})
     used = {key: _type_of(spec) for key, spec in embedders.items() if _type_of(spec) != "empty"}
     supported = ", ".join(f"'{kind.types[0]}' ({kind.name})" for kind in KINDS)
-    prefix = f"biLM archive {archive_file}: "
     if len(used) != 1:
         raise ConfigurationError(
-            f"{prefix}model.text_field_embedder.token_embedders are {used}; downstream use "
+            f"model.text_field_embedder.token_embedders are {used}; downstream use "
             f"needs exactly one, of {supported}"
         )
     key, embedder_type = next(iter(used.items()))
     kinds = [kind for kind in KINDS if registered_as(TokenEmbedder, embedder_type, kind.types[0])]
     if not kinds:
         raise ConfigurationError(
-            f"{prefix}model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, "
+            f"model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, "
             f"not one of {supported}"
         )
     _, indexer, tokenizer = kinds[0].types
@@ -294,11 +293,11 @@ def find_input_kind(archive_file: str, config: Dict[str, Any]) -> Tuple[str, Bil
     indexer_type = _type_of(reader.get("token_indexers", {}).get(key))
     if not registered_as(TokenIndexer, indexer_type, indexer):
         raise ConfigurationError(
-            f"{prefix}dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'"
+            f"dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'"
         )
     tokenizer_type = _type_of(reader.get("tokenizer"))
     if tokenizer is not None and not registered_as(Tokenizer, tokenizer_type, tokenizer):
         raise ConfigurationError(
-            f"{prefix}dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'"
+            f"dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'"
         )
     return key, kinds[0]
