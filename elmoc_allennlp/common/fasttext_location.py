@@ -102,13 +102,6 @@ def fasttext_candidates(
     return list(dict.fromkeys(candidates))
 
 
-def find_fasttext(
-    recorded: str, directories: List[Path], location: Optional[Dict[str, str]] = None
-) -> Optional[Path]:
-    """The first existing of `fasttext_candidates`, or `None`."""
-    return next((path for path in fasttext_candidates(recorded, directories, location) if path.is_file()), None)
-
-
 def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
     """`ELMOC_VECTORS_PATH` if set (it must exist), else `vectors_path`."""
     from allennlp.common.checks import ConfigurationError
@@ -132,7 +125,8 @@ def locate_fasttext(vectors_path: str, serialization_dir: Optional[PathLike] = N
     if serialization_dir is None:
         return vectors_path
     location = read_locations(serialization_dir).get(vectors_path)
-    found = find_fasttext(vectors_path, archive_directories(serialization_dir), location)
+    candidates = fasttext_candidates(vectors_path, archive_directories(serialization_dir), location)
+    found = next((path for path in candidates if path.is_file()), None)
     if found is None:
         return vectors_path_override(None) or vectors_path
     if found != Path(vectors_path):

@@ -110,7 +110,7 @@ class BilmArchive:
             )
             vectors_path = vectors_path_override(vectors_path)
         try:
-            with self._extracted() as extracted:
+            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
                 self.config = extracted.config
                 self._locations = read_locations(extracted.directory)
                 self._describe(vectors_path)
@@ -123,12 +123,6 @@ class BilmArchive:
                 f"{self.archive_file} (archive_file), which it could not use: {error}. Copy the "
                 f"fastText .bin next to the downstream archive or set {VECTORS_PATH_VARIABLE}."
             ) from None
-
-    @contextlib.contextmanager
-    def _extracted(self) -> Iterator[Any]:
-        """The archive's folder (a `model.tar.gz` extracted for the block, removed after it)."""
-        with read_archive(self.local_path, self.archive_file) as extracted:
-            yield extracted
 
     def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model()
@@ -224,10 +218,6 @@ class BilmArchive:
             resolved[key] = str(found)
         return resolved
 
-    def still_valid(self) -> bool:
-        """Whether every fastText file this description found is still there."""
-        return all(Path(path).is_file() for path in self.vectors_overrides.values())
-
     @property
     def num_layers(self) -> int:
         """Layers of representations: the projected input plus every LSTM layer."""
@@ -242,7 +232,7 @@ class BilmArchive:
         """token -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
         if namespace not in self._pieces:
             name = f"{_VOCABULARY_NAME}/{namespace}.txt"
-            with self._extracted() as extracted:
+            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
                 path = extracted.member(name)
                 if path is None:
                     raise self._error(f"has no {name} ({self._embedder_key}.vocab_namespace)")
@@ -274,7 +264,7 @@ class BilmArchive:
         overrides: Dict[str, Any] = dict(self.vectors_overrides)
         if allow_different_vectors and isinstance(self.input_kind, FastTextInput):
             overrides[f"{self._embedder_key}.allow_different_vectors"] = True
-        with self._extracted() as extracted:
+        with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
             if not self.carried:
                 archive = load_archive(str(extracted.directory), cuda_device=cuda_device, overrides=overrides)
                 return archive.model, archive.dataset_reader
@@ -365,7 +355,7 @@ class BilmArchive:
             os.environ.get(VECTORS_PATH_VARIABLE),
         )
         opened = cls._opened.get(key)
-        if opened is None or not opened.still_valid():
+        if opened is None or not all(Path(path).is_file() for path in opened.vectors_overrides.values()):
             opened = cls._opened[key] = BilmArchive(archive_file, vectors_path, serialization_dir)
         return opened
 

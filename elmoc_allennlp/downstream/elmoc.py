@@ -1,5 +1,5 @@
 """A trained biLM downstream: `ElmocBiLm` returns all layers (as `_ElmoBiLm`), `ElmocElmo` mixes them."""
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 
@@ -134,7 +134,8 @@ class ElmocElmo(Elmo):
     serialization_dir : `str`, optional (default = `None`)
         Given by allennlp; see `ElmocBiLm`.
     projection_dim : `int`, optional (default = `None`)
-        If given, each representation is projected to this size by its own trained linear layer.
+        If given, each representation is projected to this size by its own trained linear layer:
+        `1024` fits a biLM of any size into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
     """
 
     def __init__(

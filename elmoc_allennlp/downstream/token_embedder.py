@@ -63,7 +63,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
     requires_grad : `bool`, optional (default = `False`)
         If `True`, fine-tune the biLM.
     projection_dim : `int`, optional (default = `None`)
-        If given, the representation is projected to this dimension by a trained linear layer.
+        If given, the representation is projected to this dimension by a trained linear layer:
+        `1024` fits a biLM of any size into a recipe sized for ELMo's 1024-d output.
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
         Fixed pre-softmax mixing weights, one per layer, not trained.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)

@@ -4,7 +4,6 @@ output, with only the ELMo blocks edited: the block's `projection_dim: 1024` (th
 embedder's, or `ElmocElmo`'s for a model-level `elmo` block) makes a 256-d biLM give 1024.
 """
 import json
-from pathlib import Path
 from typing import Any, Dict
 
 import pytest
