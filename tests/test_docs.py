@@ -9,8 +9,9 @@ fresh folder laid out like a clone of the repository (`training_configs/`, `scri
 ...). The `python` and `allennlp` of a block are those of the environment running the tests, and
 they import this tree. Shell blocks run under `set -euo pipefail`, with every `ELMOC_*` variable
 removed from the environment, so a block that reads a variable it never sets fails. README.md runs
-first; the other pages start from what its walk-through leaves, the fastText model
-`fasttext/vectors.bin` and the biLM archive `runs/elmoc/model.tar.gz` (trained on the small corpus).
+first; the other pages start from what its walk-through leaves (`README_OUTPUTS`): the fastText
+model `fasttext/vectors.bin`, the biLM `runs/elmoc/model.tar.gz` and the NER model
+`runs/ner/model.tar.gz`, trained on the small files.
 
 A block that cannot run here (an install, hours of training, a 7 GB `.bin`, a GPU) is marked on
 the line before its fence with the reason:
@@ -56,7 +57,7 @@ PROVIDED = {
     "conll2003/eng.testb": CONLL,
 }
 # What README.md's walk-through leaves for the other pages.
-README_OUTPUTS = ["fasttext/vectors.bin", "runs/elmoc/model.tar.gz"]
+README_OUTPUTS = ["fasttext/vectors.bin", "runs/elmoc/model.tar.gz", "runs/ner/model.tar.gz"]
 BLOCK_TIMEOUT_S = 600
 
 
