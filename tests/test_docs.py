@@ -19,8 +19,8 @@ the line before its fence with the reason:
     <!-- not run: needs the 7 GB crawl-300d-2M-subword.bin -->
 
 A marker without a reason, a marker that is not followed by a block, a fence without a language
-(output samples are ```text) and an unmarked block that is not run all fail. So does a page under
-docs/ that README.md does not link to, and a relative link of README.md to a file that is not there.
+(output samples are ```text) and an unmarked block that is not run all fail. So do a page under
+docs/ that README.md does not link to and a relative link to a file that is not there.
 """
 import os
 import re
@@ -234,13 +234,19 @@ def test_the_format_rules_fail_as_described(tmp_path):
             parse(bad)
 
 
-def test_readme_links_every_docs_page_and_every_link_resolves():
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize("page", documentation_files(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_relative_link_resolves(page):
+    targets = [target for target in LINK.findall(page.read_text(encoding="utf-8")) if "://" not in target]
+    missing = [target for target in targets if not (page.parent / target).exists()]
+    assert not missing, f"{page.relative_to(REPO_ROOT)} links to files that do not exist: {missing}"
+
+
+def test_readme_links_every_docs_page():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
-    local = [target for target in targets if "://" not in target]
-    missing = [target for target in local if not (REPO_ROOT / target).exists()]
-    assert not missing, f"README.md links to files that do not exist: {missing}"
-    linked = {(REPO_ROOT / target).resolve() for target in local}
+    linked = {(REPO_ROOT / target).resolve() for target in LINK.findall(readme) if "://" not in target}
     unlinked = [
         page.name for page in sorted((REPO_ROOT / "docs").glob("*.md")) if page.resolve() not in linked
     ]
