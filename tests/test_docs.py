@@ -277,6 +277,8 @@ def test_readme_walk_through(readme_workspace):
 
     workspace, run = readme_workspace
     assert len(run) >= 4
+    # The plugin line is added once: the folder already listed the plugin, as the repository does.
+    assert (workspace / ".allennlp_plugins").read_text(encoding="utf-8").split() == ["elmoc_allennlp"]
     vectors = FastTextVectors(workspace / "fasttext" / "vectors.bin")
     corpus_words = set(TRAIN_TEXT.split())
     assert all(vectors.word_id(word) >= 0 for word in corpus_words)  # --min-count 1

@@ -18,7 +18,7 @@ def run(monkeypatch, *arguments: str) -> None:
     main(prog="allennlp")
 
 
-def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path, capsys):
+def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path):
     output = tmp_path / "vectors.bin"
     run(monkeypatch, str(CORPUS), str(output), "--dim", "8", "--min-count", "1",
         "--minn", "2", "--maxn", "4", "--bucket", "1000", "--epoch", "2")
@@ -28,7 +28,6 @@ def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path, capsys):
     words = {word for line in CORPUS.read_text(encoding="utf-8").splitlines() for word in line.split()}
     assert all(vectors.word_id(word) >= 0 for word in words)
     assert all(numpy.abs(vectors.word_vector(word)).sum() > 0 for word in words)
-    assert "8-d" in capsys.readouterr().out
     assert [path.name for path in tmp_path.iterdir()] == ["vectors.bin"]  # no partial file left
 
 
