@@ -6,6 +6,7 @@
 # The published allennlp environment (CPython 3.8-3.10, torch 1.12; README "Install into your
 # AllenNLP environment"), built as its users build it, in .venv-published:
 #   make test-published        - allennlp 2.10.1 + this package with a plain `pip install`, the suite
+#   make demo-published        - the same environment with the `quickstart` extra, then the quickstart
 #   make check-wheel           - `python -m build`; the wheel installs, imports and loads through
 #                                .allennlp_plugins in both environments
 #   make check-cross-environment - an archive trained in each environment evaluates in the other
@@ -48,7 +49,7 @@ export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
 
-.PHONY: install demo test benchmark clean check-python install-published test-published check-wheel check-cross-environment
+.PHONY: install demo test benchmark clean check-python install-published test-published demo-published check-wheel check-cross-environment
 
 install: $(STAMP)
 
@@ -121,6 +122,13 @@ test-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
 test-published: $(PUBLISHED_STAMP)
 	$(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall .
 	$(PUBLISHED_BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+# The quickstart in the published environment (README, "First run in the published environment"):
+# the plugin with its `quickstart` extra, installed as a user would (`pip install ".[quickstart]"`).
+demo-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
+demo-published: $(PUBLISHED_STAMP)
+	$(PUBLISHED_BIN)/pip install --quiet -c requirements/published-constraints.txt ".[quickstart]"
+	$(PUBLISHED_BIN)/python scripts/quickstart.py $(DEMO_ARGS)
 
 check-wheel: $(STAMP) $(PUBLISHED_STAMP)
 	rm -rf dist

@@ -1,2 +1,3 @@
 from elmoc_allennlp.commands.elmoc_embed import ElmocEmbed
 from elmoc_allennlp.commands.merge_bilm import MergeBidirectionalLanguageModels
+from elmoc_allennlp.commands.elmoc_fasttext import TrainFastText

@@ -1,0 +1,110 @@
+"""
+The `elmoc-fasttext` subcommand: trains the fastText model (`.bin`) that an ELMo-C biLM reads its
+input and output vectors from, on a tokenized corpus (one sentence per line).
+
+    allennlp elmoc-fasttext corpus/train.txt fasttext/vectors.bin --dim 100 --min-count 1
+
+The defaults are those of fastText's published English vectors (Bojanowski et al., 2017: skipgram,
+300-d, character n-grams of 3 to 6, 2M buckets); the biLM config's `embedding_dim` must equal
+`--dim`. Training needs the `fasttext` module (the package's `train` extra). The `.bin` is written
+under a temporary name and renamed when complete, and an existing one is kept unless `--force`.
+
+allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
+`.allennlp_plugins` file (`--include-package` alone is not enough).
+"""
+import argparse
+import logging
+from pathlib import Path
+
+from allennlp.commands.subcommand import Subcommand
+from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.fasttext_training import import_fasttext, train_fasttext
+
+logger = logging.getLogger(__name__)
+
+
+@Subcommand.register("elmoc-fasttext")
+class TrainFastText(Subcommand):
+    """`allennlp elmoc-fasttext CORPUS OUTPUT_FILE`: see the module docstring."""
+
+    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        description = (
+            "Train the fastText vectors (.bin) of an ELMo-C biLM on a corpus with one "
+            "whitespace-tokenized sentence per line."
+        )
+        subparser = parser.add_parser(
+            self.name, description=description, help="Train fastText vectors for ELMo-C."
+        )
+        subparser.add_argument("corpus", type=str, help="a text file, one tokenized sentence per line")
+        subparser.add_argument("output_file", type=str, help="the .bin to write")
+        subparser.add_argument(
+            "--model", choices=["skipgram", "cbow"], default="skipgram", help="fastText's model"
+        )
+        subparser.add_argument(
+            "--dim", type=int, default=300, help="vector size (the biLM's embedding_dim)"
+        )
+        subparser.add_argument(
+            "--min-count", type=int, default=5, help="words seen fewer times get no word row"
+        )
+        subparser.add_argument("--minn", type=int, default=3, help="shortest character n-gram")
+        subparser.add_argument("--maxn", type=int, default=6, help="longest character n-gram")
+        subparser.add_argument(
+            "--bucket",
+            type=int,
+            default=2_000_000,
+            help="rows for hashed character n-grams (the .bin holds bucket x dim floats)",
+        )
+        subparser.add_argument("--epoch", type=int, default=5, help="passes over the corpus")
+        subparser.add_argument(
+            "--threads", type=int, default=10, help="fastText's threads (at least 10 are used)"
+        )
+        subparser.add_argument(
+            "--force", action="store_true", help="replace output_file if it exists"
+        )
+        subparser.set_defaults(func=train_fasttext_from_args)
+        return subparser
+
+
+def train_fasttext_from_args(args: argparse.Namespace) -> None:
+    for value, option in [
+        (args.dim, "--dim"),
+        (args.min_count, "--min-count"),
+        (args.minn, "--minn"),
+        (args.bucket, "--bucket"),
+        (args.epoch, "--epoch"),
+        (args.threads, "--threads"),
+    ]:
+        check_positive(value, option)
+    if args.maxn < args.minn:
+        raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
+    corpus = Path(args.corpus)
+    if not corpus.is_file():
+        raise ConfigurationError(f"corpus {args.corpus} is not a file")
+    output = Path(args.output_file)
+    if output.is_dir():
+        raise ConfigurationError(f"output file {args.output_file} is a directory")
+    if output.resolve() == corpus.resolve():
+        raise ConfigurationError(f"output file {args.output_file} is the corpus")
+    if output.exists() and not args.force:
+        raise ConfigurationError(f"output file {args.output_file} exists; pass --force to replace it")
+    try:
+        import_fasttext()
+    except ImportError as error:
+        raise ConfigurationError(str(error)) from None
+    # fastText prints its own progress line (words/s, loss, ETA) to stderr.
+    path = train_fasttext(
+        corpus,
+        output,
+        model=args.model,
+        dim=args.dim,
+        min_count=args.min_count,
+        minn=args.minn,
+        maxn=args.maxn,
+        bucket=args.bucket,
+        epoch=args.epoch,
+        thread=args.threads,
+        verbose=2,
+    )
+    print(f"fastText vectors ({args.dim}-d) written to {path}")

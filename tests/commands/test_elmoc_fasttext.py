@@ -1,0 +1,58 @@
+"""`allennlp elmoc-fasttext`: trains a fastText `.bin` that the plugin's reader loads."""
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+
+from allennlp.commands import main
+from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+
+CORPUS = Path(__file__).parents[1] / "fixtures" / "lm_corpus" / "train-00001-of-00002.txt"
+
+
+def run(monkeypatch, *arguments: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["allennlp", "elmoc-fasttext", *arguments])
+    main(prog="allennlp")
+
+
+def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path):
+    output = tmp_path / "vectors.bin"
+    run(monkeypatch, str(CORPUS), str(output), "--dim", "8", "--min-count", "1",
+        "--minn", "2", "--maxn", "4", "--bucket", "1000", "--epoch", "2")
+    vectors = FastTextVectors(output)
+    assert (vectors.dim, vectors.bucket, vectors.minn, vectors.maxn) == (8, 1000, 2, 4)
+    # --min-count 1: every word of the corpus has its own row, and a vector that is not zero.
+    words = {word for line in CORPUS.read_text(encoding="utf-8").splitlines() for word in line.split()}
+    assert all(vectors.word_id(word) >= 0 for word in words)
+    assert all(numpy.abs(vectors.word_vector(word)).sum() > 0 for word in words)
+    assert [path.name for path in tmp_path.iterdir()] == ["vectors.bin"]  # no partial file left
+
+
+def test_keeps_an_existing_output_unless_forced(monkeypatch, tmp_path):
+    output = tmp_path / "vectors.bin"
+    output.write_bytes(b"precious")
+    with pytest.raises(ConfigurationError, match="exists; pass --force"):
+        run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--min-count", "1", "--bucket", "100")
+    assert output.read_bytes() == b"precious"
+    run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--min-count", "1", "--bucket", "100",
+        "--epoch", "1", "--force")
+    assert FastTextVectors(output).dim == 4
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["missing.txt", "out.bin"], "corpus missing.txt is not a file"),
+        ([str(CORPUS), "out.bin", "--dim", "0"], "--dim must be positive"),
+        ([str(CORPUS), "out.bin", "--minn", "5", "--maxn", "3"], "--maxn 3 is below --minn 5"),
+        ([str(CORPUS), str(CORPUS)], "exists|is the corpus"),
+    ],
+)
+def test_bad_arguments_name_the_cause_and_write_nothing(monkeypatch, tmp_path, arguments, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=message):
+        run(monkeypatch, *arguments)
+    assert not (tmp_path / "out.bin").exists()
