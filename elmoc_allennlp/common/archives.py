@@ -174,7 +174,7 @@ def _check_member(
         )
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in name.split("/")):
         raise UnsafeArchiveError(
-            archive, name[:300], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
+            archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
         )
     normalised = posixpath.normpath(name)
     if normalised == "." and member.isdir():
