@@ -26,6 +26,7 @@ SHIMS = (
     "atomic_train_files",
     "elmoc_as_elmo",
     "quiet_log_files",
+    "serialization_lock",
 )
 
 _installed: Optional[List[str]] = None
