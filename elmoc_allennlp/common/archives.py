@@ -114,7 +114,12 @@ def _damage_named(archive: str, what: str = "") -> Iterator[None]:
 
 def archive_limit(variable: str) -> int:
     """The limit `variable`: the environment's value, else the default."""
-    value = os.environ.get(variable) or str(_DEFAULT_LIMITS[variable])
+    return limit_variable(variable, _DEFAULT_LIMITS[variable])
+
+
+def limit_variable(variable: str, default: int) -> int:
+    """The positive integer environment variable `variable`, else `default`."""
+    value = os.environ.get(variable) or str(default)
     # ASCII digits only (`"²".isdigit()` is true), and few enough that `int` is cheap.
     if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) == 0:
         shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value):,} characters)"
