@@ -713,8 +713,11 @@ def _json_depth(value: Any) -> int:
     return deepest
 
 
-# The sections of a config that loading an archive builds (the data paths are never read).
-_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader", "vocabulary")
+# The sections of a config that loading an archive builds (the data paths are never read, the
+# vocabulary comes from the archive's files).
+_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
+# Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
+_DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
 # Registered constructors that open another archive.
 _OTHER_ARCHIVE_TYPES = ("from_archive", "elmoc_bilm_from_archive")
 
@@ -726,7 +729,10 @@ def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
         if isinstance(value, str):
             yield where, value
         elif isinstance(value, dict):
-            stack.extend((f"{where}.{name}", item) for name, item in value.items())
+            stack.extend(
+                (f"{where}.{name}", item) for name, item in value.items()
+                if name not in _DROPPED_AT_LOADING
+            )
         elif isinstance(value, list):
             stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
 
@@ -734,7 +740,8 @@ def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
     """
     Loading an archive reads that archive only (and, by the documented rules, its fastText
-    `.bin`): its config may name no URL and no other archive (allennlp's `from_archive` model, a
+    `.bin`): the sections loading builds (not the `pretrained_file` and `initializer` keys
+    allennlp drops first) may name no URL and no other archive (allennlp's `from_archive` model, a
     fine-tuning `elmoc_bilm_from_archive`, or a biLM `archive_file` whose copy it does not carry
     in `elmoc_bilm/`).
     """

@@ -154,18 +154,17 @@ class AtomicCheckpointer(Checkpointer):
 
 def _check_training_state(training_state: Any, point_in_time: Tuple[int, int], path: str) -> None:
     """
-    The training state's own values, not only its keys: its version, and a point in time equal to
-    the one its file is named by (a state saying 10^9 or -5 epochs would train nothing, or all
+    The training state's own values, not only its keys: a point in time equal to the one its
+    file is named by (a state saying 10^9 or -5 epochs would train nothing, or all
     again, and exit 0).
     """
     if not isinstance(training_state, dict):
         raise ConfigurationError(f"--recover: {path} is not a training state (a dict)")
-    if training_state.get("version") != 1:
-        raise ConfigurationError(
-            f"--recover: {path} has version {training_state.get('version')!r}; this trainer reads 1"
-        )
+    # (Its version and other keys are the trainer's to check.)
     for key, expected in zip(("epochs_completed", "batches_in_epoch_completed"), point_in_time):
-        value = training_state.get(key)
+        if key not in training_state:
+            continue
+        value = training_state[key]
         if type(value) is not int or value != expected:
             raise ConfigurationError(
                 f"--recover: {path} has {key} = {str(value)[:40]}, but its name says {expected}; "

@@ -97,6 +97,22 @@ def test_an_archive_naming_a_url_or_another_archive_is_refused(
     assert any(key + " " in str(raised.value) for key in keys), str(raised.value)
 
 
+def test_urls_that_loading_never_reads_are_allowed(elmoc_archive, tmp_path):
+    # As allennlp-models configs have them: data paths, a GloVe `pretrained_file` (dropped by
+    # `load_archive` before building) and the vocabulary's (read from the archive's files).
+    def edit(config):
+        config["train_data_path"] = "https://example.org/train.txt"
+        config["vocabulary"] = {"pretrained_files": {"tokens": "https://example.org/glove.txt.gz"}}
+        embedder = config["model"]["text_field_embedder"]["token_embedders"]["fasttext"]
+        embedder["pretrained_file"] = "https://example.org/glove.txt.gz"
+
+    config = _config(elmoc_archive)
+    edit(config)
+    from elmoc_allennlp.common.archives import check_self_contained
+
+    check_self_contained(config, tmp_path, "an archive")
+
+
 def test_an_archive_opening_itself_is_refused_without_recursion(elmoc_archive, tmp_path):
     path = tmp_path / "self.tar.gz"
     config = _config(elmoc_archive)
