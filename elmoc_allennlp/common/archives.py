@@ -14,7 +14,6 @@ import atexit
 import codecs
 import contextlib
 import io
-import errno as errno_codes
 import json
 import math
 import pickle
@@ -175,9 +174,12 @@ def _check_member(
     components = name.count("/") + 1
     if components > limits[3]:
         raise UnsafeArchiveError(
-            archive, name[:200], f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[3]:,})"
+            archive,
+            name[:200],
+            f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[3]:,})",
         )
-    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in name.split("/")):
+    parts = name.split("/")
+    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts):
         raise UnsafeArchiveError(
             archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
         )
@@ -249,7 +251,9 @@ class _VocabularyCount:
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as error:
-            raise UnsafeArchiveError(self.archive, name, f"is not UTF-8 text ({error.reason} at its end)") from None
+            raise UnsafeArchiveError(
+                self.archive, name, f"is not UTF-8 text ({error.reason} at its end)"
+            ) from None
 
 
 def _extraction_limits(archive: str) -> Tuple[int, ...]:
@@ -522,7 +526,9 @@ class _HeaderUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"holds an unknown persistent record {str(pid)[:80]}")
         _, kind, key, _, numel = pid
         if kind not in _STORAGE_BYTES or not isinstance(numel, int) or numel < 0:
-            raise pickle.UnpicklingError(f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}")
+            raise pickle.UnpicklingError(
+                f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}"
+            )
         return _Storage(kind, str(key), numel)
 
 
@@ -558,7 +564,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         records = {}
         for info in zipped.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
-                raise refuse(f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)")
+                raise refuse(
+                    f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)"
+                )
             records[info.filename] = info
         pickles = [name for name in records if name.endswith("/data.pkl") and name.count("/") == 1]
         if len(pickles) != 1:
@@ -580,7 +588,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         expected = storage.numel * _STORAGE_BYTES[storage.kind]
         if record is None or record.file_size != expected:
             size = "no record" if record is None else f"a record of {record.file_size:,} bytes"
-            raise refuse(f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}")
+            raise refuse(
+                f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}"
+            )
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
