@@ -614,7 +614,8 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
 # Keys of sizes that make a layer's weight matrices, and of how many layers are stacked.
 _DIMENSION_KEYS = frozenset((
     "input_dim", "hidden_dim", "cell_dim", "projection_dim", "embedding_dim", "output_dim",
-    "input_size", "hidden_size", "feedforward_hidden_dim", "num_filters",
+    "input_size", "hidden_size", "feedforward_hidden_dim", "num_filters", "hidden_dims",
+    "output_dims",
 ))
 _LAYER_COUNT_KEYS = frozenset(("num_layers",))
 
@@ -624,7 +625,8 @@ def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str
     A lower bound of the parameters a model config builds, computed from its sizes before any
     layer is built, and the dotted key that adds most to it. Each object with two or more sizes
     (`input_dim`, `cell_dim`, `projection_dim`, ...) holds at least a (smallest x largest)
-    matrix, and each of its `num_layers` past the first a (smallest x smallest) one.
+    matrix, and each of its `num_layers` past the first a (smallest x smallest) one (as in
+    LSTMs, transformers, feedforward and maxout stacks; an object with one size adds nothing).
     """
     total, largest = 0, (0, prefix)
     stack = [(prefix, config)]
@@ -645,10 +647,10 @@ def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str
                     dimensions[name] = item
                 elif name in _LAYER_COUNT_KEYS:
                     layers = (item, name)
-        if not dimensions:
+        if len(dimensions) < 2:  # one size alone says nothing of a layer's matrices
             continue
         smallest, largest_name = min(dimensions.values()), max(dimensions, key=dimensions.get)
-        matrix = smallest * dimensions[largest_name] if len(dimensions) > 1 else 0
+        matrix = smallest * dimensions[largest_name]
         stacked = (layers[0] - 1) * smallest * smallest
         bound = matrix + stacked
         key = f"{where}.{layers[1] if stacked > matrix else largest_name}"
