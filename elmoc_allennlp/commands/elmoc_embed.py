@@ -6,6 +6,8 @@ The input has one whitespace-tokenized sentence per line. The output has one dat
 named by its 0-based index, of shape `(num_layers, num_tokens, dim)` with `--all`, `(num_tokens,
 dim)` with `--top` or `--average`, and, unless `--forget-sentences`, a dataset
 `sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none.
+One run writes an output at a time (`common.writer_lock`: `.NAME.lock` next to it); lines end at
+`\n` only, so dataset `i` is line `i + 1` of the input.
 
 allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
 `.allennlp_plugins` file (`--include-package` alone is not enough).
