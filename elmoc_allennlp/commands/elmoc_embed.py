@@ -6,20 +6,25 @@ The input has one whitespace-tokenized sentence per line. The output has one dat
 named by its 0-based index, of shape `(num_layers, num_tokens, dim)` with `--all`, `(num_tokens,
 dim)` with `--top` or `--average`, and, unless `--forget-sentences`, a dataset
 `sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none.
+One run writes an output at a time (`common.writer_lock`: `.NAME.lock` next to it); lines end at
+`\n` only, so dataset `i` is line `i + 1` of the input.
 
 allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
 `.allennlp_plugins` file (`--include-package` alone is not enough).
 """
 import argparse
+import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional
 
+import numpy
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
@@ -29,6 +34,8 @@ from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
+from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +119,14 @@ def elmoc_embed_from_args(args: argparse.Namespace) -> None:
 
 
 def read_sentences(input_file: str) -> List[str]:
-    """The lines of `input_file` (UTF-8), without their line ends."""
+    """
+    The lines of `input_file` (UTF-8), without their line ends. Lines end at `\n` only (and
+    `\r\n`): a CR or another Unicode line break inside a line is whitespace between tokens,
+    never a new sentence, so that dataset `i` is always line `i + 1`.
+    """
     try:
-        with open(input_file, encoding="utf-8") as lines:
-            return [line.rstrip("\r\n") for line in lines]
+        with open(input_file, encoding="utf-8", newline="\n") as lines:
+            return [line.rstrip("\n").rstrip("\r") for line in lines]
     except FileNotFoundError:
         raise ConfigurationError(f"input file {input_file} does not exist") from None
     except IsADirectoryError:
@@ -156,17 +167,62 @@ def embed_file(
     """
     Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file` (see
     the module docstring) and returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
-    `archive_file` if not given. Inputs are checked before the model is loaded.
+    `archive_file` if not given. Inputs are checked before the model is loaded. The output
+    file is locked (`common.writer_lock`) while it is written: a second run for it is refused.
     """
+    check_positive(batch_size, "--batch-size")
+    lock = _lock_output(output_file)
+    try:
+        return _embed_file_locked(
+            archive_file, input_file, output_file, output, batch_size, cuda_device, vectors_path,
+            forget_sentences, embedder, force, allow_different_vectors, lowercase_tokens,
+        )
+    finally:
+        lock.release()
+
+
+def _lock_output(output_file: str) -> WriterLock:
+    """The output's `WriterLock`: one `elmoc-embed` per output file, wherever it runs."""
+    directory = Path(output_file).parent
+    if Path(output_file).is_dir() or not directory.is_dir():
+        _check_output(output_file, output_file + ".input", True)  # names the problem
+    try:
+        return WriterLock(output_file, FILE).acquire()
+    except PermissionError:
+        raise ConfigurationError(f"the directory of output file {output_file} is not writable") from None
+
+
+# Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB).
+_HDF5_BYTES_PER_DATASET = 4096
+
+
+def _check_free_space(output_path: Path, sentences: List[str], layers: int, dim: int) -> None:
+    """Refuses, before writing, an output the disk cannot hold (HDF5 may crash on a full disk)."""
+    tokens = sum(len(line.split()) for line in sentences)
+    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET
+    needed += sum(len(line.encode("utf-8")) + 16 for line in sentences)  # sentence_to_index
+    free = shutil.disk_usage(output_path.parent).free
+    if needed > free:
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"output file {output_path} needs about {needed / 1e6:,.1f} MB, and its disk has "
+            f"{free / 1e6:,.1f} MB free; nothing was written. Free space, or embed fewer lines.",
+        )
+
+
+def _embed_file_locked(
+    archive_file, input_file, output_file, output, batch_size, cuda_device, vectors_path,
+    forget_sentences, embedder, force, allow_different_vectors, lowercase_tokens,
+) -> Path:
     import h5py
 
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
-    check_positive(batch_size, "--batch-size")
     output_path = _check_output(output_file, input_file, force)
     check_cuda_device(cuda_device, "--cuda-device")
-    # The partial file of a killed run (`kill -9`) for the same output.
-    remove_stale_partial_files(output_path.parent, for_file=output_path.name)
+    # The partial file of a killed run (`kill -9`) for the same output: this run holds the
+    # output's lock, so no other writer of it runs.
+    remove_stale_partial_files(output_path.parent, for_file=output_path.name, locked=True)
     sentences = read_sentences(input_file)
     if embedder is None:
         embedder = ElmocEmbedder(
@@ -177,6 +233,8 @@ def embed_file(
             lowercase_tokens=lowercase_tokens,
         )
 
+    layers = embedder.num_layers if output == "all" else 1
+    _check_free_space(output_path, sentences, layers, embedder.output_dim)
     with atomic_path(output_path) as temporary, _sigterm_as_exception():
         with h5py.File(temporary, "w") as hdf5:
             hdf5.attrs["archive_file"] = str(archive_file)
@@ -188,6 +246,12 @@ def embed_file(
             for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
                 vectors = embedder.embed_batch([line.split() for _, line in batch], output)
                 for (index, _), array in zip(batch, vectors):
+                    if not numpy.isfinite(array).all():
+                        raise ConfigurationError(
+                            f"line {index + 1} of {input_file} embeds to non-finite values (NaN "
+                            f"or infinity): the weights of {archive_file} hold some; nothing "
+                            "was written"
+                        )
                     hdf5.create_dataset(str(index), data=array)
                 hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
             if not forget_sentences:

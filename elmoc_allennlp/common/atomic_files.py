@@ -112,16 +112,18 @@ def _writer_runs(partial: str) -> bool:
 
 
 def remove_stale_partial_files(
-    directory: Union[str, PathLike], for_file: Optional[str] = None
+    directory: Union[str, PathLike], for_file: Optional[str] = None, locked: bool = False
 ) -> List[str]:
     """
     Deletes the temporary files of killed writers in `directory` (all, or only `for_file`'s) and
-    returns their paths. A file whose writer (the pid in its name) still runs is left alone.
+    returns their paths. A file whose writer (the pid in its name) still runs is left alone,
+    unless `locked`: the caller holds `for_file`'s `WriterLock`, so no other writer of it runs
+    (a pid from another PID namespace or machine proves nothing).
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
-        if _writer_runs(path):
+        if not (locked and for_file) and _writer_runs(path):
             continue
         try:
             os.remove(path)

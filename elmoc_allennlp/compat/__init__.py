@@ -28,6 +28,7 @@ SHIMS = (
     "gpu_flag",
     "elmoc_as_elmo",
     "quiet_log_files",
+    "serialization_lock",
 )
 
 _installed: Optional[List[str]] = None

@@ -1,10 +1,16 @@
 import json
-from typing import Any
+from typing import Any, List
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
 from allennlp.data import Instance
+from allennlp.data.fields import TextField
 from allennlp.predictors.predictor import Predictor
+
+from elmoc_allennlp.common.archives import limit_variable
+
+MAX_TOKENS_VARIABLE = "ELMOC_PREDICT_MAX_TOKENS"
+DEFAULT_MAX_TOKENS = 4096
 
 
 @Predictor.register("elmoc_bilm")
@@ -13,10 +19,13 @@ class BidirectionalLanguageModelPredictor(Predictor):
     Scores sentences with a trained biLM (`elmoc_bilm`).
 
     Input: `{"sentence": "a whitespace tokenized sentence"}` (or a list of tokens). Output: the
-    model's forward and backward losses, the mask and, for continuous heads, the per-position
-    cosine between each prediction and its target (`forward_cosine`, `backward_cosine`).
+    model's forward and backward losses, `tokens` (the positions as the model reads them, boundary
+    tokens included), the mask and, for continuous heads, the per-position cosine between each
+    prediction and its target (`forward_cosine`, `backward_cosine`), one value per token.
     Malformed input raises a `ConfigurationError` naming the key and, under `allennlp predict`,
-    the input line (counting non-blank lines).
+    the input line (counting non-blank lines); so does a sentence of more than
+    `ELMOC_PREDICT_MAX_TOKENS` tokens (default 4096; scoring every pair of positions takes memory
+    growing with the square of the length).
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
@@ -53,6 +62,26 @@ class BidirectionalLanguageModelPredictor(Predictor):
         for index, token in enumerate(sentence if isinstance(sentence, list) else []):
             if not isinstance(token, str):
                 raise _wrong_type(f"'sentence'[{index}] must be a token string", token)
+        limit = limit_variable(MAX_TOKENS_VARIABLE, DEFAULT_MAX_TOKENS)
+        length = len(sentence) if isinstance(sentence, list) else len(sentence.split())
+        if length > limit:
+            raise ConfigurationError(
+                f"'sentence' has {length:,} tokens, past {MAX_TOKENS_VARIABLE} ({limit:,}): split "
+                "it, or raise the limit if the memory allows"
+            )
+
+    def predict_instance(self, instance: Instance) -> JsonDict:
+        return self.predict_batch_instance([instance])[0]
+
+    def predict_batch_instance(self, instances: List[Instance]) -> List[JsonDict]:
+        outputs = super().predict_batch_instance(instances)
+        for instance, output in zip(instances, outputs):
+            field = next(f for f in instance.fields.values() if isinstance(f, TextField))
+            output["tokens"] = [token.text for token in field.tokens]
+            # A batch pads the mask to its longest sentence: one value per token, as the cosines.
+            if isinstance(output.get("mask"), list):
+                output["mask"] = output["mask"][: len(output["tokens"])]
+        return outputs
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         self.validate_json(json_dict)

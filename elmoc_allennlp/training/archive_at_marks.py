@@ -45,6 +45,15 @@ class ArchiveAtMarksCallback(TrainerCallback):
                 f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}"
             )
         self._minutes = [float(m) for m in minutes]
+        names: Dict[str, float] = {}
+        for mark in self._minutes:
+            name = archive_name(mark)
+            if name in names:
+                raise ConfigurationError(
+                    f"elmoc_archive_at_marks.minutes has {names[name]!r} and {mark!r}, which both "
+                    f"name the archive {name}: use marks that differ in their first 6 digits"
+                )
+            names[name] = mark
         self._directory = os.path.join(serialization_dir, directory)
         self._elapsed_before = 0.0
         self._started: Optional[float] = None
@@ -84,7 +93,7 @@ class ArchiveAtMarksCallback(TrainerCallback):
         import allennlp.commands.train as train_command
 
         os.makedirs(self._directory, exist_ok=True)
-        name = f"model_{minutes:g}min.tar.gz"
+        name = archive_name(minutes)
         weights = f".weights_at_{minutes:g}min.th"
         weights_path = os.path.join(self.serialization_dir, weights)
         atomic_torch_save(trainer.model.state_dict(), weights_path)
@@ -118,12 +127,37 @@ class ArchiveAtMarksCallback(TrainerCallback):
             self._started = time.monotonic()
 
 
+def archive_name(minutes: float) -> str:
+    """The file name of the archive at `minutes` (distinct marks must give distinct names)."""
+    return f"model_{minutes:g}min.tar.gz"
+
+
+_RECORD_KEYS = {"minutes": (int, float), "archive": str}
+
+
 def _load_marks(folder: str) -> List[Dict[str, Any]]:
+    """The records of `<folder>/marks.json`, or a `ConfigurationError` naming the file."""
     path = os.path.join(folder, MARKS_FILE)
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as marks:
-        return json.load(marks)
+    try:
+        with open(path, encoding="utf-8") as marks:
+            records = json.load(marks)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ConfigurationError(
+            f"{path} is not readable JSON ({type(error).__name__}: {str(error)[:100]}); move it "
+            "away to archive every mark again"
+        ) from None
+    if not isinstance(records, list):
+        raise ConfigurationError(f"{path} holds a {type(records).__name__}, not a list of marks")
+    for index, record in enumerate(records):
+        for key, kinds in _RECORD_KEYS.items():
+            value = record.get(key) if isinstance(record, dict) else None
+            if not isinstance(value, kinds) or isinstance(value, bool):
+                raise ConfigurationError(f"{path}: record {index} has no valid {key!r}")
+        if os.path.basename(record["archive"]) != record["archive"]:
+            raise ConfigurationError(f"{path}: record {index} names an archive outside {folder}")
+    return records
 
 
 def read_marks(serialization_dir: str, directory: str = "archives") -> List[Dict[str, Any]]:

@@ -1,6 +1,6 @@
 import logging
 import os
-from typing import Optional, Set, Tuple, Union
+from typing import Any, Optional, Set, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.checkpointer import Checkpointer
@@ -122,6 +122,7 @@ class AtomicCheckpointer(Checkpointer):
                 )
                 damaged.append(paths)
                 continue
+            _check_training_state(training_state, checkpoint, paths[1])
             if self._is_primary:
                 for path in (path for pair in damaged for path in pair if os.path.exists(path)):
                     os.replace(path, path + ".corrupt")
@@ -149,3 +150,23 @@ class AtomicCheckpointer(Checkpointer):
                 os.link(source, best_path)
             except OSError:
                 atomic_torch_save(load_tensors(source), best_path)
+
+
+def _check_training_state(training_state: Any, point_in_time: Tuple[int, int], path: str) -> None:
+    """
+    The training state's own values, not only its keys: a point in time equal to the one its
+    file is named by (a state saying 10^9 or -5 epochs would train nothing, or all
+    again, and exit 0).
+    """
+    if not isinstance(training_state, dict):
+        raise ConfigurationError(f"--recover: {path} is not a training state (a dict)")
+    # (Its version and other keys are the trainer's to check.)
+    for key, expected in zip(("epochs_completed", "batches_in_epoch_completed"), point_in_time):
+        if key not in training_state:
+            continue
+        value = training_state[key]
+        if type(value) is not int or value != expected:
+            raise ConfigurationError(
+                f"--recover: {path} has {key} = {str(value)[:40]}, but its name says {expected}; "
+                "the checkpoint was altered"
+            )

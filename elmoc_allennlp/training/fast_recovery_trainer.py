@@ -120,6 +120,18 @@ class FastRecoveryTrainer(GradientDescentTrainer):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 check_positive(value, f"data_loader.batch_sampler.{key}")
 
+    def _maybe_restore_checkpoint(self) -> None:
+        super()._maybe_restore_checkpoint()
+        # The restored point in time must lie within this run: more epochs than
+        # `trainer.num_epochs` would train nothing and exit 0; a negative count would start over.
+        epochs, batches = self._start_after_epochs_completed, self._start_after_batches_in_epoch_completed
+        if not (0 <= epochs <= self._num_epochs) or batches < 0 or (epochs == self._num_epochs and batches):
+            raise ConfigurationError(
+                f"--recover: the training state in {self._serialization_dir} has epochs_completed "
+                f"= {epochs} and batches_in_epoch_completed = {batches}, outside this run of "
+                f"trainer.num_epochs = {self._num_epochs}"
+            )
+
     def _train_epoch(self, epoch: int) -> Dict[str, float]:
         restored = self._total_batches.restored
         if restored is not None and self._epochs_completed < self._start_after_epochs_completed:

@@ -31,7 +31,9 @@ def test_the_archive_names_this_predictor_as_its_default(elmoc_archive):
 
 def test_shapes_and_boundaries(predictor):
     output = predictor.predict("the cat sat")
+    assert output["tokens"] == ["<S>", "the", "cat", "sat", "</S>"]
     assert set(output) == {
+        "tokens",
         "loss",
         "forward_loss",
         "backward_loss",
@@ -101,3 +103,20 @@ def test_allennlp_predict_command(elmoc_archive, predictor, tmp_path):
         expected = predictor.predict(sentence)
         numpy.testing.assert_allclose(line["forward_cosine"], expected["forward_cosine"], atol=1e-5)
         numpy.testing.assert_allclose(line["forward_loss"], expected["forward_loss"], rtol=1e-5)
+
+
+def test_every_value_comes_with_its_token(predictor):
+    outputs = predictor.predict_batch_json([{"sentence": s} for s in SENTENCES])
+    for sentence, output in zip(SENTENCES, outputs):
+        assert output["tokens"][1:-1] == sentence.split()
+        assert len(output["tokens"]) == len(output["forward_cosine"]) == len(output["mask"])
+
+
+def test_an_over_long_line_is_refused_by_its_number(predictor, monkeypatch):
+    monkeypatch.setenv("ELMOC_PREDICT_MAX_TOKENS", "5")
+    predictor._lines_read = 0
+    predictor.load_line('{"sentence": "a b c"}')
+    with pytest.raises(ConfigurationError) as raised:
+        predictor.load_line('{"sentence": "a b c d e f"}')
+    assert "input line 2 " in str(raised.value)
+    assert "ELMOC_PREDICT_MAX_TOKENS" in str(raised.value)

@@ -1,0 +1,133 @@
+"""
+One writer per output: an exclusive `fcntl.flock` on a lock file, which the kernel releases when
+the process ends however it ends (`kill -9` included), so that no lock is ever stale. A second
+writer is refused at once with a `WriterLockError` naming the output; nothing waits.
+
+`allennlp train` takes the lock of its serialization folder (`.elmoc-writer.lock` in it; see
+`compat/serialization_lock.py`), `elmoc-embed` that of its output file (`.NAME.lock` next to it).
+The lock works across PID namespaces (containers) and, where the file system supports `flock`
+(local disks; NFS v4 through POSIX locks), across machines.
+"""
+import errno
+import fcntl
+import os
+from typing import Dict, Optional, Union
+
+from allennlp.common.checks import ConfigurationError
+
+# The lock file of a serialization folder.
+FOLDER_LOCK_NAME = ".elmoc-writer.lock"
+
+
+class WriterLockError(ConfigurationError):
+    """Another process is writing the same output."""
+
+    def __init__(self, output: str, what: str) -> None:
+        self.output = output
+        super().__init__(
+            f"Another process is writing {what} {output} (it holds {lock_path_of(output, what)}); "
+            "wait for it to finish or choose another output. The lock goes when that process "
+            "ends, however it ends."
+        )
+
+
+def lock_path_of(output: str, what: str) -> str:
+    """The lock file of a folder (`what` = "the serialization folder") or of a file."""
+    if what == FOLDER:
+        return os.path.join(output, FOLDER_LOCK_NAME)
+    directory, name = os.path.split(output)
+    return os.path.join(directory, f".{name}.lock")
+
+
+FOLDER = "the serialization folder"
+FILE = "the output file"
+
+
+class WriterLock:
+    """
+    The exclusive lock of `output` (a folder, or a file whose folder exists), held from
+    `acquire()` to `release()` (or the end of the process).
+
+    # Parameters
+
+    output : `str`
+        The folder or file written.
+    what : `str`
+        How errors call it: `FOLDER` or `FILE`.
+    """
+
+    def __init__(self, output: Union[str, os.PathLike], what: str = FILE) -> None:
+        self.output = os.path.abspath(os.fspath(output))
+        self.what = what
+        self.path = lock_path_of(self.output, what)
+        self._descriptor: Optional[int] = None
+
+    @property
+    def held(self) -> bool:
+        return self._descriptor is not None
+
+    def acquire(self) -> "WriterLock":
+        """Takes the lock, or raises `WriterLockError` if another process holds it."""
+        if self._descriptor is not None:
+            return self
+        for _ in range(10):
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                os.close(descriptor)
+                if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise WriterLockError(self.output, self.what) from None
+                raise
+            # The holder before us may have removed the file as it released it: the lock is ours
+            # only if the name still leads to the file locked.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(descriptor).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._descriptor = descriptor
+                os.ftruncate(descriptor, 0)
+                os.write(descriptor, f"{os.getpid()}\n".encode())
+                return self
+            os.close(descriptor)
+        raise WriterLockError(self.output, self.what)
+
+    def release(self) -> None:
+        """Removes the lock file and releases the lock (the removal first: see `acquire`)."""
+        if self._descriptor is None:
+            return
+        try:
+            # Not a newer lock file of the same name (`--force` removes the folder it was in).
+            if os.stat(self.path).st_ino == os.fstat(self._descriptor).st_ino:
+                os.remove(self.path)
+        except OSError:
+            pass
+        os.close(self._descriptor)
+        self._descriptor = None
+
+    def __enter__(self) -> "WriterLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def is_locked(output: Union[str, os.PathLike], what: str = FILE) -> bool:
+    """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
+    path = lock_path_of(os.path.abspath(os.fspath(output)), what)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)
+    return False
+
+
+# Serialization folders whose lock this process holds (absolute path -> lock).
+HELD_FOLDERS: Dict[str, WriterLock] = {}
