@@ -13,6 +13,7 @@ imported, that name no URL and no other archive, and whose sizes imply at most
 import atexit
 import codecs
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -760,6 +761,19 @@ def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
             stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
 
 
+# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies a
+# downstream model carries (`downstream/archive.py` writes them).
+CARRIED_DIRECTORY = "elmoc_bilm"
+
+
+def carried_bilm_directory(
+    serialization_dir: Union[str, os.PathLike], archive_file: Union[str, os.PathLike]
+) -> Path:
+    """Where the copy of the biLM named `archive_file` in a config is carried."""
+    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
+    return Path(serialization_dir) / CARRIED_DIRECTORY / key
+
+
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
     """
     Loading an archive reads that archive only (and, by the documented rules, its fastText
@@ -768,8 +782,6 @@ def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLi
     fine-tuning `elmoc_bilm_from_archive`, or a biLM `archive_file` whose copy it does not carry
     in `elmoc_bilm/`).
     """
-    from elmoc_allennlp.common.portable_bilm import carried_bilm_directory
-
     for section in _LOADED_SECTIONS:
         for key, value in _strings(config.get(section), section):
             name = key.rpartition(".")[2]

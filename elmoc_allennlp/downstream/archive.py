@@ -12,7 +12,6 @@ of the biLM is found by the rule of `common/fasttext_location.py`; the option `v
 """
 import contextlib
 import copy
-import hashlib
 import json
 import logging
 import os
@@ -25,7 +24,14 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
-from elmoc_allennlp.common.archives import CONFIG_NAME, extracted_from, find_keys, read_archive
+from elmoc_allennlp.common.archives import (
+    CARRIED_DIRECTORY,
+    CONFIG_NAME,
+    carried_bilm_directory,
+    extracted_from,
+    find_keys,
+    read_archive,
+)
 from elmoc_allennlp.common.fasttext_location import (
     VECTORS_PATH_VARIABLE,
     archive_directories,
@@ -44,8 +50,6 @@ logger = logging.getLogger(__name__)
 BILM_MODEL_TYPE = "elmoc_bilm"
 # The key of the fastText file in the fastText embedder's and indexer's configs.
 VECTORS_PATH_KEY = "vectors_path"
-# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies.
-CARRIED_DIRECTORY = "elmoc_bilm"
 _VOCABULARY_NAME = "vocabulary"
 
 PathLike = Union[str, os.PathLike]
@@ -59,12 +63,6 @@ def _registered_class(base: type, name: Any) -> Optional[type]:
         return base.resolve_class_name(name)[0]
     except ConfigurationError:
         return None
-
-
-def carried_bilm_directory(serialization_dir: PathLike, archive_file: PathLike) -> Path:
-    """Where the copy of the biLM named `archive_file` in a config is carried."""
-    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
-    return Path(serialization_dir) / CARRIED_DIRECTORY / key
 
 
 class BilmArchive:
