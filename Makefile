@@ -48,7 +48,7 @@ export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
 
-.PHONY: install demo test benchmark clean check-python install-published test-published check-wheel check-cross-environment
+.PHONY: install demo test benchmark gpu-check clean check-python install-published test-published check-wheel check-cross-environment
 
 install: $(STAMP)
 
@@ -83,7 +83,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
-	$(BIN)/python benchmarks/output_layers.py
+	$(BIN)/python -m benchmarks.output_layers
+
+# The GPU check (benchmarks/README.md, "The GPU check"): on a machine without CUDA, its dry run
+# (tiny sizes, under a minute). Results: $(GPU_CHECK_OUT)/results.json and results.md.
+GPU_CHECK_OUT ?= $(or $(OUT),/tmp/elmoc_gpu_check)
+gpu-check: $(STAMP)
+	$(BIN)/python -m benchmarks.gpu_check --out $(GPU_CHECK_OUT) \
+		$$($(BIN)/python -c "import torch; print('' if torch.cuda.is_available() else '--dry-run')") $(GPU_CHECK_ARGS)
 
 # --- The published environment ------------------------------------------------------------------
 PUBLISHED_VENV := .venv-published

@@ -39,7 +39,7 @@ from allennlp.data.dataset_readers import DatasetReader  # noqa: E402
 from allennlp.models import Model  # noqa: E402
 
 import elmoc_allennlp  # noqa: E402,F401
-from synthetic_data import random_fasttext  # noqa: E402
+from benchmarks.common import random_fasttext  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
 

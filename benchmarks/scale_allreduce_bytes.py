@@ -32,7 +32,7 @@ from elmoc_allennlp.common import torch_versions
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
+from benchmarks.common import random_fasttext, zipf_corpus  # noqa: E402
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 
 

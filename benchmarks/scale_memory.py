@@ -31,7 +31,7 @@ from typing import Dict, List
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
+from benchmarks.common import random_fasttext, zipf_corpus  # noqa: E402
 
 PAGE_KB = 1  # smaps figures are in kB
 

@@ -11,7 +11,7 @@ sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 import output_layers  # noqa: E402
 import vocabulary_coverage  # noqa: E402
-from synthetic_data import random_fasttext  # noqa: E402
+from benchmarks.common import random_fasttext  # noqa: E402
 
 TOY = [
     "--cell-dim", "12", "--projection-dim", "8", "--embedding-dim", "10",
