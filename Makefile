@@ -143,12 +143,12 @@ check-wheel: $(STAMP) $(PUBLISHED_STAMP)
 CROSS := .cross-environment
 check-cross-environment: $(STAMP) $(PUBLISHED_STAMP)
 	rm -rf $(CROSS)
-	$(BIN)/python scripts/cross_environment_check.py train $(CROSS)/modern-trained
-	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py train $(CROSS)/published-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
-	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
+	$(BIN)/python -m scripts.cross_environment_check train $(CROSS)/modern-trained
+	$(BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check train $(CROSS)/published-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/published-trained
+	$(BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/published-trained
 
 clean:
 	rm -rf $(VENV) $(PUBLISHED_VENV) $(CROSS) dist build .pytest_cache
