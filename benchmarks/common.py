@@ -11,7 +11,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -183,14 +183,23 @@ def machine_description(device: str = "cpu") -> str:
     return description
 
 
-def run_logged(command: List[str], log: Path, environment: Dict[str, str], cwd: Path = None, timeout: float = None) -> None:
-    """Runs `command` with its output in `log`; an error naming the command and the log if it fails."""
+def run_logged(
+    command: List[str], log: Path, environment: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
+    timeout: Optional[float] = None,
+) -> float:
+    """
+    Runs `command` (in `environment`, default this process') with its output in `log`; its
+    wall-clock seconds, or an error naming the command, the log and the log's end if it fails.
+    The examples' drivers and the benchmarks run their commands through this.
+    """
     import subprocess
 
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as output:
+    started = time.perf_counter()
+    with open(log, "w", encoding="utf-8") as output:
         completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
                                    timeout=timeout)
     if completed.returncode != 0:
         tail = log.read_text(errors="replace")[-1500:]
-        raise RuntimeError(f"failed ({completed.returncode}): {' '.join(command)}; {log}:\n{tail}")
+        raise RuntimeError(f"failed ({completed.returncode}): {' '.join(command)}; see {log}:\n{tail}")
+    return time.perf_counter() - started

@@ -111,7 +111,7 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
         if run.exists():
             shutil.rmtree(run)
         command = [sys.executable, "-m", "allennlp", "train", str(config), "-s", str(run)]
-        command += ["--include-package", "elmoc_allennlp", "--include-package", "allreduce_step_log"]
+        command += ["--include-package", "elmoc_allennlp", "--include-package", "benchmarks.allreduce_step_log"]
         command += ["--file-friendly-logging"]
         python_path = str(REPO_ROOT)
         environment = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
