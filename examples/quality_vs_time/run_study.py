@@ -192,6 +192,15 @@ def plot(results: Dict, path: Path) -> None:
     for axis in axes:
         axis.set_xticks(marks, [f"{m:g}" for m in marks])
         axis.minorticks_off()
+    # Perplexities here span less than a decade, where a log axis has no labelled major tick:
+    # label round values (1-9 x 10^k; 1, 2, 5 x 10^k where those are too many) in the plotted range.
+    low, high = axes[len(tasks)].get_ylim()
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    for steps in ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1,)):
+        ticks = [step * 10.0 ** decade for decade in decades for step in steps if low <= step * 10.0 ** decade <= high]
+        if len(ticks) <= 6:
+            break
+    axes[len(tasks)].set_yticks(ticks, [f"{tick:g}" for tick in ticks])
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -217,7 +226,13 @@ def main() -> None:
     parser.add_argument("--downstream-only", action="store_true",
                         help="stop after the downstream grid of the given --models (e.g. on a spare core"
                              " while the next model pretrains); a full invocation then adds the rest")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the figure from --output-dir's results.json (no training)")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads((args.output_dir / "results.json").read_text()), args.output_dir / FIGURE)
+        log(f"wrote {args.output_dir / FIGURE}")
+        return
     started = time.time()
     args.output_dir = args.output_dir.resolve()
     args.output_dir.mkdir(parents=True, exist_ok=True)
