@@ -732,6 +732,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.dry_run:
+        # Tiny tensors: one thread is fastest, and steady on a shared machine.
+        torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
     ctx = Context(args)
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
