@@ -49,7 +49,7 @@ export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
 
-.PHONY: install demo test benchmark clean check-python install-published test-published demo-published check-wheel check-cross-environment
+.PHONY: install demo test benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment
 
 install: $(STAMP)
 
@@ -84,7 +84,14 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
-	$(BIN)/python benchmarks/output_layers.py
+	$(BIN)/python -m benchmarks.output_layers
+
+# The GPU check (benchmarks/README.md, "The GPU check"): on a machine without CUDA, its dry run
+# (tiny sizes, under a minute). Results: $(GPU_CHECK_OUT)/results.json and results.md.
+GPU_CHECK_OUT ?= $(or $(OUT),/tmp/elmoc_gpu_check)
+gpu-check: $(STAMP)
+	$(BIN)/python -m benchmarks.gpu_check --out $(GPU_CHECK_OUT) \
+		$$($(BIN)/python -c "import torch; print('' if torch.cuda.is_available() else '--dry-run')") $(GPU_CHECK_ARGS)
 
 # --- The published environment ------------------------------------------------------------------
 PUBLISHED_VENV := .venv-published
@@ -144,12 +151,12 @@ check-wheel: $(STAMP) $(PUBLISHED_STAMP)
 CROSS := .cross-environment
 check-cross-environment: $(STAMP) $(PUBLISHED_STAMP)
 	rm -rf $(CROSS)
-	$(BIN)/python scripts/cross_environment_check.py train $(CROSS)/modern-trained
-	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/modern-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py train $(CROSS)/published-trained
-	$(PUBLISHED_BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
-	$(BIN)/python scripts/cross_environment_check.py evaluate $(CROSS)/published-trained
+	$(BIN)/python -m scripts.cross_environment_check train $(CROSS)/modern-trained
+	$(BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/modern-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check train $(CROSS)/published-trained
+	$(PUBLISHED_BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/published-trained
+	$(BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/published-trained
 
 clean:
 	rm -rf $(VENV) $(PUBLISHED_VENV) $(CROSS) dist build .pytest_cache

@@ -14,18 +14,16 @@ another checkout's reader with `PYTHONPATH=/path/to/checkout`.
     python benchmarks/ddp_data_balance.py
 """
 import argparse
-import os
 import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from allennlp.data.dataset_readers.dataset_reader import DistributedInfo  # noqa: E402
+from allennlp.data.dataset_readers.dataset_reader import DistributedInfo
 
-from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader  # noqa: E402
+from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader
 
 
 def make_corpus(directory: Path, shards: int, sentences: int) -> Path:

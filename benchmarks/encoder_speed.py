@@ -23,9 +23,9 @@ On CUDA every timed call ends with `torch.cuda.synchronize()` (the GPU's work, n
 launch, is timed) and the table adds each method's peak memory, `torch.cuda.max_memory_allocated`
 during one call above what was allocated before it.
 
-    python benchmarks/encoder_speed.py                     # the three shapes of the README table
-    python benchmarks/encoder_speed.py --shapes medium --rounds 9
-    python benchmarks/encoder_speed.py --device cuda --shapes paper_full paper --rounds 20
+    python -m benchmarks.encoder_speed                     # the three shapes of the README table
+    python -m benchmarks.encoder_speed --shapes medium --rounds 9
+    python -m benchmarks.encoder_speed --device cuda --shapes paper_full paper --rounds 20
 """
 import argparse
 import logging
@@ -39,12 +39,10 @@ from typing import Callable, Dict, List, NamedTuple
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection
 
-from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection  # noqa: E402
-
-from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm  # noqa: E402
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm  # noqa: E402
+from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
 
 
 class Shape(NamedTuple):
@@ -139,11 +137,12 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
     return methods
 
 
-def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> List[str]:
+def measure_rows(shape: Shape, rounds: int, gflops: float, device: torch.device) -> List[Dict[str, float]]:
+    """Per method: median ms, tokens/s, median ratio to nn.LSTM, x FLOP bound, peak MiB (CUDA)."""
     methods = make_methods(shape, device)
     names = list(methods)
     cuda = device.type == "cuda"
-    peak_mb: Dict[str, float] = {}
+    peak_mib: Dict[str, float] = {}
     for name in names:  # warm-up (and the one-time kernel build); peak memory of one call
         methods[name]()
         synchronize(device)
@@ -153,7 +152,7 @@ def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> L
         methods[name]()
         synchronize(device)
         if cuda:
-            peak_mb[name] = (torch.cuda.max_memory_allocated(device) - before) / 2**20
+            peak_mib[name] = (torch.cuda.max_memory_allocated(device) - before) / 2**20
     times: Dict[str, List[float]] = {name: [] for name in names}
     for round_index in range(rounds):
         order = names[round_index % len(names) :] + names[: round_index % len(names)]
@@ -165,6 +164,24 @@ def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> L
     baseline = times["nn.LSTM(proj_size)"]
     tokens = 2 * shape.batch * shape.timesteps
     bound_ms = layer_gflop(shape) / gflops * 1e3
+    rows = []
+    for name in names:
+        median = statistics.median(times[name])
+        rows.append({
+            "method": name,
+            "ms": median * 1e3,
+            "tokens_per_second": tokens / median,
+            "ratio_to_nn_lstm": statistics.median(t / b for t, b in zip(times[name], baseline)),
+            "x_flop_bound": median * 1e3 / bound_ms,
+            "peak_mib": peak_mib.get(name),
+        })
+    return rows
+
+
+def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> List[str]:
+    """The rows of `measure_rows` as a Markdown table under a heading line."""
+    cuda = device.type == "cuda"
+    bound_ms = layer_gflop(shape) / gflops * 1e3
     lines = [
         f"**{shape.name}** — {layer_gflop(shape):.1f} GFLOP per step; FLOP bound "
         f"{bound_ms:.0f} ms at {gflops:.0f} GFLOP/s",
@@ -173,12 +190,10 @@ def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> L
         + (" peak MB |" if cuda else ""),
         "|---|---:|---:|---:|---:|" + ("---:|" if cuda else ""),
     ]
-    for name in names:
-        median = statistics.median(times[name])
-        ratio = statistics.median(t / b for t, b in zip(times[name], baseline))
+    for row in measure_rows(shape, rounds, gflops, device):
         lines.append(
-            f"| {name} | {median * 1e3:.0f} | {tokens / median:,.0f} | {ratio:.2f} | "
-            f"{median * 1e3 / bound_ms:.1f} |" + (f" {peak_mb[name]:,.0f} |" if cuda else "")
+            f"| {row['method']} | {row['ms']:.0f} | {row['tokens_per_second']:,.0f} | {row['ratio_to_nn_lstm']:.2f} | "
+            f"{row['x_flop_bound']:.1f} |" + (f" {row['peak_mib']:,.0f} |" if cuda else "")
         )
     return lines
 

@@ -4,7 +4,7 @@ What the checks on untrusted fastText vectors cost, on a model the size of the p
 `crawl-300d-2M-subword.bin` (2M words, 2M n-gram buckets, 300 dimensions, input and output
 matrices: 7.2 GB).
 
-    python benchmarks/fasttext_integrity.py [--words 2000000 --bucket 2000000 --dim 300]
+    python -m benchmarks.fasttext_integrity [--words 2000000 --bucket 2000000 --dim 300]
                                             [--directory /tmp] [--keep]
 
 Writes a synthetic `.bin` of that shape (random vectors, made-up words) and prints a table:
@@ -22,8 +22,6 @@ The file is deleted afterwards unless `--keep`.
 """
 import argparse
 import os
-import struct
-import sys
 import time
 from pathlib import Path
 
@@ -31,33 +29,24 @@ import numpy as np
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
-from elmoc_allennlp.common import fasttext_vectors as ft  # noqa: E402
+from elmoc_allennlp.common import fasttext_vectors as ft
 
 CHUNK_ROWS = 1 << 16
 
 
 def write_synthetic(path: Path, words: int, bucket: int, dim: int) -> None:
-    """A valid version-12 skipgram model, streamed to disk (the matrices never in memory)."""
+    """A valid skipgram model of random vectors, streamed to disk (the matrices never in memory)."""
     rng = np.random.default_rng(0)
-    args = (dim, 5, 5, 5, 5, 1, 2, 2, bucket, 3, 6, 100, 1e-4)
-    with open(path, "wb") as out:
-        out.write(struct.pack("<ii", ft.FASTTEXT_MAGIC, ft.FASTTEXT_VERSION))
-        out.write(ft._ARGS.pack(*args))
-        out.write(ft._DICTIONARY_HEADER.pack(words, words, 0, words * 10, -1))
-        entries = bytearray()
-        for index in range(words):
-            entries += b"w%07d\0" % index + ft._ENTRY_TAIL.pack(words - index, 0)
-        out.write(entries)
-        for rows in (words + bucket, words):
-            out.write(b"\0" + ft._MATRIX_HEADER.pack(rows, dim))
-            block = (rng.standard_normal((CHUNK_ROWS, dim), dtype=np.float32) * 0.1).tobytes()
-            for start in range(0, rows, CHUNK_ROWS):
-                count = min(CHUNK_ROWS, rows - start)
-                out.write(block[: count * dim * 4])
-        out.flush()
-        os.fsync(out.fileno())
+
+    def blocks():
+        for start in range(0, words + bucket, CHUNK_ROWS):
+            yield rng.standard_normal((min(CHUNK_ROWS, words + bucket - start), dim), dtype=np.float32) * 0.1
+
+    ft.write_fasttext_bin(
+        path, [f"w{index:07d}" for index in range(words)], blocks(), minn=3, maxn=6, bucket=bucket,
+        counts=range(words, 0, -1),
+    )
 
 
 def evict(path: Path) -> None:

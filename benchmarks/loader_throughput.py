@@ -21,7 +21,6 @@ fastText model (random vectors, same format and reader as a trained one), writte
 import argparse
 import os
 import platform
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -30,16 +29,15 @@ from typing import List, Tuple
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from allennlp.common import Params  # noqa: E402
-from allennlp.data import Vocabulary  # noqa: E402
-from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
-from allennlp.data.dataset_readers import DatasetReader  # noqa: E402
-from allennlp.models import Model  # noqa: E402
+from allennlp.common import Params
+from allennlp.data import Vocabulary
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.data.dataset_readers import DatasetReader
+from allennlp.models import Model
 
-import elmoc_allennlp  # noqa: E402,F401
-from synthetic_data import random_fasttext  # noqa: E402
+import elmoc_allennlp  # noqa: F401
+from benchmarks.common import random_fasttext
 
 CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
 

@@ -6,8 +6,8 @@ the same frozen-fastText input, the same LayerNorm LSTM and the same biLM model 
 whole-model row: ELMo (character-CNN input + sampled softmax). Each model is the `model` section
 of its baseline in training_configs/pretrain/baselines.libsonnet (`VARIANTS`), at the sizes below.
 
-    python benchmarks/output_layers.py                 # default sizes: ~10 min on 2 CPU cores
-    python benchmarks/output_layers.py --paper-sizes   # the paper's sizes (meant for a GPU)
+    python -m benchmarks.output_layers                 # default sizes: ~10 min on 2 CPU cores
+    python -m benchmarks.output_layers --paper-sizes   # the paper's sizes (meant for a GPU)
 
 For every layer (and vocabulary size 40K / 800K / 2,000K where it matters) it reports:
 
@@ -43,11 +43,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
+from benchmarks.common import MemoryMeter, Timer, fastest, machine_description, random_fasttext
 
-from synthetic_data import random_fasttext  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The paper's S2 ratios to Cont (Table 4), for reference in the printed table.
 PAPER_S2_RATIOS = {
@@ -121,87 +119,6 @@ SIZES = {
 
 
 # ============================================================================ worker side
-
-
-def _proc_status_kb(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
-class MemoryMeter:
-    """Peak memory of the steps since `reset()`, in bytes above a baseline."""
-
-    def __init__(self, device) -> None:
-        import torch
-
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.can_reset = True
-        self.baseline = 0
-        if self.cuda:
-            torch.cuda.synchronize()
-            self.baseline = torch.cuda.memory_allocated()
-        else:
-            self.baseline = _proc_status_kb("VmRSS") * 1024
-
-    def reset(self) -> None:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            return
-        try:
-            with open("/proc/self/clear_refs", "w") as clear_refs:
-                clear_refs.write("5")  # resets VmHWM to the current VmRSS
-        except OSError:
-            self.can_reset = False  # VmHWM stays monotone: still valid for growing batches
-
-    def peak(self) -> int:
-        import torch
-
-        if self.cuda:
-            torch.cuda.synchronize()
-            return torch.cuda.max_memory_allocated() - self.baseline
-        return _proc_status_kb("VmHWM") * 1024 - self.baseline
-
-
-class Timer:
-    """
-    Wall-clock and process CPU time (all threads) of a call. On CUDA, the wall time comes from
-    CUDA events. On a shared CPU machine the CPU time is the steadier measure of the work done
-    (other processes stretch the wall time, not the CPU time); the workers run with
-    `OMP_WAIT_POLICY=PASSIVE` so that idle threads do not spin and inflate it.
-    """
-
-    def __init__(self, device) -> None:
-        self.cuda = device.type == "cuda"
-
-    def time(self, function: Callable[[], None]) -> Dict[str, float]:
-        import torch
-
-        cpu_started = time.process_time()
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            function()
-            end.record()
-            torch.cuda.synchronize()
-            wall = start.elapsed_time(end) / 1000.0
-        else:
-            started = time.perf_counter()
-            function()
-            wall = time.perf_counter() - started
-        return {"wall": wall, "cpu": time.process_time() - cpu_started}
-
-
-def _fastest(timings: List[Dict[str, float]]) -> Dict[str, float]:
-    """The minimum of repeated timings, per clock (the least disturbed run)."""
-    return {clock: min(timing[clock] for timing in timings) for clock in ("wall", "cpu")}
 
 
 def _source_hashes() -> Dict[str, str]:
@@ -303,6 +220,8 @@ def model_params(job: Dict[str, Any]) -> Dict[str, Any]:
     }
     if job["kind"] == "adaptive":
         settings.update(cutoffs=job["cutoffs"], div_value=job["div_value"])
+    if job.get("char_cnn_filters"):  # default: ELMo's 2048 filters
+        settings["char_cnn_filters"] = job["char_cnn_filters"]
     config = _jsonnet.evaluate_snippet(
         "output_layers",
         "(import 'baselines.libsonnet').variant(std.extVar('variant'), std.extVar('settings')).model",
@@ -342,16 +261,14 @@ def build_model(job: Dict[str, Any]):
 
 class Optimizer:
     """
-    Adam (torch's multi-tensor implementation) for dense gradients and `SparseAdam` for sparse
-    ones (the sampled softmax's output rows), with the dense gradients' norm clipped to 1 as in
-    the configs. Parameters are split by the kind of gradient they get on the first step.
+    allennlp's `DenseSparseAdam` (Adam for dense gradients, sparse Adam for the sampled softmax's
+    output rows) with the dense gradients' norm clipped to 1, as in the configs.
     """
 
     def __init__(self, parameters, lr: float = 1e-3) -> None:
         self.parameters = [p for p in parameters if p.requires_grad]
         self.lr = lr
-        self.dense = self.sparse = None
-        self.optimizers = []
+        self.optimizer = None
 
     def zero_grad(self) -> None:
         for parameter in self.parameters:
@@ -359,17 +276,13 @@ class Optimizer:
 
     def step(self) -> None:
         import torch
+        from allennlp.training.optimizers import DenseSparseAdam
 
-        if not self.optimizers:
-            with_grad = [p for p in self.parameters if p.grad is not None]
-            self.dense = [p for p in with_grad if not p.grad.is_sparse]
-            self.sparse = [p for p in with_grad if p.grad.is_sparse]
-            self.optimizers.append(torch.optim.Adam(self.dense, lr=self.lr))
-            if self.sparse:
-                self.optimizers.append(torch.optim.SparseAdam(self.sparse, lr=self.lr))
-        torch.nn.utils.clip_grad_norm_(self.dense, 1.0)
-        for optimizer in self.optimizers:
-            optimizer.step()
+        if self.optimizer is None:  # the parameters that get gradients, known after one backward
+            trained = [p for p in self.parameters if p.grad is not None]
+            self.optimizer = DenseSparseAdam([(str(i), p) for i, p in enumerate(trained)], lr=self.lr)
+        torch.nn.utils.clip_grad_norm_([p for p in self.parameters if p.grad is not None and not p.grad.is_sparse], 1.0)
+        self.optimizer.step()
 
 
 def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
@@ -406,7 +319,7 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
     # S1: batch size 1 (after a warm-up step, which also allocates the optimizer state).
     one = batches.make(1, device)
     step(one)
-    result["s1"] = _fastest([timer.time(lambda: step(one)) for _ in range(job["repeats"])])
+    result["s1"] = fastest([timer.time(lambda: step(one)) for _ in range(job["repeats"])])
 
     # Largest batch within the budget, by doubling; peak memory at every probe.
     budget = job["budget_gb"] * 1024 ** 3
@@ -472,7 +385,7 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
     for _ in range(job["repeats"]):
         full_times.append(timer.time(lambda: step(batch)))
         encoder_times.append(timer.time(encoder_step))
-    full, encoder_only = _fastest(full_times), _fastest(encoder_times)
+    full, encoder_only = fastest(full_times), fastest(encoder_times)
     result["step_at_memory_batch"] = full
     result["encoder_step_at_memory_batch"] = encoder_only
     result["output_share"] = {
@@ -526,13 +439,14 @@ def make_jobs(args, sizes: Dict[str, Any], fasttext_path: Path) -> List[Dict[str
     return jobs
 
 
-def run_job(job: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+def run_job(job: Dict[str, Any], timeout: float, environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """One job in its own process (`python -m benchmarks.output_layers --worker JOB`); its result."""
     environment = dict(
-        os.environ, MALLOC_ARENA_MAX="2", TOKENIZERS_PARALLELISM="false", OMP_WAIT_POLICY="PASSIVE"
+        environment or os.environ, MALLOC_ARENA_MAX="2", TOKENIZERS_PARALLELISM="false", OMP_WAIT_POLICY="PASSIVE"
     )
     started = time.perf_counter()
     completed = subprocess.run(
-        [sys.executable, __file__, "--worker", json.dumps(job)],
+        [sys.executable, "-m", "benchmarks.output_layers", "--worker", json.dumps(job)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -541,7 +455,7 @@ def run_job(job: Dict[str, Any], timeout: float) -> Dict[str, Any]:
     )
     if completed.returncode != 0:
         sys.stderr.write(completed.stderr[-3000:])
-        return {"error": f"exit code {completed.returncode}"}
+        return {"error": f"exit code {completed.returncode}", "stderr_tail": completed.stderr[-1500:]}
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1])
     result["wall"] = time.perf_counter() - started
@@ -549,35 +463,10 @@ def run_job(job: Dict[str, Any], timeout: float) -> Dict[str, Any]:
     return result
 
 
-def machine_description(device: str) -> str:
-    import torch
-
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
-    except (ValueError, OSError):
-        memory_gb = float("nan")
-    description = (
-        f"{cpu}, {os.cpu_count()} cores, {memory_gb:.0f} GB RAM; torch {torch.__version__} "
-        f"({torch.get_num_threads()} threads), Python {platform.python_version()}"
-    )
-    if device.startswith("cuda"):
-        description += f"; GPU {torch.cuda.get_device_name(0)}"
-    return description
-
-
-def _ratio(value, reference) -> str:
+def _ratio(value, reference) -> Optional[float]:
     if value is None or reference in (None, 0):
-        return "-"
-    return f"{value / reference:.2f}x"
+        return None
+    return value / reference
 
 
 def _millions(count: int) -> str:
@@ -591,76 +480,91 @@ def _vocab_label(vocab_size: Optional[int], kind: str) -> str:
     return f"{words / 1000:.0f}K" + (" BPE" if kind == "subword" else "")
 
 
-def _clocked(result: Dict[str, Any], clock: str) -> Dict[str, Any]:
-    """The result with each timed figure taken on `clock` ("wall" or "cpu")."""
-    flat = dict(result)
-    for key in ("s1", "s2", "words_per_second", "output_share"):
-        if isinstance(flat.get(key), dict):
-            flat[key] = flat[key][clock]
-    return flat
+def _paper_ratio(job: Dict[str, Any]) -> Optional[float]:
+    """The paper's S2 ratio for this row ("800K" is the 793,471-word vocabulary at paper size)."""
+    if job["kind"] in ("fixed", "subword"):
+        return PAPER_S2_RATIOS.get((job["kind"], None))
+    words = (job["vocab_size"] or 2) - 2
+    if abs(words - 793_471) < 10:
+        words = 800_000
+    return PAPER_S2_RATIOS.get((job["kind"], words))
+
+
+def table_rows(jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], clock: str = "wall") -> List[Dict[str, Any]]:
+    """
+    One row per job: its figures (times on `clock`, "wall" or "cpu") and each figure's ratio to
+    Cont's, measured in the same run; `paper_s2_ratio` where the paper's Table 4 has the row.
+    """
+    def figures(result: Dict[str, Any]) -> Dict[str, Any]:
+        flat = {key: result.get(key) for key in ("params", "batch", "mem")}
+        for key in ("s1", "s2", "words_per_second", "output_share"):
+            value = result.get(key)
+            flat[key] = value[clock] if isinstance(value, dict) else value
+        return flat
+
+    reference = next(
+        (figures(result) for job, result in zip(jobs, results) if job["kind"] == "cont" and "error" not in result),
+        {},
+    )
+    rows = []
+    for job, result in zip(jobs, results):
+        row: Dict[str, Any] = {"kind": job["kind"], "label": LABELS[job["kind"]],
+                               "vocab": _vocab_label(job["vocab_size"], job["kind"]), "paper_s2_ratio": _paper_ratio(job)}
+        if "error" in result:
+            row["error"] = result["error"]
+        else:
+            row.update(figures(result))
+            row["ratios"] = {key: _ratio(row[key], reference.get(key))
+                             for key in ("params", "batch", "mem", "s1", "s2", "words_per_second")}
+        rows.append(row)
+    return rows
+
+
+def _with_ratio(text: str, ratio: Optional[float]) -> str:
+    return f"{text} ({'-' if ratio is None else f'{ratio:.2f}x'})"
 
 
 def format_table(
     jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], sizes, clock: str = "wall"
 ) -> str:
-    results = [_clocked(result, clock) for result in results]
-    reference = next(
-        (result for job, result in zip(jobs, results) if job["kind"] == "cont" and "error" not in result),
-        {},
-    )
-    header = (
-        "| Output layer | Vocab | Params | Batch | S1 (s) | S2 (s) | Mem@{mb} | Out% | S2 paper |\n"
-        "|---|---|---|---|---|---|---|---|---|"
-    ).format(mb=sizes["memory_batch"])
-    rows = [header]
-    for job, result in zip(jobs, results):
-        label = LABELS[job["kind"]]
-        vocab = _vocab_label(job["vocab_size"], job["kind"])
-        if "error" in result:
-            rows.append(f"| {label} | {vocab} | failed: {result['error']} | | | | | | |")
+    """The rows of `table_rows` as Markdown, and the whole-model comparison ELMo-C vs ELMo."""
+    rows = [
+        f"| Output layer | Vocab | Params | Batch | S1 (s) | S2 (s) | Mem@{sizes['memory_batch']} | Out% | S2 paper |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    table = table_rows(jobs, results, clock)
+    for row in table:
+        if "error" in row:
+            rows.append(f"| {row['label']} | {row['vocab']} | failed: {row['error']} | | | | | | |")
             continue
-        paper_key = (job["kind"], None if job["kind"] in ("fixed", "subword") else (job["vocab_size"] or 0) - 2)
-        paper = PAPER_S2_RATIOS.get(paper_key)
-        if paper is None and job["kind"] in ("adaptive", "sampled"):
-            # "800K" is the 793,471-word vocabulary at paper size.
-            paper = PAPER_S2_RATIOS.get((job["kind"], 800_000)) if abs((job["vocab_size"] or 0) - 793_473) < 10 else None
-        batch = result.get("batch")
-        mem = result.get("mem")
+        ratios = row["ratios"]
         cells = [
-            label,
-            vocab,
-            f"{_millions(result['params'])} ({_ratio(result['params'], reference.get('params'))})",
-            f"{batch} ({_ratio(batch, reference.get('batch'))})" if batch else "does not fit",
-            f"{result['s1']:.3f} ({_ratio(result['s1'], reference.get('s1'))})",
-            f"{result['s2']:.1f} ({_ratio(result['s2'], reference.get('s2'))})" if "s2" in result else "-",
-            f"{mem / 1024 ** 2:.0f} MB ({_ratio(mem, reference.get('mem'))})" if mem else "-",
-            f"{100 * result['output_share']:.0f}%",
-            f"{paper:.2f}x" if paper else "",
+            row["label"],
+            row["vocab"],
+            _with_ratio(_millions(row["params"]), ratios["params"]),
+            _with_ratio(str(row["batch"]), ratios["batch"]) if row["batch"] else "does not fit",
+            _with_ratio(f"{row['s1']:.3f}", ratios["s1"]),
+            _with_ratio(f"{row['s2']:.1f}", ratios["s2"]) if row["s2"] is not None else "-",
+            _with_ratio(f"{row['mem'] / 1024 ** 2:.0f} MB", ratios["mem"]) if row["mem"] else "-",
+            f"{100 * row['output_share']:.0f}%",
+            f"{row['paper_s2_ratio']:.2f}x" if row["paper_s2_ratio"] else "",
         ]
         rows.append("| " + " | ".join(cells) + " |")
-    whole = [
-        (job, result) for job, result in zip(jobs, results)
-        if job["kind"] in ("cont", "elmo") and "words_per_second" in result
-    ]
+    whole = [row for row in table if row["kind"] in ("cont", "elmo") and row.get("words_per_second")]
     if len(whole) == 2:
         rows += [
             "",
             "Whole models, same encoder: ELMo-C (fastText input, continuous output) vs ELMo "
             "(character-CNN input, sampled softmax):",
             "",
-            "| Model | Params | Words/s at its largest batch ({clock} time) | Mem@{mb} |".format(
-                mb=sizes["memory_batch"], clock=clock
-            ),
+            f"| Model | Params | Words/s at its largest batch ({clock} time) | Mem@{sizes['memory_batch']} |",
             "|---|---|---|---|",
         ]
-        for job, result in whole:
-            name = "ELMo-C" if job["kind"] == "cont" else f"ELMo ({_vocab_label(job['vocab_size'], 'elmo')})"
-            mem = result.get("mem")
-            rows.append(
-                f"| {name} | {_millions(result['params'])} | {result['words_per_second']:.0f} "
-                f"({_ratio(result['words_per_second'], reference.get('words_per_second'))}) | "
-                + (f"{mem / 1024 ** 2:.0f} MB ({_ratio(mem, reference.get('mem'))}) |" if mem else "- |")
-            )
+        for row in whole:
+            name = "ELMo-C" if row["kind"] == "cont" else f"ELMo ({row['vocab']})"
+            memory = _with_ratio(f"{row['mem'] / 1024 ** 2:.0f} MB", row["ratios"]["mem"]) if row["mem"] else "-"
+            speed = _with_ratio(f"{row['words_per_second']:.0f}", row["ratios"]["words_per_second"])
+            rows.append(f"| {name} | {_millions(row['params'])} | {speed} | {memory} |")
     return "\n".join(rows)
 
 
@@ -747,7 +651,7 @@ def main(argv=None) -> None:
             "\n\nWARNING: the code under test changed while the benchmark ran (source hashes "
             "differ between layers); rerun it."
         )
-    command = "python benchmarks/output_layers.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.output_layers " + " ".join(argv if argv is not None else sys.argv[1:])
     notes = (
         f"Command: `{command.strip()}` ({elapsed / 60:.1f} min). Machine: {machine}. "
         f"Load average before/after: {load_before[0]:.1f}/{load_after[0]:.1f}.\n"

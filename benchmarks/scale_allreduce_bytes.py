@@ -14,7 +14,7 @@ the trainable parameters' bytes. The script
    model with the same encoder, with the counting DDP communication hook of
    `allreduce_step_log.py`, and checks it against the count.
 
-    python benchmarks/scale_allreduce_bytes.py [--output-dir allreduce_output]
+    python -m benchmarks.scale_allreduce_bytes [--output-dir allreduce_output]
 """
 import argparse
 import json
@@ -30,9 +30,8 @@ import torch
 from elmoc_allennlp.common import torch_versions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
-from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
+from benchmarks.common import random_fasttext, zipf_corpus
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 
 
@@ -112,9 +111,9 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
         if run.exists():
             shutil.rmtree(run)
         command = [sys.executable, "-m", "allennlp", "train", str(config), "-s", str(run)]
-        command += ["--include-package", "elmoc_allennlp", "--include-package", "allreduce_step_log"]
+        command += ["--include-package", "elmoc_allennlp", "--include-package", "benchmarks.allreduce_step_log"]
         command += ["--file-friendly-logging"]
-        python_path = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "benchmarks")])
+        python_path = str(REPO_ROOT)
         environment = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
         with open(str(run) + ".log", "wb") as log:
             subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment, check=True)

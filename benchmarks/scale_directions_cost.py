@@ -7,11 +7,10 @@ single-direction job against the biLM, on the same batch, plus trainable paramet
 The encoder still runs the unused direction in the forward pass (without an autograd graph),
 so a job is cheaper than the biLM but costs more than half of it.
 
-    python benchmarks/scale_directions_cost.py [--projection-dim 256 --cell-dim 1024] [--steps 10]
+    python -m benchmarks.scale_directions_cost [--projection-dim 256 --cell-dim 1024] [--steps 10]
 """
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ import numpy as np
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
 
 def main() -> None:

@@ -3,12 +3,12 @@
 Memory of ELMo-C pretraining at scale, measured on real `allennlp train` runs (the process tree is
 sampled from /proc every 0.2 s: RSS, PSS and private memory of every process).
 
-    python benchmarks/scale_memory.py corpus [--sentences 20000] [--scales 1 10]
+    python -m benchmarks.scale_memory corpus [--sentences 20000] [--scales 1 10]
         Peak memory while training one epoch on a synthetic sharded corpus of 1x and 10x the
         size (lazy reader, 2 data-loader workers, max_instances_in_memory). It must not grow
         with the corpus.
 
-    python benchmarks/scale_memory.py fasttext [--words 2000000 --bucket 2000000 --dim 100]
+    python -m benchmarks.scale_memory fasttext [--words 2000000 --bucket 2000000 --dim 100]
         Memory per worker of a 2-worker distributed run (gloo, CPU) whose frozen input/output
         vectors are a large fastText model: how much of the memory-mapped table each worker holds
         privately (none: its pages are shared through the page cache) and what the per-process
@@ -29,9 +29,8 @@ from typing import Dict, List
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
 
-from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
+from benchmarks.common import random_fasttext, zipf_corpus
 
 PAGE_KB = 1  # smaps figures are in kB
 
@@ -209,7 +208,6 @@ def corpus_mode(args: argparse.Namespace, output: Path) -> Dict:
 
 _PROBE = """
 import sys, time
-sys.path.insert(0, %r)
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 def memory():
@@ -270,9 +268,10 @@ def fasttext_mode(args: argparse.Namespace, output: Path) -> Dict:
         results[name] = _train(config, output / f"run_fasttext_{name}")
         print(json.dumps({name: results[name]}), flush=True)
     # The dictionary each process parses (Python objects): anonymous memory before and after.
-    probe = _PROBE % (str(REPO_ROOT), str(fasttext))
+    probe = _PROBE % (str(fasttext),)
     probe_output = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))),
     ).stdout.split()
     results["dictionary_anonymous_mb_per_process"] = round(int(probe_output[0]) / 1024, 1)
     results["table_pages_resident_after_parse_mb"] = round(int(probe_output[1]) / 1024, 1)

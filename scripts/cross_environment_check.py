@@ -1,9 +1,9 @@
 """
 A downstream archive trained in one environment evaluates in another to the same metrics.
 
-    A/bin/python scripts/cross_environment_check.py train OUT        # fastText, biLM, POS tagger
-    A/bin/python scripts/cross_environment_check.py evaluate OUT     # `allennlp evaluate`, saved
-    B/bin/python scripts/cross_environment_check.py evaluate OUT     # compared with A's: |diff| <= 1e-4
+    A/bin/python -m scripts.cross_environment_check train OUT        # fastText, biLM, POS tagger
+    A/bin/python -m scripts.cross_environment_check evaluate OUT     # `allennlp evaluate`, saved
+    B/bin/python -m scripts.cross_environment_check evaluate OUT     # compared with A's: |diff| <= 1e-4
 
 `train` builds, in the running environment, a tiny fastText model, the tiny ELMo-C biLM of the tests
 (`tests/fixtures/elmoc_tiny.jsonnet`) and a POS tagger with it (`examples/equal_compute_study/
@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 TOLERANCE = 1e-4
 
 

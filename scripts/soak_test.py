@@ -12,7 +12,7 @@ left by a kill; the next start removes them). At the end the archive must load, 
 step must have been done, and the steps lost per kill (done again after resuming) must not exceed
 the checkpoint interval.
 
-    python scripts/soak_test.py --kills 20 [--distributed] [--output-dir soak_output]
+    python -m scripts.soak_test --kills 20 [--distributed] [--output-dir soak_output]
 
 Exit status 0 when every check passed; a JSON report is written to OUTPUT_DIR/report.json.
 """
@@ -31,10 +31,8 @@ from typing import Any, Dict, List, Optional
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
-from synthetic_data import random_fasttext, zipf_corpus  # noqa: E402
+from benchmarks.common import random_fasttext, zipf_corpus
 
 
 def write_config(path: Path, fasttext: Path, corpus: Path, args: argparse.Namespace) -> None:

@@ -6,10 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from benchmarks import encoder_speed
 
-import encoder_speed  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_measure_prints_every_method_on_cpu():
@@ -24,10 +23,10 @@ def test_measure_prints_every_method_on_cpu():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error():
     result = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "encoder_speed.py"), "--device", "cuda"],
+        [sys.executable, "-m", "benchmarks.encoder_speed", "--device", "cuda"],
         capture_output=True,
         text=True,
-        cwd=BENCHMARKS.parent,
+        cwd=REPO_ROOT,
     )
     assert result.returncode != 0
     assert "no CUDA device is available" in result.stderr

@@ -6,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+from benchmarks import output_layers, vocabulary_coverage
+from benchmarks.common import random_fasttext
 
-import output_layers  # noqa: E402
-import vocabulary_coverage  # noqa: E402
-from synthetic_data import random_fasttext  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 TOY = [
     "--cell-dim", "12", "--projection-dim", "8", "--embedding-dim", "10",
@@ -66,27 +64,40 @@ def test_adaptive_cutoffs_scale_with_the_vocabulary(tmp_path):
     assert kinds.count("sampled") == 3 and kinds.count("full") == 1 and kinds[0] == "cont"
 
 
-def test_table_gives_ratios_to_cont():
-    jobs = [{"kind": "cont", "vocab_size": None}, {"kind": "sampled", "vocab_size": 800_002}]
+def test_every_figure_is_a_ratio_to_cont_measured_in_the_same_run():
+    jobs = [{"kind": "cont", "vocab_size": None}, {"kind": "sampled", "vocab_size": 800_002},
+            {"kind": "adaptive", "vocab_size": 40_002}, {"kind": "fixed", "vocab_size": 800_002}]
     base = dict(params=1_000_000, batch=64, s1={"wall": 0.5, "cpu": 0.9}, s2={"wall": 10.0, "cpu": 20.0},
-                mem=100 * 2 ** 20, output_share={"wall": 0.1, "cpu": 0.1},
+                mem=100 * 2 ** 20, output_share={"wall": 0.1, "cpu": 0.2},
                 words_per_second={"wall": 100.0, "cpu": 50.0})
-    results = [base, dict(base, params=2_000_000, batch=16, s2={"wall": 25.0, "cpu": 30.0}, mem=300 * 2 ** 20)]
+    sampled = dict(base, params=2_000_000, batch=16, s2={"wall": 25.0, "cpu": 30.0}, mem=300 * 2 ** 20,
+                   words_per_second={"wall": 40.0, "cpu": 10.0})
+    results = [base, sampled, {"error": "timeout after 5s"}, base]
+    cont, sampled_row, failed, fixed = output_layers.table_rows(jobs, results, "wall")
+    assert cont["ratios"] == dict.fromkeys(cont["ratios"], 1.0)
+    assert sampled_row["ratios"] == pytest.approx(
+        {"params": 2.0, "batch": 0.25, "mem": 3.0, "s1": 1.0, "s2": 2.5, "words_per_second": 0.4}
+    )
+    assert sampled_row["output_share"] == 0.1
+    # The paper's S2 ratios where Table 4 has the row ("800K" = 800,000 or 793,471 words).
+    assert (sampled_row["paper_s2_ratio"], fixed["paper_s2_ratio"], cont["paper_s2_ratio"]) == (1.35, 1.24, None)
+    assert failed["error"] == "timeout after 5s" and "ratios" not in failed
+    assert output_layers.table_rows(
+        [{"kind": "adaptive", "vocab_size": 793_473}], [base], "wall")[0]["paper_s2_ratio"] == 1.47
+    # The CPU clock gives CPU-time ratios; without a Cont result there is nothing to divide by.
+    assert output_layers.table_rows(jobs, results, "cpu")[1]["ratios"]["s2"] == pytest.approx(1.5)
+    assert output_layers.table_rows(jobs[1:2], results[1:2], "wall")[0]["ratios"]["s2"] is None
+    # The Markdown table shows one line per row, the failure named, and the whole-model table
+    # only when both ELMo-C and ELMo ran.
     table = output_layers.format_table(jobs, results, {"memory_batch": 32}, "wall")
-    lines = table.splitlines()
-    assert lines[0].startswith("| Output layer")
-    assert "| Cont | open | 1.0M (1.00x) | 64 (1.00x) |" in lines[2]
-    sampled = lines[3]
-    assert "2.0M (2.00x)" in sampled and "16 (0.25x)" in sampled and "25.0 (2.50x)" in sampled
-    assert "300 MB (3.00x)" in sampled and sampled.endswith("1.35x |")  # the paper's S2 ratio
-    cpu_table = output_layers.format_table(jobs, results, {"memory_batch": 32}, "cpu")
-    assert "30.0 (1.50x)" in cpu_table.splitlines()[3]
+    assert len([line for line in table.splitlines() if line.startswith("| ")]) == 1 + len(jobs)  # header + rows
+    assert "timeout after 5s" in table and "Whole models" not in table
 
 
 def test_command_prints_the_table(tmp_path):
     out = tmp_path / "results.json"
     completed = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "benchmarks" / "output_layers.py"), *TOY,
+        [sys.executable, "-m", "benchmarks.output_layers", *TOY,
          "--only", "cont", "--work-dir", str(tmp_path), "--output", str(out)],
         capture_output=True, text=True, timeout=600, cwd=str(REPO_ROOT),
     )

@@ -1,4 +1,7 @@
-"""Every script in benchmarks/, examples/ and scripts/ imports and answers `--help`."""
+"""
+Every script in benchmarks/, examples/ and scripts/ imports and answers `--help`, run as its
+documented module (`python -m benchmarks.output_layers`, from the repository root).
+"""
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +25,9 @@ def test_every_runnable_script_is_found():
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.relative_to(REPO_ROOT).as_posix() for p in SCRIPTS])
 def test_script_answers_help(script):
+    module = script.relative_to(REPO_ROOT).with_suffix("").as_posix().replace("/", ".")
     completed = subprocess.run(
-        [sys.executable, str(script), "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", module, "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "usage:" in completed.stdout

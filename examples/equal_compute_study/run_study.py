@@ -19,7 +19,7 @@ run). A run whose serialization directory has a `metrics.json` is
 not run again, so an interrupted study resumes where it stopped; pretraining rows are read from
 `--pretrain NAME=SERIALIZATION_DIR` (metrics.json, config.json, model.tar.gz).
 
-    OMP_NUM_THREADS=1 python examples/equal_compute_study/run_study.py --fasttext ptb.bin --lowercase \\
+    OMP_NUM_THREADS=1 python -m examples.equal_compute_study.run_study --fasttext ptb.bin --lowercase \\
         --bilm ELMo=runs/elmo/model.tar.gz --bilm ELMo-C=runs/elmoc/model.tar.gz \\
         --pretrain ELMo=runs/elmo --pretrain ELMo-C=runs/elmoc --pretrain-tokens ptb.train.txt \\
         --data-dir ../shared/data --train-size 500 --eval-size 300 --epochs 4 --seeds 3 --jobs 2
@@ -27,209 +27,36 @@ not run again, so an interrupted study resumes where it stopped; pretraining row
 import argparse
 import json
 import math
-import os
-import random
-import shutil
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-STUDY_DIR = Path(__file__).resolve().parent
-REPO_ROOT = STUDY_DIR.parents[1]
-CONFIGS = REPO_ROOT / "training_configs" / "downstream"
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data"
-ALLENNLP = Path(sys.executable).with_name("allennlp")
-sys.path.insert(0, str(REPO_ROOT))
-
-from examples.reporting import log, mean_std, write_text  # noqa: E402
-
-# task -> (config, environment variable prefix, data folder, split files, metric, metric name)
-TASKS = {
-    "ner": ("ner_crf_tagger.jsonnet", "NER", "conll2003",
-            ("eng.train", "eng.testa", "eng.testb"), "f1-measure-overall", "NER F1"),
-    "sst5": ("sst5_bcn.jsonnet", "SST", "sst5",
-             ("train.txt", "dev.txt", "test.txt"), "accuracy", "SST-5 acc"),
-    "pos": (str(STUDY_DIR / "ud_pos_tagger.jsonnet"), "POS", "ud_ewt",
-            ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "en_ewt-ud-test.conllu"),
-            "accuracy", "POS acc"),
-}
-SPLITS = ("TRAIN", "VALIDATION", "TEST")
-FASTTEXT_ONLY = "fastText"
-
-
-# ---------------------------------------------------------------------- data subsets
-
-def _blocks(path: Path, task: str) -> Tuple[List[str], List[str]]:
-    """(header lines, examples) of a split: a line per SST tree, a blank-line block otherwise."""
-    text = path.read_text(encoding="utf-8")
-    if task == "sst5":
-        return [], [line for line in text.splitlines() if line.strip()]
-    blocks = [block for block in text.split("\n\n") if block.strip()]
-    if task == "ner":
-        # CoNLL-2003: keep sentences, not the -DOCSTART- blocks.
-        blocks = [block for block in blocks if not block.lstrip().startswith("-DOCSTART-")]
-    return [], blocks
-
-
-def make_subset(source: Path, target: Path, task: str, size: Optional[int]) -> None:
-    if target.exists():
-        return
-    _, examples = _blocks(source, task)
-    chosen = examples
-    if size is not None and size < len(examples):
-        if task == "sst5":
-            # The SST files are sorted by label: a fixed random sample, in file order.
-            keep = sorted(random.Random(0).sample(range(len(examples)), size))
-            chosen = [examples[index] for index in keep]
-        else:
-            # CoNLL-2003 and UD files are in document order: the first sentences.
-            chosen = examples[:size]
-    separator = "\n" if task == "sst5" else "\n\n"
-    write_text(target, separator.join(block.strip("\n") for block in chosen) + "\n")
-
-
-def prepare_data(args) -> Dict[str, Dict[str, Path]]:
-    paths: Dict[str, Dict[str, Path]] = {}
-    for task in args.tasks:
-        _, _, folder, files, _, _ = TASKS[task]
-        target_dir = args.output_dir / "data" / task
-        target_dir.mkdir(parents=True, exist_ok=True)
-        paths[task] = {}
-        for split, name in zip(SPLITS, files):
-            size = {"TRAIN": args.train_size, "VALIDATION": args.dev_size or args.eval_size}.get(split, args.eval_size)
-            target = target_dir / name
-            make_subset(args.data_dir / folder / name, target, task, size)
-            paths[task][split] = target
-    return paths
-
-
-# ---------------------------------------------------------------------- runs
-
-def overrides(task: str, seed: int, args, use_bilm: bool) -> Dict:
-    result = {
-        "random_seed": seed,
-        "numpy_seed": seed,
-        "pytorch_seed": seed,
-        "trainer.num_epochs": args.task_epochs.get(task, args.epochs),
-        "trainer.patience": None,
-        "trainer.checkpointer": {"keep_most_recent_by_count": 1},
-    }
-    if args.batch_size:
-        key = "data_loader.batch_sampler.batch_size" if task == "sst5" else "data_loader.batch_size"
-        result[key] = args.batch_size
-    if args.lowercase:
-        # The fastText model (and a biLM) trained on lowercased text.
-        result["dataset_reader.token_indexers.tokens.lowercase_tokens"] = True
-        if use_bilm:
-            key = "elmoc" if task == "sst5" else "elmo"
-            result[f"dataset_reader.token_indexers.{key}.lowercase_tokens"] = True
-    if task == "sst5":
-        # Whole sentences only (not every phrase of the trees): the budget of this study.
-        result["dataset_reader.use_subtrees"] = False
-        if args.lowercase:
-            for key in ["tokens"] + (["elmoc"] if use_bilm else []):
-                result[f"validation_dataset_reader.token_indexers.{key}.lowercase_tokens"] = True
-    return result
-
-
-class RunElsewhere(Exception):
-    pass
-
-
-def take_lock(lock: Path) -> bool:
-    """
-    A run's lock file (holding the driver's pid), so that several drivers can share a grid. A lock
-    is stale when its driver is gone and the run's log has not grown for two minutes (a run keeps
-    going if only its driver was stopped).
-    """
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        try:
-            os.kill(int(lock.read_text() or 0), 0)
-            return False  # its driver is alive
-        except (ProcessLookupError, ValueError):
-            log_file = lock.with_suffix(".log")
-            if log_file.exists() and time.time() - log_file.stat().st_mtime < 120:
-                return False  # its run is still writing
-            lock.unlink()
-            return take_lock(lock)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(str(os.getpid()))
-    return True
-
-
-def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data) -> Dict:
-    config, prefix, _, _, metric, _ = TASKS[task]
-    run_dir = args.output_dir / "runs" / task / model / f"seed{seed}"
-    metrics_path = run_dir / "metrics.json"
-    if not metrics_path.exists() and args.collect_only:
-        raise RunElsewhere(f"{task} {model} seed {seed} has not finished (--collect-only)")
-    if not metrics_path.exists():
-        lock = run_dir.parent / f"seed{seed}.lock"
-        if not take_lock(lock):
-            raise RunElsewhere(f"{task} {model} seed {seed} is running in another process ({lock})")
-        if run_dir.exists():
-            shutil.rmtree(run_dir)  # an interrupted run: start it again
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        environment = dict(os.environ)
-        environment.update({
-            "ELMOC_ARCHIVE": archive or "",
-            "ELMOC_DIM": str(args.bilm_dims.get(model, 0)),
-            "ELMOC_FASTTEXT": str(args.fasttext),
-            "ELMOC_FASTTEXT_DIM": str(args.fasttext_dim),
-            "OMP_NUM_THREADS": environment.get("OMP_NUM_THREADS", "1"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])),
-        })
-        for split in SPLITS:
-            environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
-        command = [
-            str(ALLENNLP), "train", str(CONFIGS / config), "-s", str(run_dir),
-            "--include-package", "elmoc_allennlp", "--include-package", "examples.equal_compute_study",
-            "-o", json.dumps(overrides(task, seed, args, archive is not None)),
-        ]
-        log(f"start {task} {model} seed {seed}")
-        started = time.time()
-        run_dir.parent.joinpath(f"seed{seed}.log").parent.mkdir(parents=True, exist_ok=True)
-        with open(run_dir.parent / f"seed{seed}.log", "w") as output:
-            completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
-        if completed.returncode != 0 or not metrics_path.exists():
-            lock.unlink()
-            raise RuntimeError(
-                f"{task} {model} seed {seed} failed; see {run_dir.parent / f'seed{seed}.log'}"
-            )
-        log(f"done  {task} {model} seed {seed} in {time.time() - started:.0f} s")
-        lock.unlink()
-    metrics = json.loads(metrics_path.read_text())
-    return {
-        "task": task, "model": model, "seed": seed,
-        "dev": metrics[f"best_validation_{metric}"],
-        "test": metrics[f"test_{metric}"],
-        "best_epoch": metrics.get("best_epoch"),
-        "training_duration": metrics.get("training_duration"),
-    }
-
+from examples.common import (
+    DEFAULT_DATA,
+    FASTTEXT_ONLY,
+    TASKS,
+    RunElsewhere,
+    count_tokens,
+    log,
+    make_subset,
+    mean_std,
+    overrides,
+    prepare_data,
+    run_one,
+    seconds_of,
+    write_text,
+)
 
 # ---------------------------------------------------------------------- pretraining rows
 
-def _seconds(duration: str) -> float:
-    hours, minutes, seconds = duration.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-
-
 def pretraining_row(name: str, serialization_dir: Path, num_tokens: Optional[int]) -> Dict:
-    sys.path.insert(0, str(REPO_ROOT))
     import elmoc_allennlp  # noqa: F401
     from allennlp.models.archival import load_archive
 
     metrics = json.loads((serialization_dir / "metrics.json").read_text())
     model = load_archive(str(serialization_dir / "model.tar.gz")).model
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    seconds = _seconds(metrics["training_duration"])
+    seconds = seconds_of(metrics["training_duration"])
     row = {
         "model": name,
         "trainable_parameters": parameters,
@@ -261,13 +88,6 @@ def pretraining_token_files(names: List[str], values: List[str]) -> Dict[str, Op
     if unknown:
         raise SystemExit(f"--pretrain-tokens names {unknown}, which no --pretrain gives")
     return {name: named.get(name, shared[0] if shared else None) for name in names}
-
-
-def count_tokens(path: Optional[str]) -> Optional[int]:
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as text:
-        return sum(len(line.split()) for line in text)
 
 
 # ---------------------------------------------------------------------- table
@@ -335,13 +155,12 @@ def main() -> None:
     args.output_dir.mkdir(parents=True, exist_ok=True)
     args.task_epochs = {task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()}
 
-    sys.path.insert(0, str(REPO_ROOT))
-    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     args.fasttext_dim = FastTextVectors.from_path(args.fasttext).dim
     bilms = _pairs(args.bilm, "--bilm")
-    args.bilm_dims = {name: ElmocArchive(path).output_dim for name, path in bilms.items()}
+    args.bilm_dims = {name: BilmArchive.open(path).output_dim for name, path in bilms.items()}
     models: List[Tuple[str, Optional[str]]] = [(FASTTEXT_ONLY, None)] + list(bilms.items())
     data = prepare_data(args)
 

@@ -21,7 +21,7 @@ Every step writes its output atomically and is skipped when the output exists, s
 run resumes where it stopped (a half-finished training run is started again). The tables go to
 `OUTPUT_DIR/results.md`, every figure to `OUTPUT_DIR/results.json`.
 
-    python examples/finetune_evidence/run_evidence.py [--archive quickstart_output/elmoc_small/model.tar.gz]
+    python -m examples.finetune_evidence.run_evidence [--archive quickstart_output/elmoc_small/model.tar.gz]
         [--data-dir ../shared/data] [--seeds 3] [--epochs 10] [--max-train 2000]
         [--output-dir runs/finetune_evidence]
 """
@@ -32,18 +32,16 @@ import random
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT))
+from benchmarks.common import run_logged
+from elmoc_allennlp.common.atomic_files import atomic_write
+from examples.common import log, mean_std, seconds_of, write_json
 
-from elmoc_allennlp.common.atomic_files import atomic_write  # noqa: E402
-from examples.reporting import log, mean_std, write_json  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_ARCHIVE = REPO_ROOT / "quickstart_output" / "elmoc_small" / "model.tar.gz"
 # The shared data next to the checkout (or next to one of its parent folders, for a worktree).
@@ -64,18 +62,9 @@ CONDITION_NAMES = {
 
 
 def run(command: List[str], log_path: Path, environment: Dict[str, str]) -> float:
-    """Runs a command, its output to `log_path`; returns the wall-clock seconds."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    env.update(environment)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    start = time.time()
-    with open(log_path, "w", encoding="utf-8") as output:
-        result = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env)
-    seconds = time.time() - start
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}); see {log_path}")
-    return seconds
+    """Runs a command with `environment` added and this checkout importable; its wall-clock seconds."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    return run_logged(command, log_path, dict(os.environ, **environment, PYTHONPATH=path))
 
 
 def allennlp(*arguments: str) -> List[str]:
@@ -225,18 +214,13 @@ def finetune(args, text_dir: Path, out_dir: Path) -> Dict[str, Any]:
     return {"archive": archive, "metrics": metrics, "wall_seconds": timing["wall_seconds"]}
 
 
-def seconds_of(duration: str) -> float:
-    hours, minutes, seconds = duration.split(":")
-    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-
-
 # ---------------------------------------------------------------------------------- downstream
 
 
 def bilm_settings(archive: Path) -> Dict[str, str]:
-    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive
 
-    description = ElmocArchive(str(archive))
+    description = BilmArchive.open(str(archive))
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     return {

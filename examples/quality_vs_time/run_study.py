@@ -8,7 +8,7 @@ CoNLL-2003 NER through the equal-compute study's configs and `allennlp train`), 
 sentences/s, side by side). Writes `results.json`, `results.md` and `quality_vs_time.png` to
 `--output-dir`. Resumable: finished pretraining runs, evaluations and downstream runs are kept.
 
-    OMP_NUM_THREADS=1 python examples/quality_vs_time/run_study.py --data-dir ../shared/data \\
+    OMP_NUM_THREADS=1 python -m examples.quality_vs_time.run_study --data-dir ../shared/data \\
         --marks 2.5 5 10 20 --models elmo elmoc --train-size 2000 --jobs 2
 """
 import argparse
@@ -25,11 +25,11 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "scripts")]
+from benchmarks.common import run_logged
+from examples import common
+from examples.common import log, mean_std, write_json, write_text
 
-from examples.equal_compute_study import run_study as grid  # noqa: E402
-from examples.reporting import log, mean_std, write_json, write_text  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 # name -> (label, config, ELMOC_BASELINE)
@@ -39,13 +39,6 @@ MODELS = {
     "elmo_a": ("ELMo-A", PRETRAIN / "baselines_small.jsonnet", "elmo_a"),
 }
 FIGURE = "quality_vs_time.png"
-
-
-def run_logged(command: List[str], log_path: Path, environment: Dict[str, str]) -> None:
-    with open(log_path, "w") as output:
-        completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
-    if completed.returncode != 0:
-        raise SystemExit(f"failed ({completed.returncode}): {' '.join(command)}; see {log_path}")
 
 
 def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, str]) -> List[Dict]:
@@ -65,7 +58,7 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
         "trainer.num_epochs": args.max_epochs,
         "trainer.callbacks": [{"type": "elmoc_archive_at_marks", "minutes": args.marks}],
     }
-    command = [str(grid.ALLENNLP), "train", str(config), "-s", str(run_dir),
+    command = [str(common.ALLENNLP), "train", str(config), "-s", str(run_dir),
                "--include-package", "elmoc_allennlp", "-o", json.dumps(overrides)]
     log(f"pretraining {label} to {args.marks[-1]:g} min ({config.name})")
     with open(run_dir.parent / f"{name}.log", "w") as output:
@@ -88,16 +81,6 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
     return records
 
 
-def intrinsic(archive: str, corpus: Dict[str, Path], environment: Dict[str, str]) -> Dict:
-    """`allennlp evaluate` of a biLM archive on PTB valid (kept next to the archive)."""
-    output = Path(archive).with_suffix(".valid.json")
-    if not output.exists():
-        command = [str(grid.ALLENNLP), "evaluate", archive, str(corpus["valid"]),
-                   "--output-file", str(output), "--include-package", "elmoc_allennlp"]
-        run_logged(command, output.with_suffix(".log"), environment)
-    return json.loads(output.read_text())
-
-
 def embedding_speed(archives: Dict[str, str], corpus: Dict[str, Path], args, environment) -> Dict:
     """
     Sentences/s of `allennlp elmoc-embed --all` per archive (the whole command, model loading
@@ -111,7 +94,7 @@ def embedding_speed(archives: Dict[str, str], corpus: Dict[str, Path], args, env
     for round_number in range(2):
         for label, archive in archives.items():
             output = args.output_dir / "embed" / f"{label}.hdf5"
-            command = [str(grid.ALLENNLP), "elmoc-embed", archive, str(text), str(output),
+            command = [str(common.ALLENNLP), "elmoc-embed", archive, str(text), str(output),
                        "--all", "--force", "--include-package", "elmoc_allennlp"]
             started = time.perf_counter()
             run_logged(command, output.with_suffix(".log"), environment)
@@ -124,7 +107,7 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
     """The downstream grid of the equal-compute study, one model per mark's archive."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive
     from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
     settings = Namespace(
@@ -132,21 +115,21 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
         train_size=args.train_size, eval_size=args.eval_size, dev_size=args.dev_size, epochs=args.epochs,
         task_epochs={}, batch_size=args.batch_size, lowercase=True, collect_only=False, fasttext=args.fasttext,
         fasttext_dim=FastTextVectors.from_path(args.fasttext).dim,
-        bilm_dims={name: ElmocArchive(path).output_dim for name, path in archives.items()},
+        bilm_dims={name: BilmArchive.open(path).output_dim for name, path in archives.items()},
     )
     settings.output_dir.mkdir(parents=True, exist_ok=True)
-    data = grid.prepare_data(settings)
+    data = common.prepare_data(settings)
     last = {name for name in archives if name.endswith(f"@{args.marks[-1]:g}min")}
     items = []
     for task in args.tasks:
-        for model, archive in [(grid.FASTTEXT_ONLY, None)] + list(archives.items()):
+        for model, archive in [(common.FASTTEXT_ONLY, None)] + list(archives.items()):
             seeds = args.seeds if model in last or archive is None else args.seeds[:1]
             items += [(task, model, archive, seed) for seed in seeds]
     def run_or_wait(item) -> Dict:
         while True:
             try:
-                return grid.run_one(*item, settings, data)
-            except grid.RunElsewhere:
+                return common.run_one(*item, settings, data)
+            except common.RunElsewhere:
                 time.sleep(30)  # another driver (e.g. --downstream-only) is running it: take its result
 
     os.environ.update(environment)
@@ -157,14 +140,14 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
 def table(results: Dict) -> str:
     tasks = results["settings"]["tasks"]
     header = ["biLM", "minutes", "epoch", "intrinsic (PTB valid)"] + [
-        f"{grid.TASKS[task][5]} test" for task in tasks]
+        f"{common.TASKS[task][5]} test" for task in tasks]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for point in results["points"]:
         cells = [point["model"], f"{point['minutes']:g}", str(point["epoch"] + 1), point["intrinsic"]]
         cells += [mean_std(point["test"][task], digits=1) for task in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     for task in tasks:
-        lines.append(f"\nfastText only, {grid.TASKS[task][5]} test: "
+        lines.append(f"\nfastText only, {common.TASKS[task][5]} test: "
                      f"{mean_std(results['reference'][task], digits=1)}")
     speed = results.get("embedding_sentences_per_second", {})
     if speed:
@@ -193,7 +176,7 @@ def plot(results: Dict, path: Path) -> None:
                           capsize=3, color=colors[label])
         axis.axhline(100 * statistics.mean(results["reference"][task]), color="grey", linestyle="--",
                      label="fastText only")
-        axis.set(title=f"{grid.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log")
+        axis.set(title=f"{common.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log")
         axis.legend()
     axes[len(tasks)].set_yscale("log")
     for axis, (key, title) in zip(axes[len(tasks):], [("perplexity", "ELMo / ELMo-A perplexity"),
@@ -209,6 +192,15 @@ def plot(results: Dict, path: Path) -> None:
     for axis in axes:
         axis.set_xticks(marks, [f"{m:g}" for m in marks])
         axis.minorticks_off()
+    # Perplexities here span less than a decade, where a log axis has no labelled major tick:
+    # label round values (1-9 x 10^k; 1, 2, 5 x 10^k where those are too many) in the plotted range.
+    low, high = axes[len(tasks)].get_ylim()
+    decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+    for steps in ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1,)):
+        ticks = [step * 10.0 ** decade for decade in decades for step in steps if low <= step * 10.0 ** decade <= high]
+        if len(ticks) <= 6:
+            break
+    axes[len(tasks)].set_yticks(ticks, [f"{tick:g}" for tick in ticks])
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 
@@ -216,12 +208,12 @@ def plot(results: Dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "quality_vs_time")
-    parser.add_argument("--data-dir", type=Path, default=grid.DEFAULT_DATA)
+    parser.add_argument("--data-dir", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument("--models", nargs="+", default=["elmo", "elmoc"], choices=list(MODELS))
     parser.add_argument("--marks", type=float, nargs="+", default=[2.5, 5, 10, 20],
                         help="minutes of pretraining at which an archive is kept")
     parser.add_argument("--max-epochs", type=int, default=100, help="an upper bound; runs stop at the last mark")
-    parser.add_argument("--tasks", nargs="+", default=["pos", "ner"], choices=list(grid.TASKS))
+    parser.add_argument("--tasks", nargs="+", default=["pos", "ner"], choices=list(common.TASKS))
     parser.add_argument("--train-size", type=int, default=2000, help="training sentences per task")
     parser.add_argument("--eval-size", type=int, help="dev/test sentences per task (default: all)")
     parser.add_argument("--dev-size", type=int, help="dev sentences per task (default: --eval-size)")
@@ -234,11 +226,17 @@ def main() -> None:
     parser.add_argument("--downstream-only", action="store_true",
                         help="stop after the downstream grid of the given --models (e.g. on a spare core"
                              " while the next model pretrains); a full invocation then adds the rest")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the figure from --output-dir's results.json (no training)")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads((args.output_dir / "results.json").read_text()), args.output_dir / FIGURE)
+        log(f"wrote {args.output_dir / FIGURE}")
+        return
     started = time.time()
     args.output_dir = args.output_dir.resolve()
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    import quickstart  # scripts/quickstart.py: the PTB text and fastText of `make demo`
+    from scripts import quickstart  # the PTB text and fastText of `make demo`
 
     corpus = quickstart.prepare_corpus(args.output_dir / "data")
     args.fasttext = args.output_dir / "fasttext" / "ptb.bin"
@@ -254,7 +252,7 @@ def main() -> None:
     for name, records in marks.items():
         label = MODELS[name][0]
         for record in records:
-            metrics = intrinsic(record["archive"], corpus, environment)
+            metrics = common.evaluate_bilm(record["archive"], corpus["valid"], environment)
             point = {"model": f"{label}@{record['minutes']:g}min", "label": label, **record}
             # The biLM's `loss` is the sum of its two directions: report their mean per token.
             per_direction = (metrics["forward_loss"] + metrics["backward_loss"]) / 2
@@ -281,7 +279,7 @@ def main() -> None:
                     "python": platform.python_version()},
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "points": points,
-        "reference": {task: [r["test"] for r in runs if r["model"] == grid.FASTTEXT_ONLY and r["task"] == task]
+        "reference": {task: [r["test"] for r in runs if r["model"] == common.FASTTEXT_ONLY and r["task"] == task]
                       for task in args.tasks},
         "embedding_sentences_per_second": embedding_speed(last, corpus, args, environment),
         "runs": runs,

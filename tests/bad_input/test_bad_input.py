@@ -512,13 +512,13 @@ def _fifo_archive(sandbox):
       "model.type", "'this.Zen'")
 def _folder_type(sandbox):
     """A biLM given as a folder (a serialization directory, or a carried `elmoc_bilm/<key>/`)."""
-    from elmoc_allennlp.downstream.archive import BilmArchive as ElmocArchive
+    from elmoc_allennlp.downstream.archive import BilmArchive
 
     folder = sandbox.root / "run"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(_with_model_type(sandbox, "this.Zen")))
     sandbox.paths["folder"] = str(folder)
-    return lambda: ElmocArchive(str(folder))
+    return lambda: BilmArchive.open(str(folder))
 
 
 # Truncated archives: the real archive cut at random places, and other damaged files.

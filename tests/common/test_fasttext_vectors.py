@@ -329,3 +329,24 @@ def test_the_fingerprint_samples_both_the_word_and_the_ngram_rows(tmp_path):
     assert first._sampled_digest(whole) == second._sampled_digest(whole)
     assert first.fingerprint != second.fingerprint
     assert first.fingerprint.startswith("2:")
+
+
+def test_the_writer_streams_row_blocks_into_the_same_file(tmp_path):
+    words = ["</s>", "a", "bc"]
+    matrix = np.random.default_rng(0).standard_normal((3 + 7, 4), dtype=np.float32)
+    whole = write_fasttext_bin(tmp_path / "whole.bin", words, matrix, minn=2, maxn=3, bucket=7)
+    blocks = write_fasttext_bin(
+        tmp_path / "blocks.bin", words, (matrix[i : i + 4] for i in range(0, 10, 4)), minn=2, maxn=3, bucket=7
+    )
+    assert blocks.read_bytes() == whole.read_bytes()
+    vectors = FastTextVectors(str(blocks))
+    np.testing.assert_array_equal(vectors.rows(torch.arange(10)).numpy(), matrix)
+
+
+@pytest.mark.parametrize("rows", [9, 11])
+def test_the_writer_refuses_blocks_of_the_wrong_size_and_leaves_no_file(tmp_path, rows):
+    matrix = np.zeros((rows, 4), dtype=np.float32)
+    path = tmp_path / "short.bin"
+    with pytest.raises(ConfigurationError, match="expected 10"):
+        write_fasttext_bin(path, ["</s>", "a", "bc"], iter([matrix[:5], matrix[5:]]), minn=2, maxn=3, bucket=7)
+    assert not path.exists()

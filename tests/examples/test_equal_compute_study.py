@@ -1,44 +1,49 @@
-"""examples/equal_compute_study/run_study.py: the data subsets, the overrides and the table, without training."""
-import importlib.util
+"""
+The equal-compute study (examples/equal_compute_study/run_study.py) and the downstream grid it
+shares with the quality-vs-time study (examples/common.py): the data subsets, the overrides, the
+table and the shared helpers, without training.
+"""
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
+from examples import common
+from examples.equal_compute_study import run_study as study
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("run_study", REPO_ROOT / "examples" / "equal_compute_study" / "run_study.py")
-study = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(study)
 
 
 def test_subsets_keep_the_first_examples_of_each_format(tmp_path):
     conll = tmp_path / "eng.train"
     conll.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\nPeter NNP I-NP I-PER\n\nBonn NNP I-NP I-LOC\n")
-    study.make_subset(conll, tmp_path / "ner.txt", "ner", 2)
+    common.make_subset(conll, tmp_path / "ner.txt", "ner", 2)
     assert (tmp_path / "ner.txt").read_text() == "EU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\nPeter NNP I-NP I-PER\n"
     sst = tmp_path / "train.txt"
     sst.write_text("(3 (2 a) (3 b))\n(1 (1 c) (2 d))\n(2 e)\n")
-    study.make_subset(sst, tmp_path / "sst.txt", "sst5", 2)
+    common.make_subset(sst, tmp_path / "sst.txt", "sst5", 2)
     # SST files are sorted by label: a fixed random sample, kept in file order.
     lines = (tmp_path / "sst.txt").read_text().splitlines()
     source = sst.read_text().splitlines()
     assert len(lines) == 2 and sorted(lines, key=source.index) == lines and set(lines) <= set(source)
-    study.make_subset(sst, tmp_path / "sst_again.txt", "sst5", 2)
+    common.make_subset(sst, tmp_path / "sst_again.txt", "sst5", 2)
     assert (tmp_path / "sst_again.txt").read_text().splitlines() == lines
     conllu = REPO_ROOT / "tests" / "fixtures" / "downstream" / "ud_pos.conllu"
-    study.make_subset(conllu, tmp_path / "pos.conllu", "pos", 1)
+    common.make_subset(conllu, tmp_path / "pos.conllu", "pos", 1)
     assert (tmp_path / "pos.conllu").read_text().count("# sent_id") == 1
 
 
 def test_overrides_seed_epochs_lowercasing_and_batch_size():
     args = Namespace(epochs=3, lowercase=True, batch_size=16, task_epochs={"ner": 4})
-    sst = study.overrides("sst5", 7, args, use_bilm=True)
+    sst = common.overrides("sst5", 7, args, use_bilm=True)
     assert sst["random_seed"] == sst["numpy_seed"] == sst["pytorch_seed"] == 7
     assert sst["trainer.num_epochs"] == 3 and sst["dataset_reader.use_subtrees"] is False
     assert sst["dataset_reader.token_indexers.elmoc.lowercase_tokens"] is True
     assert sst["validation_dataset_reader.token_indexers.elmoc.lowercase_tokens"] is True
     assert sst["data_loader.batch_sampler.batch_size"] == 16
-    ner = study.overrides("ner", 1, args, use_bilm=False)
+    ner = common.overrides("ner", 1, args, use_bilm=False)
     assert "dataset_reader.token_indexers.elmo.lowercase_tokens" not in ner
     assert ner["data_loader.batch_size"] == 16 and ner["trainer.num_epochs"] == 4
 
@@ -68,3 +73,19 @@ def test_pretraining_token_files_shared_and_per_model():
         study.pretraining_token_files(names, ["ELMo-X=ptb.train.txt"])
     with pytest.raises(SystemExit, match="one PATH"):
         study.pretraining_token_files(names, ["a.txt", "b.txt"])
+
+
+def test_allennlp_durations_and_token_counts(tmp_path):
+    assert common.seconds_of("0:00:03.5") == 3.5
+    assert common.seconds_of("2:01:00") == 2 * 3600 + 60
+    text = tmp_path / "text.txt"
+    text.write_text("a b c\n\n d  e \n")
+    assert common.count_tokens(str(text)) == 5 and common.count_tokens(None) is None
+
+
+def test_the_quality_study_loads_no_other_studys_driver():
+    code = "import sys, examples.quality_vs_time.run_study; print(' '.join(m for m in sys.modules if m.startswith('examples')))"
+    completed = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    loaded = set(completed.stdout.split())
+    assert loaded == {"examples", "examples.common", "examples.quality_vs_time", "examples.quality_vs_time.run_study"}
