@@ -26,6 +26,7 @@ SHIMS = (
     "atomic_train_files",
     "elmoc_as_elmo",
     "quiet_log_files",
+    "evaluate_summary",
 )
 
 _installed: Optional[List[str]] = None
