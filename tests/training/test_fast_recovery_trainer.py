@@ -217,3 +217,38 @@ def test_only_a_console_logger_asked_for_logs_the_first_batch(tmp_path):
         )
     )
     assert asked._should_log_inputs is True
+
+
+@pytest.mark.parametrize("grad_norm", [False, 100.0])
+def test_each_direction_steps_on_the_gradient_of_its_own_loss(tmp_path, grad_norm):
+    # The biLM's `loss` is the directions' mean; the trainer gives each direction's parameters
+    # the gradient its own LM's loss has (what a single-direction run steps on).
+    from allennlp.data import Vocabulary
+    from allennlp.data.dataset_readers import DatasetReader
+    from allennlp.models import Model
+
+    from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+    params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(LM_CORPUS / "valid.txt")))[:4]
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=Vocabulary(), params=params.pop("model"))
+    loader = SimpleDataLoader(instances, batch_size=4, vocab=model.vocab)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainer = FastRecoveryTrainer(
+        model, torch.optim.SGD(trainable, lr=0.1), loader, num_epochs=1, grad_norm=grad_norm,
+        serialization_dir=str(tmp_path), run_confidence_checks=False,
+    )
+    batch = next(iter(loader))
+    model.eval()  # no dropout: the same losses on every call
+    expected = {}
+    for direction in ("forward", "backward"):
+        named = list(model.direction_parameters(direction))
+        gradients = torch.autograd.grad(model(**batch)[f"{direction}_loss"], [p for _, p in named])
+        expected.update({name: gradient for (name, _), gradient in zip(named, gradients)})
+    model(**batch)["loss"].backward()
+    trainer.rescale_gradients()
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            torch.testing.assert_close(parameter.grad, expected[name], msg=name)
