@@ -57,7 +57,8 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     - With a biLM whose directions have disjoint parameters, each direction steps as its own LM,
       as the authors' two jobs did: on the gradient of its own loss (the model's `loss` is the
       directions' mean), `grad_norm` clipping each direction on its own (uclanlp/ELMO-C,
-      `other_stuff.clip`).
+      `other_stuff.clip`). `grad_clipping` (allennlp's per-value hooks) bounds the gradient of
+      the mean, before it is doubled.
     - A scheduler with `set_global_batch` (`elmoc_rnmt_plus`) is given the global batch: the
       loader's batch size x `num_gradient_accumulation_steps` x the world size.
     - Settings that would train nothing, an epoch with no batch, and a key that is not one of
