@@ -45,6 +45,9 @@ def format_metric(value: Any) -> str:
 
 
 def print_metrics(metrics: Dict[str, Any]) -> None:
+    if not metrics:
+        print("Final metrics: none", file=sys.stdout, flush=True)
+        return
     width = max((len(name) for name in metrics), default=0)
     lines = ["Final metrics:"] + [
         f"  {name:<{width}}  {format_metric(value)}" for name, value in metrics.items()
