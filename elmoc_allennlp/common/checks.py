@@ -1,5 +1,6 @@
 """One-line checks of config values; each raises a `ConfigurationError` naming the key."""
-from typing import Any, Optional, Sequence
+import difflib
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
@@ -36,3 +37,21 @@ def check_cuda_device(cuda_device: int, option: str) -> None:
         raise ConfigurationError(
             f"{option} {cuda_device}: this machine has {available} CUDA device(s); use -1 for the CPU"
         )
+
+
+def check_known_keys(keys: Iterable[str], known: Iterable[str], owner: str, prefix: str = "") -> None:
+    """
+    Every key of `keys` is in `known`; otherwise a `ConfigurationError` from `owner` naming each
+    unknown key (`prefix + key`) and the known key it most probably meant.
+    """
+    known = sorted(set(known))
+    unknown = [key for key in keys if key not in known]
+    if not unknown:
+        return
+    described = []
+    for key in unknown:
+        nearest = difflib.get_close_matches(key, known, n=1, cutoff=0.0)
+        hint = f' (did you mean "{prefix}{nearest[0]}"?)' if nearest else ""
+        described.append(f'"{prefix}{key}"{hint}')
+    plural = "s" if len(unknown) > 1 else ""
+    raise ConfigurationError(f"{owner}: unknown key{plural} {', '.join(described)}")

@@ -29,6 +29,7 @@ SHIMS = (
     "elmoc_as_elmo",
     "quiet_log_files",
     "serialization_lock",
+    "evaluate_summary",
 )
 
 _installed: Optional[List[str]] = None

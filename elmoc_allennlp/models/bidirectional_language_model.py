@@ -60,9 +60,15 @@ class DeviceAverage(Metric):
 class BidirectionalLanguageModel(Model):
     """
     An ELMo-style bidirectional language model: a forward and a backward LM on the contextualizer's
-    `[forward; backward]` output, the loss summing their mean per-token losses. ELMo-C uses fastText,
-    `elmoc_lstm` and `elmoc_continuous` ([Li et al., 2019](https://arxiv.org/abs/1902.11269)). Metrics:
+    `[forward; backward]` output. ELMo-C uses fastText, `elmoc_lstm` and `elmoc_continuous`
+    ([Li et al., 2019](https://arxiv.org/abs/1902.11269)).
+
+    `loss` is a per-direction figure: the mean of the directions' mean per-token losses (as
+    bilm-tf's and allennlp-models' `language_model`), so the same number means the same thing for
+    one direction or two; it is the `loss` of the progress bar, `training_loss` and
+    `validation_loss` in `metrics.json`, and `loss` in `allennlp evaluate`. Metrics:
     `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity`, `retrieval_accuracy`.
+    The `elmoc_gradient_descent` trainer steps each direction on its own loss.
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -289,8 +295,9 @@ class BidirectionalLanguageModel(Model):
 
         # Returns
 
-        `loss`, `forward_loss`, `backward_loss` (scalars), `mask` `(batch_size, num_tokens)`, and for
-        continuous heads `forward_cosine`, `backward_cosine`: each position's cosine (0 if none).
+        `loss` (the mean of the directions' losses), `forward_loss`, `backward_loss` (scalars),
+        `mask` `(batch_size, num_tokens)`, and for continuous heads `forward_cosine`,
+        `backward_cosine`: each position's cosine (0 if none).
         """
         target_ids = None
         if self._output_layer.requires_target_ids:
@@ -336,7 +343,7 @@ class BidirectionalLanguageModel(Model):
                 self._update_vector_metrics(
                     direction, head_output["predictions"], targets, pair_mask, predict_at, output_dict
                 )
-        output_dict["loss"] = sum(losses[1:], losses[0])
+        output_dict["loss"] = sum(losses[1:], losses[0]) / len(losses)
         return output_dict
 
     def contextual_layers(self, tokens: TextFieldTensors) -> Tuple[torch.Tensor, torch.BoolTensor]:

@@ -1,17 +1,32 @@
+import contextlib
+import inspect
 import logging
 import random
-from typing import Any, Dict, List, Optional
+import warnings
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.training.callbacks import ConsoleLoggerCallback
 from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
-from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.checks import check_known_keys, check_positive
 
 logger = logging.getLogger(__name__)
+
+_CONSTRUCTOR = inspect.signature(GradientDescentTrainer.__init__)
+# The keys a config may give: the constructor's and `from_partial_objects`' named parameters,
+# and the deprecated name allennlp still reads from its `**kwargs`.
+_KNOWN_KEYS = {
+    name
+    for method in (GradientDescentTrainer.__init__, GradientDescentTrainer.from_partial_objects)
+    for name, parameter in inspect.signature(method).parameters.items()
+    if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    and name not in ("self", "cls")
+} | {"run_sanity_checks"}
 
 
 class _TotalBatches(TrainerCallback):
@@ -39,11 +54,20 @@ class FastRecoveryTrainer(GradientDescentTrainer):
       step with continues exactly. Checkpoints of `gradient_descent` are recovered the stock way.
     - Each epoch's data order is a function of (seed, epoch): the reader's `set_epoch` (if any)
       is told the epoch and Python's `random` is seeded from both, the same on every rank.
-    - With a biLM whose directions have disjoint parameters, `grad_norm` clips each direction on
-      its own, as the authors' two jobs did (uclanlp/ELMO-C, `other_stuff.clip`).
+    - With a biLM whose directions have disjoint parameters, each direction steps as its own LM,
+      as the authors' two jobs did: on the gradient of its own loss (the model's `loss` is the
+      directions' mean), `grad_norm` clipping each direction on its own (uclanlp/ELMO-C,
+      `other_stuff.clip`). `grad_clipping` (allennlp's per-value hooks) bounds the gradient of
+      the mean, before it is doubled.
     - A scheduler with `set_global_batch` (`elmoc_rnmt_plus`) is given the global batch: the
       loader's batch size x `num_gradient_accumulation_steps` x the world size.
-    - Settings that would train nothing, and an epoch with no batch, are `ConfigurationError`s.
+    - Settings that would train nothing, an epoch with no batch, and a key that is not one of
+      the parameters (allennlp's trainer takes `**kwargs` and ignores them) are
+      `ConfigurationError`s; an unknown key is named with the key it most probably meant.
+    - The console stays short: the default `console_logger` does not log the first batch's
+      tensors (list `{"type": "console_logger", "should_log_inputs": true}` in `callbacks` to
+      have them), and on CPU torch's warnings about allennlp's disabled CUDA autocast are not
+      shown.
 
     Registered as a `Trainer` with name "elmoc_gradient_descent".
 
@@ -53,7 +77,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     """
 
     def __init__(self, *args, **kwargs) -> None:
+        check_known_keys(kwargs, _KNOWN_KEYS, "elmoc_gradient_descent", prefix="trainer.")
         super().__init__(*args, **kwargs)
+        self._quiet_default_console_logger(_CONSTRUCTOR.bind(self, *args, **kwargs).arguments)
         self._check_settings()
         self._total_batches = _TotalBatches(self)
         self._callbacks.append(self._total_batches)
@@ -76,6 +102,17 @@ class FastRecoveryTrainer(GradientDescentTrainer):
                 batch_size * self._num_gradient_accumulation_steps * self._world_size
             )
 
+    def _quiet_default_console_logger(self, arguments: Dict[str, Any]) -> None:
+        """The `console_logger` allennlp adds by default does not log the first batch's tensors."""
+        given = arguments.get("callbacks") or []
+        for callback in self._callbacks:
+            if isinstance(callback, ConsoleLoggerCallback) and not any(callback is c for c in given):
+                callback._should_log_inputs = False
+
+    def train(self) -> Dict[str, Any]:
+        with _quiet_disabled_autocast(self._use_amp):
+            return super().train()
+
     def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
         """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""
         model = self.model
@@ -90,7 +127,15 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         return groups
 
     def rescale_gradients(self) -> Optional[float]:
-        if self._clip_groups is None or isinstance(self._grad_norm, bool):
+        if self._clip_groups is None:
+            return super().rescale_gradients()
+        # The biLM's loss is the mean of its directions' losses: each direction's parameters
+        # step on the gradient of their own LM's loss, as in the authors' two jobs (exact: x2).
+        for group in self._clip_groups:
+            for parameter in group:
+                if parameter.grad is not None:
+                    parameter.grad.mul_(len(self._clip_groups))
+        if isinstance(self._grad_norm, bool):
             return super().rescale_gradients()
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
@@ -156,3 +201,25 @@ class FastRecoveryTrainer(GradientDescentTrainer):
                 "data_loader.batch_sampler"
             )
         return metrics
+
+
+@contextlib.contextmanager
+def _quiet_disabled_autocast(use_amp: bool) -> Iterator[None]:
+    """
+    allennlp 2.10.1 enters `torch.cuda.amp.autocast(use_amp)` around every batch: torch 1.12
+    warns "CUDA is not available" on CPU even when it is disabled, and torch 2 that the call is
+    deprecated. Neither is the user's to act on; with `use_amp` (which needs a GPU: allennlp
+    refuses it on CPU) torch's warnings are shown as they are.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated",
+            category=FutureWarning,
+        )
+        if not use_amp:
+            warnings.filterwarnings(
+                "ignore",
+                message="User provided device_type of 'cuda', but CUDA is not available",
+                category=UserWarning,
+            )
+        yield

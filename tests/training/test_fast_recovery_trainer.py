@@ -1,15 +1,21 @@
 """`elmoc_gradient_descent`: --recover skips completed epochs without reading their data."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import List, Optional
 
 import pytest
 import torch
 
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.data.fields import TensorField
 from allennlp.training import GradientDescentTrainer, Trainer
-from allennlp.training.callbacks import TrainerCallback
+from allennlp.training.callbacks import ConsoleLoggerCallback, TrainerCallback
 
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
 from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
@@ -17,6 +23,7 @@ from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
 from tests.training.toy_models import ToyRegression
 
 BATCHES_PER_EPOCH = 3
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class _CountingLoader(SimpleDataLoader):
@@ -152,3 +159,96 @@ def test_registered_and_built_from_params(tmp_path):
     )
     assert isinstance(trainer, FastRecoveryTrainer)
     assert isinstance(trainer._checkpointer, AtomicCheckpointer)
+
+
+def _tiny_trainer(tmp_path, **settings):
+    model = ToyRegression()
+    instances = [
+        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
+    ]
+    return Trainer.from_params(
+        params=Params(
+            {"type": "elmoc_gradient_descent", "optimizer": {"type": "sgd", "lr": 0.1}, **settings}
+        ),
+        model=model,
+        serialization_dir=str(tmp_path),
+        data_loader=SimpleDataLoader(instances, batch_size=1, vocab=model.vocab),
+    )
+
+
+def test_an_unknown_key_is_refused_naming_it_and_the_key_it_meant(tmp_path):
+    with pytest.raises(ConfigurationError) as error:
+        _tiny_trainer(tmp_path, num_epoch=1, grad_nrom=1.0)
+    message = str(error.value)
+    assert '"trainer.num_epoch"' in message and '"trainer.num_epochs"' in message
+    assert '"trainer.grad_nrom"' in message and '"trainer.grad_norm"' in message
+    # Every named parameter of allennlp's trainer is still accepted.
+    trainer = _tiny_trainer(tmp_path, num_epochs=1, grad_norm=1.0, run_confidence_checks=False)
+    assert trainer._num_epochs == 1 and trainer._grad_norm == 1.0
+
+
+def test_allennlp_train_refuses_a_misspelt_trainer_key(tmp_path):
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    serialization_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "allennlp", "train", str(REPO_ROOT / "tests/fixtures/elmoc_tiny.jsonnet"),
+        "-s", str(serialization_dir), "-o", json.dumps({"trainer.num_epoch": 1}),
+        "--include-package", "elmoc_allennlp",
+    ]
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "ConfigurationError" in result.stderr
+    assert '"trainer.num_epoch"' in result.stderr and '"trainer.num_epochs"' in result.stderr
+    assert not (serialization_dir / "model.tar.gz").exists()
+    assert not list(serialization_dir.glob("model_state_*"))
+
+
+def test_only_a_console_logger_asked_for_logs_the_first_batch(tmp_path):
+    def console_loggers(trainer):
+        return [c for c in trainer._callbacks if isinstance(c, ConsoleLoggerCallback)]
+
+    (default,) = console_loggers(_tiny_trainer(tmp_path / "default", num_epochs=1))
+    assert default._should_log_inputs is False
+    (asked,) = console_loggers(
+        _tiny_trainer(
+            tmp_path / "asked",
+            num_epochs=1,
+            callbacks=[{"type": "console_logger", "should_log_inputs": True}],
+        )
+    )
+    assert asked._should_log_inputs is True
+
+
+@pytest.mark.parametrize("grad_norm", [False, 100.0])
+def test_each_direction_steps_on_the_gradient_of_its_own_loss(tmp_path, grad_norm):
+    # The biLM's `loss` is the directions' mean; the trainer gives each direction's parameters
+    # the gradient its own LM's loss has (what a single-direction run steps on).
+    from allennlp.data import Vocabulary
+    from allennlp.data.dataset_readers import DatasetReader
+    from allennlp.models import Model
+
+    from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+    params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(LM_CORPUS / "valid.txt")))[:4]
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=Vocabulary(), params=params.pop("model"))
+    loader = SimpleDataLoader(instances, batch_size=4, vocab=model.vocab)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    trainer = FastRecoveryTrainer(
+        model, torch.optim.SGD(trainable, lr=0.1), loader, num_epochs=1, grad_norm=grad_norm,
+        serialization_dir=str(tmp_path), run_confidence_checks=False,
+    )
+    batch = next(iter(loader))
+    model.eval()  # no dropout: the same losses on every call
+    expected = {}
+    for direction in ("forward", "backward"):
+        named = list(model.direction_parameters(direction))
+        gradients = torch.autograd.grad(model(**batch)[f"{direction}_loss"], [p for _, p in named])
+        expected.update({name: gradient for (name, _), gradient in zip(named, gradients)})
+    model(**batch)["loss"].backward()
+    trainer.rescale_gradients()
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            torch.testing.assert_close(parameter.grad, expected[name], msg=name)

@@ -1,0 +1,55 @@
+"""
+allennlp 2.10.1 problem: `allennlp evaluate` ends with "Finished evaluating." and no result: the
+metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
+`0.00`), or in `--output-file`.
+
+`install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what `allennlp evaluate`
+runs) to print the final metrics on stdout, one per line, each named and with four decimals
+(`.4g` below 0.001), under the line "Final metrics:". Nothing else changes: its errors pass
+through untouched. To drop it: once allennlp prints its final metrics itself.
+"""
+import functools
+import math
+import sys
+from typing import Any, Dict
+
+REPLACES = "`allennlp evaluate` prints its final metrics in full"
+TARGETS = ("allennlp.commands.evaluate.evaluate_from_archive",)
+
+
+def install() -> bool:
+    import allennlp.commands.evaluate as evaluate_module
+
+    original = evaluate_module.evaluate_from_archive
+    if getattr(original, "_elmoc_summary", False):
+        return True
+
+    @functools.wraps(original)
+    def evaluate_from_archive(*args, **kwargs) -> Dict[str, Any]:
+        metrics = original(*args, **kwargs)
+        print_metrics(metrics)
+        return metrics
+
+    evaluate_from_archive._elmoc_summary = True  # type: ignore[attr-defined]
+    evaluate_module.evaluate_from_archive = evaluate_from_archive  # type: ignore[assignment]
+    return True
+
+
+def format_metric(value: Any) -> str:
+    """Four decimals for a float (`.4g` below 0.001, so a small value keeps its digits)."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if value != 0.0 and math.isfinite(value) and abs(value) < 1e-3:
+        return f"{value:.4g}"
+    return f"{value:.4f}"
+
+
+def print_metrics(metrics: Dict[str, Any]) -> None:
+    if not metrics:
+        print("Final metrics: none", file=sys.stdout, flush=True)
+        return
+    width = max((len(name) for name in metrics), default=0)
+    lines = ["Final metrics:"] + [
+        f"  {name:<{width}}  {format_metric(value)}" for name, value in metrics.items()
+    ]
+    print("\n".join(lines), file=sys.stdout, flush=True)

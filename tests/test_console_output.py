@@ -1,0 +1,125 @@
+"""
+What a user sees on the console: one per-direction `loss` under one name (progress bar,
+metrics.json, `allennlp evaluate`), the final metrics of `allennlp evaluate` in full, no tensors or
+CPU autocast warnings from training, and the quickstart's training detail in the log file only.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO_ROOT / "tests" / "fixtures" / "elmoc_tiny.jsonnet"
+
+
+def _allennlp(*arguments: str) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "allennlp", *arguments, "--include-package", "elmoc_allennlp"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _bar_values(stderr: str, name: str) -> List[float]:
+    """Every value of `name` in the progress bars' descriptions, in order."""
+    return [float(value) for value in re.findall(rf"(?<![\w]){name}: (-?[\d.]+)", stderr)]
+
+
+def _printed_metrics(stdout: str) -> Dict[str, str]:
+    lines = stdout.splitlines()
+    start = lines.index("Final metrics:") + 1
+    printed = {}
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        name, value = line.split()
+        printed[name] = value
+    return printed
+
+
+@pytest.fixture(scope="module")
+def tiny_training(tmp_path_factory):
+    serialization_dir = tmp_path_factory.mktemp("console") / "run"
+    result = _allennlp(
+        "train", str(TINY_CONFIG), "-s", str(serialization_dir), "-o", '{"trainer.num_epochs": 1}'
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, json.loads((serialization_dir / "metrics.json").read_text())
+
+
+def test_the_bar_and_metrics_json_show_one_per_direction_loss(tiny_training):
+    result, metrics = tiny_training
+    for split in ("training", "validation"):
+        mean = (metrics[f"{split}_forward_loss"] + metrics[f"{split}_backward_loss"]) / 2
+        assert metrics[f"{split}_loss"] == pytest.approx(mean, rel=1e-5)
+    # The bar's last `loss` of the epoch is metrics.json's training_loss, then validation's.
+    bar_losses = _bar_values(result.stderr, "loss")
+    validation_start = result.stderr.rindex("forward_loss: ")
+    training_bar = _bar_values(result.stderr[:validation_start], "loss")
+    validation_bar = _bar_values(result.stderr[validation_start:], "loss")
+    assert bar_losses and training_bar and validation_bar
+    assert training_bar[-1] == pytest.approx(metrics["training_loss"], abs=6e-5)
+    assert validation_bar[-1] == pytest.approx(metrics["validation_loss"], abs=6e-5)
+
+
+def test_training_does_not_dump_tensors_or_warn_about_cuda(tiny_training):
+    result, _ = tiny_training
+    console = result.stdout + result.stderr
+    # allennlp's console_logger logs each tensor of the first batch, one line per row.
+    assert not [line for line in console.splitlines() if "batch_input/" in line]
+    assert "CUDA is not available" not in console
+    assert "torch.cuda.amp.autocast(args...)" not in console
+
+
+def test_allennlp_evaluate_prints_every_final_metric(elmoc_archive, tmp_path):
+    output_file = tmp_path / "metrics.json"
+    result = _allennlp(
+        "evaluate",
+        str(elmoc_archive),
+        str(REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"),
+        "--output-file",
+        str(output_file),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = json.loads(output_file.read_text())
+    printed = _printed_metrics(result.stdout)
+    assert set(printed) == set(written)
+    for name, value in written.items():
+        assert float(printed[name]) == pytest.approx(value, abs=5e-5), name
+        if 1e-3 <= abs(value) < 1:
+            assert len(printed[name].split(".")[1]) == 4, name
+    assert written["loss"] == pytest.approx(
+        (written["forward_loss"] + written["backward_loss"]) / 2, rel=1e-5
+    )
+
+
+def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
+    script = REPO_ROOT / "scripts" / "quickstart.py"
+    serialization_dir = tmp_path / "run"
+    code = (
+        "import importlib.util, logging; from pathlib import Path\n"
+        "logging.basicConfig(level=logging.WARNING)  # as the script's main()\n"
+        f"spec = importlib.util.spec_from_file_location('quickstart', {str(script)!r})\n"
+        "quickstart = importlib.util.module_from_spec(spec); spec.loader.exec_module(quickstart)\n"
+        "import elmoc_allennlp\n"
+        f"quickstart.pretrain(Path({str(serialization_dir)!r}), 1, config=Path({str(TINY_CONFIG)!r}))\n"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log_lines = (serialization_dir / "out.log").read_text().splitlines()
+    parameter_lines = [line for line in log_lines if " - allennlp.common.params - " in line]
+    assert len(parameter_lines) > 50
+    console_lines = (result.stdout + result.stderr).splitlines()
+    assert not [line for line in console_lines if " - INFO - " in line]
+    assert (serialization_dir / "model.tar.gz").is_file()
