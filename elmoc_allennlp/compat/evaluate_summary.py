@@ -1,12 +1,17 @@
 """
-allennlp 2.10.1 problem: `allennlp evaluate` ends with "Finished evaluating." and no result: the
-metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
+`allennlp evaluate` prints its final metrics in full.
+
+**Problem (allennlp 2.10.1).** `allennlp evaluate` ends with "Finished evaluating." and no result:
+the metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
 `0.00`), or in `--output-file`.
 
-`install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what `allennlp evaluate`
-runs) to print the final metrics on stdout, one per line, each named and with four decimals
-(`.4g` below 0.001), under the line "Final metrics:". Nothing else changes: its errors pass
-through untouched. To drop it: once allennlp prints its final metrics itself.
+**Workaround.** `install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what
+`allennlp evaluate` runs) to print the final metrics on stdout, one per line, each named and with
+four decimals (`.4g` below 0.001), under the line "Final metrics:". Nothing else changes: its
+errors pass through untouched.
+
+**To drop it**: when allennlp prints its final metrics itself, remove this module and its entry in
+`elmoc_allennlp.compat.SHIMS`.
 """
 import functools
 import math
