@@ -333,7 +333,7 @@ def report(summary: Dict[str, Any]) -> str:
     for text_name in summary["intrinsic"]["general"]:
         for name in ("general", "finetuned"):
             m = summary["intrinsic"][name][text_name]
-            mean_loss = (m["forward_loss"] + m["backward_loss"]) / 2  # "loss" is their sum
+            mean_loss = (m["forward_loss"] + m["backward_loss"]) / 2  # "loss", the directions' mean
             lines.append(
                 f"| {text_name} | {name} | {mean_loss:.4f} | {m['forward_loss']:.4f} / "
                 f"{m['backward_loss']:.4f} | {m['cosine_similarity']:.4f} | "
