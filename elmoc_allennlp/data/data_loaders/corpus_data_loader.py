@@ -29,8 +29,9 @@ class CorpusDataLoader(MultiProcessDataLoader):
     """
     allennlp's `MultiProcessDataLoader` (same parameters, same batches), whose `len()` is the
     number of batches of this process's share of an epoch also when it reads lazily
-    (`max_instances_in_memory`, which allennlp's loader cannot count): the reader (`elmoc_lm_corpus`) counts the instances of each
-    loader worker's share from its corpus index, and the batches follow from the batch size or
+    (`max_instances_in_memory`, which allennlp's loader cannot count): the reader
+    (`elmoc_lm_corpus`) counts the instances of each loader worker's share from its corpus
+    index, and the batches follow from the batch size or
     the `bucket` sampler (each worker batches its own instances, `max_instances_in_memory` at a
     time). So the training and validation progress bars and `allennlp evaluate` show `N/M`, a
     rate and an ETA from the first epoch. With a reader that cannot count its instances, or a
@@ -46,7 +47,8 @@ class CorpusDataLoader(MultiProcessDataLoader):
             return super().__len__()
         share_sizes = getattr(self.reader, "share_sizes", None)
         batches = self._batches_of if share_sizes is not None else None
-        if batches is None or (self.batch_sampler is not None and type(self.batch_sampler) is not BucketBatchSampler):
+        countable = self.batch_sampler is None or type(self.batch_sampler) is BucketBatchSampler
+        if batches is None or not countable:
             return super().__len__()
         return sum(batches(size) for size in share_sizes(self.data_path, max(1, self.num_workers)))
 

@@ -52,6 +52,7 @@ _PIECE = 1 << 20  # lines are read in pieces of at most this many bytes
 _SAMPLE = 4096  # bytes of content sampled at the start, middle and end of a corpus file
 # Below this many bytes to index, one process is faster than starting others.
 _PARALLEL_MIN_BYTES = 64 << 20
+_BAR_MIN_BYTES = 16 << 20
 
 
 class CorpusIndex(NamedTuple):
@@ -100,7 +101,8 @@ def index_path_beside(path: str) -> str:
 def index_path_in_cache(path: str, cache_directory: Optional[str] = None) -> str:
     absolute = os.path.abspath(path)
     name = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return os.path.join(cache_directory or DEFAULT_CACHE_DIRECTORY, f"{name}-{os.path.basename(absolute)}{INDEX_SUFFIX}")
+    file_name = f"{name}-{os.path.basename(absolute)}{INDEX_SUFFIX}"
+    return os.path.join(cache_directory or DEFAULT_CACHE_DIRECTORY, file_name)
 
 
 def _breaks(piece: bytes) -> int:
@@ -308,7 +310,10 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
         processes = 1
     logger.info("Indexing %d corpus file(s), %.1f MB (once; %d process(es))", len(paths), total / 1e6, processes)
     built: Dict[str, CorpusIndex] = {}
-    progress = Tqdm.tqdm(total=total, unit="B", unit_scale=True, desc="indexing the corpus")
+    # A bar where indexing takes seconds (about 10 MB/s per process).
+    progress = Tqdm.tqdm(
+        total=total, unit="B", unit_scale=True, desc="indexing the corpus", disable=total < _BAR_MIN_BYTES
+    )
 
     def finish(path: str, data: bytes) -> None:
         _store(path, data, cache_directory)

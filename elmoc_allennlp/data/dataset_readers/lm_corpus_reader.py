@@ -308,10 +308,8 @@ class LanguageModelCorpusReader(DatasetReader):
         total = self.num_instances(file_path)
         rank, world_size = self._rank()
         num_slots = world_size * num_workers
-        return [
-            _share(total, rank * num_workers + worker, num_slots)[1] - _share(total, rank * num_workers + worker, num_slots)[0]
-            for worker in range(num_workers)
-        ]
+        shares = [_share(total, rank * num_workers + worker, num_slots) for worker in range(num_workers)]
+        return [end - first for first, end in shares]
 
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
         plan = self._plan(file_path)
@@ -450,7 +448,8 @@ class LanguageModelCorpusReader(DatasetReader):
                 if counts[kind]:
                     for line in order[owned & (kinds == kind)][: _MAX_SKIP_WARNINGS]:
                         statistics[key] += 1
-                        self._warn_skipped(statistics, index.path, int(line) + 1, self._why_skipped(index, int(line), why))
+                        why_this = self._why_skipped(index, int(line), why)
+                        self._warn_skipped(statistics, index.path, int(line) + 1, why_this)
                     statistics[key] += int(counts[kind]) - min(int(counts[kind]), _MAX_SKIP_WARNINGS)
             wanted = (units > 0) & (starts < need[1]) & (starts + units > need[0])
             wanted |= owned & (kinds == _TEXT)
