@@ -50,6 +50,9 @@ class CorpusDataLoader(MultiProcessDataLoader):
         countable = self.batch_sampler is None or type(self.batch_sampler) is BucketBatchSampler
         if batches is None or not countable:
             return super().__len__()
+        size = self.batch_size if self.batch_sampler is None else self.batch_sampler.get_batch_size()
+        if not isinstance(size, int) or size < 1:
+            return super().__len__()  # a bad batch size: its error comes from where it is checked
         return sum(batches(size) for size in share_sizes(self.data_path, max(1, self.num_workers)))
 
     def _batches_of(self, num_instances: int) -> int:
