@@ -1,3 +1,4 @@
 from elmoc_allennlp.data.dataset_readers import LanguageModelCorpusReader
+from elmoc_allennlp.data.data_loaders import CorpusDataLoader
 from elmoc_allennlp.data.token_indexers import FastTextSubwordIndexer
 from elmoc_allennlp.data.tokenizers import SentencePieceBpeTokenizer

@@ -147,6 +147,20 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         ]
         return torch.stack(norms).norm().item()
 
+    # allennlp's `from_partial_objects` divides the loader's length by
+    # `num_gradient_accumulation_steps` before `__init__` checks it; a loader that knows its
+    # length (`elmoc_corpus`) would turn 0 into a ZeroDivisionError. Checked first; the signature
+    # is allennlp's, for `from_params`.
+    @classmethod
+    def from_partial_objects(cls, *args, **kwargs) -> "FastRecoveryTrainer":
+        steps = kwargs.get("num_gradient_accumulation_steps", 1)
+        check_positive(steps, "trainer.num_gradient_accumulation_steps")
+        return super().from_partial_objects(*args, **kwargs)  # type: ignore[return-value]
+
+    from_partial_objects.__func__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+        GradientDescentTrainer.from_partial_objects.__func__  # type: ignore[attr-defined]
+    )
+
     def _check_settings(self) -> None:
         check_positive(self._num_epochs, "trainer.num_epochs")
         steps = self._num_gradient_accumulation_steps

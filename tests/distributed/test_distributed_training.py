@@ -46,6 +46,25 @@ def _equal_length_corpus(path: Path) -> Path:
     return path
 
 
+def _as_global_batches(corpus: Path, path: Path) -> Path:
+    """
+    The corpus in the order in which the 2 workers' batches make global batches: each worker
+    reads its contiguous half (worker r: sentences r * 24 to r * 24 + 23), so global batch k is
+    the k-th batch of each half, and one process reading this order gets the same batches.
+    """
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    half, per_worker = len(lines) // WORLD_SIZE, GLOBAL_BATCH // WORLD_SIZE
+    reordered = [
+        line
+        for start in range(0, half, per_worker)
+        for rank in range(WORLD_SIZE)
+        for line in lines[rank * half + start : rank * half + start + per_worker]
+    ]
+    assert sorted(reordered) == sorted(lines)
+    path.write_text("\n".join(reordered) + "\n", encoding="utf-8")
+    return path
+
+
 def _config(corpus: Path, batch_size: int, distributed: bool) -> Dict:
     config = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")).as_dict()
     config["train_data_path"] = str(corpus)
@@ -71,7 +90,8 @@ def runs(tmp_path_factory):
     corpus = _equal_length_corpus(root / "corpus.txt")
 
     single_dir = root / "single"
-    train_model(Params(_config(corpus, GLOBAL_BATCH, distributed=False)), str(single_dir))
+    single_corpus = _as_global_batches(corpus, root / "single_corpus.txt")
+    train_model(Params(_config(single_corpus, GLOBAL_BATCH, distributed=False)), str(single_dir))
 
     distributed_dir = root / "two_workers"
     # `train_model` spawns the worker processes (torch.multiprocessing, gloo on CPU) as

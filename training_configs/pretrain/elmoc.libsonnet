@@ -225,6 +225,9 @@ local inapplicable(settings, s) = [
         [if s.directions != 'both' then 'directions']: s.directions,
       },
       data_loader: {
+        // allennlp's multiprocess loader that knows an epoch's batches from the corpus index
+        // (progress bars with a total and an ETA).
+        type: 'elmoc_corpus',
         batch_sampler: { type: 'bucket', batch_size: s.batch_size, sorting_keys: ['tokens'] },
         max_instances_in_memory: s.max_instances_in_memory,
         num_workers: s.num_workers,

@@ -61,6 +61,7 @@ local reader = {
   vocabulary: { type: 'empty' },
   model: { type: 'elmoc_bilm_from_archive', archive_file: archive },
   data_loader: {
+    type: 'elmoc_corpus',  // knows its length from the corpus index
     batch_sampler: { type: 'bucket', batch_size: 64, sorting_keys: ['tokens'] },
   },
   trainer: {

@@ -2,10 +2,10 @@
 import glob
 import logging
 import os
-import random
 from os import PathLike
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
+import numpy
 import torch.distributed as dist
 
 from allennlp.common import util
@@ -17,6 +17,8 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
 
 from elmoc_allennlp.common.checks import check_one_of
+from elmoc_allennlp.data.dataset_readers.corpus_index import INVALID_LINE, CorpusIndex, load_indexes
+
 logger = logging.getLogger(__name__)
 
 # The boundary tokens a sentence gets by default (ELMo's; the fastText indexer's defaults too).
@@ -35,6 +37,77 @@ _STATISTICS = (
 )
 # Skipped lines named individually in the log, per read.
 _MAX_SKIP_WARNINGS = 10
+# What a line is, for the reader: blank, text, invalid UTF-8 (skipped) or too long (skipped).
+_BLANK, _TEXT, _INVALID, _LONG = 0, 1, 2, 3
+_NO_END = 1 << 62
+# Lines are read in blocks of about this many bytes (in the epoch's order).
+_BLOCK_BYTES = 1 << 18
+# Lines closer than this are read with one read, with the bytes between them.
+_MAX_GAP_BYTES = 64
+
+
+def _share(total: int, slot: int, num_slots: int) -> Tuple[int, int]:
+    """The contiguous share `[first, end)` of `total` instances of reader `slot` of `num_slots`."""
+    return total * slot // num_slots, total * (slot + 1) // num_slots
+
+
+class _Plan(NamedTuple):
+    """A corpus's indexes and, per file and line, what the line gives in a reader's mode."""
+
+    indexes: List[CorpusIndex]
+    kinds: List[numpy.ndarray]  # _BLANK, _TEXT, _INVALID or _LONG
+    lengths: List[numpy.ndarray]  # tokens (by the reader's tokenizer)
+    units: List[numpy.ndarray]  # instances (sentence mode) or stream tokens (window mode)
+    totals: numpy.ndarray  # units per file
+    total_units: int
+    num_instances: int
+
+
+def _read_lines(
+    index: CorpusIndex, line_numbers: numpy.ndarray, statistics: Dict[str, int]
+) -> Iterator[Tuple[int, bytes]]:
+    """
+    `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
+    that order, in blocks of about `_BLOCK_BYTES` (each block's lines sorted by position, close
+    neighbours read with one read): the file is opened only if a line is asked for.
+    """
+    if not len(line_numbers):
+        return
+    offsets = index.offsets.astype(numpy.int64)
+    sizes = offsets[line_numbers + 1] - offsets[line_numbers]
+    # A block ends after the line at which its bytes reach _BLOCK_BYTES.
+    block_ends = (numpy.flatnonzero(numpy.diff(numpy.cumsum(sizes) // _BLOCK_BYTES)) + 1).tolist()
+    block_ends.append(len(line_numbers))
+    with open(index.path, "rb", buffering=0) as corpus:
+        statistics["files"] += 1
+        block_start = 0
+        for block_end in block_ends:
+            if block_end <= block_start:
+                continue
+            block = line_numbers[block_start:block_end]
+            block_start = block_end
+            ordered = numpy.unique(block)
+            gaps = offsets[ordered[1:]] - offsets[ordered[:-1] + 1]
+            run_starts = numpy.concatenate([[0], numpy.flatnonzero(gaps > _MAX_GAP_BYTES) + 1]).astype(int)
+            run_ends = numpy.append(run_starts[1:], len(ordered))
+            raw: Dict[int, bytes] = {}
+            for run_start, run_end in zip(run_starts.tolist(), run_ends.tolist()):
+                low, high = int(offsets[ordered[run_start]]), int(offsets[ordered[run_end - 1] + 1])
+                corpus.seek(low)
+                data = memoryview(bytearray(high - low))
+                done = 0
+                while done < high - low:
+                    read = corpus.readinto(data[done:])
+                    if not read:
+                        raise ConfigurationError(f"{index.path} is shorter than when it was indexed")
+                    done += read
+                statistics["bytes"] += done
+                for line in ordered[run_start:run_end].tolist():
+                    line_end = int(offsets[line + 1]) - int(index.breaks[line])
+                    raw[line] = bytes(data[int(offsets[line]) - low : line_end - low])
+                del data
+            for line in block.tolist():
+                yield line, raw[line]
 
 
 def _check_positive_int(value: Any, key: str, allow_none: bool = False) -> None:
@@ -65,11 +138,17 @@ class LanguageModelCorpusReader(DatasetReader):
     Reads a tokenized corpus, one sentence per line, for biLM pretraining: instances with one
     `TextField` "tokens", each a sentence with its boundary tokens (mode `"sentence"`), or windows
     of `window_length + 1` tokens of the stream of all sentences (mode `"window"`, Li et al. 2019,
-    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them.
-    The `R * W` readers of `R` processes of `W` loader workers deal the instances in turn, so each
-    is read once per epoch (`docs/scale_and_fault_tolerance.md`). With `shuffle`, each epoch set by
-    `set_epoch` is read in an order drawn from `(seed, epoch)`. The counts of the last read are
-    in `last_read_statistics`.
+    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them; one
+    that matches no file is an error naming it.
+
+    Each corpus file is indexed once (`corpus_index.py`: the offset and token count of every
+    line, cached beside it). With the index, the epoch's instances (in the order drawn from
+    `(seed, epoch)` with `shuffle` and `set_epoch`, else in corpus order) are cut into `R * W`
+    contiguous, equal shares for the `R * W` readers of `R` processes of `W` loader workers:
+    each reader reads only its own lines, opens only their files, and every instance is read
+    once per epoch (`docs/scale_and_fault_tolerance.md`). The epoch's length is known without
+    reading (`share_sizes`, which the `elmoc_corpus` data loader uses). The counts of the last
+    read (of this reader's share) are in `last_read_statistics`.
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 
@@ -101,6 +180,9 @@ class LanguageModelCorpusReader(DatasetReader):
         Read each epoch in a new order drawn from `(seed, epoch)`.
     seed : `int`, optional (default = `0`)
         The seed of the per-epoch order.
+    index_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
+        Where the corpus index of a file goes when the file's folder is read-only (else it is
+        written beside the file, hidden: `corpus_index.py`).
     """
 
     def __init__(
@@ -118,6 +200,7 @@ class LanguageModelCorpusReader(DatasetReader):
         max_token_characters: Optional[int] = None,
         shuffle: bool = False,
         seed: int = 0,
+        index_directory: Optional[str] = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -148,7 +231,15 @@ class LanguageModelCorpusReader(DatasetReader):
         self._window_length = window_length
         self._start_token = start_token or None
         self._end_token = end_token or None
+        self._index_directory = index_directory
+        self._plans: Dict[Tuple[str, ...], Tuple[Tuple[int, ...], _Plan]] = {}
         self.last_read_statistics: Dict[str, int] = self._new_statistics()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Loader workers rebuild their plans (from the indexes loaded in this process, if forked).
+        state = dict(self.__dict__)
+        state["_plans"] = {}
+        return state
 
     @property
     def token_indexers(self) -> Dict[str, TokenIndexer]:
@@ -185,67 +276,213 @@ class LanguageModelCorpusReader(DatasetReader):
         """The training epoch the next reads belong to (`None`: corpus order), for `shuffle`."""
         self._epoch = epoch
 
-    def _slot(self) -> Tuple[int, int]:
-        """This reader's index among all readers (processes x loader workers), and their number."""
+    def _rank(self) -> Tuple[int, int]:
+        """This process's rank and the number of processes."""
         # `get_distributed_info()` survives pickling into data-loader workers.
         if self._distributed_info is not None:
-            rank, world_size = self._distributed_info.global_rank, self._distributed_info.world_size
-        elif util.is_distributed():
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-        else:
-            rank, world_size = 0, 1
+            return self._distributed_info.global_rank, self._distributed_info.world_size
+        if util.is_distributed():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+
+    def _slot(self) -> Tuple[int, int]:
+        """This reader's index among all readers (processes x loader workers), and their number."""
+        rank, world_size = self._rank()
         worker, num_workers = 0, 1
         if self._worker_info is not None:
             worker, num_workers = self._worker_info.id, self._worker_info.num_workers
         return rank * num_workers + worker, world_size * num_workers
 
+    def num_instances(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> int:
+        """The number of instances of an epoch of `file_path`, all readers together (from its index)."""
+        return self._plan(file_path).num_instances
+
+    def share_sizes(self, file_path: Union[PathOrStr, List[PathOrStr]], num_workers: int = 1) -> List[int]:
+        """
+        The number of instances each of this process's `num_workers` loader workers reads in an
+        epoch of `file_path` (one number without workers), from the corpus index, without
+        reading the corpus. A `TypeError` when it cannot be known (`max_instances`).
+        """
+        if self.max_instances is not None:
+            raise TypeError("the share sizes are not known with max_instances")
+        total = self.num_instances(file_path)
+        rank, world_size = self._rank()
+        num_slots = world_size * num_workers
+        shares = [_share(total, rank * num_workers + worker, num_slots) for worker in range(num_workers)]
+        return [end - first for first, end in shares]
+
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterable[Instance]:
-        paths = self._resolve_paths(file_path)
-        order = None
-        if self._shuffle and self._epoch is not None:
-            order = random.Random(self._seed * 1_000_003 + self._epoch)
-            order.shuffle(paths)
+        plan = self._plan(file_path)
         statistics = self._new_statistics()
         self.last_read_statistics = statistics
-        corpus_lines = [0]  # set to 1 at the first non-blank line
-        lines = self._numbered_lines(paths, statistics, corpus_lines, order)
-        texts = self._texts(lines, statistics)
-        make = self._windows if self._mode == "window" else self._sentence_chunks
-        for chunk in make(texts, statistics, *self._slot()):
+        slot, num_slots = self._slot()
+        first, end = _share(plan.num_instances, slot, num_slots)
+        last_slot = slot == num_slots - 1
+        if self._mode == "sentence":
+            need = (first, end)
+            own = (first, _NO_END if last_slot else end)
+        else:
+            length = self._window_length
+            need = (first * length, min(end * length + 1, plan.total_units)) if end > first else (0, 0)
+            own = (first * length, _NO_END if last_slot else end * length)
+        lines = self._share_lines(plan, need, own, statistics)
+        if self._mode == "sentence":
+            chunks = self._sentence_chunks(lines, statistics, first, end)
+        else:
+            chunks = self._windows(lines, statistics, first, end, need, plan.total_units)
+        for chunk in chunks:
             statistics["instances"] += 1
             yield Instance({"tokens": TextField(chunk)})
-        if corpus_lines[0] == 0:
+        logger.info(
+            "Read %s, share %d of %d (%d of %d file(s) opened): %s",
+            file_path, slot + 1, num_slots, statistics["files"], len(plan.indexes),
+            ", ".join(f"{value} {key.replace('_', ' ')}" for key, value in statistics.items() if key != "files"),
+        )
+
+    def _plan(self, file_path: Any) -> "_Plan":
+        """The corpus's index and what each line gives in this reader's mode (cached)."""
+        paths = self._resolve_paths(file_path)
+        indexes = load_indexes(paths, self._index_directory)
+        key = tuple(id(index) for index in indexes)
+        cached = self._plans.get(tuple(paths))
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        kinds, lengths, units = [], [], []
+        any_text = False
+        boundaries = (self._start_token is not None) + (self._end_token is not None)
+        for index in indexes:
+            line_kinds = numpy.where(index.tokens == 0, _BLANK, _TEXT).astype(numpy.uint8)
+            line_kinds[index.tokens == INVALID_LINE] = _INVALID
+            if self._max_line_bytes is not None:
+                line_kinds[index.line_bytes() > self._max_line_bytes] = _LONG
+            any_text = any_text or bool(numpy.any(line_kinds != _BLANK))
+            invalid = numpy.flatnonzero(line_kinds == _INVALID)
+            if len(invalid) and self._invalid_lines == "error":
+                raise self._decoding_error(index, int(invalid[0]))
+            line_tokens = index.tokens
+            if type(self._tokenizer) is not WhitespaceTokenizer:
+                line_tokens = self._tokenizer_counts(index, line_kinds)
+            text = line_kinds == _TEXT
+            if self._mode == "sentence":
+                line_units = numpy.ones(len(line_tokens), dtype=numpy.int32)
+                if self._long_sentences == "split":
+                    line_units = numpy.maximum(1, -(-line_tokens // self._max_sequence_length))
+            else:
+                line_units = line_tokens + boundaries
+            kinds.append(line_kinds)
+            lengths.append(line_tokens)
+            units.append(numpy.where(text, line_units, 0).astype(numpy.int32))
+        if not any_text:
+            shown = ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
             raise ConfigurationError(
-                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty "
-                f"or blank ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+                f"The corpus {file_path} has no text: its {len(paths)} file(s) are empty or blank ({shown})"
             )
+        totals = numpy.array([int(u.sum()) for u in units], dtype=numpy.int64)
+        total_units = int(totals.sum())
+        if self._mode == "sentence":
+            num_instances = total_units
+        else:
+            num_instances = -(-(total_units - 1) // self._window_length) if total_units >= 2 else 0
+        plan = _Plan(indexes, kinds, lengths, units, totals, total_units, num_instances)
+        self._plans[tuple(paths)] = (key, plan)
+        return plan
 
-    def _texts(
-        self, numbered_lines: Iterator[Tuple[str, int, Optional[bytes]]], statistics: Dict[str, int]
-    ) -> Iterator[str]:
-        """The text of every sentence (valid, non-blank line), in order."""
-        for path, line_number, raw_line in numbered_lines:
-            statistics["lines"] += 1
-            if raw_line is None:
-                statistics["long_lines_skipped"] += 1
-                self._warn_skipped(statistics, path, line_number, f"longer than {self._max_line_bytes} bytes")
-                continue
-            try:
-                text = raw_line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                if self._invalid_lines == "error":
-                    raise CorpusDecodingError(path, line_number, error.start, error.reason) from None
-                statistics["invalid_lines_skipped"] += 1
-                why = f"invalid UTF-8 at byte offset {error.start} ({error.reason})"
-                self._warn_skipped(statistics, path, line_number, why)
-                continue
-            if not text or text.isspace():
-                statistics["blank_lines_skipped"] += 1
-                continue
-            yield text
+    def _tokenizer_counts(self, index: CorpusIndex, kinds: numpy.ndarray) -> numpy.ndarray:
+        """Each line's number of tokens by this reader's (not whitespace) tokenizer: one pass."""
+        counts = index.tokens.copy()
+        text_lines = numpy.flatnonzero(kinds == _TEXT)
+        for line, raw_line in _read_lines(index, text_lines, self._new_statistics()):
+            counts[line] = len(self._tokenizer.tokenize(raw_line.decode("utf-8")))
+        return counts
 
-    def _tokens(self, text: str, statistics: Dict[str, int], own: bool) -> List[Token]:
+    def _decoding_error(self, index: CorpusIndex, line: int) -> CorpusDecodingError:
+        (_, raw_line), = _read_lines(index, numpy.array([line]), self._new_statistics())
+        try:
+            raw_line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            return CorpusDecodingError(index.path, line + 1, error.start, error.reason)
+        return CorpusDecodingError(index.path, line + 1, 0, "the corpus changed after it was indexed")
+
+    def _file_order(self, num_files: int) -> numpy.ndarray:
+        if self._shuffle and self._epoch is not None:
+            return numpy.random.default_rng([self._seed % 2**64, self._epoch, 0]).permutation(num_files)
+        return numpy.arange(num_files)
+
+    def _line_order(self, file_number: int, num_lines: int) -> numpy.ndarray:
+        if self._shuffle and self._epoch is not None:
+            seed = [self._seed % 2**64, self._epoch, 1, file_number]
+            return numpy.random.default_rng(seed).permutation(num_lines)
+        return numpy.arange(num_lines)
+
+    def _share_lines(
+        self, plan: "_Plan", need: Tuple[int, int], own: Tuple[int, int], statistics: Dict[str, int]
+    ) -> Iterator[Tuple[str, int, int, Optional[str], bool]]:
+        """
+        `(path, line number, start, text, own, tokens)` of every line this reader needs, in the epoch's
+        order: the lines whose units (instances, or stream tokens in window mode) start at
+        `start` and overlap `need`, and the lines it owns (whose units start in `own`; it
+        counts those in its statistics). Only the files they are in are opened.
+        """
+        position = 0
+        for file_number in self._file_order(len(plan.indexes)):
+            index = plan.indexes[file_number]
+            total = int(plan.totals[file_number])
+            start, position = position, position + total
+            touches_need = total > 0 and start < need[1] and position > need[0]
+            if not touches_need and not (start <= own[1] - 1 and position >= own[0]):
+                continue
+            order = self._line_order(int(file_number), index.num_lines)
+            units = plan.units[file_number][order]
+            starts = numpy.cumsum(units, dtype=numpy.int64)
+            starts -= units
+            starts += start
+            kinds = plan.kinds[file_number][order]
+            owned = (starts >= own[0]) & (starts < own[1])
+            counts = numpy.bincount(kinds[owned], minlength=4)
+            statistics["lines"] += int(owned.sum())
+            statistics["blank_lines_skipped"] += int(counts[_BLANK])
+            for kind, key, why in (
+                (_INVALID, "invalid_lines_skipped", "invalid UTF-8"),
+                (_LONG, "long_lines_skipped", f"longer than {self._max_line_bytes} bytes"),
+            ):
+                if counts[kind]:
+                    for line in order[owned & (kinds == kind)][: _MAX_SKIP_WARNINGS]:
+                        statistics[key] += 1
+                        why_this = self._why_skipped(index, int(line), why)
+                        self._warn_skipped(statistics, index.path, int(line) + 1, why_this)
+                    statistics[key] += int(counts[kind]) - min(int(counts[kind]), _MAX_SKIP_WARNINGS)
+            wanted = (units > 0) & (starts < need[1]) & (starts + units > need[0])
+            wanted |= owned & (kinds == _TEXT)
+            if not wanted.any():
+                continue
+            line_numbers, line_starts, line_owned = order[wanted], starts[wanted], owned[wanted]
+            del order, units, starts, kinds, owned, wanted
+            lines = _read_lines(index, line_numbers, statistics)
+            lengths = plan.lengths[file_number]
+            for begin in range(0, len(line_numbers), 4096):  # a slice at a time: lazy
+                for (line, raw_line), line_start, is_own in zip(
+                    lines, line_starts[begin : begin + 4096].tolist(), line_owned[begin : begin + 4096].tolist()
+                ):
+                    try:
+                        text = raw_line.decode("utf-8")
+                    except UnicodeDecodeError as error:
+                        raise CorpusDecodingError(index.path, line + 1, error.start, error.reason) from None
+                    yield index.path, line + 1, line_start, text, is_own, int(lengths[line])
+
+    def _why_skipped(self, index: CorpusIndex, line: int, why: str) -> str:
+        if why != "invalid UTF-8":
+            return why
+        error = self._decoding_error(index, line)
+        return f"invalid UTF-8 at byte offset {error.byte_offset} ({error.reason})"
+
+    def _tokens(self, text: str, statistics: Dict[str, int], own: bool, path: str, line_number: int,
+                expected: int) -> List[Token]:
         tokens = self._tokenizer.tokenize(text)
+        if len(tokens) != expected:
+            raise ConfigurationError(
+                f"{path}, line {line_number}: {len(tokens)} tokens where its index counted {expected}: "
+                "the file changed while it was read, or the index is wrong (delete it to rebuild it)"
+            )
         if own:
             statistics["sentences"] += 1
             statistics["tokens"] += len(tokens)
@@ -256,60 +493,36 @@ class LanguageModelCorpusReader(DatasetReader):
             statistics["tokens_truncated"] += sum(len(token.text) > limit for token in tokens)
         return [Token(token.text[:limit]) if len(token.text) > limit else token for token in tokens]
 
-    def _num_tokens(self, text: str) -> int:
-        # Whitespace tokenization without building the tokens (what most lines need).
-        if type(self._tokenizer) is WhitespaceTokenizer:
-            return len(text.split())
-        return len(self._tokenizer.tokenize(text))
-
     def _sentence_chunks(
-        self, texts: Iterable[str], statistics: Dict[str, int], slot: int, num_slots: int
+        self, lines: Iterable[Tuple], statistics: Dict[str, int], first: int, end: int
     ) -> Iterator[List[Token]]:
-        """Sentence mode: this reader's chunks, every `num_slots`-th of all sentences' chunks."""
-        index = 0  # of the next chunk, among all readers'
-        max_length = self._max_sequence_length
-        for text in texts:
-            length = self._num_tokens(text)
-            num_chunks = 1
-            if length > max_length and self._long_sentences == "split":
-                num_chunks = -(-length // max_length)
-            first_own = (slot - index) % num_slots
-            if first_own < num_chunks:
-                own = first_own == 0
-                tokens = self._tokens(text, statistics, own)
-                for chunk_index, chunk in enumerate(self._limit_length(tokens, statistics, own)):
-                    if (index + chunk_index) % num_slots == slot:
-                        yield self._with_boundaries(chunk)
-            index += num_chunks
+        """Sentence mode: the chunks numbered `first` to `end - 1` of the epoch's order."""
+        for path, line_number, start, text, own, expected in lines:
+            tokens = self._tokens(text, statistics, own, path, line_number, expected)
+            chunks = self._limit_length(tokens, statistics, own)
+            for chunk in chunks[max(0, first - start) : max(0, end - start)]:
+                yield self._with_boundaries(chunk)
 
     def _windows(
-        self, texts: Iterable[str], statistics: Dict[str, int], slot: int, num_slots: int
+        self, lines: Iterable[Tuple], statistics: Dict[str, int], first: int, end: int,
+        need: Tuple[int, int], total: int,
     ) -> Iterator[List[Token]]:
-        """Window mode: this reader's windows; the lines none of them needs are only counted."""
+        """Window mode: the windows numbered `first` to `end - 1` of the epoch's token stream."""
         length = self._window_length
-        size = length + 1
-        boundaries = (self._start_token is not None) + (self._end_token is not None)
-        stream: List[Optional[Token]] = []
-        offset = 0  # stream position of stream[0]
-        window = 0  # the next window starts at position window * length
-        for text in texts:
-            first = offset + len(stream)
-            last = first + self._num_tokens(text) + boundaries - 1
-            low, high = max(0, -((length - first) // length)), last // length  # windows touched
-            own = (first // length) % num_slots == slot
-            if own or high - low + 1 >= num_slots or (slot - low) % num_slots <= high - low:
-                stream.extend(self._with_boundaries(self._tokens(text, statistics, own)))
-            else:
-                stream.extend([None] * (last - first + 1))
-            while offset + len(stream) - window * length >= size:
-                if window % num_slots == slot:
-                    start = window * length - offset
-                    yield stream[start : start + size]  # type: ignore[misc]
+        stream: List[Token] = []
+        offset = need[0]  # stream position of stream[0]
+        window = first
+        for path, line_number, start, text, own, expected in lines:
+            tokens = self._with_boundaries(self._tokens(text, statistics, own, path, line_number, expected))
+            stream.extend(tokens[max(0, offset + len(stream) - start) :])
+            while window < end:
+                window_end = min(window * length + length + 1, total)
+                if offset + len(stream) < window_end:
+                    break
+                yield stream[window * length - offset : window_end - offset]
                 window += 1
-            del stream[: window * length - offset]
-            offset = window * length
-        if len(stream) > 1 and window % num_slots == slot:
-            yield stream  # type: ignore[misc]
+                del stream[: window * length - offset]
+                offset = window * length
 
     @staticmethod
     def _warn_skipped(statistics: Dict[str, int], path: str, line_number: int, why: str) -> None:
@@ -317,53 +530,6 @@ class LanguageModelCorpusReader(DatasetReader):
         if skipped <= _MAX_SKIP_WARNINGS:
             more = " (further skipped lines are only counted)" if skipped == _MAX_SKIP_WARNINGS else ""
             logger.warning("%s, line %d: skipped, %s%s", path, line_number, why, more)
-
-    def _numbered_lines(
-        self, paths: List[str], statistics: Dict[str, int], corpus_lines: List[int], order: Optional[random.Random]
-    ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
-        """`(path, line number, raw line or None if too long)` of every line; logs each file's counts."""
-        for path in paths:
-            statistics["files"] += 1
-            before = dict(statistics)
-            lines = self._file_lines(path, statistics, corpus_lines)
-            if order is not None:
-                lines = list(lines)  # type: ignore[assignment]
-                order.shuffle(lines)  # type: ignore[arg-type]
-            yield from lines
-            counts = ", ".join(
-                f"{statistics[key] - before[key]} {key.replace('_', ' ')}"
-                for key in statistics
-                if key not in ("files", "bytes")
-            )
-            logger.info("Read %s: %s", path, counts)
-
-    def _file_lines(
-        self, path: str, statistics: Dict[str, int], corpus_lines: List[int]
-    ) -> Iterator[Tuple[str, int, Optional[bytes]]]:
-        """The numbered lines of one file, streaming (see `_numbered_lines`)."""
-        limit = self._max_line_bytes
-        with open(path, "rb") as corpus_file:
-            line_number = 0
-            while True:
-                # With a limit: one byte more than it, plus room for "\r\n".
-                raw_line = corpus_file.readline(-1 if limit is None else limit + 3)
-                if not raw_line:
-                    break
-                statistics["bytes"] += len(raw_line)
-                line_number += 1
-                if line_number == 1 and raw_line.startswith(b"\xef\xbb\xbf"):
-                    raw_line = raw_line[3:]  # UTF-8 byte order mark
-                if not corpus_lines[0] and raw_line.strip():
-                    corpus_lines[0] = 1
-                if limit is not None and len(raw_line.rstrip(b"\r\n")) > limit:
-                    # Discard the rest of the line, a chunk at a time.
-                    while raw_line and not raw_line.endswith(b"\n"):
-                        raw_line = corpus_file.readline(1 << 20)
-                        statistics["bytes"] += len(raw_line)
-                    corpus_lines[0] = 1
-                    yield path, line_number, None
-                    continue
-                yield path, line_number, raw_line.rstrip(b"\r\n")
 
     def _limit_length(
         self, tokens: List[Token], statistics: Dict[str, int], own: bool = True
@@ -392,6 +558,10 @@ class LanguageModelCorpusReader(DatasetReader):
             return [path for one_path in file_path for path in resolve(one_path)]
         if not isinstance(file_path, (str, PathLike)):
             raise ConfigurationError(f"Corpus path must be a file, directory or glob pattern, got {file_path!r}")
+        if not str(file_path).strip():
+            raise ConfigurationError(
+                f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)"
+            )
         pattern = os.path.expanduser(str(file_path))
         if os.path.isfile(pattern):
             return [pattern]
@@ -400,11 +570,11 @@ class LanguageModelCorpusReader(DatasetReader):
             paths = [os.path.join(pattern, name) for name in names]
             paths = [path for path in paths if os.path.isfile(path)]
             if not paths:
-                raise ConfigurationError(f"Corpus directory {file_path} contains no files")
+                raise ConfigurationError(f"Corpus directory {str(file_path)!r} contains no files")
             return paths
         paths = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
         if not paths:
-            raise ConfigurationError(f"No corpus files found matching {file_path}")
+            raise ConfigurationError(f"No corpus files found matching {str(file_path)!r}")
         return paths
 
     def _new_statistics(self) -> Dict[str, int]:

@@ -16,6 +16,7 @@ from allennlp.data.data_loaders import MultiProcessDataLoader
 from allennlp.data.dataset_readers import DatasetReader
 from allennlp.data.dataset_readers.dataset_reader import DistributedInfo, WorkerInfo
 
+from elmoc_allennlp.data.dataset_readers.corpus_index import load_indexes
 from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import (
     CorpusDecodingError,
     LanguageModelCorpusReader,
@@ -61,10 +62,11 @@ def test_reads_the_shards_by_glob_in_order(caplog):
         "instances": 35,
         "bytes": sum((LM_CORPUS / name).stat().st_size for name in TRAIN_SHARDS),
     }
+    # One summary line per read.
     summaries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Read ")]
-    assert len(summaries) == 2
-    assert TRAIN_SHARDS[0] in summaries[0] and "1 blank lines skipped" in summaries[0]
-    assert TRAIN_SHARDS[1] in summaries[1] and "15 instances" in summaries[1]
+    assert len(summaries) == 1
+    assert "train-*" in summaries[0] and "1 blank lines skipped" in summaries[0]
+    assert "35 instances" in summaries[0]
 
 
 def test_reads_a_directory_and_a_single_file(tmp_path):
@@ -97,8 +99,18 @@ def test_missing_inputs_name_the_path(tmp_path):
     with pytest.raises(ConfigurationError, match="no-such-file.txt"):
         list(reader.read(tmp_path / "no-such-file.txt"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigurationError, match="empty contains no files"):
+    with pytest.raises(ConfigurationError, match="empty' contains no files"):
         list(reader.read(tmp_path / "empty"))
+    # What an unset shell variable gives: the empty path (alone, in a list, or blank).
+    for path in ("", "  ", [""], [str(LM_CORPUS / "valid.txt"), ""]):
+        with pytest.raises(ConfigurationError, match="The corpus path is empty"):
+            list(reader.read(path))
+    # ... or a path with the variable missing from its front.
+    with pytest.raises(ConfigurationError, match="'/valid-missing.txt'"):
+        list(reader.read("/valid-missing.txt"))
+    assert reader.share_sizes(str(LM_CORPUS / "valid.txt")) == [4]
+    with pytest.raises(ConfigurationError, match="The corpus path is empty"):
+        reader.share_sizes("")
 
 
 def test_invalid_utf8_names_file_line_and_offset(tmp_path):
@@ -106,11 +118,7 @@ def test_invalid_utf8_names_file_line_and_offset(tmp_path):
     corpus.write_bytes(b"first line\nsecond line\nbad \xff\xfe bytes\nfourth line\n")
     reader = LanguageModelCorpusReader()
     instances = reader.read(corpus)
-    # Lazy: the good lines before the bad one are still produced.
-    assert _texts(itertools.islice(instances, 2)) == [
-        ["<S>", "first", "line", "</S>"],
-        ["<S>", "second", "line", "</S>"],
-    ]
+    # The index finds the bad line: the read fails before its first instance, on every reader.
     with pytest.raises(ConfigurationError) as excinfo:
         next(instances)
     message = str(excinfo.value)
@@ -191,10 +199,10 @@ def test_is_lazy(tmp_path):
     line = b"the quick brown fox jumps over the lazy dog " * 4 + b"\n"
     with open(corpus, "wb") as corpus_file:
         corpus_file.write(line * 40_000)  # ~7 MB
-        corpus_file.write(b"an invalid last line \xff\n")
     size = corpus.stat().st_size
 
     reader = LanguageModelCorpusReader()
+    load_indexes([str(corpus)])  # what a data loader's length does before the first read
     tracemalloc.start()
     try:
         instances = reader.read(corpus)
@@ -203,12 +211,15 @@ def test_is_lazy(tmp_path):
     finally:
         tracemalloc.stop()
     assert _texts([first]) == [["<S>"] + line.decode().split() + ["</S>"]]
-    assert peak < size // 20
-    assert reader.last_read_statistics["lines"] == 1
-    # The bad last line is only reached when reading on.
+    # Arrays of a few bytes per line and a block of lines (256 KB), not the corpus.
+    assert peak < 48 * 40_000 + (1 << 20) < size // 2
+    # Read in blocks of about 256 KB.
+    assert reader.last_read_statistics["bytes"] <= (1 << 18) + len(line)
+    with open(corpus, "ab") as corpus_file:
+        corpus_file.write(b"an invalid last line \xff\n")
+    # The changed file is indexed again, and the bad last line found before the first instance.
     with pytest.raises(CorpusDecodingError, match="line 40001"):
-        for _ in instances:
-            pass
+        next(reader.read(corpus))
 
 
 def _sharding_corpus(tmp_path) -> Path:
@@ -258,8 +269,8 @@ def _shares(reader, corpus, world_size: int, num_workers: int) -> List[List[Tupl
     return shares
 
 
-# Counted over what a reader scans (every reader scans the whole corpus), not over its share.
-_SCANNED = {"files", "bytes", "lines", "blank_lines_skipped"}
+# Counted over what a reader opens and reads, not over the lines it owns.
+_READ = {"files", "bytes"}
 
 
 @pytest.mark.parametrize("mode", ["sentence", "window"])
@@ -277,14 +288,21 @@ def test_readers_get_every_instance_once_and_equal_counts(tmp_path, mode, world_
     assert total_statistics["blank_lines_skipped"] > 0
 
     shares = _shares(reader, corpus, world_size, num_workers)
-    # Instance i goes to reader i mod (R x W): the single reader's instances, dealt out in turn
-    # (windows included: they are the single-process windows, not windows of each share).
-    slots = world_size * num_workers
-    assert shares == [everything[slot::slots] for slot in range(slots)]
-    # So the counts differ by at most one: the ranks end their epoch together.
+    # The single reader's instances cut into R x W contiguous shares, in (rank, worker) order
+    # (windows included: they are the single-process windows, not windows of each share) ...
+    assert [instance for share in shares for instance in share] == everything
+    # ... of equal sizes (within one): the ranks end their epoch together.
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
-    for key in total_statistics.keys() - _SCANNED:
+    for key in total_statistics.keys() - _READ:
         assert reader.summed[key] == total_statistics[key], key
+    # Each reader reads about its share of the bytes, not the corpus.
+    slots = world_size * num_workers
+    assert reader.summed["bytes"] < 1.5 * total_statistics["bytes"] + 200 * slots
+    # The loader's count of each worker's instances, from the index alone.
+    for rank in range(world_size):
+        reader._set_distributed_info(DistributedInfo(world_size, rank) if world_size > 1 else None)
+        sizes = reader.share_sizes(corpus, num_workers)
+        assert sizes == [len(share) for share in shares[rank * num_workers : (rank + 1) * num_workers]]
 
 
 def test_max_instances_counts_instances_not_lines(tmp_path):
@@ -419,8 +437,8 @@ def test_window_mode_is_lazy(tmp_path):
     line = b"the quick brown fox jumps over the lazy dog\n"
     with open(corpus, "wb") as corpus_file:
         corpus_file.write(line * 100_000)  # ~4.4 MB
-        corpus_file.write(b"an invalid last line \xff\n")
     reader = LanguageModelCorpusReader(mode="window", window_length=20)
+    load_indexes([str(corpus)])
     tracemalloc.start()
     try:
         instances = reader.read(corpus)
@@ -430,11 +448,9 @@ def test_window_mode_is_lazy(tmp_path):
         tracemalloc.stop()
     sentence = ["<S>"] + line.decode().split() + ["</S>"]
     assert _texts([first]) == [(sentence * 2)[:21]]
-    assert peak < corpus.stat().st_size // 20
-    assert reader.last_read_statistics["lines"] == 2  # 11 tokens per sentence: two lines read
-    with pytest.raises(CorpusDecodingError, match="line 100001"):
-        for _ in instances:
-            pass
+    # (All its windows' tokens would take over 20 times the file's size.)
+    assert peak < 48 * 100_000 + (1 << 20)
+    assert reader.last_read_statistics["bytes"] <= (1 << 18) + len(line)
 
 
 def _many_shards(tmp_path, num_files: int) -> Path:
@@ -481,8 +497,10 @@ def test_shuffle_draws_a_new_order_each_epoch_the_same_on_every_rank(tmp_path, m
         reader.set_epoch(epoch)
         everything = _read_as(reader, corpus)
         # Files and the sentences within them move; every process draws the same order and
-        # reads its own share of it.
-        assert _shares(reader, corpus, 2, 2) == [everything[slot::4] for slot in range(4)]
+        # reads its own contiguous share of it.
+        shares = _shares(reader, corpus, 2, 2)
+        assert [instance for share in shares for instance in share] == everything
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
     assert len({tuple(order) for order in orders.values()}) == 3
     assert orders[0] != in_order
     again = LanguageModelCorpusReader(shuffle=True, seed=7)
@@ -499,8 +517,9 @@ def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path)
     (directory / "a.txt").write_text("\n  \n")
     (directory / "b.txt").write_text("one sentence\n")
     reader = LanguageModelCorpusReader()
-    assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == [("<S>", "one", "sentence", "</S>")]
-    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == []
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == []
+    assert reader.last_read_statistics["files"] == 0  # a blank file is never opened
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == [("<S>", "one", "sentence", "</S>")]
     (directory / "b.txt").write_text("\n")
     with pytest.raises(ConfigurationError, match="has no text"):
         _read_as(reader, directory, worker=WorkerInfo(2, 0))

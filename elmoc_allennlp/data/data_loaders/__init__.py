@@ -1,0 +1,1 @@
+from elmoc_allennlp.data.data_loaders.corpus_data_loader import CorpusDataLoader

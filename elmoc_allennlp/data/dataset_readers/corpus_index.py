@@ -1,0 +1,340 @@
+"""
+An index of a corpus file with one sentence per line: where every line starts and how many
+whitespace tokens it has. With it a reader knows the length of an epoch without reading the
+corpus, and reads only the lines of its own share (`docs/scale_and_fault_tolerance.md`).
+
+The index of `DIR/NAME` is `DIR/.NAME.elmoc-index` (hidden from globs and directory listings),
+or, when `DIR` is read-only, a file in a cache folder (by default allennlp's cache directory,
+`elmoc_corpus_index/`). It is built once, in parallel over files, written atomically (a
+temporary file renamed into place, so concurrent builders never leave a half-written index),
+and rebuilt when the corpus file changed (its size, modification time or a sample of its
+content) or when the index does not check out (a warning names it).
+
+Index files are data, possibly from strangers: they are parsed with `struct` and `numpy`,
+bounded by their own size, and checked (a checksum of the arrays, offsets increasing inside
+the corpus file, token counts no larger than their lines) before they are used; a reader also
+checks every line it tokenizes against the count of the index.
+
+Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size,
+corpus modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then
+`uint64` offsets of the `n + 1` line starts (the last is the file size; the first is 3 after a
+UTF-8 byte order mark), `int32` token counts of the `n` lines (`-1`: not valid UTF-8), and
+`uint8` numbers of line-break bytes (`\r`, `\n`) that end each line.
+"""
+import codecs
+import hashlib
+import logging
+import multiprocessing
+import os
+import struct
+import zlib
+from array import array
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy
+
+from allennlp.common.file_utils import CACHE_DIRECTORY
+from allennlp.common.tqdm import Tqdm
+
+from elmoc_allennlp.common.atomic_files import atomic_write
+
+logger = logging.getLogger(__name__)
+
+INDEX_SUFFIX = ".elmoc-index"
+INDEX_VERSION = 1
+DEFAULT_CACHE_DIRECTORY = os.path.join(CACHE_DIRECTORY, "elmoc_corpus_index")
+INVALID_LINE = -1
+
+_MAGIC = b"ELMOCIDX"
+_HEADER = struct.Struct("<8sIQQq32sI")
+_BOM = b"\xef\xbb\xbf"
+_PIECE = 1 << 20  # lines are read in pieces of at most this many bytes
+_SAMPLE = 4096  # bytes of content sampled at the start, middle and end of a corpus file
+# Below this many bytes to index, one process is faster than starting others.
+_PARALLEL_MIN_BYTES = 64 << 20
+_BAR_MIN_BYTES = 16 << 20
+
+
+class CorpusIndex(NamedTuple):
+    """The index of one corpus file (see the module's docstring)."""
+
+    path: str
+    offsets: numpy.ndarray  # uint64, number of lines + 1
+    tokens: numpy.ndarray  # int32, number of lines; INVALID_LINE: not UTF-8
+    breaks: numpy.ndarray  # uint8, number of lines: line-break bytes at the end of each line
+
+    @property
+    def num_lines(self) -> int:
+        return len(self.tokens)
+
+    def line_bytes(self) -> numpy.ndarray:
+        """The length of each line, without its line break."""
+        return numpy.diff(self.offsets.astype(numpy.int64)) - self.breaks
+
+
+class _CorpusKey(NamedTuple):
+    size: int
+    mtime_ns: int
+    sample: bytes
+
+
+def _stat_key(path: str) -> Tuple[int, int, int, int]:
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev
+
+
+def _corpus_key(path: str) -> _CorpusKey:
+    stat = os.stat(path)
+    digest = hashlib.sha256(str(stat.st_size).encode())
+    with open(path, "rb") as corpus:
+        for start in sorted({0, max(0, stat.st_size // 2 - _SAMPLE // 2), max(0, stat.st_size - _SAMPLE)}):
+            corpus.seek(start)
+            digest.update(corpus.read(_SAMPLE))
+    return _CorpusKey(stat.st_size, stat.st_mtime_ns, digest.digest())
+
+
+def index_path_beside(path: str) -> str:
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}{INDEX_SUFFIX}")
+
+
+def index_path_in_cache(path: str, cache_directory: Optional[str] = None) -> str:
+    absolute = os.path.abspath(path)
+    name = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    file_name = f"{name}-{os.path.basename(absolute)}{INDEX_SUFFIX}"
+    return os.path.join(cache_directory or DEFAULT_CACHE_DIRECTORY, file_name)
+
+
+def _breaks(piece: bytes) -> int:
+    return min(255, len(piece) - len(piece.rstrip(b"\r\n")))
+
+
+def index_lines(path: str) -> Tuple[array, array, array]:
+    """Indexes one file: the `(offsets, tokens, breaks)` arrays, streaming (long lines in pieces)."""
+    offsets, tokens, breaks = array("Q"), array("i"), array("B")
+    with open(path, "rb") as corpus:
+        position = 3 if corpus.read(3) == _BOM else 0
+        corpus.seek(position)
+        offsets.append(position)
+        readline = corpus.readline
+        while True:
+            piece = readline(_PIECE)
+            if not piece:
+                break
+            position += len(piece)
+            if len(piece) < _PIECE or piece.endswith(b"\n"):
+                try:
+                    tokens.append(len(piece.decode("utf-8").split()))
+                except UnicodeDecodeError:
+                    tokens.append(INVALID_LINE)
+                breaks.append(_breaks(piece))
+            else:
+                count, piece_bytes, last_piece = _count_long_line(piece, readline)
+                position += piece_bytes
+                tokens.append(count)
+                breaks.append(_breaks(last_piece))
+            offsets.append(position)
+    return offsets, tokens, breaks
+
+
+def _count_long_line(first: bytes, readline) -> Tuple[int, int, bytes]:
+    """A line longer than a piece (its first piece given): its tokens, other bytes, last piece."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    count, in_token, valid, more = 0, False, True, 0
+    piece = first
+    while True:
+        last = not piece or len(piece) < _PIECE or piece.endswith(b"\n")
+        if valid:
+            try:
+                text = decoder.decode(piece, final=last)
+            except UnicodeDecodeError:
+                valid = False
+            else:
+                words = len(text.split())
+                if words and in_token and not text[0].isspace():
+                    words -= 1  # the token goes on from the previous piece
+                count += words
+                if text:
+                    in_token = not text[-1].isspace()
+        if last:
+            return (count if valid else INVALID_LINE), more, piece
+        piece = readline(_PIECE)
+        more += len(piece)
+
+
+def _build_one(path: str) -> Tuple[str, bytes]:
+    """Indexes `path`; the index file's bytes (a top-level function, for process pools)."""
+    key = _corpus_key(path)
+    offsets, tokens, breaks = index_lines(path)
+    if _corpus_key(path) != key:
+        raise OSError(f"{path} changed while it was being indexed")
+    if struct.pack("=I", 1) != struct.pack("<I", 1):  # big-endian machine: store little-endian
+        offsets.byteswap()
+        tokens.byteswap()
+    payload = offsets.tobytes() + tokens.tobytes() + breaks.tobytes()
+    header = _HEADER.pack(
+        _MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload)
+    )
+    return path, header + payload
+
+
+class DamagedIndexError(ValueError):
+    """An index file that does not check out."""
+
+
+def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[CorpusIndex]:
+    """
+    The index in `data` (an index file's bytes); `None` if it indexes another version of the
+    corpus file (stale); `DamagedIndexError` if it is damaged.
+    """
+    if len(data) < _HEADER.size:
+        raise DamagedIndexError(f"{len(data)} bytes, shorter than the header")
+    magic, version, num_lines, size, mtime_ns, sample, crc = _HEADER.unpack_from(data)
+    if magic != _MAGIC:
+        raise DamagedIndexError("not an ELMo-C corpus index")
+    if version != INDEX_VERSION:
+        return None
+    if (size, mtime_ns, sample) != key:
+        return None
+    if num_lines > size:
+        raise DamagedIndexError(f"{num_lines} lines in a file of {size} bytes")
+    expected = _HEADER.size + 8 * (num_lines + 1) + 5 * num_lines
+    if len(data) != expected:
+        raise DamagedIndexError(f"{len(data)} bytes where {num_lines} lines take {expected}")
+    payload = memoryview(data)[_HEADER.size :]
+    if zlib.crc32(payload) != crc:
+        raise DamagedIndexError("checksum mismatch")
+    offsets = numpy.frombuffer(data, dtype="<u8", count=num_lines + 1, offset=_HEADER.size)
+    tokens = numpy.frombuffer(data, dtype="<i4", count=num_lines, offset=_HEADER.size + 8 * (num_lines + 1))
+    breaks = numpy.frombuffer(data, dtype="u1", count=num_lines, offset=_HEADER.size + 12 * num_lines + 8)
+    lengths = numpy.diff(offsets.astype(numpy.int64))
+    if (
+        int(offsets[0]) not in (0, 3)
+        or int(offsets[-1]) != size
+        or (num_lines and lengths.min() < 1)
+        or (num_lines and tokens.min() < INVALID_LINE)
+        or numpy.any(tokens > lengths)
+        or numpy.any(breaks > lengths)
+    ):
+        raise DamagedIndexError("offsets or token counts outside the corpus file")
+    return CorpusIndex(corpus_path, offsets.astype(numpy.uint64), tokens.astype(numpy.int32), breaks.copy())
+
+
+# Indexes loaded by this process (and inherited by forked loader workers), by corpus path.
+_LOADED: Dict[str, Tuple[Tuple[int, int, int, int], CorpusIndex]] = {}
+
+
+def _writable_directory(directory: str) -> bool:
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
+def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIndex]:
+    key = _corpus_key(path)
+    for index_path in (index_path_beside(path), index_path_in_cache(path, cache_directory)):
+        try:
+            with open(index_path, "rb") as index_file:
+                data = index_file.read(_HEADER.size + 13 * (key.size + 1) + 8)
+        except OSError:
+            continue
+        try:
+            index = parse_index(data, path, key)
+        except DamagedIndexError as error:
+            logger.warning("The corpus index %s is damaged (%s): rebuilding it", index_path, error)
+            continue
+        if index is None:
+            logger.info("The corpus index %s is out of date (the corpus file changed): rebuilding it", index_path)
+            continue
+        return index
+    return None
+
+
+def _store(path: str, data: bytes, cache_directory: Optional[str]) -> None:
+    candidates = [index_path_beside(path), index_path_in_cache(path, cache_directory)]
+    if not _writable_directory(os.path.dirname(candidates[0])):
+        candidates = candidates[1:]
+    for index_path in candidates:
+        try:
+            os.makedirs(os.path.dirname(index_path), exist_ok=True)
+            with atomic_write(index_path) as index_file:
+                index_file.write(data)
+            return
+        except OSError as error:
+            logger.warning("Could not write the corpus index %s (%s)", index_path, error)
+    logger.warning("The index of %s is kept in memory only (no writable place for it)", path)
+
+
+def load_indexes(
+    paths: Sequence[str], cache_directory: Optional[str] = None, processes: Optional[int] = None
+) -> List[CorpusIndex]:
+    """
+    The index of every file in `paths`: loaded from where it is cached, or built (in parallel
+    over files, with a progress bar) and cached.
+
+    # Parameters
+
+    paths : `Sequence[str]`
+        The corpus files.
+    cache_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
+        Where indexes go when a corpus file's folder is read-only.
+    processes : `int`, optional (default = the CPUs, when more than 64 MB are to be indexed)
+        The processes that build missing indexes (1: this one).
+    """
+    found: Dict[str, CorpusIndex] = {}
+    missing: List[str] = []
+    for path in paths:
+        if path in found or path in missing:
+            continue
+        stat_key = _stat_key(path)
+        loaded = _LOADED.get(path)
+        if loaded is not None and loaded[0] == stat_key:
+            found[path] = loaded[1]
+            continue
+        index = _load_cached(path, cache_directory)
+        if index is None:
+            missing.append(path)
+        else:
+            found[path] = index
+            _LOADED[path] = (stat_key, index)
+    if missing:
+        found.update(_build(missing, cache_directory, processes))
+    return [found[path] for path in paths]
+
+
+def _build(paths: List[str], cache_directory: Optional[str], processes: Optional[int]) -> Dict[str, CorpusIndex]:
+    total = sum(os.path.getsize(path) for path in paths)
+    if processes is None:
+        processes = (os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1
+    # Loader workers are daemonic processes, which cannot start others.
+    processes = max(1, min(processes, len(paths)))
+    if multiprocessing.current_process().daemon:
+        processes = 1
+    logger.info("Indexing %d corpus file(s), %.1f MB (once; %d process(es))", len(paths), total / 1e6, processes)
+    built: Dict[str, CorpusIndex] = {}
+    # A bar where indexing takes seconds (about 10 MB/s per process).
+    progress = Tqdm.tqdm(
+        total=total, unit="B", unit_scale=True, desc="indexing the corpus", disable=total < _BAR_MIN_BYTES
+    )
+
+    def finish(path: str, data: bytes) -> None:
+        _store(path, data, cache_directory)
+        index = parse_index(data, path, _corpus_key(path))
+        if index is None:
+            raise OSError(f"{path} changed while it was being indexed")
+        built[path] = index
+        _LOADED[path] = (_stat_key(path), index)
+        progress.update(int(index.offsets[-1]))
+
+    try:
+        if processes == 1:
+            for path in paths:
+                finish(*_build_one(path))
+        else:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            with context.Pool(processes) as pool:
+                for path, data in pool.imap_unordered(_build_one, paths):
+                    finish(path, data)
+    finally:
+        progress.close()
+    return built
+

@@ -1,0 +1,110 @@
+"""`elmoc_corpus`: allennlp's multi-process loader whose length comes from the corpus index."""
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allennlp.commands.train import train_model_from_file
+from allennlp.common import Params
+from allennlp.data import DataLoader, Vocabulary
+from allennlp.data.dataset_readers.dataset_reader import DistributedInfo
+
+from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader
+from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _corpus(tmp_path: Path) -> Path:
+    directory = tmp_path / "corpus"
+    directory.mkdir()
+    number = 0
+    for shard, size in enumerate([37, 5, 61, 0, 23]):
+        lines = []
+        for i in range(size):
+            lines.append("" if i % 9 == 4 else " ".join(f"s{number}w{k}" for k in range(1 + i % 13)))
+            number += 1
+        (directory / f"part-{shard}.txt").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def _loader(reader, corpus, **options) -> DataLoader:
+    loader = DataLoader.from_params(
+        Params(copy.deepcopy({"type": "elmoc_corpus", **options})), reader=reader, data_path=str(corpus)
+    )
+    loader.index_with(Vocabulary())
+    return loader
+
+
+LOADERS = [
+    {"batch_size": 4},
+    {"batch_size": 4, "drop_last": True},
+    {"batch_size": 5, "shuffle": True, "max_instances_in_memory": 8},
+    {"batch_sampler": {"type": "bucket", "batch_size": 3, "sorting_keys": ["tokens"]}, "max_instances_in_memory": 7},
+    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]}, "num_workers": 2},
+    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"], "drop_last": True},
+     "max_instances_in_memory": 9, "num_workers": 2},
+]
+
+
+@pytest.mark.parametrize("options", LOADERS, ids=lambda options: json.dumps(options, sort_keys=True))
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_length_is_the_number_of_batches_produced(tmp_path, options, world_size):
+    corpus = _corpus(tmp_path)
+    seen = 0
+    for rank in range(world_size):
+        reader = LanguageModelCorpusReader(mode="sentence", max_sequence_length=5, shuffle=True)
+        reader.set_epoch(1)
+        if world_size > 1:
+            reader._set_distributed_info(DistributedInfo(world_size, rank))
+        loader = _loader(reader, corpus, **options)
+        batches = iter(loader)
+        length = len(loader)
+        assert len(batches) == length  # what tqdm shows as the total (`allennlp evaluate`)
+        produced = list(batches)
+        assert len(produced) == length
+        seen += sum(len(batch["tokens"]["tokens"]["tokens"]) for batch in produced)
+    if not options.get("drop_last") and not options.get("batch_sampler", {}).get("drop_last"):
+        assert seen == LanguageModelCorpusReader(max_sequence_length=5).num_instances(str(corpus))
+
+
+def test_a_sampler_that_needs_the_instances_falls_back_to_allennlp(tmp_path):
+    corpus = _corpus(tmp_path)
+    loader = _loader(LanguageModelCorpusReader(), corpus, max_instances_in_memory=10,
+                     batch_sampler={"type": "max_tokens_sampler", "max_tokens": 40})
+    with pytest.raises(TypeError):
+        len(loader)
+    assert len(list(iter(loader))) > 0
+
+
+def test_training_and_validation_bars_show_a_total(tmp_path, capfd):
+    overrides = json.dumps({"trainer.num_epochs": 1})
+    train_model_from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(tmp_path / "run"), overrides=overrides)
+    shown = capfd.readouterr().err
+    # 35 training sentences in batches of 8, 4 validation sentences: N/M bars, with an ETA.
+    assert re.search(r"\b5/5 \[\d\d:\d\d<00:00", shown), shown[-2000:]
+    assert re.search(r"\b1/1 \[\d\d:\d\d<00:00", shown), shown[-2000:]
+    assert not re.search(r"\b5it \[", shown)
+
+
+def _allennlp(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`allennlp ARGUMENTS` on this checkout (allennlp's own `__main__` puts site-packages first)."""
+    command = [sys.executable, "-c", "from allennlp.commands import main; main(prog='allennlp')"]
+    return subprocess.run(command + list(arguments) + ["--include-package", "elmoc_allennlp"], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_evaluate_shows_a_total_and_refuses_a_path_matching_nothing(elmoc_archive, tmp_path):
+    result = _allennlp("evaluate", str(elmoc_archive), str(LM_CORPUS / "train-*"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"\b5/5 \[", result.stderr), result.stderr[-3000:]
+    # `allennlp evaluate ARCHIVE "$VALIDATION_DATA/valid.txt"` with the variable unset.
+    result = _allennlp("evaluate", str(elmoc_archive), "/valid.txt", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "No corpus files found matching '/valid.txt'" in result.stderr
