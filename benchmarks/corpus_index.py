@@ -13,10 +13,10 @@ and what it costs to build.
 2. Index build time on a ~100 MB corpus (1 process and all CPUs), per GB, and the time to load
    the cached indexes.
 
-    python benchmarks/corpus_index.py
+    python -m benchmarks.corpus_index
     # against the reader before the index (commit 8d74d5e), side by side:
     mkdir -p /tmp/before && git archive 8d74d5e elmoc_allennlp | tar -x -C /tmp/before
-    python benchmarks/corpus_index.py --before /tmp/before
+    python -m benchmarks.corpus_index --before /tmp/before
 """
 import argparse
 import json

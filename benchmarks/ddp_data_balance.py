@@ -11,7 +11,7 @@ tokens), in window mode (20-token windows). `--batch` is scaled so that a shard 
 many batches as a real shard holds of the paper's 768-window batches (~530). Run it against
 another checkout's reader with `PYTHONPATH=/path/to/checkout`.
 
-    python benchmarks/ddp_data_balance.py
+    python -m benchmarks.ddp_data_balance
 """
 import argparse
 import random

@@ -15,8 +15,8 @@ fastText model (random vectors, same format and reader as a trained one), writte
 * Model: tokens/s of training steps (forward, backward, Adam) of the quickstart model on loader
   batches, in the main process.
 
-    python benchmarks/loader_throughput.py                  # 20 shards x 400 sentences
-    python benchmarks/loader_throughput.py --shards 20 --sentences-per-shard 2000 --steps 10
+    python -m benchmarks.loader_throughput                  # 20 shards x 400 sentences
+    python -m benchmarks.loader_throughput --shards 20 --sentences-per-shard 2000 --steps 10
 """
 import argparse
 import os

