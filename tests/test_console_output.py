@@ -123,3 +123,17 @@ def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
     console_lines = (result.stdout + result.stderr).splitlines()
     assert not [line for line in console_lines if " - INFO - " in line]
     assert (serialization_dir / "model.tar.gz").is_file()
+
+
+@pytest.mark.parametrize("input_file", ["", "  ", "{valid},", "{missing}"])
+def test_allennlp_evaluate_refuses_an_input_naming_no_data(elmoc_archive, tmp_path, input_file):
+    """An empty input (an unset shell variable), an empty entry, or a path matching no file."""
+    valid = REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"
+    input_file = input_file.format(valid=valid, missing=tmp_path / "nowhere" / "valid.txt")
+    output_file = tmp_path / "metrics.json"
+    result = _allennlp("evaluate", str(elmoc_archive), input_file, "--output-file", str(output_file))
+    assert result.returncode != 0
+    assert "ConfigurationError" in result.stderr
+    named = input_file.rstrip(",") if input_file.strip() else repr(input_file)
+    assert named in result.stderr
+    assert "Final metrics" not in result.stdout and not output_file.exists()

@@ -1,14 +1,16 @@
 """
-`allennlp evaluate` prints its final metrics in full.
+`allennlp evaluate` refuses an empty input and prints its final metrics in full.
 
 **Problem (allennlp 2.10.1).** `allennlp evaluate` ends with "Finished evaluating." and no result:
 the metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
-`0.00`), or in `--output-file`.
+`0.00`), or in `--output-file`. An empty input (`allennlp evaluate A ""`, e.g. an unset shell
+variable) is read as a list of no datasets: nothing is evaluated, and it exits 0.
 
 **Workaround.** `install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what
-`allennlp evaluate` runs) to print the final metrics on stdout, one per line, each named and with
-four decimals (`.4g` below 0.001), under the line "Final metrics:". Nothing else changes: its
-errors pass through untouched.
+`allennlp evaluate` runs) to refuse an input naming no dataset, or an empty one in a
+comma-separated list, with a `ConfigurationError` naming it, and to print the final metrics on
+stdout, one per line, each named and with four decimals (`.4g` below 0.001), under the line
+"Final metrics:". Nothing else changes: its errors pass through untouched.
 
 **To drop it**: when allennlp prints its final metrics itself, remove this module and its entry in
 `elmoc_allennlp.compat.SHIMS`.
@@ -17,6 +19,8 @@ import functools
 import math
 import sys
 from typing import Any, Dict
+
+from allennlp.common.checks import ConfigurationError
 
 REPLACES = "`allennlp evaluate` prints its final metrics in full"
 TARGETS = ("allennlp.commands.evaluate.evaluate_from_archive",)
@@ -31,6 +35,7 @@ def install() -> bool:
 
     @functools.wraps(original)
     def evaluate_from_archive(*args, **kwargs) -> Dict[str, Any]:
+        check_input_file(kwargs["input_file"] if "input_file" in kwargs else args[1])
         metrics = original(*args, **kwargs)
         print_metrics(metrics)
         return metrics
@@ -38,6 +43,18 @@ def install() -> bool:
     evaluate_from_archive._elmoc_summary = True  # type: ignore[attr-defined]
     evaluate_module.evaluate_from_archive = evaluate_from_archive  # type: ignore[assignment]
     return True
+
+
+def check_input_file(input_file: Any) -> None:
+    """An input naming at least one dataset, and no empty one (allennlp splits it on commas)."""
+    if not isinstance(input_file, str):
+        return
+    parts = input_file.split(",")
+    if not input_file.strip() or any(not part.strip() for part in parts):
+        raise ConfigurationError(
+            f"allennlp evaluate: the input file {input_file!r} names no dataset (is a shell "
+            "variable in the command unset?)"
+        )
 
 
 def format_metric(value: Any) -> str:
