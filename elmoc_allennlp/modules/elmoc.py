@@ -12,6 +12,7 @@ from torch.nn.utils.rnn import pad_sequence
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.common.portable_bilm import open_bilm
 from elmoc_allennlp.common.bilm_inputs import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
+from elmoc_allennlp.downstream.layer_cache import LayerCache  # layer cache (#36)
 
 
 def boundary_token_ids(kind: str, pretraining_indexer, vocabulary, token: str) -> List[int]:
@@ -136,6 +137,9 @@ class ElmocBiLm(torch.nn.Module):
         expected = (self.num_layers, 1, 3, self._output_dim)
         check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
 
+    # Layer cache (#36): set by `ElmocElmo` from `cache_directory`.
+    layer_cache: Optional["LayerCache"] = None
+
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
         self._bilm.eval()
@@ -177,6 +181,14 @@ class ElmocBiLm(torch.nn.Module):
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
         check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
+        # >>> layer cache (#36): stored layers for sentences seen before, live ones for the others.
+        if self.layer_cache is not None:
+            return self.layer_cache.activations(self, inputs, self.live_layers)
+        # <<< layer cache
+        return self.live_layers(inputs)
+
+    def live_layers(self, inputs: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+        """What `forward` returns, computed by the biLM (without the layer cache)."""
         if self.input_kind == PIECES_INPUT:
             start_id, end_id = (int(ids[0]) for ids in self._boundary_ids)
             sequence, first, last, word_mask = lay_out_pieces(inputs, start_id, end_id)
@@ -222,6 +234,11 @@ class ElmocElmo(Elmo):
         Given by allennlp; see `ElmocBiLm`.
     projection_dim : `int`, optional (default = `None`)
         If given, each representation is projected to this size by its own trained linear layer.
+    cache_directory : `str`, optional (default = `None`)
+        If given, the frozen biLM's layers are stored there per sentence the first time it is
+        seen and read after that (see `downstream.layer_cache`); not with `requires_grad`.
+    cache_dtype : `str`, optional (default = `"float32"`)
+        How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk).
     """
 
     def __init__(
@@ -239,6 +256,8 @@ class ElmocElmo(Elmo):
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
         projection_dim: Optional[int] = None,
+        cache_directory: Optional[str] = None,
+        cache_dtype: str = "float32",
     ) -> None:
         check_positive(projection_dim, "projection_dim", allow_none=True)
         check_positive(num_output_representations, "num_output_representations")
@@ -251,6 +270,15 @@ class ElmocElmo(Elmo):
             bilm = ElmocBiLm(
                 archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
             )
+        # >>> layer cache (#36)
+        if cache_directory is not None:
+            if bilm.requires_grad:
+                raise ConfigurationError(
+                    "cache_directory caches the layers of a frozen biLM, but requires_grad is true "
+                    "(the biLM is fine-tuned): set one of them only"
+                )
+            bilm.layer_cache = LayerCache(cache_directory, cache_dtype)
+        # <<< layer cache
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
                 f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, "
