@@ -128,8 +128,11 @@ class LayerStore(TensorCache):
         code = _DTYPE_CODES[self.cache_dtype]
         return _HEADER.pack(_VALUE_MAGIC, code, layers, timesteps, dim, zlib.crc32(payload)) + payload
 
-    def decode(self, key: bytes, buffer: bytes, expected: Optional[Tuple[int, int, int]] = None) -> torch.Tensor:
-        """The tensor in `buffer`; a value of another layout, size or checksum is refused."""
+    def decode(self, key: bytes, buffer: Any, expected: Optional[Tuple[int, int, int]] = None) -> numpy.ndarray:
+        """
+        The array in `buffer` (a view of it); a value of another layout, shape, size or checksum is
+        refused, naming the file and the entry.
+        """
         problem = None
         if len(buffer) < _HEADER.size:
             problem = "is shorter than its header"
@@ -147,11 +150,28 @@ class LayerStore(TensorCache):
                 problem = "fails its checksum"
         if problem is not None:
             raise ConfigurationError(
-                f"Layer cache {self.lmdb_env.path()} is damaged: entry {key.decode('ascii', 'replace')} "
+                f"Layer cache {self.lmdb_env.path()} is damaged: entry {bytes(key).decode('ascii', 'replace')} "
                 f"{problem}. Delete the file (and its -lock) to rebuild it."
             )
-        array = numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(layers, timesteps, dim)
-        return torch.from_numpy(array.copy())
+        return numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(layers, timesteps, dim)
+
+    def read_into(self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray) -> List[int]:
+        """
+        Copies the stored value of each sentence `row` into `layers[:, row, :lengths[row] + 2]`
+        (`layers` is `(num_layers, batch, timesteps + 2, dim)`), in one read transaction without
+        copying values out of the file first; returns the rows not in the cache.
+        """
+        num_layers, _, _, dim = layers.shape
+        missing = []
+        with self.lmdb_env.begin(write=False, buffers=True) as transaction:
+            for row, key in enumerate(keys):
+                buffer = transaction.get(key)
+                if buffer is None:
+                    missing.append(row)
+                    continue
+                value = self.decode(key, buffer, (num_layers, lengths[row] + 2, dim))
+                layers[:, row, : lengths[row] + 2] = value
+        return missing
 
     def read_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
         with self.lmdb_env.begin(write=False) as transaction:
@@ -167,7 +187,7 @@ class LayerStore(TensorCache):
         buffer = self.read_many([key.encode()])[0]
         if buffer is None:
             raise KeyError(key)
-        return self.decode(key.encode(), buffer)
+        return torch.from_numpy(self.decode(key.encode(), buffer).astype(numpy.float32))
 
     def __setitem__(self, key: str, tensor: torch.Tensor) -> None:
         if self.read_only:
@@ -297,14 +317,10 @@ class LayerCache:
         keys, lengths = sentence_keys(inputs)
         num_layers, dim = bilm.num_layers, bilm.get_output_dim()
         batch_size, timesteps = inputs.shape[:2]
-        layers = inputs.new_zeros((num_layers, batch_size, timesteps + 2, dim), dtype=torch.float)
-        missing = []
-        for row, (key, buffer) in enumerate(zip(keys, store.read_many(keys))):
-            if buffer is None:
-                missing.append(row)
-                continue
-            value = store.decode(key, buffer, (num_layers, lengths[row] + 2, dim))
-            layers[:, row, : lengths[row] + 2] = value.to(layers.device, non_blocking=True)
+        # Assembled on the CPU (the values are copied once, from the file), then moved at once.
+        stored = torch.zeros((num_layers, batch_size, timesteps + 2, dim), dtype=torch.float)
+        missing = store.read_into(keys, lengths, stored.numpy())
+        layers = stored.to(inputs.device)
         self.hits += batch_size - len(missing)
         self.misses += len(missing)
         if missing:
