@@ -248,10 +248,10 @@ class LayerCache:
         try:
             store = LayerStore(self.path, map_size=self.map_size)
         except lmdb.Error as error:
-            raise ConfigurationError(
-                f"Layer cache {self.path} cannot be opened ({error}): damaged? Delete the file "
-                "(and its -lock) to rebuild it."
-            ) from None
+            advice = "damaged? Delete the file (and its -lock) to rebuild it" if self.path.exists() else (
+                "set cache_directory to a folder this user can write"
+            )
+            raise ConfigurationError(f"Layer cache {self.path} cannot be opened ({error}): {advice}.") from None
         store.cache_dtype = self.cache_dtype
         encoded = json.dumps(metadata, sort_keys=True).encode("utf-8")
         recorded = store.read_many([_METADATA_KEY])[0]
