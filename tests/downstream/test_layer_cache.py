@@ -15,6 +15,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import import_module_and_submodules
 from allennlp.data import Token
 from allennlp.models.archival import load_archive
+from allennlp.predictors import Predictor
 from allennlp.training.util import evaluate
 from allennlp.data.data_loaders import SimpleDataLoader
 
@@ -117,8 +118,8 @@ def test_cached_and_live_training_give_the_same_losses_and_metrics(
     distinct = {tuple(s) for s in _sentences(24, 0) + _sentences(8, 1)}
     assert len(LayerStore(files[0])) == len(distinct) + 1
 
-    # The cached archive evaluates (reading the cache) as the live one does.
-    evaluations = {}
+    # The cached archive evaluates and predicts (reading the cache) as the live one does.
+    evaluations, predictions = {}, {}
     for name in ("live", "cached"):
         archive = load_archive(str(tmp_path / name / "model.tar.gz"))
         reader = archive.dataset_reader
@@ -129,8 +130,12 @@ def test_cached_and_live_training_give_the_same_losses_and_metrics(
         if name == "cached":
             cache = next(m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None))
             assert cache.hits == len(instances) and cache.misses == 0
+        predictions[name] = Predictor(archive.model, reader).predict_batch_instance(instances)
     for key, value in evaluations["live"].items():
         assert evaluations["cached"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    for live, cached in zip(predictions["live"], predictions["cached"]):
+        assert cached["tags"] == live["tags"]
+        torch.testing.assert_close(torch.tensor(cached["logits"]), torch.tensor(live["logits"]), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- module-level behaviour
