@@ -11,9 +11,11 @@ sentences of CoNLL-2003 eng.train, validated on the first `--dev-sentences` of e
 for a quickstart-size biLM (`elmoc_small.jsonnet`: 512 cells -> 128 per direction, 256-d layers)
 and a paper-size one (`elmoc.libsonnet`'s defaults: 4096 -> 512, 1024-d layers). The biLMs are
 trained for one step on 16 sentences (random weights, for timing: the layers cost the same); the
-fastText model (300-d, as the paper's) is trained on the task's own text. Times are wall seconds
-of the trainer's epoch (forward, backward, optimizer) and of its validation pass, per epoch; the
-last columns are the validation F1 of the best epoch and the cache's bytes on disk per stored token
+fastText model (300-d, as the paper's) is trained on the task's own text. Times are CPU seconds
+of this process (on a loaded machine they vary far less than wall time; `--threads 1`) of the
+trainer's epoch (forward, backward, optimizer) and of its validation pass, per epoch, with the wall
+seconds of epochs 2+ beside them; the
+last columns are the validation F1 and loss of the best epoch and the cache's bytes on disk per stored token
 (the two boundary positions of each sentence included). Needs ../shared/data/conll2003 (or
 `--data`); without it, says so and exits 0.
 
@@ -53,14 +55,15 @@ class EpochTimer(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         _TIMES.clear()
-        _TIMES.update(train=[], validation=[])
+        _TIMES.update(train=[], validation=[], train_wall=[], validation_wall=[])
         for name, key in (("_train_epoch", "train"), ("_validation_loss", "validation")):
             method = getattr(trainer, name)
 
             def timed(*args, _method=method, _key=key, **kw):
-                start = time.perf_counter()
+                start, start_wall = time.process_time(), time.perf_counter()
                 result = _method(*args, **kw)
-                _TIMES[_key].append(time.perf_counter() - start)
+                _TIMES[_key].append(time.process_time() - start)
+                _TIMES[_key + "_wall"].append(time.perf_counter() - start_wall)
                 return result
 
             setattr(trainer, name, timed)
@@ -119,12 +122,13 @@ def build_bilm(size: str, fasttext: Path, corpus: Path, directory: Path) -> Path
     return archive
 
 
-def train_ner(run_dir: Path, environment: Dict[str, str], epochs: int, extra: Dict) -> Dict:
+def train_ner(run_dir: Path, environment: Dict[str, str], epochs: int, lr: float, extra: Dict) -> Dict:
     from allennlp.commands.train import train_model_from_file
 
     os.environ.update(environment)
     overrides = {
         "trainer.num_epochs": epochs,
+        "trainer.optimizer.lr": lr,
         "trainer.patience": None,
         "trainer.checkpointer.save_completed_epochs": False,
         "trainer.callbacks": [{"type": "layer_cache_timer"}],
@@ -134,8 +138,9 @@ def train_ner(run_dir: Path, environment: Dict[str, str], epochs: int, extra: Di
     }
     train_model_from_file(str(NER_CONFIG), str(run_dir), overrides=json.dumps(overrides))
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    result = {"train": list(_TIMES["train"]), "validation": list(_TIMES["validation"]),
-              "f1": metrics[f"best_validation_{METRIC}"]}
+    result = {name: list(values) for name, values in _TIMES.items()}
+    result.update({
+              "f1": metrics[f"best_validation_{METRIC}"], "loss": metrics["best_validation_loss"]})
     gc.collect()
     return result
 
@@ -152,6 +157,8 @@ def main(arguments: Optional[List[str]] = None) -> int:
     parser.add_argument("--epochs", type=int, default=3, help="at least 2: epoch 1 fills, 2+ read")
     parser.add_argument("--sizes", nargs="+", choices=sorted(BILM_SIZES), default=["quickstart", "paper"])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--lr", type=float, default=0.005,
+                        help="Adam's learning rate (the recipe's 0.001 leaves F1 at 0 after 3 short epochs)")
     parser.add_argument("--work-dir", type=Path, default=None, help="kept if given (biLMs are reused)")
     args = parser.parse_args(arguments)
     if args.epochs < 2:
@@ -189,36 +196,37 @@ def main(arguments: Optional[List[str]] = None) -> int:
         "NER_TEST_DATA_PATH": str(dev_path),
     }
     print(f"# {len(train)} training / {len(dev)} validation sentences ({tokens} tokens), {args.epochs} "
-          f"epochs, torch {torch.__version__}, {args.threads} thread(s), {platform.processor() or platform.machine()}, "
+          f"epochs, Adam lr {args.lr}, torch {torch.__version__}, {args.threads} thread(s), {platform.processor() or platform.machine()}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start", flush=True)
 
     rows = []
-    fasttext_only = train_ner(work / "run_fasttext", {**base, "ELMOC_ARCHIVE": "", "ELMOC_DIM": "0"}, args.epochs, {})
+    fasttext_only = train_ner(work / "run_fasttext", {**base, "ELMOC_ARCHIVE": "", "ELMOC_DIM": "0"}, args.epochs, args.lr, {})
     rows.append(("fastText + char CNN only", "-", fasttext_only, None))
     print("# fastText only done", flush=True)
     for size in args.sizes:
         bilm = build_bilm(size, fasttext, bilm_corpus, work / f"bilm_{size}")
         environment = {**base, "ELMOC_ARCHIVE": str(bilm), "ELMOC_DIM": str(2 * BILM_SIZES[size][1])}
         embedder = "model.text_field_embedder.token_embedders.elmo"
-        live = train_ner(work / f"run_{size}_live", environment, args.epochs, {})
+        live = train_ner(work / f"run_{size}_live", environment, args.epochs, args.lr, {})
         rows.append((f"ELMo-C {size}, live", size, live, None))
         for dtype in ("float32", "float16"):
             cache = work / f"cache_{size}_{dtype}"
             extra = {f"{embedder}.cache_directory": str(cache), f"{embedder}.cache_dtype": dtype}
-            result = train_ner(work / f"run_{size}_{dtype}", environment, args.epochs, extra)
+            result = train_ner(work / f"run_{size}_{dtype}", environment, args.epochs, args.lr, extra)
             rows.append((f"ELMo-C {size}, cache {dtype}", size, result, cache_bytes(cache) / positions))
         print(f"# {size} done", flush=True)
 
     baseline = sum(fasttext_only["train"][1:]) / (args.epochs - 1)
     header = (f"{'tagger':34} {'epoch 1 s':>9} {'epochs 2+ s':>11} {'vs fastText':>11} {'eval 1 s':>8} "
-              f"{'eval 2+ s':>9} {'dev F1':>7} {'bytes/token':>11}")
+              f"{'eval 2+ s':>9} {'wall 2+ s':>9} {'dev F1':>7} {'dev loss':>9} {'bytes/token':>11}")
     print(header)
     print("-" * len(header))
     for name, _, result, per_token in rows:
         later = sum(result["train"][1:]) / (args.epochs - 1)
         later_eval = sum(result["validation"][1:]) / (args.epochs - 1)
+        later_wall = sum(result["train_wall"][1:]) / (args.epochs - 1)
         print(f"{name:34} {result['train'][0]:9.1f} {later:11.1f} {later / baseline:10.2f}x "
-              f"{result['validation'][0]:8.1f} {later_eval:9.1f} {100 * result['f1']:7.2f} "
+              f"{result['validation'][0]:8.1f} {later_eval:9.1f} {later_wall:9.1f} {100 * result['f1']:7.2f} {result['loss']:9.3f} "
               f"{'-' if per_token is None else f'{per_token:,.0f}':>11}")
     print(f"# load average {os.getloadavg()[0]:.1f} at the end; work dir {work}")
     return 0
