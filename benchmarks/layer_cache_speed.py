@@ -14,7 +14,9 @@ trained for one step on 16 sentences (random weights, for timing: the layers cos
 fastText model (300-d, as the paper's) is trained on the task's own text. Times are CPU seconds
 of this process (on a loaded machine they vary far less than wall time; `--threads 1`) of the
 trainer's epoch (forward, backward, optimizer) and of its validation pass, per epoch, with the wall
-seconds of epochs 2+ beside them; the
+seconds of epochs 2+ beside them, and "cache 2+", the CPU seconds per epoch 2+ spent inside the
+layer cache (hashing ids, reading, checking and copying the stored layers: training and
+validation passes together); the
 last columns are the validation F1 and loss of the best epoch and the cache's bytes on disk per stored token
 (the two boundary positions of each sentence included). Needs ../shared/data/conll2003 (or
 `--data`); without it, says so and exits 0.
@@ -55,7 +57,17 @@ class EpochTimer(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         _TIMES.clear()
-        _TIMES.update(train=[], validation=[], train_wall=[], validation_wall=[])
+        _TIMES.update(train=[], validation=[], train_wall=[], validation_wall=[], cache=[0.0])
+        for module in trainer.model.modules():
+            cache = getattr(module, "layer_cache", None)
+            if cache is not None:  # CPU seconds inside the cache (reading, or filling + the live biLM)
+                def timed_cache(*args, _method=cache.activations, **kw):
+                    start = time.process_time()
+                    result = _method(*args, **kw)
+                    _TIMES["cache"][-1] += time.process_time() - start
+                    return result
+
+                cache.activations = timed_cache
         for name, key in (("_train_epoch", "train"), ("_validation_loss", "validation")):
             method = getattr(trainer, name)
 
@@ -64,6 +76,8 @@ class EpochTimer(TrainerCallback):
                 result = _method(*args, **kw)
                 _TIMES[_key].append(time.process_time() - start)
                 _TIMES[_key + "_wall"].append(time.perf_counter() - start_wall)
+                if _key == "validation":
+                    _TIMES["cache"].append(0.0)
                 return result
 
             setattr(trainer, name, timed)
@@ -196,11 +210,13 @@ def main(arguments: Optional[List[str]] = None) -> int:
         "NER_TEST_DATA_PATH": str(dev_path),
     }
     print(f"# {len(train)} training / {len(dev)} validation sentences ({tokens} tokens), {args.epochs} "
-          f"epochs, Adam lr {args.lr}, torch {torch.__version__}, {args.threads} thread(s), {platform.processor() or platform.machine()}, "
+          f"epochs, Adam lr {args.lr}, torch {torch.__version__}, {args.threads} thread(s), "
+          f"{platform.processor() or platform.machine()}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start", flush=True)
 
     rows = []
-    fasttext_only = train_ner(work / "run_fasttext", {**base, "ELMOC_ARCHIVE": "", "ELMOC_DIM": "0"}, args.epochs, args.lr, {})
+    no_bilm = {**base, "ELMOC_ARCHIVE": "", "ELMOC_DIM": "0"}
+    fasttext_only = train_ner(work / "run_fasttext", no_bilm, args.epochs, args.lr, {})
     rows.append(("fastText + char CNN only", "-", fasttext_only, None))
     print("# fastText only done", flush=True)
     for size in args.sizes:
@@ -218,15 +234,18 @@ def main(arguments: Optional[List[str]] = None) -> int:
 
     baseline = sum(fasttext_only["train"][1:]) / (args.epochs - 1)
     header = (f"{'tagger':34} {'epoch 1 s':>9} {'epochs 2+ s':>11} {'vs fastText':>11} {'eval 1 s':>8} "
-              f"{'eval 2+ s':>9} {'wall 2+ s':>9} {'dev F1':>7} {'dev loss':>9} {'bytes/token':>11}")
+              f"{'eval 2+ s':>9} {'cache 2+ s':>10} {'wall 2+ s':>9} {'dev F1':>7} {'dev loss':>9} {'bytes/token':>11}")
     print(header)
     print("-" * len(header))
     for name, _, result, per_token in rows:
         later = sum(result["train"][1:]) / (args.epochs - 1)
         later_eval = sum(result["validation"][1:]) / (args.epochs - 1)
         later_wall = sum(result["train_wall"][1:]) / (args.epochs - 1)
+        cache_later = sum(result["cache"][1 : args.epochs]) / (args.epochs - 1)
         print(f"{name:34} {result['train'][0]:9.1f} {later:11.1f} {later / baseline:10.2f}x "
-              f"{result['validation'][0]:8.1f} {later_eval:9.1f} {later_wall:9.1f} {100 * result['f1']:7.2f} {result['loss']:9.3f} "
+              f"{result['validation'][0]:8.1f} {later_eval:9.1f} "
+              f"{'-' if per_token is None else f'{cache_later:.1f}':>10} {later_wall:9.1f} "
+              f"{100 * result['f1']:7.2f} {result['loss']:9.3f} "
               f"{'-' if per_token is None else f'{per_token:,.0f}':>11}")
     print(f"# load average {os.getloadavg()[0]:.1f} at the end; work dir {work}")
     return 0

@@ -135,7 +135,8 @@ def test_cached_and_live_training_give_the_same_losses_and_metrics(
         assert evaluations["cached"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
     for live, cached in zip(predictions["live"], predictions["cached"]):
         assert cached["tags"] == live["tags"]
-        torch.testing.assert_close(torch.tensor(cached["logits"]), torch.tensor(live["logits"]), rtol=1e-5, atol=1e-5)
+        logits = torch.tensor(cached["logits"]), torch.tensor(live["logits"])
+        torch.testing.assert_close(*logits, rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- module-level behaviour
@@ -241,7 +242,8 @@ def test_damaged_cache_file_is_refused_naming_it(elmoc_archive, tmp_path):
         damaged[-3] ^= 0xFF
         txn.put(key, bytes(damaged))
     reader = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
-    with pytest.raises(ConfigurationError, match=rf"Layer cache {path} is damaged: entry {key.decode()} fails its checksum"):
+    message = rf"Layer cache {path} is damaged: entry {key.decode()} fails its checksum"
+    with pytest.raises(ConfigurationError, match=message):
         _layers(reader, batch)
 
     # A value with a forged shape is refused before any bytes are used.
