@@ -9,6 +9,7 @@ from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
 from elmoc_allennlp.downstream.archive import BilmArchive
+from elmoc_allennlp.downstream.layer_cache import LayerCache
 
 
 class ElmocBiLm(torch.nn.Module):
@@ -67,6 +68,9 @@ class ElmocBiLm(torch.nn.Module):
         expected = (self.num_layers, 1, 3, self._output_dim)
         check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
 
+    # The layer cache (`downstream.layer_cache`), set by `ElmocElmo` from `cache_directory`.
+    layer_cache: Optional[LayerCache] = None
+
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
         self._bilm.eval()
@@ -98,6 +102,13 @@ class ElmocBiLm(torch.nn.Module):
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
         check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
+        # Sentences seen before: their stored layers (`cache_directory`); the others live.
+        if self.layer_cache is not None:
+            return self.layer_cache.activations(self, inputs, self.live_layers)
+        return self.live_layers(inputs)
+
+    def live_layers(self, inputs: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+        """What `forward` returns, computed by the biLM (without the layer cache)."""
         key = self.archive.input_key
         layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self._boundary_ids)
         return {"activations": list(layers.unbind(0)), "mask": mask}
@@ -136,6 +147,11 @@ class ElmocElmo(Elmo):
     projection_dim : `int`, optional (default = `None`)
         If given, each representation is projected to this size by its own trained linear layer:
         `1024` fits a biLM of any size into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
+    cache_directory : `str`, optional (default = `None`)
+        If given, the frozen biLM's layers are stored there per sentence the first time it is
+        seen and read after that (see `downstream.layer_cache`); not with `requires_grad`.
+    cache_dtype : `str`, optional (default = `"float32"`)
+        How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk).
     """
 
     def __init__(
@@ -153,6 +169,8 @@ class ElmocElmo(Elmo):
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
         projection_dim: Optional[int] = None,
+        cache_directory: Optional[str] = None,
+        cache_dtype: str = "float32",
     ) -> None:
         check_positive(projection_dim, "projection_dim", allow_none=True)
         check_positive(num_output_representations, "num_output_representations")
@@ -165,6 +183,13 @@ class ElmocElmo(Elmo):
             bilm = ElmocBiLm(
                 archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
             )
+        if cache_directory is not None:
+            if bilm.requires_grad:
+                raise ConfigurationError(
+                    "cache_directory caches the layers of a frozen biLM, but requires_grad is true "
+                    "(the biLM is fine-tuned): set one of them only"
+                )
+            bilm.layer_cache = LayerCache(cache_directory, cache_dtype)
         if scalar_mix_parameters is not None and len(scalar_mix_parameters) != bilm.num_layers:
             raise ConfigurationError(
                 f"scalar_mix_parameters has {len(scalar_mix_parameters)} weights, "

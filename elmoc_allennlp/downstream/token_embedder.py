@@ -79,6 +79,10 @@ class ElmocTokenEmbedder(TokenEmbedder):
         As in `bidirectional_lm_token_embedder`: `False` keeps the boundaries' representations.
     serialization_dir : `str`, optional (default = `None`)
         Given by allennlp; see `ElmocBiLm`.
+    cache_directory : `str`, optional (default = `None`)
+        Store the frozen biLM's layers there and read them on later epochs (see `ElmocElmo`).
+    cache_dtype : `str`, optional (default = `"float32"`)
+        The cache's storage: `"float32"` (exact) or `"float16"` (half the disk).
     """
 
     def __init__(
@@ -96,6 +100,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
         bos_eos_tokens: Optional[Tuple[str, str]] = None,
         remove_bos_eos: bool = True,
         serialization_dir: Optional[str] = None,
+        cache_directory: Optional[str] = None,
+        cache_dtype: str = "float32",
     ) -> None:
         super().__init__()
         check_positive(projection_dim, "projection_dim", allow_none=True)
@@ -111,6 +117,8 @@ class ElmocTokenEmbedder(TokenEmbedder):
             vectors_path=vectors_path,
             allow_different_vectors=allow_different_vectors,
             serialization_dir=serialization_dir,
+            cache_directory=cache_directory,
+            cache_dtype=cache_dtype,
         )
         archive = self._elmo.bilm.archive
         check_boundary_tokens(bos_eos_tokens, archive.start_token, archive.end_token, str(archive_file))

@@ -1,0 +1,340 @@
+"""
+A frozen biLM's layers, computed once per sentence and read back on later epochs (bilm-tf's "dump
+the layers once" as a cache): `cache_directory` on `elmoc_token_embedder` / `ElmocElmo`.
+
+Downstream, the biLM runs frozen and in evaluation mode, so its layers for a sentence depend only on
+the biLM (its weights, config and fastText vectors: the *fingerprint*), its input kind and the
+sentence's input ids. The cache is one LMDB file per fingerprint and storage dtype in the cache
+directory (allennlp's `TensorCache`, safe for several processes: DDP ranks, concurrent runs),
+keyed by a hash of each sentence's ids. A value is raw bytes behind a fixed header (dtype, shape,
+CRC-32): nothing in a cache is unpickled, so a cache from elsewhere is data only. The learned
+parts (scalar mix, gamma, dropout, projection) run every step on what the cache returns.
+"""
+import difflib
+import errno
+import hashlib
+import json
+import logging
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import lmdb
+import numpy
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import TensorCache
+
+logger = logging.getLogger(__name__)
+
+# Storage dtypes, by config name; their codes in a value's header.
+CACHE_DTYPES: Dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
+_DTYPE_CODES = {"float32": 1, "float16": 2}
+_NUMPY_DTYPES = {"float32": numpy.dtype("<f4"), "float16": numpy.dtype("<f2")}
+# Bumped when the fingerprint, the key or the value layout changes: older caches are not read.
+CACHE_FORMAT = 1
+# A value: magic, dtype code, layers, timesteps (words + 2 boundaries), dim, CRC-32 of the payload.
+_VALUE_MAGIC = b"ELMOCLY1"
+_HEADER = struct.Struct("<8sBIIII")
+# The entry recording what a cache file holds (checked when it is opened).
+_METADATA_KEY = b"__elmoc_layer_cache__"
+_NO_SPACE = tuple(os.strerror(code) for code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)))
+
+
+def check_cache_dtype(cache_dtype: str) -> torch.dtype:
+    """The storage dtype named `cache_dtype`; an unknown name is an error with the nearest one."""
+    if cache_dtype not in CACHE_DTYPES:
+        close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigurationError(
+            f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}"
+        )
+    return CACHE_DTYPES[cache_dtype]
+
+
+def _without_paths(config: Any) -> Any:
+    """`config` without its `vectors_path` values (machine-specific; the vectors are hashed)."""
+    if isinstance(config, dict):
+        return {key: _without_paths(value) for key, value in config.items() if key != "vectors_path"}
+    if isinstance(config, list):
+        return [_without_paths(value) for value in config]
+    return config
+
+
+def bilm_fingerprint(bilm: torch.nn.Module) -> str:
+    """
+    A SHA-256 of everything an `ElmocBiLm`'s layers depend on besides the input ids: its input
+    kind, boundary ids, model config (without paths), every weight, and the fingerprint of each
+    fastText model it reads (the vectors record, in place of its path).
+    """
+    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import VECTORS_RECORD_KEY
+
+    model = bilm.bilm
+    digest = hashlib.sha256()
+    described = {
+        "format": CACHE_FORMAT,
+        "input_kind": bilm.input_kind.name,
+        "boundaries": bilm._boundary_ids.tolist(),
+        "model": _without_paths(bilm.archive.config.get("model", {})),
+    }
+    digest.update(json.dumps(described, sort_keys=True).encode("utf-8"))
+    for name, value in sorted(model.state_dict().items()):
+        if name.split(".")[-1] == VECTORS_RECORD_KEY:
+            continue
+        tensor = value.detach().cpu().contiguous()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.float()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(tensor.numpy().tobytes())
+    for name, module in sorted(model.named_modules(), key=lambda pair: pair[0]):
+        if callable(getattr(module, "vectors_record", None)):
+            digest.update(f"{name}:{module.vectors_record()['fingerprint']}".encode("utf-8"))
+    return digest.hexdigest()
+
+
+def sentence_keys(inputs: torch.Tensor) -> Tuple[List[bytes], List[int]]:
+    """
+    Each sentence's key (a SHA-256 of its ids without padding, so the same for any batch) and its
+    number of words, from the biLM's inputs `(batch, timesteps, width)` (0 is padding).
+    """
+    ids = inputs.detach().cpu().numpy()
+    present = ids != 0
+    lengths = present.any(-1).sum(-1).tolist()
+    keys = []
+    for row, length in enumerate(lengths):
+        columns = numpy.flatnonzero(present[row, :length].any(0))
+        width = int(columns[-1]) + 1 if len(columns) else 0
+        sentence = numpy.ascontiguousarray(ids[row, :length, :width], dtype="<i8")
+        digest = hashlib.sha256(struct.pack("<II", length, width))
+        digest.update(sentence.tobytes())
+        keys.append(digest.hexdigest().encode("ascii"))
+    return keys, lengths
+
+
+class LayerStore(TensorCache):
+    """
+    allennlp's LMDB `TensorCache` with values stored as raw bytes behind a header (no pickle), and
+    batched reads and writes (one transaction each). Values are `(layers, timesteps, dim)`.
+    """
+
+    cache_dtype = "float32"
+
+    def encode(self, value: torch.Tensor) -> bytes:
+        array = value.detach().to(CACHE_DTYPES[self.cache_dtype]).cpu().contiguous().numpy()
+        payload = array.astype(_NUMPY_DTYPES[self.cache_dtype], copy=False).tobytes()
+        layers, timesteps, dim = array.shape
+        code = _DTYPE_CODES[self.cache_dtype]
+        return _HEADER.pack(_VALUE_MAGIC, code, layers, timesteps, dim, zlib.crc32(payload)) + payload
+
+    def decode(self, key: bytes, buffer: Any, expected: Optional[Tuple[int, int, int]] = None) -> numpy.ndarray:
+        """
+        The array in `buffer` (a view of it); a value of another layout, shape, size or checksum is
+        refused, naming the file and the entry.
+        """
+        problem = None
+        if len(buffer) < _HEADER.size:
+            problem = "is shorter than its header"
+        else:
+            magic, code, layers, timesteps, dim, crc = _HEADER.unpack_from(buffer)
+            payload = memoryview(buffer)[_HEADER.size:]
+            itemsize = _NUMPY_DTYPES[self.cache_dtype].itemsize
+            if magic != _VALUE_MAGIC or code != _DTYPE_CODES[self.cache_dtype]:
+                problem = f"is not a {self.cache_dtype} layer value"
+            elif expected is not None and (layers, timesteps, dim) != expected:
+                problem = f"has shape {(layers, timesteps, dim)}, not {expected}"
+            elif len(payload) != layers * timesteps * dim * itemsize:
+                problem = f"has {len(payload)} bytes of values, not {layers * timesteps * dim * itemsize}"
+            elif zlib.crc32(payload) != crc:
+                problem = "fails its checksum"
+        if problem is not None:
+            raise ConfigurationError(
+                f"Layer cache {self.lmdb_env.path()} is damaged: entry {bytes(key).decode('ascii', 'replace')} "
+                f"{problem}. Delete the file (and its -lock) to rebuild it."
+            )
+        return numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(layers, timesteps, dim)
+
+    def read_into(self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray) -> List[int]:
+        """
+        Copies the stored value of each sentence `row` into `layers[:, row, :lengths[row] + 2]`
+        (`layers` is `(num_layers, batch, timesteps + 2, dim)`), in one read transaction without
+        copying values out of the file first; returns the rows not in the cache.
+        """
+        num_layers, _, _, dim = layers.shape
+        missing = []
+        with self.lmdb_env.begin(write=False, buffers=True) as transaction:
+            for row, key in enumerate(keys):
+                buffer = transaction.get(key)
+                if buffer is None:
+                    missing.append(row)
+                    continue
+                value = self.decode(key, buffer, (num_layers, lengths[row] + 2, dim))
+                layers[:, row, : lengths[row] + 2] = value
+        return missing
+
+    def read_many(self, keys: Sequence[bytes]) -> List[Optional[bytes]]:
+        with self.lmdb_env.begin(write=False) as transaction:
+            return [transaction.get(key) for key in keys]
+
+    def write_many(self, items: Dict[bytes, bytes]) -> None:
+        """Stores `items`, keeping any value another process stored first."""
+        with self.lmdb_env.begin(write=True) as transaction:
+            for key, value in items.items():
+                transaction.put(key, value, overwrite=False)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        buffer = self.read_many([key.encode()])[0]
+        if buffer is None:
+            raise KeyError(key)
+        return torch.from_numpy(self.decode(key.encode(), buffer).astype(numpy.float32))
+
+    def __setitem__(self, key: str, tensor: torch.Tensor) -> None:
+        if self.read_only:
+            raise ValueError("cannot write to a read-only cache")
+        self.write_many({key.encode(): self.encode(tensor)})
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.read_many([key.encode()])[0] is not None
+
+    def __del__(self):
+        if getattr(self, "lmdb_env", None) is not None:  # not if opening the file failed
+            super().__del__()
+
+
+class LayerCache:
+    """
+    The layers of one frozen `ElmocBiLm`, per sentence, in `directory`: read where stored, computed
+    (and stored) where not. Opened at the first batch, when the biLM's weights are final (a loaded
+    downstream archive sets them after construction).
+
+    # Parameters
+
+    directory : `str`
+        The cache folder (created if missing); one file per biLM fingerprint and storage dtype.
+    cache_dtype : `str`, optional (default = `"float32"`)
+        `"float32"` (exact) or `"float16"` (half the disk, layers rounded to float16).
+    map_size : `int`, optional (default = `1 TiB`)
+        The most bytes the cache file may grow to (LMDB's map size; not allocated ahead). A full
+        cache, like a full disk, stops filling with one warning; the run goes on live.
+    """
+
+    def __init__(
+        self, directory: Union[str, os.PathLike], cache_dtype: str = "float32", map_size: int = 1 << 40
+    ) -> None:
+        check_cache_dtype(cache_dtype)
+        self.directory = Path(directory).expanduser()
+        self.cache_dtype = cache_dtype
+        self.map_size = map_size
+        self.path: Optional[Path] = None
+        self.filling = True
+        self._store: Optional[LayerStore] = None
+        self.hits = 0
+        self.misses = 0
+
+    def open(self, bilm: torch.nn.Module) -> LayerStore:
+        """The cache file of `bilm`, checked against what its metadata says it holds."""
+        fingerprint = bilm_fingerprint(bilm)
+        metadata = {
+            "format": CACHE_FORMAT,
+            "fingerprint": fingerprint,
+            "input_kind": bilm.input_kind.name,
+            "num_layers": bilm.num_layers,
+            "dim": bilm.get_output_dim(),
+            "cache_dtype": self.cache_dtype,
+        }
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / f"elmoc-layers-{fingerprint[:32]}-{self.cache_dtype}.lmdb"
+        try:
+            store = LayerStore(self.path, map_size=self.map_size)
+        except lmdb.Error as error:
+            advice = "damaged? Delete the file (and its -lock) to rebuild it" if self.path.exists() else (
+                "set cache_directory to a folder this user can write"
+            )
+            raise ConfigurationError(f"Layer cache {self.path} cannot be opened ({error}): {advice}.") from None
+        store.cache_dtype = self.cache_dtype
+        encoded = json.dumps(metadata, sort_keys=True).encode("utf-8")
+        recorded = store.read_many([_METADATA_KEY])[0]
+        if recorded is None and not store.read_only:
+            try:
+                store.write_many({_METADATA_KEY: encoded})
+            except lmdb.Error as error:
+                self._stop_filling(error)
+            recorded = store.read_many([_METADATA_KEY])[0]
+        if recorded is None and len(store) > 0 or recorded is not None and recorded != encoded:
+            try:
+                found = json.loads(bytes(recorded)) if recorded is not None else "no record"
+            except ValueError:
+                found = "an unreadable record"
+            raise ConfigurationError(
+                f"Layer cache {self.path} holds the layers of another biLM or storage ({found}), "
+                f"not of this one ({metadata}); it is not read. Delete it or use another cache_directory."
+            )
+        if store.read_only and self.filling:
+            logger.warning("Layer cache %s is read-only: it is read, not filled", self.path)
+            self.filling = False
+        logger.info("Layer cache of the biLM's layers (%s): %s", self.cache_dtype, self.path)
+        return store
+
+    def _stop_filling(self, error: BaseException) -> None:
+        if not (isinstance(error, lmdb.MapFullError) or any(text in str(error) for text in _NO_SPACE)):
+            raise ConfigurationError(f"Layer cache {self.path} could not be written: {error}") from error
+        if self.filling:
+            logger.warning(
+                "Layer cache %s is full (%s): it stops filling; sentences not in it are computed live",
+                self.path, error,
+            )
+        self.filling = False
+
+    @staticmethod
+    def check_frozen(bilm: torch.nn.Module) -> None:
+        """Caching is wrong for a biLM that changes: fine-tuned, or in training mode (dropout)."""
+        if bilm.bilm.training:
+            raise ConfigurationError(
+                "cache_directory: the biLM is in training mode (dropout), so its layers are not "
+                "fixed and cannot be cached; remove cache_directory"
+            )
+        if any(parameter.requires_grad for parameter in bilm.bilm.parameters()):
+            raise ConfigurationError(
+                "cache_directory: the biLM is fine-tuned (requires_grad), so its layers change and "
+                "cannot be cached; remove cache_directory or set requires_grad to false"
+            )
+
+    def activations(
+        self,
+        bilm: torch.nn.Module,
+        inputs: torch.Tensor,
+        live: Callable[[torch.Tensor], Dict[str, Any]],
+    ) -> Dict[str, Any]:
+        """
+        What `ElmocBiLm.forward(inputs)` returns (`{"activations": [...], "mask": ...}`): stored
+        layers for the sentences in the cache, `live(sub-batch)` for the others (then stored).
+        """
+        self.check_frozen(bilm)
+        if self._store is None:
+            self._store = self.open(bilm)
+        store = self._store
+        keys, lengths = sentence_keys(inputs)
+        num_layers, dim = bilm.num_layers, bilm.get_output_dim()
+        batch_size, timesteps = inputs.shape[:2]
+        # Assembled on the CPU (the values are copied once, from the file), then moved at once.
+        stored = torch.zeros((num_layers, batch_size, timesteps + 2, dim), dtype=torch.float)
+        missing = store.read_into(keys, lengths, stored.numpy())
+        layers = stored.to(inputs.device)
+        self.hits += batch_size - len(missing)
+        self.misses += len(missing)
+        if missing:
+            index = torch.tensor(missing, device=inputs.device)
+            computed = torch.stack(live(inputs.index_select(0, index))["activations"])
+            layers[:, index] = computed.to(layers.dtype)
+            if self.filling:
+                items = {}
+                for position, row in enumerate(missing):
+                    items[keys[row]] = store.encode(computed[:, position, : lengths[row] + 2])
+                try:
+                    store.write_many(items)
+                except lmdb.Error as error:
+                    self._stop_filling(error)
+        lengths_tensor = torch.tensor(lengths, device=inputs.device)
+        mask = torch.arange(timesteps + 2, device=inputs.device) < (lengths_tensor + 2).unsqueeze(-1)
+        return {"activations": list(layers.unbind(0)), "mask": mask}

@@ -1,0 +1,320 @@
+"""
+The layer cache of a frozen biLM (`cache_directory`, issue #36): a cached run equals a live one,
+a cache is only read for the biLM that made it, and a damaged or foreign cache is refused.
+"""
+import json
+import logging
+import multiprocessing
+import random
+
+import pytest
+import torch
+
+from allennlp.commands.train import train_model_from_file
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import import_module_and_submodules
+from allennlp.data import Token
+from allennlp.models.archival import load_archive
+from allennlp.predictors import Predictor
+from allennlp.training.util import evaluate
+from allennlp.data.data_loaders import SimpleDataLoader
+
+from elmoc_allennlp.downstream.layer_cache import LayerCache, LayerStore
+from elmoc_allennlp.downstream.elmoc import ElmocElmo
+from tests.downstream.conftest import DOWNSTREAM_CONFIGS
+
+WORDS = "U.N. official Ekeus heads for Baghdad . AI2 engineer Joel lives in Seattle Paris talks".split()
+TAGS = ["I-ORG", "O", "I-PER", "O", "O", "I-LOC", "O", "I-ORG", "O", "I-PER", "O", "O", "I-LOC", "I-LOC", "O"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    import_module_and_submodules("allennlp_models")
+    import_module_and_submodules("elmoc_allennlp")
+
+
+def _sentences(count: int, seed: int):
+    generator = random.Random(seed)
+    return [generator.sample(range(len(WORDS)), generator.randint(2, 9)) for _ in range(count)]
+
+
+def _conll_file(path, count: int, seed: int):
+    lines = []
+    for sentence in _sentences(count, seed):
+        lines += ["-DOCSTART- -X- -X- O", ""]
+        lines += [f"{WORDS[i]}\tNNP\tI-NP\t{TAGS[i]}" for i in sentence] + [""]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _elmo(archive, **kwargs) -> ElmocElmo:
+    elmo = ElmocElmo(str(archive), num_output_representations=1, dropout=0.0, **kwargs)
+    elmo.eval()
+    return elmo
+
+
+def _batch(elmo: ElmocElmo, sentences):
+    """The biLM's input ids of `sentences` (lists of words), padded."""
+    indexer = elmo.bilm.indexer
+    rows = [indexer.token_ids(word) if hasattr(indexer, "token_ids") else None for word in WORDS]
+    width = max(len(row) for row in rows)
+    batch = torch.zeros(len(sentences), max(len(s) for s in sentences), width, dtype=torch.long)
+    for index, sentence in enumerate(sentences):
+        for position, word in enumerate(sentence):
+            batch[index, position, : len(rows[word])] = torch.tensor(rows[word])
+    return batch
+
+
+def _layers(elmo: ElmocElmo, batch):
+    output = elmo.bilm(batch)
+    return torch.stack(output["activations"]), output["mask"]
+
+
+# ---------------------------------------------------------------- exactness through allennlp train
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32"])
+def test_cached_and_live_training_give_the_same_losses_and_metrics(
+    cache_dtype, downstream_environment, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("NER_TRAIN_DATA_PATH", str(_conll_file(tmp_path / "train.txt", 24, 0)))
+    monkeypatch.setenv("NER_VALIDATION_DATA_PATH", str(_conll_file(tmp_path / "dev.txt", 8, 1)))
+    monkeypatch.setenv("NER_TEST_DATA_PATH", str(tmp_path / "dev.txt"))
+    cache_directory = tmp_path / "cache"
+    small = {
+        "trainer.num_epochs": 3,
+        "data_loader.batch_size": 5,
+        "data_loader.shuffle": True,
+        "model.encoder.hidden_size": 8,
+        "model.encoder.num_layers": 1,
+        "model.text_field_embedder.token_embedders.elmo.dropout": 0.3,
+    }
+    runs = {}
+    for name, extra in (("live", {}), ("cached", {
+        "model.text_field_embedder.token_embedders.elmo.cache_directory": str(cache_directory),
+        "model.text_field_embedder.token_embedders.elmo.cache_dtype": cache_dtype,
+    })):
+        serialization_dir = tmp_path / name
+        train_model_from_file(
+            str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"), str(serialization_dir),
+            overrides=json.dumps({**small, **extra}),
+        )
+        runs[name] = [
+            json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(3)
+        ]
+        runs[name].append(json.loads((serialization_dir / "metrics.json").read_text()))
+    compared = 0
+    for live, cached in zip(runs["live"], runs["cached"]):
+        for key, value in live.items():
+            if isinstance(value, float) and "duration" not in key and "time" not in key:
+                assert cached[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+                compared += 1
+    assert compared > 20
+    assert runs["live"][-1]["training_loss"] != runs["live"][0]["training_loss"]  # it did train
+
+    # One file, one entry per distinct sentence of train + dev, plus its record.
+    files = list(cache_directory.glob("*.lmdb"))
+    assert len(files) == 1
+    distinct = {tuple(s) for s in _sentences(24, 0) + _sentences(8, 1)}
+    assert len(LayerStore(files[0])) == len(distinct) + 1
+
+    # The cached archive evaluates and predicts (reading the cache) as the live one does.
+    evaluations, predictions = {}, {}
+    for name in ("live", "cached"):
+        archive = load_archive(str(tmp_path / name / "model.tar.gz"))
+        reader = archive.dataset_reader
+        instances = list(reader.read(str(tmp_path / "dev.txt")))
+        loader = SimpleDataLoader(instances, batch_size=3)
+        loader.index_with(archive.model.vocab)
+        evaluations[name] = evaluate(archive.model, loader)
+        if name == "cached":
+            cache = next(m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None))
+            assert cache.hits == len(instances) and cache.misses == 0
+        predictions[name] = Predictor(archive.model, reader).predict_batch_instance(instances)
+    for key, value in evaluations["live"].items():
+        assert evaluations["cached"][key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    for live, cached in zip(predictions["live"], predictions["cached"]):
+        assert cached["tags"] == live["tags"]
+        logits = torch.tensor(cached["logits"]), torch.tensor(live["logits"])
+        torch.testing.assert_close(*logits, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- module-level behaviour
+
+
+def test_stored_layers_are_read_and_equal_live_ones_in_any_batch(elmoc_archive, tmp_path):
+    live = _elmo(elmoc_archive)
+    cached = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
+    sentences = _sentences(7, 3)
+    first = _batch(live, sentences[:4])
+    expected, expected_mask = _layers(live, first)
+    filled, mask = _layers(cached, first)
+    assert torch.equal(mask, expected_mask)
+    torch.testing.assert_close(filled, expected, rtol=1e-5, atol=1e-6)
+    assert (cached.bilm.layer_cache.hits, cached.bilm.layer_cache.misses) == (0, 4)
+
+    # A batch of seen and new sentences, in another order and padding: the seen ones are read.
+    mixed = [sentences[5], sentences[1], sentences[6], sentences[3]]
+    batch = _batch(live, mixed)
+    expected, expected_mask = _layers(live, batch)
+    got, mask = _layers(cached, batch)
+    assert torch.equal(mask, expected_mask)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert (cached.bilm.layer_cache.hits, cached.bilm.layer_cache.misses) == (2, 6)
+
+    # Everything seen: the biLM does not run.
+    cached.bilm.live_layers = None  # calling it would fail
+    got, mask = _layers(cached, batch)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    representation = cached(batch)["elmo_representations"][0]
+    torch.testing.assert_close(representation, live(batch)["elmo_representations"][0], rtol=1e-5, atol=1e-6)
+
+
+def test_float16_storage_rounds_the_layers_and_halves_the_disk(elmoc_archive, tmp_path):
+    live = _elmo(elmoc_archive)
+    sentences = _sentences(6, 4)
+    batch = _batch(live, sentences)
+    expected, _ = _layers(live, batch)
+    sizes = {}
+    for dtype in ("float32", "float16"):
+        cached = _elmo(elmoc_archive, cache_directory=str(tmp_path / dtype), cache_dtype=dtype)
+        _layers(cached, batch)
+        got, _ = _layers(cached, batch)
+        assert cached.bilm.layer_cache.hits == len(sentences)
+        if dtype == "float16":
+            torch.testing.assert_close(got, expected.half().float(), rtol=0, atol=0)
+        else:
+            assert torch.equal(got, expected)
+        store = cached.bilm.layer_cache._store
+        with store.lmdb_env.begin() as transaction:
+            sizes[dtype] = sum(len(value) for key, value in transaction.cursor() if not key.startswith(b"__"))
+    values = sum(len(s) + 2 for s in sentences) * expected.size(0) * expected.size(-1)
+    assert sizes["float32"] - 4 * values == sizes["float16"] - 2 * values  # same headers
+
+
+def test_cache_dtype_typo_is_an_error_with_the_nearest_name(elmoc_archive, tmp_path):
+    with pytest.raises(ConfigurationError, match=r"cache_dtype .* 'float61' \(did you mean 'float16'\?\)"):
+        _elmo(elmoc_archive, cache_directory=str(tmp_path), cache_dtype="float61")
+
+
+def test_another_biLMs_cache_is_never_read(elmoc_archive, tmp_path):
+    cache_directory = tmp_path / "cache"
+    original = _elmo(elmoc_archive, cache_directory=str(cache_directory))
+    batch = _batch(original, _sentences(5, 5))
+    stored, _ = _layers(original, batch)
+
+    # The same archive with one weight changed: another fingerprint, another file, live layers.
+    changed_live = _elmo(elmoc_archive)
+    changed = _elmo(elmoc_archive, cache_directory=str(cache_directory))
+    for elmo in (changed_live, changed):
+        with torch.no_grad():
+            next(elmo.bilm.bilm.contextualizer.parameters()).add_(0.25)
+    expected, _ = _layers(changed_live, batch)
+    got, _ = _layers(changed, batch)
+    assert not torch.allclose(expected, stored)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert changed.bilm.layer_cache.misses == len(batch)
+    assert changed.bilm.layer_cache.path != original.bilm.layer_cache.path
+    assert len(list(cache_directory.glob("*.lmdb"))) == 2
+
+    # The first biLM's file under the second one's name is refused, naming it.
+    third = _elmo(elmoc_archive, cache_directory=str(tmp_path / "renamed"))
+    with torch.no_grad():
+        next(third.bilm.bilm.contextualizer.parameters()).add_(0.25)
+    (tmp_path / "renamed").mkdir()
+    (tmp_path / "renamed" / changed.bilm.layer_cache.path.name).write_bytes(
+        original.bilm.layer_cache.path.read_bytes()
+    )
+    with pytest.raises(ConfigurationError, match=r"Layer cache .*renamed.* another biLM"):
+        _layers(third, batch)
+
+
+def test_damaged_cache_file_is_refused_naming_it(elmoc_archive, tmp_path):
+    elmo = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
+    batch = _batch(elmo, _sentences(3, 6))
+    _layers(elmo, batch)
+    path = elmo.bilm.layer_cache.path
+    # One value's bytes changed (as a bad disk or an attacker would): its checksum fails.
+    environment = elmo.bilm.layer_cache._store.lmdb_env  # one handle per file and process
+    with environment.begin(write=True) as txn:
+        key, value = next((k, v) for k, v in txn.cursor() if not k.startswith(b"__"))
+        damaged = bytearray(value)
+        damaged[-3] ^= 0xFF
+        txn.put(key, bytes(damaged))
+    reader = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
+    message = rf"Layer cache {path} is damaged: entry {key.decode()} fails its checksum"
+    with pytest.raises(ConfigurationError, match=message):
+        _layers(reader, batch)
+
+    # A value with a forged shape is refused before any bytes are used.
+    with environment.begin(write=True) as txn:
+        forged = bytearray(value)
+        forged[13:17] = (10 ** 6).to_bytes(4, "little")
+        txn.put(key, bytes(forged))
+    reader = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
+    with pytest.raises(ConfigurationError, match=r"is damaged: entry .* has shape"):
+        _layers(reader, batch)
+
+    # Not an LMDB file at all.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / path.name).write_bytes(b"\x80\x04not a cache" * 100)
+    reader = _elmo(elmoc_archive, cache_directory=str(other))
+    with pytest.raises(ConfigurationError, match=rf"Layer cache {other / path.name} cannot be opened"):
+        _layers(reader, batch)
+
+
+def test_a_fine_tuned_or_training_biLM_is_refused(elmoc_archive, tmp_path):
+    with pytest.raises(ConfigurationError, match="cache_directory .* requires_grad is true"):
+        _elmo(elmoc_archive, requires_grad=True, cache_directory=str(tmp_path))
+    elmo = _elmo(elmoc_archive, cache_directory=str(tmp_path))
+    batch = _batch(elmo, _sentences(2, 7))
+    next(elmo.bilm.bilm.parameters()).requires_grad_(True)  # unfrozen later, e.g. by a callback
+    with pytest.raises(ConfigurationError, match="fine-tuned"):
+        _layers(elmo, batch)
+    next(elmo.bilm.bilm.parameters()).requires_grad_(False)
+    elmo.bilm.bilm.train()
+    with pytest.raises(ConfigurationError, match="training mode"):
+        _layers(elmo, batch)
+
+
+def test_a_full_cache_stops_filling_with_one_warning_and_goes_on_live(elmoc_archive, tmp_path, caplog):
+    live = _elmo(elmoc_archive)
+    elmo = _elmo(elmoc_archive)
+    elmo.bilm.layer_cache = LayerCache(tmp_path, map_size=40 * 4096)  # a few pages
+    with caplog.at_level(logging.WARNING):
+        for seed in range(8):
+            batch = _batch(live, _sentences(6, 100 + seed) * 3)
+            got, _ = _layers(elmo, batch)
+            torch.testing.assert_close(got, _layers(live, batch)[0], rtol=1e-5, atol=1e-6)
+    warnings = [r for r in caplog.records if "stops filling" in r.getMessage()]
+    assert len(warnings) == 1 and not elmo.bilm.layer_cache.filling
+
+
+def _fill(archive, directory, seed, queue):
+    torch.set_num_threads(1)
+    import_module_and_submodules("elmoc_allennlp")
+    elmo = _elmo(archive, cache_directory=directory)
+    sentences = _sentences(12, seed)
+    for start in range(0, len(sentences), 2):
+        _layers(elmo, _batch(elmo, sentences[start : start + 2]))
+    queue.put(elmo.bilm.layer_cache.misses)
+
+
+def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
+    directory = str(tmp_path / "cache")
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    workers = [context.Process(target=_fill, args=(str(elmoc_archive), directory, 8, queue)) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    assert all(0 <= queue.get(timeout=5) <= 12 for _ in workers)
+    live = _elmo(elmoc_archive)
+    reader = _elmo(elmoc_archive, cache_directory=directory)
+    reader.bilm.live_layers = None  # everything must be read
+    sentences = _sentences(12, 8)
+    batch = _batch(live, sentences)
+    torch.testing.assert_close(_layers(reader, batch)[0], _layers(live, batch)[0], rtol=1e-5, atol=1e-6)
