@@ -103,7 +103,6 @@ def _table(name: str, results: dict, readers_list, corpus_bytes: int) -> None:
 
 
 def _index_build(work: Path, megabytes: int) -> None:
-    sys.path.insert(0, REPO)
     from elmoc_allennlp.data.dataset_readers import corpus_index
 
     directory = work / "big"
@@ -156,8 +155,7 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())
         print(json.dumps(measure_readers(args.measure, args.readers, args.batch)))
         return
-    sys.path.insert(0, HERE)
-    from ddp_data_balance import make_corpus
+    from benchmarks.ddp_data_balance import make_corpus
 
     work = Path(tempfile.mkdtemp(prefix="elmoc-corpus-index-"))
     try:

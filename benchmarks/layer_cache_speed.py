@@ -21,8 +21,8 @@ last columns are the validation F1 and loss of the best epoch and the cache's by
 (the two boundary positions of each sentence included). Needs ../shared/data/conll2003 (or
 `--data`); without it, says so and exits 0.
 
-    python benchmarks/layer_cache_speed.py                       # both sizes, 3 epochs, 1 thread
-    python benchmarks/layer_cache_speed.py --sizes quickstart --epochs 4
+    python -m benchmarks.layer_cache_speed                       # both sizes, 3 epochs, 1 thread
+    python -m benchmarks.layer_cache_speed --sizes quickstart --epochs 4
 """
 import argparse
 import gc
@@ -37,10 +37,9 @@ from typing import Dict, List, Optional
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from allennlp.training.callbacks import TrainerCallback
 
-from allennlp.training.callbacks import TrainerCallback  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 NER_CONFIG = REPO_ROOT / "training_configs" / "downstream" / "ner_crf_tagger.jsonnet"
 BILM_SIZES = {"quickstart": (512, 128), "paper": (4096, 512)}  # (cell_dim, projection_dim)

@@ -2,7 +2,6 @@
 ELMo-C pretraining on allennlp's distributed engine: 2 CPU worker processes (gloo) against one
 process on the same global batch; the gradient all-reduce volume; the data split.
 """
-import sys
 from pathlib import Path
 from typing import Dict, List
 
@@ -17,8 +16,7 @@ import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401  (registers "el
 from elmoc_allennlp.training.step_log_callback import read_step_log
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import allreduce_step_log  # noqa: E402,F401  (registers "elmoc_allreduce_step_log")
+from benchmarks import allreduce_step_log  # noqa: F401  (registers "elmoc_allreduce_step_log")
 
 NUM_SENTENCES = 48
 WORDS_PER_SENTENCE = 6
@@ -99,7 +97,7 @@ def runs(tmp_path_factory):
     train_model(
         Params(_config(corpus, GLOBAL_BATCH // WORLD_SIZE, distributed=True)),
         str(distributed_dir),
-        include_package=["elmoc_allennlp", "allreduce_step_log"],
+        include_package=["elmoc_allennlp", "benchmarks.allreduce_step_log"],
     )
     return single_dir, distributed_dir
 
