@@ -13,7 +13,6 @@ imported, that name no URL and no other archive, and whose sizes imply at most
 import atexit
 import codecs
 import contextlib
-import hashlib
 import io
 import json
 import math
@@ -29,7 +28,7 @@ import tempfile
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 
@@ -761,17 +760,16 @@ def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
             stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
 
 
-# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies a
-# downstream model carries (`downstream/archive.py` writes them).
-CARRIED_DIRECTORY = "elmoc_bilm"
+# Where a downstream archive carries the copy of the biLM an `archive_file` names: set by
+# `downstream/archive.py`, which writes the copies (`register_carried_copies`). Until it is set,
+# every `archive_file` in a loaded config is refused.
+_carried_copy: Optional[Callable[[Union[str, os.PathLike], str], Path]] = None
 
 
-def carried_bilm_directory(
-    serialization_dir: Union[str, os.PathLike], archive_file: Union[str, os.PathLike]
-) -> Path:
-    """Where the copy of the biLM named `archive_file` in a config is carried."""
-    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
-    return Path(serialization_dir) / CARRIED_DIRECTORY / key
+def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Path]) -> None:
+    """`locate(directory, archive_file)`: the folder of the carried copy `check_self_contained` accepts."""
+    global _carried_copy
+    _carried_copy = locate
 
 
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
@@ -796,8 +794,8 @@ def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLi
                     "archive reads nothing outside it"
                 )
             if name == "archive_file":
-                carried = carried_bilm_directory(directory, value) / CONFIG_NAME
-                if not (os.path.isfile(carried) and not os.path.islink(carried)):
+                carried = _carried_copy(directory, value) / CONFIG_NAME if _carried_copy else None
+                if carried is None or not (os.path.isfile(carried) and not os.path.islink(carried)):
                     raise ConfigurationError(
                         f"{source}: {key} names the archive {value[:200]!r}, whose copy this "
                         "archive does not carry (elmoc_bilm/); loading an archive reads nothing "

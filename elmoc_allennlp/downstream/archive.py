@@ -12,6 +12,7 @@ of the biLM is found by the rule of `common/fasttext_location.py`; the option `v
 """
 import contextlib
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -25,12 +26,11 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
 from elmoc_allennlp.common.archives import (
-    CARRIED_DIRECTORY,
     CONFIG_NAME,
-    carried_bilm_directory,
     extracted_from,
     find_keys,
     read_archive,
+    register_carried_copies,
 )
 from elmoc_allennlp.common.fasttext_location import (
     VECTORS_PATH_VARIABLE,
@@ -53,6 +53,8 @@ VECTORS_PATH_KEY = "vectors_path"
 _VOCABULARY_NAME = "vocabulary"
 
 PathLike = Union[str, os.PathLike]
+# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies.
+CARRIED_DIRECTORY = "elmoc_bilm"
 
 
 def _registered_class(base: type, name: Any) -> Optional[type]:
@@ -63,6 +65,16 @@ def _registered_class(base: type, name: Any) -> Optional[type]:
         return base.resolve_class_name(name)[0]
     except ConfigurationError:
         return None
+
+
+def carried_bilm_directory(serialization_dir: PathLike, archive_file: PathLike) -> Path:
+    """Where the copy of the biLM named `archive_file` in a config is carried."""
+    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
+    return Path(serialization_dir) / CARRIED_DIRECTORY / key
+
+
+# Loading a stranger's archive accepts an `archive_file` only where the archive carries its copy.
+register_carried_copies(carried_bilm_directory)
 
 
 class BilmArchive:
