@@ -3,7 +3,10 @@ import logging
 from pathlib import Path
 from typing import Union
 
+import numpy
+
 from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE
 
 logger = logging.getLogger(__name__)
 
@@ -15,6 +18,18 @@ def import_fasttext():
     except ImportError as error:
         raise ImportError("Training fastText needs pip install -e '.[train]'") from error
     return fasttext
+
+
+# Training runs at most this many times while the package leaves rows uninitialised.
+_ATTEMPTS = 3
+
+
+def _uninitialised_rows(matrix) -> int:
+    """Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more."""
+    magnitude = numpy.abs(matrix)
+    bad = (magnitude.sum(axis=1) == 0) | ~numpy.isfinite(matrix).all(axis=1)
+    bad |= (numpy.nan_to_num(magnitude, nan=0.0, posinf=0.0) >= MAX_ABS_VALUE).any(axis=1)
+    return int(bad.sum())
 
 
 def train_fasttext(
@@ -44,7 +59,10 @@ def train_fasttext(
     model, dim, min_count, minn, maxn, bucket, epoch, thread, verbose
         Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
         vectors (Bojanowski et al., 2017). `thread` is at least 10: with fewer, fasttext-numpy2
-        0.10.4 leaves rows of the input matrix uninitialised (checked before saving).
+        0.10.4 leaves rows of the input matrix uninitialised. It can do so with 10 too (seen:
+        the last rows of a small matrix holding 3.5e17): the matrix is checked before saving
+        (no all-zero row, no value that is not finite or of magnitude `MAX_ABS_VALUE` or more,
+        the reader's bound) and training is run again, up to `_ATTEMPTS` times in all.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)
@@ -53,24 +71,35 @@ def train_fasttext(
         raise FileNotFoundError(f"fastText training corpus not found: {corpus_path}")
     output_path.parent.mkdir(parents=True, exist_ok=True)
     logger.info("Training fastText %s (dim=%d) on %s", model, dim, corpus_path)
-    try:
-        ft_model = fasttext.train_unsupervised(
-            str(corpus_path),
-            model=model,
-            dim=dim,
-            minCount=min_count,
-            minn=minn,
-            maxn=maxn,
-            bucket=bucket,
-            epoch=epoch,
-            thread=max(thread, 10),
-            verbose=verbose,
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            ft_model = fasttext.train_unsupervised(
+                str(corpus_path),
+                model=model,
+                dim=dim,
+                minCount=min_count,
+                minn=minn,
+                maxn=maxn,
+                bucket=bucket,
+                epoch=epoch,
+                thread=max(thread, 10),
+                verbose=verbose,
+            )
+        except RuntimeError as error:
+            raise RuntimeError(f"fastText training on {corpus_path} failed: {error}") from error
+        bad_rows = _uninitialised_rows(ft_model.get_input_matrix())
+        if not bad_rows:
+            break
+        logger.warning(
+            "fastText training on %s left %d row(s) of the input matrix uninitialised (a bug of the "
+            "fasttext package); training again (attempt %d of %d)", corpus_path, bad_rows, attempt + 1,
+            _ATTEMPTS,
         )
-    except RuntimeError as error:
-        raise RuntimeError(f"fastText training on {corpus_path} failed: {error}") from error
-    zero_rows = int((abs(ft_model.get_input_matrix()).sum(axis=1) == 0).sum())
-    if zero_rows:
-        raise RuntimeError(f"fastText training on {corpus_path} left {zero_rows:,} all-zero rows")
+    else:
+        raise RuntimeError(
+            f"fastText training on {corpus_path} left {bad_rows:,} uninitialised rows "
+            f"(all-zero, not finite, or of magnitude {MAX_ABS_VALUE:g} or more) in {_ATTEMPTS} attempts"
+        )
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
     return output_path
