@@ -3,8 +3,10 @@ One writer per output: an exclusive `fcntl.flock` on a lock file, which the kern
 the process ends however it ends (`kill -9` included), so that no lock is ever stale. A second
 writer is refused at once with a `WriterLockError` naming the output; nothing waits.
 
-`allennlp train` takes the lock of its serialization folder (`.elmoc-writer.lock` in it; see
-`compat/serialization_lock.py`), `elmoc-embed` that of its output file (`.NAME.lock` next to it).
+The lock file of an output is `.NAME.lock` next to it: `allennlp train` takes that of its
+serialization folder (see `compat/serialization_lock.py`) before the folder exists or `--force`
+removes it, and `elmoc-embed` that of its output file. Only where the folder holding a
+serialization folder is not writable (a mount point) is the lock `.elmoc-writer.lock` inside it.
 The lock works across PID namespaces (containers) and, where the file system supports `flock`
 (local disks; NFS v4 through POSIX locks), across machines.
 """
@@ -15,25 +17,28 @@ from typing import Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
-# The lock file of a serialization folder.
+# The lock file inside a serialization folder whose parent folder is not writable.
 FOLDER_LOCK_NAME = ".elmoc-writer.lock"
 
 
 class WriterLockError(ConfigurationError):
     """Another process is writing the same output."""
 
-    def __init__(self, output: str, what: str) -> None:
+    def __init__(self, output: str, what: str, lock_file: str) -> None:
         self.output = output
         super().__init__(
-            f"Another process is writing {what} {output} (it holds {lock_path_of(output, what)}); "
+            f"Another process is writing {what} {output} (it holds {lock_file}); "
             "wait for it to finish or choose another output. The lock goes when that process "
             "ends, however it ends."
         )
 
 
-def lock_path_of(output: str, what: str) -> str:
-    """The lock file of a folder (`what` = "the serialization folder") or of a file."""
-    if what == FOLDER:
+def lock_path_of(output: str, what: str, inside: bool = False) -> str:
+    """
+    The lock file of a file or folder (`what` is `FILE` or `FOLDER`): `.NAME.lock` next to it, or
+    with `inside`, `FOLDER_LOCK_NAME` in the folder.
+    """
+    if inside:
         return os.path.join(output, FOLDER_LOCK_NAME)
     directory, name = os.path.split(output)
     return os.path.join(directory, f".{name}.lock")
@@ -54,12 +59,14 @@ class WriterLock:
         The folder or file written.
     what : `str`
         How errors call it: `FOLDER` or `FILE`.
+    inside : `bool`, optional (default = `False`)
+        Lock a folder with a file inside it (`FOLDER_LOCK_NAME`) rather than next to it.
     """
 
-    def __init__(self, output: Union[str, os.PathLike], what: str = FILE) -> None:
+    def __init__(self, output: Union[str, os.PathLike], what: str = FILE, inside: bool = False) -> None:
         self.output = os.path.abspath(os.fspath(output))
         self.what = what
-        self.path = lock_path_of(self.output, what)
+        self.path = lock_path_of(self.output, what, inside)
         self._descriptor: Optional[int] = None
 
     @property
@@ -77,7 +84,7 @@ class WriterLock:
             except OSError as error:
                 os.close(descriptor)
                 if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise WriterLockError(self.output, self.what) from None
+                    raise WriterLockError(self.output, self.what, self.path) from None
                 raise
             # The holder before us may have removed the file as it released it: the lock is ours
             # only if the name still leads to the file locked.
@@ -91,7 +98,7 @@ class WriterLock:
                 os.write(descriptor, f"{os.getpid()}\n".encode())
                 return self
             os.close(descriptor)
-        raise WriterLockError(self.output, self.what)
+        raise WriterLockError(self.output, self.what, self.path)
 
     def release(self) -> None:
         """Removes the lock file and releases the lock (the removal first: see `acquire`)."""
@@ -115,7 +122,11 @@ class WriterLock:
 
 def is_locked(output: Union[str, os.PathLike], what: str = FILE) -> bool:
     """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
-    path = lock_path_of(os.path.abspath(os.fspath(output)), what)
+    output = os.path.abspath(os.fspath(output))
+    return any(_is_locked(lock_path_of(output, what, inside)) for inside in (False, what == FOLDER))
+
+
+def _is_locked(path: str) -> bool:
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

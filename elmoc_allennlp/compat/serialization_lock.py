@@ -7,17 +7,22 @@ the other's weights), or two `--recover` runs training side by side into one log
 
 **Workaround.** `install()` wraps `allennlp.training.util.create_serialization_dir` so that it
 takes the folder's `common.writer_lock.WriterLock` (an `flock` the kernel releases when the
-process dies) before it removes or reuses anything, and holds it once the folder exists; the
-wrapped `allennlp.commands.train.train_model` releases it when training returns. A second run is
-refused with a `WriterLockError` naming the folder.
+process dies, on `.NAME.lock` next to the folder) before the folder is created, reused or removed
+by `--force`, so that no moment exists at which the folder is there but unlocked. The wrapped
+`allennlp.commands.train.train_model` releases it when training returns. A second run is refused
+with a `WriterLockError` naming the folder. Where the folder's parent is not writable (a mount
+point, which `--force` cannot remove either), the lock file is inside the folder, taken once it
+exists.
 
 **To drop it**: when allennlp locks the serialization folder itself, remove this module and its
 entry in `elmoc_allennlp.compat.SHIMS`.
 """
+import errno
 import functools
 import os
+from typing import Optional
 
-from elmoc_allennlp.common.writer_lock import FOLDER, FOLDER_LOCK_NAME, HELD_FOLDERS, WriterLock
+from elmoc_allennlp.common.writer_lock import FOLDER, HELD_FOLDERS, WriterLock
 
 REPLACES = "a serialization folder has one `allennlp train` writer at a time (an flock)"
 TARGETS = (
@@ -31,29 +36,34 @@ def _make_create_serialization_dir(original):
     def create_serialization_dir(params, serialization_dir, recover, force):
         folder = os.path.abspath(os.fspath(serialization_dir))
         held = HELD_FOLDERS.get(folder)
-        if held is not None and os.path.exists(held.path):
+        if held is not None and held.held:
             return original(params, serialization_dir, recover, force)
-        before = None
-        if os.path.isdir(folder):
-            # Before `--force` removes anything; the lock file would make an empty folder
-            # non-empty, so it is only taken where one exists.
-            if os.path.exists(os.path.join(folder, FOLDER_LOCK_NAME)):
-                before = WriterLock(folder, FOLDER).acquire()
+        lock = _lock_beside(folder)
         try:
             original(params, serialization_dir, recover, force)
-            if before is not None and os.path.exists(before.path):
-                HELD_FOLDERS[folder] = before
-            else:
-                HELD_FOLDERS[folder] = WriterLock(folder, FOLDER).acquire()
-                if before is not None:
-                    before.release()
+            if lock is None:  # the parent is not writable: lock inside the folder, now there
+                lock = WriterLock(folder, FOLDER, inside=True).acquire()
         except BaseException:
-            if before is not None and HELD_FOLDERS.get(folder) is not before:
-                before.release()
+            if lock is not None:
+                lock.release()
             raise
+        HELD_FOLDERS[folder] = lock
 
     create_serialization_dir._elmoc_locked = True  # type: ignore[attr-defined]
     return create_serialization_dir
+
+
+def _lock_beside(folder: str) -> Optional[WriterLock]:
+    """The folder's lock, next to it (its parent made as `create_serialization_dir` would), or
+    `None` where the parent is not writable."""
+    parent = os.path.dirname(folder)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        return WriterLock(folder, FOLDER).acquire()
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and os.path.isdir(folder):
+            return None
+        raise
 
 
 def _make_train_model(original):

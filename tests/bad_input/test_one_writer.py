@@ -84,7 +84,69 @@ def test_a_second_train_of_a_folder_is_refused_until_its_writer_dies(tmp_path):
         holder.kill()
     _train(folder, force=True)
     assert (folder / "model.tar.gz").is_file()
-    assert not (folder / FOLDER_LOCK_NAME).exists()  # released, and its file removed
+    assert not Path(lock_path_of(str(folder), FOLDER)).exists()  # released, and its file removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_the_folder_is_locked_before_it_is_made_or_removed(tmp_path, monkeypatch, fresh):
+    """No moment when the folder exists unlocked: `--force` removes, and a fresh run makes, the
+    folder only while holding its lock (another run creating the folder cannot lose it)."""
+    import shutil
+
+    folder = tmp_path / "parent" / "run"
+    if not fresh:
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")  # another run's folder, before it took its lock
+    seen = []
+    remove, make = shutil.rmtree, os.makedirs
+
+    def rmtree(path, *args, **kwargs):
+        if os.path.abspath(path) == str(folder):
+            seen.append(("rmtree", is_locked(folder, FOLDER)))
+        return remove(path, *args, **kwargs)
+
+    def makedirs(path, *args, **kwargs):
+        if os.path.abspath(path) == str(folder):
+            seen.append(("makedirs", is_locked(folder, FOLDER)))
+        return make(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    monkeypatch.setattr(os, "makedirs", makedirs)
+    _train(folder, force=True)
+    assert [kind for kind, _ in seen][: 1 if fresh else 2] == ["rmtree", "makedirs"][1 if fresh else 0 :]
+    assert all(locked for _, locked in seen)
+    assert not is_locked(folder, FOLDER)
+
+
+def test_a_folder_whose_parent_is_read_only_is_locked_inside_it(tmp_path, monkeypatch):
+    from elmoc_allennlp.compat import serialization_lock
+
+    folder = tmp_path / "mount"
+    folder.mkdir()
+
+    class ReadOnlyParent(WriterLock):
+        def acquire(self):
+            if not self.path.startswith(str(folder) + os.sep):
+                raise PermissionError(13, "Permission denied", self.path)
+            return super().acquire()
+
+    monkeypatch.setattr(serialization_lock, "WriterLock", ReadOnlyParent)
+    seen = []
+    from allennlp.commands.train import TrainModel
+
+    original = TrainModel.run
+
+    def run(self):
+        seen.append((is_locked(folder, FOLDER), (folder / FOLDER_LOCK_NAME).exists()))
+        with pytest.raises(WriterLockError):
+            WriterLock(folder, FOLDER, inside=True).acquire()
+        return original(self)
+
+    monkeypatch.setattr(TrainModel, "run", run)
+    _train(folder)
+    assert seen == [(True, True)]
+    assert not (folder / FOLDER_LOCK_NAME).exists() and (folder / "model.tar.gz").is_file()
 
 
 def test_training_holds_its_folder_lock(tmp_path, monkeypatch):
