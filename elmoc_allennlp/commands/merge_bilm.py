@@ -23,7 +23,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.common.torch_versions import load_tensors
+from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import (
     BACKWARD_OUTPUT_LAYER_PREFIX,
     OUTPUT_LAYER_PREFIX,
@@ -110,6 +110,54 @@ def _vocabulary_content(directory: Path) -> Dict[str, Any]:
     return content
 
 
+class _SharedTensors:
+    """
+    Whether a tensor of one run equals the same tensor of the other, reading each pair of
+    storages once: two tensors that view equal storages in the same way (offset, size and
+    stride) are equal. Other pairs are compared value by value, but never more values in all than
+    the two runs' storages hold, so that many views of one storage cannot make a merge compare
+    without end (a 14 KB archive of such views kept it busy for minutes: issue #35).
+    """
+
+    def __init__(self, *states: Dict[str, torch.Tensor]) -> None:
+        storages = {}
+        for state in states:
+            for value in state.values():
+                address, values = whole_storage(value)
+                storages[address] = max(storages.get(address, 0), values.numel())
+        self.budget = sum(storages.values())
+        self.compared = 0
+        self._storages: Dict[Tuple[int, int], bool] = {}
+
+    def equal(self, key: str, forward: torch.Tensor, backward: torch.Tensor) -> bool:
+        if forward.shape != backward.shape or forward.dtype != backward.dtype:
+            return False
+        if forward.numel() == 0:
+            return True
+        (forward_address, forward_all), (backward_address, backward_all) = (
+            whole_storage(forward), whole_storage(backward)
+        )
+        same_view = (forward.storage_offset(), forward.stride()) == (backward.storage_offset(), backward.stride())
+        if same_view and forward_all.shape == backward_all.shape:
+            pair = (forward_address, backward_address)
+            if pair not in self._storages:
+                self._count(key, forward_all.numel())
+                self._storages[pair] = torch.equal(forward_all, backward_all)
+            if self._storages[pair]:
+                return True
+        self._count(key, forward.numel())
+        return torch.equal(forward, backward)
+
+    def _count(self, key: str, values: int) -> None:
+        self.compared += values
+        if self.compared > self.budget:
+            raise ConfigurationError(
+                f"Parameter {key}: comparing the two runs' shared parameters would read more values "
+                f"than their storages hold ({self.budget:,}); their weights.th files view the same "
+                "storages in different ways, which torch.save of a trained model does not write"
+            )
+
+
 def merge_bilm_state_dicts(
     forward_state: Dict[str, torch.Tensor],
     backward_state: Dict[str, torch.Tensor],
@@ -119,7 +167,8 @@ def merge_bilm_state_dicts(
     """
     The weights of the merged biLM: each direction's parameters (`parameter_directions`) from
     the job that trained that direction. A run with a single head gives the backward job's head
-    as the merged backward head. Every shared tensor must be identical in both runs.
+    as the merged backward head. Every shared tensor must be identical in both runs (each
+    storage is compared once: `_SharedTensors`).
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -129,6 +178,7 @@ def merge_bilm_state_dicts(
         )
     trained_by = BidirectionalLanguageModel.parameter_directions(forward_state)
     separate_heads = any(key.startswith(BACKWARD_OUTPUT_LAYER_PREFIX) for key in forward_state)
+    shared = _SharedTensors(forward_state, backward_state)
     merged: Dict[str, torch.Tensor] = {}
     for key, forward_value in forward_state.items():
         backward_value = backward_state[key]
@@ -137,9 +187,7 @@ def merge_bilm_state_dicts(
         elif not separate_heads and key.startswith(OUTPUT_LAYER_PREFIX):
             merged[key] = forward_value
             merged[BACKWARD_OUTPUT_LAYER_PREFIX + key[len(OUTPUT_LAYER_PREFIX) :]] = backward_value
-        elif trained_by[key] is None and (
-            forward_value.shape != backward_value.shape or not torch.equal(forward_value, backward_value)
-        ):
+        elif trained_by[key] is None and not shared.equal(key, forward_value, backward_value):
             raise ConfigurationError(
                 f"Parameter {key} differs between the {forward_name} and the {backward_name}: "
                 "train both runs with the same config and random_seed / numpy_seed / pytorch_seed"

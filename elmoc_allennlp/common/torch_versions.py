@@ -101,6 +101,20 @@ def functional_call(module: torch.nn.Module, parameters: Dict[str, torch.Tensor]
     return call(module, parameters, args)
 
 
+def whole_storage(tensor: torch.Tensor) -> Tuple[int, torch.Tensor]:
+    """
+    The storage `tensor` views: its address, and all of it as one flat tensor of `tensor`'s dtype
+    (`untyped_storage` from torch 2.0; a typed `storage()` before).
+    """
+    if TORCH_VERSION >= (2, 0):
+        storage = tensor.untyped_storage()
+        numel = storage.nbytes() // tensor.element_size()
+    else:
+        storage = tensor.storage()
+        numel = storage.size()
+    return storage.data_ptr(), tensor.as_strided((numel,), (1,), 0)
+
+
 def load_trusted(source: Union[str, BinaryIO], map_location: Any = "cpu") -> Any:
     """`torch.load` of a file this process wrote, with any pickled object in it."""
     if TORCH_VERSION >= (1, 13):
