@@ -83,15 +83,18 @@ def retrieval_accuracy(
 ) -> torch.Tensor:
     """
     The fraction of `predictions` whose nearest of `targets` (cosine) equals their `gold` target by
-    value; the `retrieval_accuracy` metric. Ties in score go to the earliest of `targets`, as
-    `argmax` over the full `predictions x targets` matrix picks them.
+    value; the `retrieval_accuracy` metric. Equal scores go to the earliest of `targets`, as
+    `argmax` over the full `predictions x targets` matrix picks them (scores apart by rounding
+    alone may order either way: a chunk's product can round unlike the full matrix's, as CPU and
+    CUDA results already differ; the equivalence is tested in tests/models/test_retrieval_scoring.py).
 
     Scores are computed `RETRIEVAL_SCORE_BUDGET` at a time (rows of predictions against all the
-    candidates), so extra memory is that budget plus the inputs' size, whatever the number of
-    predictions: the full matrix of a 300,000-token line would be 360 GB. With `deduplicate`,
-    candidates are the distinct target vectors (by their first occurrence), when the full matrix
-    exceeds the budget; a long line repeats its words, so this also saves most of the time. It costs
-    one host sync (`torch.unique`), so training steps pass `deduplicate=False`.
+    candidates), so extra memory is that budget plus about one copy of `targets`, whatever the
+    number of predictions: the full matrix of 300,000 positions would be 360 GB
+    (`python -m benchmarks.retrieval_scoring`). With `deduplicate`, when the full matrix would
+    exceed the budget, the candidates are the distinct target vectors (each at its first
+    position): a long batch repeats its words, so this also saves most of the time. It costs a
+    host sync (`torch.unique`), so training steps pass `deduplicate=False`.
 
     # Parameters
 
@@ -114,13 +117,15 @@ def retrieval_accuracy(
         candidates = targets[_first_occurrences(targets)]
     normalized = F.normalize(candidates, dim=-1).t()
     step = max(1, RETRIEVAL_SCORE_BUDGET // max(candidates.size(0), 1))
-    hits = torch.zeros((), dtype=torch.long, device=predictions.device)
+    hits = []
     for start in range(0, num_predictions, step):
         scores = F.normalize(predictions[start : start + step], dim=-1) @ normalized
         nearest = candidates[scores.argmax(dim=-1)]
-        hits = hits + (nearest == gold[start : start + step]).all(dim=-1).sum()
+        hits.append((nearest == gold[start : start + step]).all(dim=-1).sum())
+    if not hits:
+        return predictions.new_zeros(0, dtype=torch.float32).mean()  # NaN: no prediction scored
     # As `.float().mean()`: the count (exact in float32 below 2^24) over the number, in float32.
-    return hits.float() / num_predictions
+    return sum(hits[1:], hits[0]).float() / num_predictions
 
 
 @Model.register("elmoc_bilm")

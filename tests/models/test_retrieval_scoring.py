@@ -12,19 +12,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.retrieval_scoring import full_matrix_accuracy  # the metric as first written
 from elmoc_allennlp.models import bidirectional_language_model as bilm_module
 from elmoc_allennlp.models.bidirectional_language_model import retrieval_accuracy
 from tests.conftest import LM_CORPUS
 from tests.models.test_no_host_syncs import _NoTableReads, _model_and_batch
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def full_matrix_accuracy(predictions, gold, targets):
-    """The metric as first written: every prediction scored against every target at once."""
-    scores = F.normalize(predictions, dim=-1) @ F.normalize(targets, dim=-1).t()
-    nearest = targets[scores.argmax(dim=-1)]
-    return (nearest == gold).all(dim=-1).float().mean()
 
 
 def _repeated_words(num_positions=600, num_words=40, dim=8, seed=0):
@@ -179,3 +173,11 @@ def test_allennlp_evaluate_reports_the_full_matrix_accuracy(monkeypatch, elmoc_a
         assert accuracy == expected
     assert 0.0 < metrics["retrieval_accuracy"] < 1.0
     assert metrics["retrieval_accuracy"] == pytest.approx(sum(call[3] for call in calls) / 2, abs=1e-7)
+
+
+def test_the_benchmark_measures_both_methods_on_the_same_data():
+    from benchmarks.retrieval_scoring import _cell
+
+    full, chunked = (_cell(method, 3000, 8, 50) for method in ("full", "chunked"))
+    assert full["distinct"] == chunked["distinct"] <= 50
+    assert full["accuracy"] == chunked["accuracy"] and 0.0 < full["accuracy"] < 1.0
