@@ -107,7 +107,7 @@ def test_training_samples_as_before_and_chunks_without_a_host_read(monkeypatch):
 
 _MEMORY_SCRIPT = textwrap.dedent(
     """
-    import json, resource, sys
+    import json, resource
     import torch
     from tests.models.test_no_host_syncs import _model_and_batch
 
@@ -182,3 +182,22 @@ def test_the_benchmark_measures_both_methods_on_the_same_data():
     full, chunked = (_cell(method, 3000, 8, 50) for method in ("full", "chunked"))
     assert full["distinct"] == chunked["distinct"] <= 50
     assert full["accuracy"] == chunked["accuracy"] and 0.0 < full["accuracy"] < 1.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_matches_the_full_matrix_and_keeps_first_occurrences(monkeypatch, dtype):
+    monkeypatch.setattr(bilm_module, "RETRIEVAL_SCORE_BUDGET", 250)
+    predictions, targets = (tensor.cuda() for tensor in _repeated_words())
+    first = bilm_module._first_occurrences(targets.cpu()).tolist()
+    for vectors in (targets, targets.half(), targets.bfloat16()):
+        assert bilm_module._first_occurrences(vectors).tolist() == first
+    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+        predictions = torch.nn.functional.linear(predictions, torch.eye(predictions.size(1), device="cuda"))
+        expected = full_matrix_accuracy(predictions, targets, targets)
+        accuracy = retrieval_accuracy(predictions, targets, targets)
+    assert accuracy.dtype == torch.float32 and accuracy.device.type == "cuda"
+    if dtype == torch.float32:
+        assert accuracy.item() == expected.item()
+    else:  # reduced-precision scores: a chunk may round a near tie the other way
+        assert abs(accuracy.item() - expected.item()) <= 12 / len(targets)
