@@ -56,6 +56,78 @@ class DeviceAverage(Metric):
         self._count = 0
 
 
+# Scores held at once while scoring `retrieval_accuracy` (16 MiB in float32): predictions are
+# scored in chunks of rows against the candidates, so memory stays bounded for any batch (ours).
+RETRIEVAL_SCORE_BUDGET = 2**22
+
+
+def _first_occurrences(targets: torch.Tensor) -> torch.Tensor:
+    """
+    The positions of `targets`' rows whose bits no earlier row has, in order: one row per distinct
+    vector. Bits rather than values: `-0.0` and `0.0` stay two candidates (harmless: equal scores,
+    the earlier is picked), NaN rows are compared like any others, and `torch.unique` sorts integers,
+    which torch 1.12 does for every float dtype (its `unique_dim` has no float16).
+    """
+    rows = targets.reshape(targets.size(0), -1).contiguous()
+    as_integers = {2: torch.int16, 4: torch.int32, 8: torch.int64}[rows.element_size()]
+    _, inverse, counts = torch.unique(
+        rows.view(as_integers), dim=0, return_inverse=True, return_counts=True
+    )
+    # Each group's rows, in position order, start at the group's offset: that row is its first.
+    by_group = torch.sort(inverse, stable=True).indices
+    return by_group[counts.cumsum(0) - counts].sort().values
+
+
+def retrieval_accuracy(
+    predictions: torch.Tensor, gold: torch.Tensor, targets: torch.Tensor, deduplicate: bool = True
+) -> torch.Tensor:
+    """
+    The fraction of `predictions` whose nearest of `targets` (cosine) equals their `gold` target by
+    value; the `retrieval_accuracy` metric. Equal scores go to the earliest of `targets`, as
+    `argmax` over the full `predictions x targets` matrix picks them (scores apart by rounding
+    alone may order either way: a chunk's product can round unlike the full matrix's, as CPU and
+    CUDA results already differ; the equivalence is tested in tests/models/test_retrieval_scoring.py).
+
+    Scores are computed `RETRIEVAL_SCORE_BUDGET` at a time (rows of predictions against all the
+    candidates), so extra memory is that budget plus about one copy of `targets`, whatever the
+    number of predictions: the full matrix of 300,000 positions would be 360 GB
+    (`python -m benchmarks.retrieval_scoring`). With `deduplicate`, when the full matrix would
+    exceed the budget, the candidates are the distinct target vectors (each at its first
+    position): a long batch repeats its words, so this also saves most of the time. It costs a
+    host sync (`torch.unique`), so training steps pass `deduplicate=False`.
+
+    # Parameters
+
+    predictions : `torch.Tensor`
+        `(num_predictions, dim)`, any float dtype (half under autocast).
+    gold : `torch.Tensor`
+        `(num_predictions, dim)`: each prediction's own target.
+    targets : `torch.Tensor`
+        `(num_targets, dim)`: the candidates, repeated words included.
+    deduplicate : `bool`, optional (default = `True`)
+        Score each distinct target once when the full matrix would exceed the budget.
+
+    # Returns
+
+    A 0-dim float32 tensor on the inputs' device (no host read).
+    """
+    num_predictions = predictions.size(0)
+    candidates = targets
+    if deduplicate and num_predictions * targets.size(0) > RETRIEVAL_SCORE_BUDGET:
+        candidates = targets[_first_occurrences(targets)]
+    normalized = F.normalize(candidates, dim=-1).t()
+    step = max(1, RETRIEVAL_SCORE_BUDGET // max(candidates.size(0), 1))
+    hits = []
+    for start in range(0, num_predictions, step):
+        scores = F.normalize(predictions[start : start + step], dim=-1) @ normalized
+        nearest = candidates[scores.argmax(dim=-1)]
+        hits.append((nearest == gold[start : start + step]).all(dim=-1).sum())
+    if not hits:
+        return predictions.new_zeros(0, dtype=torch.float32).mean()  # NaN: no prediction scored
+    # As `.float().mean()`: the count (exact in float32 below 2^24) over the number, in float32.
+    return sum(hits[1:], hits[0]).float() / num_predictions
+
+
 @Model.register("elmoc_bilm")
 class BidirectionalLanguageModel(Model):
     """
@@ -88,7 +160,8 @@ class BidirectionalLanguageModel(Model):
     dropout : `float`, optional (default = `0.0`)
         Dropout on the contextualizer's output (authors: `output_layer.dropout` 0.0).
     retrieval_sample_size : `int`, optional (default = `512`)
-        Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
+        Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation,
+        in bounded memory: see `retrieval_accuracy`).
     initializer : `InitializerApplicator`, optional
     directions : `str`, optional (default = `"both"`)
         `"forward"` or `"backward"` trains only that LM (all else frozen), for `elmoc-merge-bilm`; needs
@@ -415,9 +488,8 @@ class BidirectionalLanguageModel(Model):
             chosen = torch.randperm(predictions.size(0), device=predictions.device)
             chosen = chosen[: self._retrieval_sample_size]
             predictions, gold = predictions[chosen], targets[chosen]
-        scores = F.normalize(predictions, dim=-1) @ F.normalize(targets, dim=-1).t()
-        nearest = targets[scores.argmax(dim=-1)]
-        return (nearest == gold).all(dim=-1).float().mean()
+        # Training never deduplicates: `torch.unique` waits for the device (a host sync per step).
+        return retrieval_accuracy(predictions, gold, targets, deduplicate=not self.training)
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
         if self.training and not reset:
