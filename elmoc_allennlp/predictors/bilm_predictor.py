@@ -24,8 +24,8 @@ class BidirectionalLanguageModelPredictor(Predictor):
     prediction and its target (`forward_cosine`, `backward_cosine`), one value per token.
     Malformed input raises a `ConfigurationError` naming the key and, under `allennlp predict`,
     the input line (counting non-blank lines); so does a sentence of more than
-    `ELMOC_PREDICT_MAX_TOKENS` tokens (default 4096; scoring every pair of positions takes memory
-    growing with the square of the length).
+    `ELMOC_PREDICT_MAX_TOKENS` tokens (default 4096; the forward pass's memory and time grow with
+    the length).
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
