@@ -14,6 +14,7 @@ allennlp finds plugin subcommands before parsing the command line: list `elmoc_a
 """
 import argparse
 import errno
+import io
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import numpy
 
@@ -34,7 +35,7 @@ from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
-from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,7 @@ def _embed_file_locked(
     layers = embedder.num_layers if output == "all" else 1
     _check_free_space(output_path, sentences, layers, embedder.output_dim)
     with atomic_path(output_path) as temporary, _sigterm_as_exception():
-        with h5py.File(temporary, "w") as hdf5:
+        with _HDF5Output(temporary) as raw, h5py.File(raw, "w") as hdf5:
             hdf5.attrs["archive_file"] = str(archive_file)
             hdf5.attrs["output"] = output
             hdf5.attrs["num_layers"] = embedder.num_layers
@@ -253,12 +254,126 @@ def _embed_file_locked(
                             "was written"
                         )
                     hdf5.create_dataset(str(index), data=array)
+                    raw.check(output_path)
                 hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
+                raw.check(output_path)
             if not forget_sentences:
                 sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
                 hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+        raw.check(output_path)  # the last metadata, written when HDF5 closed the file
     logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
     return output_path
+
+
+class _HDF5Output(io.RawIOBase):
+    """
+    The temporary output file, as h5py's `fileobj` driver writes it, such that a failed write
+    never reaches HDF5.
+
+    HDF5 (2.0, through h5py 3.16) is left broken by a write that fails: its own `sec2` driver
+    reports a full disk (ENOSPC), a quota (EDQUOT) or a file-size limit (EFBIG, `ulimit -f`) as
+    a `RuntimeError` with the errno in its text, every dataset closed afterwards prints another
+    traceback ("Can't decrement id ref count"), closing the file fails ("slist already
+    enabled?") and the process segfaults (exit 139) when it ends. The free-space check before
+    writing cannot prevent this: another process can fill the disk after it, and quotas and
+    file-size limits are not free space. Reserving the space up front (`posix_fallocate`) would
+    not either: the estimate is approximate, HDF5 truncates the file to its own size at every
+    flush, glibc emulates the call block by block where the file system lacks it, and a quota
+    or size limit refuses the reservation only where the file system enforces it.
+
+    So the first failed write is kept in `error`, and it and every later write go to memory:
+    HDF5 sees only successful I/O, keeps a consistent state and closes the file normally (later
+    reads see what it wrote). The caller calls `check` after each dataset, and after the file
+    is closed, which raises one error naming the output; `atomic_path` then deletes the
+    temporary file. Writes are complete (`pwrite` until every byte is written: the driver
+    ignores a short count), unbuffered, and cost one Python call per HDF5 write.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.error: Optional[OSError] = None
+        self._descriptor = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        self._position = 0
+        self._size = os.fstat(self._descriptor).st_size
+        self._in_memory: List[Tuple[int, bytes]] = []  # (offset, data) written after `error`
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer) -> int:
+        # The driver ignores the count: the whole buffer is filled, with zeros past the end.
+        view = memoryview(buffer).cast("B")
+        size = len(view)
+        done = 0
+        while done < size:
+            data = os.pread(self._descriptor, size - done, self._position + done)
+            if not data:
+                break
+            view[done:done + len(data)] = data
+            done += len(data)
+        view[done:] = bytes(size - done)
+        for start, data in self._in_memory:
+            low, high = max(start, self._position), min(start + len(data), self._position + size)
+            if low < high:
+                view[low - self._position:high - self._position] = data[low - start:high - start]
+        self._position += size
+        return size
+
+    def write(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        done = 0
+        while self.error is None and done < len(view):
+            try:
+                done += os.pwrite(self._descriptor, view[done:], self._position + done)
+            except OSError as error:
+                self.error = error
+        if self.error is not None:
+            self._in_memory.append((self._position, bytes(view)))
+        self._position += len(view)
+        self._size = max(self._size, self._position)
+        return len(view)
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        size = self._position if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self._descriptor, size)
+            except OSError as error:  # EFBIG: growing past `ulimit -f`
+                self.error = error
+        self._in_memory = [(start, data[:size - start]) for start, data in self._in_memory if start < size]
+        self._size = size
+        return size
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._descriptor)
+        super().close()
+
+    def check(self, output_path: Path) -> None:
+        """Raises the first failed write as an error naming `output_path`, if one failed."""
+        if self.error is None:
+            return
+        if find_disk_full(self.error) is not None:
+            raise disk_full_error(output_path, self.error)
+        raise OSError(
+            self.error.errno,
+            f"{self.error.strerror} while writing {output_path}; nothing of it was kept",
+        )
 
 
 @contextmanager
