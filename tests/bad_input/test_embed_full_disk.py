@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import numpy
 import pytest
 
 from elmoc_allennlp.commands import elmoc_embed
@@ -73,29 +74,21 @@ def _assert_one_clear_error(returncode: int, stderr: str, output: Path, code: in
     assert len([line for line in stderr.splitlines() if not _LOG_LINE.match(line)]) <= 40, stderr
 
 
-@pytest.mark.parametrize("earlier", [False, True], ids=["new-output", "replacing-with-force"])
-def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path, earlier):
+def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path):
     output_folder = tmp_path / "out"
     output_folder.mkdir()
     output = output_folder / "vectors.hdf5"
-    if earlier:
-        output.write_bytes(b"an earlier, complete export")
 
     def limit_file_size():
         resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_SIZE_LIMIT, _FILE_SIZE_LIMIT))
 
     result = subprocess.run(
-        _embed_command(elmoc_archive, sentences, output, *(["--force"] if earlier else [])),
-        env=_environment(), preexec_fn=limit_file_size, capture_output=True, text=True,
-        timeout=300,
+        _embed_command(elmoc_archive, sentences, output), env=_environment(),
+        preexec_fn=limit_file_size, capture_output=True, text=True, timeout=300,
     )
     _assert_one_clear_error(result.returncode, result.stderr, output, errno.EFBIG)
-    # No partial `.vectors.hdf5.partial-*` file and no `.vectors.hdf5.lock` left.
-    if earlier:
-        assert sorted(os.listdir(output_folder)) == ["vectors.hdf5"]
-        assert output.read_bytes() == b"an earlier, complete export"
-    else:
-        assert os.listdir(output_folder) == []
+    # No output, no partial `.vectors.hdf5.partial-*` file, no `.vectors.hdf5.lock`.
+    assert os.listdir(output_folder) == []
 
 
 # Run as root of a new user and mount namespace: mounts a small tmpfs on the output folder,
@@ -176,37 +169,83 @@ def embedder(elmoc_archive):
     return ElmocEmbedder(str(elmoc_archive))
 
 
+def _export(embedder, elmoc_archive, sentences, output: Path) -> None:
+    elmoc_embed.embed_file(str(elmoc_archive), str(sentences), str(output), "all",
+                           batch_size=16, embedder=embedder, force=True)
+
+
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
-def test_a_failed_write_leaves_hdf5_usable(embedder, elmoc_archive, sentences, tmp_path,
-                                           monkeypatch, code):
+@pytest.mark.parametrize("failing", ["40th", "last"])
+def test_a_failed_write_keeps_the_earlier_output_and_hdf5_usable(
+    embedder, elmoc_archive, sentences, tmp_path, monkeypatch, code, failing
+):
     """
-    The 40th write fails: one error naming the output (a `DiskFullError` for a full disk, an
-    `OSError` with its errno for another failure), nothing left, and the same process then
-    writes a complete export (HDF5 was not left broken).
+    One write of a run replacing an earlier export fails (the 40th, or the last one, which HDF5
+    makes while closing the file): one error naming the output (a `DiskFullError` for a full
+    disk, an `OSError` with its errno for another failure), the earlier export unchanged and
+    nothing else left; then the same process writes a complete export (HDF5 was not broken).
     """
     output = tmp_path / "out" / "vectors.hdf5"
     output.parent.mkdir()
     real_pwrite, calls = os.pwrite, []
 
-    def failing_pwrite(descriptor, data, offset):
+    def counting_pwrite(descriptor, data, offset):
         calls.append(offset)
-        if len(calls) >= 40:
+        if len(calls) == fail_at:
             raise OSError(code, os.strerror(code))
         return real_pwrite(descriptor, data, offset)
 
-    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    monkeypatch.setattr(os, "pwrite", counting_pwrite)
+    fail_at = 0
+    _export(embedder, elmoc_archive, sentences, output)
+    earlier = output.read_bytes()
+    fail_at, writes, calls[:] = 40 if failing == "40th" else len(calls), len(calls), []
+    assert writes > 40
     with pytest.raises(OSError) as raised:
-        elmoc_embed.embed_file(str(elmoc_archive), str(sentences), str(output), "all",
-                               batch_size=16, embedder=embedder)
+        _export(embedder, elmoc_archive, sentences, output)
     assert raised.value.errno == code
     assert isinstance(raised.value, DiskFullError) == (code == errno.ENOSPC)
     assert str(output) in str(raised.value)
-    assert os.listdir(output.parent) == []
-    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    assert len(calls) == fail_at  # no write to the disk after the failed one
+    assert os.listdir(output.parent) == ["vectors.hdf5"] and output.read_bytes() == earlier
 
-    elmoc_embed.embed_file(str(elmoc_archive), str(sentences), str(output), "top",
-                           batch_size=16, embedder=embedder)
+    output.unlink()
+    fail_at = 0
+    _export(embedder, elmoc_archive, sentences, output)
+    assert output.read_bytes() == earlier  # deterministic: the same bytes as the first export
     with h5py.File(output, "r") as hdf5:
         assert len(hdf5) == LINES + 1  # and sentence_to_index
-        assert hdf5[str(LINES - 1)].shape == (10, embedder.output_dim)
-    assert os.listdir(output.parent) == ["vectors.hdf5"]
+        assert hdf5[str(LINES - 1)].shape == (embedder.num_layers, 10, embedder.output_dim)
+
+
+def test_after_a_failed_write_hdf5_reads_what_it_wrote(tmp_path, monkeypatch):
+    """
+    After the failed write, HDF5 goes on (the rest of a dataset, the metadata written when it
+    closes the file; with many datasets it also reads back metadata it evicted from its cache):
+    it reads back exactly what it wrote, and the file on disk is not written again.
+    """
+    path = tmp_path / "vectors.hdf5.partial"
+    path.write_bytes(b"")
+    arrays = [numpy.random.default_rng(k).random((3, 1 + k % 7, 12), dtype="f4") for k in range(60)]
+    real_pwrite, calls = os.pwrite, []
+
+    def failing_pwrite(descriptor, data, offset):
+        calls.append(offset)
+        if len(calls) == 10:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    with elmoc_embed._HDF5Output(str(path)) as raw, h5py.File(raw, "w") as hdf5:
+        for index, array in enumerate(arrays):
+            hdf5.create_dataset(str(index), data=array)
+            if index == 30:
+                hdf5.flush()
+        assert raw.error is not None and raw.error.errno == errno.ENOSPC
+        on_disk = path.read_bytes()
+        for index, array in enumerate(arrays):
+            numpy.testing.assert_array_equal(hdf5[str(index)][()], array)
+    assert len(calls) == 10 and path.read_bytes() == on_disk
+    with pytest.raises(DiskFullError) as raised:
+        raw.check(tmp_path / "vectors.hdf5")
+    assert raised.value.errno == errno.ENOSPC and str(tmp_path / "vectors.hdf5") in str(raised.value)
