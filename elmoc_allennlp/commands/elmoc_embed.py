@@ -5,7 +5,8 @@ the removed `allennlp elmo` command did for ELMo).
 The input has one whitespace-tokenized sentence per line. The output has one dataset per line,
 named by its 0-based index, of shape `(num_layers, num_tokens, dim)` with `--all`, `(num_tokens,
 dim)` with `--top` or `--average`, and, unless `--forget-sentences`, a dataset
-`sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none.
+`sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none,
+and a disk that fills during the run ends it with one `DiskFullError` naming the output.
 One run writes an output at a time (`common.writer_lock`: `.NAME.lock` next to it); lines end at
 `\n` only, so dataset `i` is line `i + 1` of the input.
 
@@ -198,7 +199,10 @@ _HDF5_BYTES_PER_DATASET = 4096
 
 
 def _check_free_space(output_path: Path, sentences: List[str], layers: int, dim: int) -> None:
-    """Refuses, before writing, an output the disk cannot hold (HDF5 may crash on a full disk)."""
+    """
+    Refuses, before anything is written, an output the disk cannot hold. A disk that fills later
+    (another writer, a quota, `ulimit -f`) is caught write by write: see `_HDF5Output`.
+    """
     tokens = sum(len(line.split()) for line in sentences)
     needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET
     needed += sum(len(line.encode("utf-8")) + 16 for line in sentences)  # sentence_to_index
@@ -291,11 +295,11 @@ class _HDF5Output(io.RawIOBase):
 
     def __init__(self, path: str) -> None:
         super().__init__()
-        self.path = path
         self.error: Optional[OSError] = None
-        self._descriptor = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        self._descriptor = os.open(path, os.O_RDWR)
         self._position = 0
-        self._size = os.fstat(self._descriptor).st_size
+        self._size = os.fstat(self._descriptor).st_size  # as HDF5 sees it
+        self._on_disk = self._size  # the bytes of the file that hold what HDF5 wrote there
         self._in_memory: List[Tuple[int, bytes]] = []  # (offset, data) written after `error`
 
     def readable(self) -> bool:
@@ -319,9 +323,10 @@ class _HDF5Output(io.RawIOBase):
         # The driver ignores the count: the whole buffer is filled, with zeros past the end.
         view = memoryview(buffer).cast("B")
         size = len(view)
+        on_disk = max(0, min(size, self._on_disk - self._position))
         done = 0
-        while done < size:
-            data = os.pread(self._descriptor, size - done, self._position + done)
+        while done < on_disk:
+            data = os.pread(self._descriptor, on_disk - done, self._position + done)
             if not data:
                 break
             view[done:done + len(data)] = data
@@ -342,7 +347,9 @@ class _HDF5Output(io.RawIOBase):
                 done += os.pwrite(self._descriptor, view[done:], self._position + done)
             except OSError as error:
                 self.error = error
-        if self.error is not None:
+        if self.error is None:
+            self._on_disk = max(self._on_disk, self._position + len(view))
+        else:
             self._in_memory.append((self._position, bytes(view)))
         self._position += len(view)
         self._size = max(self._size, self._position)
@@ -353,9 +360,11 @@ class _HDF5Output(io.RawIOBase):
         if self.error is None:
             try:
                 os.ftruncate(self._descriptor, size)
+                self._on_disk = size
             except OSError as error:  # EFBIG: growing past `ulimit -f`
                 self.error = error
-        self._in_memory = [(start, data[:size - start]) for start, data in self._in_memory if start < size]
+        self._on_disk = min(self._on_disk, size)
+        self._in_memory = [(at, data[:size - at]) for at, data in self._in_memory if at < size]
         self._size = size
         return size
 

@@ -7,7 +7,8 @@ Before the fix, HDF5 was left broken by the failed write: hundreds of "Exception
 tracebacks, then a segfault (exit 139). The real failures are made two ways: a file-size limit
 (`RLIMIT_FSIZE`, which any Linux process may lower for its children: a write past it fails with
 EFBIG, Python ignoring SIGXFSZ), and, where `unshare -rm` is allowed, a small tmpfs that another
-process fills once the output's temporary file exists (ENOSPC).
+process fills once the output's temporary file exists (ENOSPC). In this process, a failing
+`os.pwrite` picks the write that fails (the last one is made while HDF5 closes the file).
 """
 import errno
 import json
@@ -249,3 +250,29 @@ def test_after_a_failed_write_hdf5_reads_what_it_wrote(tmp_path, monkeypatch):
     with pytest.raises(DiskFullError) as raised:
         raw.check(tmp_path / "vectors.hdf5")
     assert raised.value.errno == errno.ENOSPC and str(tmp_path / "vectors.hdf5") in str(raised.value)
+
+
+def test_after_a_failed_write_the_output_still_behaves_as_a_file(tmp_path, monkeypatch):
+    """Writes, truncation and reads after the failure, as HDF5 sees them; the disk untouched."""
+    path = tmp_path / "vectors.hdf5.partial"
+    path.write_bytes(b"")
+    with elmoc_embed._HDF5Output(str(path)) as raw:
+        raw.seek(0)
+        raw.write(b"0123456789")
+
+        def no_space(descriptor, data, offset):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "pwrite", no_space)
+        raw.seek(8)
+        assert raw.write(b"ab") == 2 and raw.error.errno == errno.ENOSPC
+        raw.truncate(4)  # what lay past 4 is gone, on disk and in memory
+        raw.truncate(12)
+        raw.seek(10)
+        raw.write(b"cd")
+        assert raw.seek(0, os.SEEK_END) == 12
+        buffer = bytearray(b"x" * 14)
+        raw.seek(0)
+        raw.readinto(buffer)
+        assert bytes(buffer) == b"0123" + bytes(6) + b"cd" + bytes(2)
+    assert path.read_bytes() == b"0123456789"
