@@ -240,7 +240,7 @@ def _embed_file_locked(
 
     layers = embedder.num_layers if output == "all" else 1
     _check_free_space(output_path, sentences, layers, embedder.output_dim)
-    with atomic_path(output_path) as temporary, _sigterm_as_exception():
+    with atomic_path(output_path) as temporary, _Signals() as signals:
         with _HDF5Output(temporary) as raw, h5py.File(raw, "w") as hdf5:
             hdf5.attrs["archive_file"] = str(archive_file)
             hdf5.attrs["output"] = output
@@ -249,7 +249,8 @@ def _embed_file_locked(
             batches = lazy_groups_of(iter(enumerate(sentences)), batch_size)
             total = (len(sentences) + batch_size - 1) // batch_size
             for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
-                vectors = embedder.embed_batch([line.split() for _, line in batch], output)
+                with signals.outside_hdf5():
+                    vectors = embedder.embed_batch([line.split() for _, line in batch], output)
                 for (index, _), array in zip(batch, vectors):
                     if not numpy.isfinite(array).all():
                         raise ConfigurationError(
@@ -265,6 +266,7 @@ def _embed_file_locked(
                 sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
                 hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
         raw.check(output_path)  # the last metadata, written when HDF5 closed the file
+        signals.deliver()
     logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
     return output_path
 
@@ -385,18 +387,55 @@ class _HDF5Output(io.RawIOBase):
         )
 
 
-@contextmanager
-def _sigterm_as_exception() -> Iterator[None]:
-    """Turns SIGTERM into `SystemExit` while active, so that clean-up code runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _Signals:
+    """
+    SIGINT and SIGTERM while an export is written: SIGINT raises `KeyboardInterrupt` (unless its
+    handler is not Python's default) and SIGTERM `SystemExit(128 + 15)`, so that clean-up code
+    runs, but never inside HDF5. h5py calls `_HDF5Output` back from inside HDF5, where an
+    exception leaves HDF5 as broken as a failed write does (the interrupt is lost, closing the
+    file fails); so a signal that arrives there is held, and raised at once while the export is
+    outside HDF5 (`outside_hdf5`: while it embeds) or when HDF5 is done (`deliver`).
+    Only the main thread runs signal handlers: elsewhere this does nothing.
+    """
 
-    def terminate(signum, frame):
-        raise SystemExit(128 + signum)
+    def __init__(self) -> None:
+        self._previous = {}
+        self._held: Optional[int] = None
+        self._outside = False
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            signals = [signal.SIGTERM]
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signals.append(signal.SIGINT)
+            for number in signals:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+
+    def _handle(self, number, frame) -> None:
+        if self._held is None:
+            self._held = number
+        if self._outside:
+            self.deliver()
+
+    def deliver(self) -> None:
+        """Raises for the signal held, if one arrived."""
+        number, self._held = self._held, None
+        if number == signal.SIGINT:
+            raise KeyboardInterrupt
+        if number is not None:
+            raise SystemExit(128 + number)
+
+    @contextmanager
+    def outside_hdf5(self) -> Iterator[None]:
+        """A block that runs no HDF5 code: a signal raises at once."""
+        self.deliver()
+        self._outside = True
+        try:
+            yield
+        finally:
+            self._outside = False

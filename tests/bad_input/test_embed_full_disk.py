@@ -16,6 +16,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -276,3 +277,35 @@ def test_after_a_failed_write_the_output_still_behaves_as_a_file(tmp_path, monke
         raw.readinto(buffer)
         assert bytes(buffer) == b"0123" + bytes(6) + b"cd" + bytes(2)
     assert path.read_bytes() == b"0123456789"
+
+
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_an_hdf5_write_interrupts_cleanly(
+    embedder, elmoc_archive, sentences, tmp_path, monkeypatch, number
+):
+    """
+    Ctrl-C or SIGTERM arriving while HDF5 writes (h5py calls Python back from inside HDF5,
+    where an exception would break it as a failed write does): the export stops with
+    `KeyboardInterrupt` or `SystemExit(143)`, nothing is left, and HDF5 still works.
+    """
+    output = tmp_path / "out" / "vectors.hdf5"
+    output.parent.mkdir()
+    real_pwrite, calls = os.pwrite, []
+
+    def signalling_pwrite(descriptor, data, offset):
+        calls.append(offset)
+        if len(calls) == 40:
+            os.kill(os.getpid(), number)
+        return real_pwrite(descriptor, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", signalling_pwrite)
+    with pytest.raises(KeyboardInterrupt if number == signal.SIGINT else SystemExit) as raised:
+        _export(embedder, elmoc_archive, sentences, output)
+    if number == signal.SIGTERM:
+        assert raised.value.code == 128 + signal.SIGTERM
+    assert os.listdir(output.parent) == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(os, "pwrite", real_pwrite)
+    _export(embedder, elmoc_archive, sentences, output)
+    with h5py.File(output, "r") as hdf5:
+        assert len(hdf5) == LINES + 1
