@@ -250,7 +250,8 @@ def test_after_a_failed_write_hdf5_reads_what_it_wrote(tmp_path, monkeypatch):
     assert len(calls) == 10 and path.read_bytes() == on_disk
     with pytest.raises(DiskFullError) as raised:
         raw.check(tmp_path / "vectors.hdf5")
-    assert raised.value.errno == errno.ENOSPC and str(tmp_path / "vectors.hdf5") in str(raised.value)
+    assert raised.value.errno == errno.ENOSPC
+    assert str(tmp_path / "vectors.hdf5") in str(raised.value)
 
 
 def test_after_a_failed_write_the_output_still_behaves_as_a_file(tmp_path, monkeypatch):
@@ -309,3 +310,38 @@ def test_a_signal_during_an_hdf5_write_interrupts_cleanly(
     _export(embedder, elmoc_archive, sentences, output)
     with h5py.File(output, "r") as hdf5:
         assert len(hdf5) == LINES + 1
+
+
+def test_an_hdf5_error_after_a_failed_write_reports_the_write(
+    embedder, elmoc_archive, sentences, tmp_path, monkeypatch
+):
+    """HDF5 raising on what a failed write left it: the failed write is the error shown."""
+    output = tmp_path / "out" / "vectors.hdf5"
+    output.parent.mkdir()
+    real_pwrite, real_create, calls, failed = os.pwrite, h5py.Group.create_dataset, [], []
+
+    def failing_pwrite(descriptor, data, offset):
+        calls.append(offset)
+        if len(calls) >= 40 and creating and not failed:  # a write of `create_dataset`
+            failed.append(offset)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(descriptor, data, offset)
+
+    def create_dataset(self, *args, **kwargs):
+        creating.append(True)
+        try:
+            dataset = real_create(self, *args, **kwargs)
+        finally:
+            creating.pop()
+        if failed:
+            raise RuntimeError("Unable to create dataset (as HDF5 would say)")
+        return dataset
+
+    creating = []
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    monkeypatch.setattr(h5py.Group, "create_dataset", create_dataset)
+    with pytest.raises(DiskFullError) as raised:
+        _export(embedder, elmoc_archive, sentences, output)
+    assert raised.value.errno == errno.ENOSPC and str(output) in str(raised.value)
+    assert failed and os.listdir(output.parent) == []
