@@ -300,7 +300,7 @@ class _HDF5Output(io.RawIOBase):
     file is closed, which raises one error naming the output; `atomic_path` then deletes the
     temporary file. No exception may leave these methods into HDF5 (see `_Signals`). Writes
     are complete (`pwrite` until every byte is written: the driver ignores a short count),
-    unbuffered, and cost one Python call per HDF5 write (as fast as `sec2` here: measured).
+    unbuffered, and cost one Python call per HDF5 write.
     """
 
     def __init__(self, path: str) -> None:
