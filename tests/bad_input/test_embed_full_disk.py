@@ -56,9 +56,9 @@ def sentences(tmp_path_factory) -> Path:
     return path
 
 
-def _embed_command(archive: Path, sentences: Path, output: Path, *options: str):
+def _embed_command(archive: Path, sentences: Path, output: Path):
     return [sys.executable, "-c", _CLI, str(ROOT), "elmoc-embed", str(archive), str(sentences),
-            str(output), "--all", "--batch-size", "16", *options]
+            str(output), "--all", "--batch-size", "16"]
 
 
 def _environment():
