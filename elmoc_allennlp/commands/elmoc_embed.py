@@ -5,7 +5,8 @@ the removed `allennlp elmo` command did for ELMo).
 The input has one whitespace-tokenized sentence per line. The output has one dataset per line,
 named by its 0-based index, of shape `(num_layers, num_tokens, dim)` with `--all`, `(num_tokens,
 dim)` with `--top` or `--average`, and, unless `--forget-sentences`, a dataset
-`sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none.
+`sentence_to_index` (JSON). The file is written atomically: an interrupted run leaves none,
+and a disk that fills during the run ends it with one `DiskFullError` naming the output.
 One run writes an output at a time (`common.writer_lock`: `.NAME.lock` next to it); lines end at
 `\n` only, so dataset `i` is line `i + 1` of the input.
 
@@ -14,6 +15,7 @@ allennlp finds plugin subcommands before parsing the command line: list `elmoc_a
 """
 import argparse
 import errno
+import io
 import json
 import logging
 import os
@@ -22,7 +24,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 import numpy
 
@@ -34,7 +36,7 @@ from allennlp.common.util import lazy_groups_of
 
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
-from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
@@ -197,7 +199,10 @@ _HDF5_BYTES_PER_DATASET = 4096
 
 
 def _check_free_space(output_path: Path, sentences: List[str], layers: int, dim: int) -> None:
-    """Refuses, before writing, an output the disk cannot hold (HDF5 may crash on a full disk)."""
+    """
+    Refuses, before anything is written, an output the disk cannot hold. A disk that fills later
+    (another writer, a quota, `ulimit -f`) is caught write by write: see `_HDF5Output`.
+    """
     tokens = sum(len(line.split()) for line in sentences)
     needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET
     needed += sum(len(line.encode("utf-8")) + 16 for line in sentences)  # sentence_to_index
@@ -235,44 +240,214 @@ def _embed_file_locked(
 
     layers = embedder.num_layers if output == "all" else 1
     _check_free_space(output_path, sentences, layers, embedder.output_dim)
-    with atomic_path(output_path) as temporary, _sigterm_as_exception():
-        with h5py.File(temporary, "w") as hdf5:
-            hdf5.attrs["archive_file"] = str(archive_file)
-            hdf5.attrs["output"] = output
-            hdf5.attrs["num_layers"] = embedder.num_layers
-            hdf5.attrs["dim"] = embedder.output_dim
-            batches = lazy_groups_of(iter(enumerate(sentences)), batch_size)
-            total = (len(sentences) + batch_size - 1) // batch_size
-            for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
-                vectors = embedder.embed_batch([line.split() for _, line in batch], output)
-                for (index, _), array in zip(batch, vectors):
-                    if not numpy.isfinite(array).all():
-                        raise ConfigurationError(
-                            f"line {index + 1} of {input_file} embeds to non-finite values (NaN "
-                            f"or infinity): the weights of {archive_file} hold some; nothing "
-                            "was written"
-                        )
-                    hdf5.create_dataset(str(index), data=array)
-                hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
-            if not forget_sentences:
-                sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
-                hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+    with atomic_path(output_path) as temporary, _Signals() as signals:
+        raw = _HDF5Output(temporary)
+        try:
+            with raw, h5py.File(raw, "w") as hdf5:
+                hdf5.attrs["archive_file"] = str(archive_file)
+                hdf5.attrs["output"] = output
+                hdf5.attrs["num_layers"] = embedder.num_layers
+                hdf5.attrs["dim"] = embedder.output_dim
+                batches = lazy_groups_of(iter(enumerate(sentences)), batch_size)
+                total = (len(sentences) + batch_size - 1) // batch_size
+                for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
+                    with signals.outside_hdf5():
+                        tokens = [line.split() for _, line in batch]
+                        vectors = embedder.embed_batch(tokens, output)
+                    for (index, _), array in zip(batch, vectors):
+                        if not numpy.isfinite(array).all():
+                            raise ConfigurationError(
+                                f"line {index + 1} of {input_file} embeds to non-finite values "
+                                f"(NaN or infinity): the weights of {archive_file} hold some; "
+                                "nothing was written"
+                            )
+                        hdf5.create_dataset(str(index), data=array)
+                        raw.check(output_path)
+                    hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
+                    raw.check(output_path)
+                if not forget_sentences:
+                    sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
+                    hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+        except Exception:
+            if raw.error is None:
+                raise
+            # else HDF5 failed on what a failed I/O call left it: that call's error is reported
+        raw.check(output_path)  # also the metadata HDF5 wrote when it closed the file
+        signals.deliver()
     logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
     return output_path
 
 
-@contextmanager
-def _sigterm_as_exception() -> Iterator[None]:
-    """Turns SIGTERM into `SystemExit` while active, so that clean-up code runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _HDF5Output(io.RawIOBase):
+    """
+    The temporary output file, as h5py's `fileobj` driver writes it, such that a failed write
+    never reaches HDF5.
 
-    def terminate(signum, frame):
-        raise SystemExit(128 + signum)
+    HDF5 (2.0, through h5py 3.16) is left broken by a write that fails: its own `sec2` driver
+    reports a full disk (ENOSPC), a quota (EDQUOT) or a file-size limit (EFBIG, `ulimit -f`) as
+    a `RuntimeError` with the errno in its text, every dataset closed afterwards prints another
+    traceback ("Can't decrement id ref count"), closing the file fails ("slist already
+    enabled?") and the process segfaults (exit 139) when it ends. The free-space check before
+    writing cannot prevent this: another process can fill the disk after it, and quotas and
+    file-size limits are not free space. Reserving the space up front (`posix_fallocate`) would
+    not either: the estimate is approximate, HDF5 truncates the file to its own size at every
+    flush, glibc emulates the call block by block where the file system lacks it, and a quota
+    or size limit refuses the reservation only where the file system enforces it.
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    So the first failed write (or read) is kept in `error`, and it and every later write go to
+    memory: HDF5 sees only successful I/O, keeps a consistent state and closes the file normally
+    (later reads see what it wrote). The caller calls `check` after each dataset, and after the
+    file is closed, which raises one error naming the output; `atomic_path` then deletes the
+    temporary file. No exception may leave these methods into HDF5 (see `_Signals`). Writes
+    are complete (`pwrite` until every byte is written: the driver ignores a short count),
+    unbuffered, and cost one Python call per HDF5 write.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.error: Optional[OSError] = None
+        self._descriptor = os.open(path, os.O_RDWR)
+        self._position = 0
+        self._size = os.fstat(self._descriptor).st_size  # as HDF5 sees it
+        self._on_disk = self._size  # the bytes of the file that hold what HDF5 wrote there
+        self._in_memory: List[Tuple[int, bytes]] = []  # (offset, data) written after `error`
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer) -> int:
+        # The driver ignores the count: the whole buffer is filled, with zeros past the end.
+        view = memoryview(buffer).cast("B")
+        size = len(view)
+        on_disk = max(0, min(size, self._on_disk - self._position))
+        done = 0
+        while done < on_disk:
+            try:
+                data = os.pread(self._descriptor, on_disk - done, self._position + done)
+            except OSError as error:
+                self.error = self.error or error
+                break
+            if not data:
+                break
+            view[done:done + len(data)] = data
+            done += len(data)
+        view[done:] = bytes(size - done)
+        for start, data in self._in_memory:
+            low, high = max(start, self._position), min(start + len(data), self._position + size)
+            if low < high:
+                view[low - self._position:high - self._position] = data[low - start:high - start]
+        self._position += size
+        return size
+
+    def write(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        done = 0
+        while self.error is None and done < len(view):
+            try:
+                done += os.pwrite(self._descriptor, view[done:], self._position + done)
+            except OSError as error:
+                self.error = error
+        if self.error is None:
+            self._on_disk = max(self._on_disk, self._position + len(view))
+        else:
+            self._in_memory.append((self._position, bytes(view)))
+        self._position += len(view)
+        self._size = max(self._size, self._position)
+        return len(view)
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        size = self._position if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self._descriptor, size)
+                self._on_disk = size
+            except OSError as error:  # EFBIG: growing past `ulimit -f`
+                self.error = error
+        self._on_disk = min(self._on_disk, size)
+        self._in_memory = [(at, data[:size - at]) for at, data in self._in_memory if at < size]
+        self._size = size
+        return size
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._descriptor)
+        super().close()
+
+    def check(self, output_path: Path) -> None:
+        """Raises the first failed write as an error naming `output_path`, if one failed."""
+        if self.error is None:
+            return
+        if find_disk_full(self.error) is not None:
+            raise disk_full_error(output_path, self.error)
+        raise OSError(
+            self.error.errno,
+            f"{self.error.strerror} while writing {output_path}; nothing of it was kept",
+        )
+
+
+class _Signals:
+    """
+    SIGINT and SIGTERM while an export is written: SIGINT raises `KeyboardInterrupt` (unless its
+    handler is not Python's default) and SIGTERM `SystemExit(128 + 15)`, so that clean-up code
+    runs, but never inside HDF5. h5py calls `_HDF5Output` back from inside HDF5, where an
+    exception leaves HDF5 as broken as a failed write does (the interrupt is lost, closing the
+    file fails); so a signal that arrives there is held, and raised at once while the export is
+    outside HDF5 (`outside_hdf5`: while it embeds) or when HDF5 is done (`deliver`).
+    Only the main thread runs signal handlers: elsewhere this does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._previous = {}
+        self._held: Optional[int] = None
+        self._outside = False
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            signals = [signal.SIGTERM]
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signals.append(signal.SIGINT)
+            for number in signals:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(self, *exception) -> None:
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
+
+    def _handle(self, number, frame) -> None:
+        if self._held is None:
+            self._held = number
+        if self._outside:
+            self.deliver()
+
+    def deliver(self) -> None:
+        """Raises for the signal held, if one arrived."""
+        number, self._held = self._held, None
+        if number == signal.SIGINT:
+            raise KeyboardInterrupt
+        if number is not None:
+            raise SystemExit(128 + number)
+
+    @contextmanager
+    def outside_hdf5(self) -> Iterator[None]:
+        """A block that runs no HDF5 code: a signal raises at once."""
+        self.deliver()
+        self._outside = True
+        try:
+            yield
+        finally:
+            self._outside = False

@@ -7,11 +7,16 @@ import os
 import shutil
 from typing import Optional, Union
 
-_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+# No room for the write: the file system is full, the user's quota is used up, or the file
+# would be larger than the file system or the process's file-size limit (`ulimit -f`) allows.
+_NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
 
 
 class DiskFullError(OSError):
-    """Writing a file failed because its file system is full (or the user's quota is used up)."""
+    """
+    Writing a file failed for lack of room: its file system is full, the user's quota is used
+    up, or the file is larger than allowed (EFBIG).
+    """
 
 
 def find_disk_full(error: Optional[BaseException]) -> Optional[OSError]:
@@ -36,10 +41,13 @@ def disk_full_error(path: Union[str, os.PathLike], cause: OSError) -> DiskFullEr
     """A `DiskFullError` for a failed write of `path`."""
     path = os.path.abspath(os.fspath(path))
     directory = os.path.dirname(path)
+    remedy = "Free space"
+    if cause.errno == errno.EFBIG:
+        remedy = "Write to a file system that allows larger files or raise the limit (ulimit -f)"
     error = DiskFullError(
         cause.errno,
         f"{os.strerror(cause.errno)} while writing {path} ({_free_space(directory)} in "
-        f"{directory}); earlier versions and checkpoints are intact. Free space, then run again "
+        f"{directory}); earlier versions and checkpoints are intact. {remedy}, then run again "
         "(training: with --recover).",
     )
     error.filename = path
