@@ -58,7 +58,7 @@ class TrainFastText(Subcommand):
         )
         subparser.add_argument("--epoch", type=int, default=5, help="passes over the corpus")
         subparser.add_argument(
-            "--threads", type=int, default=10, help="fastText's threads (at least 10 are used)"
+            "--threads", type=int, default=11, help="fastText's threads (at least 11 are used)"
         )
         subparser.add_argument(
             "--force", action="store_true", help="replace output_file if it exists"

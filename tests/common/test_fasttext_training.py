@@ -1,4 +1,8 @@
 """`train_fasttext` never saves a matrix the fastText package left partly uninitialised."""
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import List
 
@@ -63,3 +67,36 @@ def test_three_bad_trainings_raise_and_write_nothing(monkeypatch, tmp_path):
         fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4)
     assert stub.calls == 3
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+_TRAIN_AND_PRINT_TAIL = """
+import json, sys
+import fasttext
+from elmoc_allennlp.common.fasttext_training import train_fasttext
+train_fasttext(sys.argv[1], sys.argv[2], dim=16, min_count=1, minn=2, maxn=4, bucket=20000,
+               epoch=1, thread=1)
+values = fasttext.load_model(sys.argv[2]).get_input_matrix().reshape(-1)
+print(json.dumps([values.size % 10, values[-(values.size % 10):].tolist()]))
+"""
+
+
+def test_every_value_of_the_input_matrix_is_initialised(tmp_path):
+    """
+    fastText sets its input matrix in blocks of m*n/10 values, one per thread: with 10 threads
+    the last m*n mod 10 values kept whatever memory held (zeros, or 3.5e17 under load). Asked for
+    1 thread, `train_fasttext` uses enough that they are set too. Run in a fresh process whose
+    allocator fills new memory with 0x7f bytes (3.4e38 as float32; glibc's `MALLOC_PERTURB_`, the
+    heap used for the matrix), so that a value left unset is unmistakable.
+    """
+    pytest.importorskip("fasttext")
+    corpus = Path(__file__).parents[1] / "fixtures" / "lm_corpus" / "train-00001-of-00002.txt"
+    environment = dict(os.environ, MALLOC_PERTURB_="128", MALLOC_MMAP_THRESHOLD_="1000000000")
+    done = subprocess.run(
+        [sys.executable, "-c", _TRAIN_AND_PRINT_TAIL, str(corpus), str(tmp_path / "out.bin")],
+        env=environment, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    remainder, tail = json.loads(done.stdout.strip().splitlines()[-1])
+    assert remainder == 4  # 20,144 rows x 16: four values past the tenth block
+    # fastText starts every value in uniform(-1/16, 1/16); one short epoch barely moves them.
+    assert all(0 < abs(value) < 0.5 for value in tail), tail
