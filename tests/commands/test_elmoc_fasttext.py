@@ -20,8 +20,7 @@ def run(monkeypatch, *arguments: str) -> None:
 
 def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path):
     output = tmp_path / "vectors.bin"
-    # The sizes of the session's tiny model (tests/conftest.py): fasttext-numpy2 0.10.4 leaves
-    # rows of much smaller matrices uninitialised too often for train_fasttext's retries.
+    # The sizes of the session's tiny model (tests/conftest.py).
     run(monkeypatch, str(CORPUS), str(output), "--dim", "16", "--min-count", "1",
         "--minn", "2", "--maxn", "4", "--bucket", "20000", "--epoch", "2")
     vectors = FastTextVectors(output)
