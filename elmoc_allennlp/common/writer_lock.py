@@ -8,14 +8,23 @@ serialization folder (see `compat/serialization_lock.py`) before the folder exis
 removes it, and `elmoc-embed` that of its output file. Only where the folder holding a
 serialization folder is not writable (a mount point) is the lock `.elmoc-writer.lock` inside it.
 The lock works across PID namespaces (containers) and, where the file system supports `flock`
-(local disks; NFS v4 through POSIX locks), across machines.
+(local disks; NFS v4 through POSIX locks), across machines. On a file system without `flock`
+nothing is locked, with a warning naming the output.
 """
 import errno
 import fcntl
+import logging
 import os
 from typing import Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+# `flock` errors: another process holds the lock; the file system has no `flock` (then nothing
+# is locked, with a warning).
+_HELD_ELSEWHERE = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 # The lock file inside a serialization folder whose parent folder is not writable.
 FOLDER_LOCK_NAME = ".elmoc-writer.lock"
@@ -83,8 +92,10 @@ class WriterLock:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as error:
                 os.close(descriptor)
-                if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                if error.errno in _HELD_ELSEWHERE:
                     raise WriterLockError(self.output, self.what, self.path) from None
+                if error.errno in _NO_FLOCK:
+                    return self._unlocked(error)
                 raise
             # The holder before us may have removed the file as it released it: the lock is ours
             # only if the name still leads to the file locked.
@@ -99,6 +110,18 @@ class WriterLock:
                 return self
             os.close(descriptor)
         raise WriterLockError(self.output, self.what, self.path)
+
+    def _unlocked(self, error: OSError) -> "WriterLock":
+        """No lock where the file system has no `flock`: a warning naming the output, and on."""
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+        logger.warning(
+            "Cannot lock %s %s: its file system does not support flock (%s); a second writer "
+            "would not be refused", self.what, self.output, os.strerror(error.errno),
+        )
+        return self
 
     def release(self) -> None:
         """Removes the lock file and releases the lock (the removal first: see `acquire`)."""
@@ -133,8 +156,8 @@ def _is_locked(path: str) -> bool:
         return False
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
+    except OSError as error:
+        return error.errno in _HELD_ELSEWHERE
     finally:
         os.close(descriptor)
     return False

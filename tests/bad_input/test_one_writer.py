@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import types
 from pathlib import Path
 
 import h5py
@@ -174,6 +175,32 @@ def test_the_lock_is_exclusive_within_a_process_too(tmp_path):
     with WriterLock(tmp_path / "out.hdf5", FILE) as again:
         assert again.held and is_locked(tmp_path / "out.hdf5")
     assert not Path(lock_path_of(str(tmp_path / "out.hdf5"), FILE)).exists()
+
+
+def test_a_file_system_without_flock_trains_and_embeds_unlocked_with_a_warning(
+    elmoc_archive, tmp_path, monkeypatch, caplog
+):
+    import errno
+    import fcntl
+
+    from elmoc_allennlp.commands.elmoc_embed import embed_file
+    from elmoc_allennlp.common import writer_lock
+
+    def no_flock(descriptor, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    # Only the writer lock's flock fails (allennlp's own file locks keep theirs).
+    monkeypatch.setattr(writer_lock, "fcntl", types.SimpleNamespace(
+        flock=no_flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    (tmp_path / "in.txt").write_text("the bank\n")
+    embed_file(str(elmoc_archive), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "top")
+    folder = tmp_path / "run"
+    _train(folder)  # last: allennlp's logging set-up replaces the handler caplog reads
+    assert (folder / "model.tar.gz").is_file()
+    assert not is_locked(folder, FOLDER)  # an flock that fails this way is no lock held
+    warnings = [r.getMessage() for r in caplog.records if "does not support flock" in r.getMessage()]
+    assert len(warnings) == 2 and "out.hdf5" in warnings[0] and str(folder) in warnings[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5", "run"]
 
 
 @pytest.fixture
