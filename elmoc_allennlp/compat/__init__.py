@@ -22,6 +22,7 @@ SHIMS = (
     "safe_config_types",
     "weights_only_loading",
     "predict_output_file",
+    "predict_input_encoding",
     "reduce_on_plateau",
     "atomic_train_files",
     "carried_files",

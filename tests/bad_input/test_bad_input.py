@@ -1040,6 +1040,17 @@ case("predict-malformed-json-command-line", ConfigurationError, "input line 2",
     lambda sandbox: _predict_call(sandbox, [_GOOD_LINE, "", "{oops"], command_line=True))
 
 
+@case("predict-input-not-utf8", ConfigurationError, "{input}", "line 4", "not UTF-8",
+      unchanged=("input.jsonl",))
+def _predict_latin1(sandbox):
+    """The line named counts every line (blank ones too), as an editor numbers them."""
+    run = _predict_call(sandbox, [_GOOD_LINE, "", _GOOD_LINE, '{"sentence": "caf\u00e9"}'],
+                        command_line=True)
+    path = Path(sandbox.paths["input"])
+    path.write_bytes(path.read_bytes().replace("\u00e9".encode("utf-8"), "\u00e9".encode("latin-1")))
+    return run
+
+
 @case("predict-output-file-is-the-input", ConfigurationError, "--output-file", "{input}",
       unchanged=("input.jsonl",))
 def _predict_onto_input(sandbox):

@@ -1,0 +1,65 @@
+"""
+`allennlp predict` input that is not UTF-8 is an error naming the file and the line.
+
+**Problem (allennlp 2.10.1).** `_PredictManager._get_json_data` reads the input as text: a line
+that is not UTF-8 ends the command in a bare `UnicodeDecodeError` naming neither the file nor the
+line (a byte offset into some buffer), after the lines before it were predicted.
+
+**Workaround.** `install()` replaces `_get_json_data` with the same loop over the lines of the
+input (`-` for standard input; compressed files as allennlp opens them), read as bytes and decoded
+one line at a time, so that a line that is not UTF-8 raises a `ConfigurationError` naming the
+input, the line's number (counting every line) and the byte. Lines end at `\n` only, as JSON lines
+do; blank lines are skipped and every other line goes to the predictor's `load_line`, as before.
+
+**To drop it**: when allennlp names the line of an input it cannot decode, remove this module and
+its entry in `elmoc_allennlp.compat.SHIMS`.
+"""
+import sys
+from typing import Iterable, Iterator
+
+from allennlp.common.checks import ConfigurationError
+
+REPLACES = "`allennlp predict` names the input line that is not UTF-8"
+TARGETS = ("allennlp.commands.predict._PredictManager._get_json_data",)
+
+
+def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """The lines of `name` decoded from UTF-8, or a `ConfigurationError` naming the first that is not."""
+    for number, line in enumerate(lines, start=1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigurationError(
+                f"{name}, line {number}: not UTF-8 text ({error.reason} at byte {error.start + 1} "
+                f"of the line: {line[error.start:error.start + 1]!r})"
+            ) from None
+
+
+def install() -> bool:
+    from allennlp.commands.predict import _PredictManager
+
+    if getattr(_PredictManager._get_json_data, "_elmoc_lines", False):
+        return True
+
+    def _get_json_data(self) -> Iterator:
+        if self._input_file == "-":
+            if not hasattr(sys.stdin, "buffer"):  # a text stream that is not a file (tests)
+                lines: Iterator[str] = iter(sys.stdin)
+            else:
+                lines = decoded_lines(sys.stdin.buffer, "standard input")
+            yield from _json_lines(self, lines)
+            return
+        from allennlp.common.file_utils import cached_path, open_compressed
+
+        with open_compressed(cached_path(self._input_file), "rb", encoding=None) as file_input:
+            yield from _json_lines(self, decoded_lines(file_input, self._input_file))
+
+    _get_json_data._elmoc_lines = True  # type: ignore[attr-defined]
+    _PredictManager._get_json_data = _get_json_data  # type: ignore[assignment]
+    return True
+
+
+def _json_lines(manager, lines: Iterable[str]) -> Iterator:
+    for line in lines:
+        if not line.isspace():
+            yield manager._predictor.load_line(line)
