@@ -42,10 +42,10 @@ class WriterLockError(ConfigurationError):
         )
 
 
-def lock_path_of(output: str, what: str, inside: bool = False) -> str:
+def lock_path_of(output: str, inside: bool = False) -> str:
     """
-    The lock file of a file or folder (`what` is `FILE` or `FOLDER`): `.NAME.lock` next to it, or
-    with `inside`, `FOLDER_LOCK_NAME` in the folder.
+    The lock file of a file or folder: `.NAME.lock` next to it, or with `inside`,
+    `FOLDER_LOCK_NAME` in the folder.
     """
     if inside:
         return os.path.join(output, FOLDER_LOCK_NAME)
@@ -75,7 +75,7 @@ class WriterLock:
     def __init__(self, output: Union[str, os.PathLike], what: str = FILE, inside: bool = False) -> None:
         self.output = os.path.abspath(os.fspath(output))
         self.what = what
-        self.path = lock_path_of(self.output, what, inside)
+        self.path = lock_path_of(self.output, inside)
         self._descriptor: Optional[int] = None
 
     @property
@@ -146,7 +146,7 @@ class WriterLock:
 def is_locked(output: Union[str, os.PathLike], what: str = FILE) -> bool:
     """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
     output = os.path.abspath(os.fspath(output))
-    return any(_is_locked(lock_path_of(output, what, inside)) for inside in (False, what == FOLDER))
+    return any(_is_locked(lock_path_of(output, inside)) for inside in (False, what == FOLDER))
 
 
 def _is_locked(path: str) -> bool:

@@ -73,7 +73,7 @@ def test_a_second_train_of_a_folder_is_refused_until_its_writer_dies(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "config.json").write_text("{}")  # the first run's files
-    holder = _Holder(lock_path_of(str(folder), FOLDER))
+    holder = _Holder(lock_path_of(str(folder)))
     try:
         before = _snapshot(folder)
         for options in ({"force": True}, {"recover": True}):
@@ -85,7 +85,7 @@ def test_a_second_train_of_a_folder_is_refused_until_its_writer_dies(tmp_path):
         holder.kill()
     _train(folder, force=True)
     assert (folder / "model.tar.gz").is_file()
-    assert not Path(lock_path_of(str(folder), FOLDER)).exists()  # released, and its file removed
+    assert not Path(lock_path_of(str(folder))).exists()  # released, and its file removed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
@@ -174,7 +174,7 @@ def test_the_lock_is_exclusive_within_a_process_too(tmp_path):
     first.release()
     with WriterLock(tmp_path / "out.hdf5", FILE) as again:
         assert again.held and is_locked(tmp_path / "out.hdf5")
-    assert not Path(lock_path_of(str(tmp_path / "out.hdf5"), FILE)).exists()
+    assert not Path(lock_path_of(str(tmp_path / "out.hdf5"))).exists()
 
 
 def test_a_file_system_without_flock_trains_and_embeds_unlocked_with_a_warning(
@@ -219,7 +219,7 @@ def test_a_second_elmoc_embed_is_refused_and_keeps_the_first_writers_partial_fil
     # A live writer in another PID namespace: its pid means nothing here.
     partial = tmp_path / ".out.hdf5.partial-1-abcdefgh"
     partial.write_bytes(b"half of the first run's output")
-    holder = _Holder(lock_path_of(str(output), FILE))
+    holder = _Holder(lock_path_of(str(output)))
     try:
         for force in (False, True):
             with pytest.raises(WriterLockError) as raised:
