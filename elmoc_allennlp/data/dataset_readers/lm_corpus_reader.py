@@ -460,8 +460,9 @@ class LanguageModelCorpusReader(DatasetReader):
             lines = _read_lines(index, line_numbers, statistics)
             lengths = plan.lengths[file_number]
             for begin in range(0, len(line_numbers), 4096):  # a slice at a time: lazy
-                for (line, raw_line), line_start, is_own in zip(
-                    lines, line_starts[begin : begin + 4096].tolist(), line_owned[begin : begin + 4096].tolist()
+                # The slice first: `zip` stops at it before taking (and dropping) a line from `lines`.
+                for line_start, is_own, (line, raw_line) in zip(
+                    line_starts[begin : begin + 4096].tolist(), line_owned[begin : begin + 4096].tolist(), lines
                 ):
                     try:
                         text = raw_line.decode("utf-8")

@@ -523,3 +523,22 @@ def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path)
     (directory / "b.txt").write_text("\n")
     with pytest.raises(ConfigurationError, match="has no text"):
         _read_as(reader, directory, worker=WorkerInfo(2, 0))
+
+
+@pytest.mark.parametrize("mode", ["sentence", "window"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_line_of_a_large_file_is_read_exactly_once(tmp_path, mode, shuffle):
+    # 20,000 numbered lines: past the reader's slices of 4,096 lines (one line was lost at the end
+    # of each: 19,996 instances, lines 4096, 8193, ... missing).
+    corpus = tmp_path / "numbered.txt"
+    corpus.write_text("".join(f"{number}\n" for number in range(20_000)))
+    options = dict(mode="window", window_length=7, start_token=None, end_token=None) if mode == "window" else {}
+    reader = LanguageModelCorpusReader(shuffle=shuffle, **options)
+    reader.set_epoch(2)
+    texts = _texts(reader.read(corpus))
+    if mode == "window":
+        numbers = _unwindow(texts)
+    else:
+        numbers = [token for text in texts for token in text if token not in ("<S>", "</S>")]
+    assert sorted(map(int, numbers)) == list(range(20_000))
+    assert len(texts) == reader.num_instances(corpus)
