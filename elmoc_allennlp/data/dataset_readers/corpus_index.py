@@ -129,20 +129,24 @@ def index_lines(path: str) -> Tuple[array, array, array]:
                     tokens.append(INVALID_LINE)
                 breaks.append(_breaks(piece))
             else:
-                count, piece_bytes, last_piece = _count_long_line(piece, readline)
+                count, piece_bytes, end = _count_long_line(piece, readline)
                 position += piece_bytes
                 tokens.append(count)
-                breaks.append(_breaks(last_piece))
+                breaks.append(_breaks(end))
             offsets.append(position)
     return offsets, tokens, breaks
 
 
 def _count_long_line(first: bytes, readline) -> Tuple[int, int, bytes]:
-    """A line longer than a piece (its first piece given): its tokens, other bytes, last piece."""
+    """
+    A line longer than a piece (its first piece given): its tokens, its other bytes, and its last
+    bytes (up to 255, which may span pieces: a piece may end between "\r" and "\n").
+    """
     decoder = codecs.getincrementaldecoder("utf-8")()
     count, in_token, valid, more = 0, False, True, 0
-    piece = first
+    piece, end = first, b""
     while True:
+        end = (end + piece[-255:])[-255:]
         last = not piece or len(piece) < _PIECE or piece.endswith(b"\n")
         if valid:
             try:
@@ -157,7 +161,7 @@ def _count_long_line(first: bytes, readline) -> Tuple[int, int, bytes]:
                 if text:
                     in_token = not text[-1].isspace()
         if last:
-            return (count if valid else INVALID_LINE), more, piece
+            return (count if valid else INVALID_LINE), more, end
         piece = readline(_PIECE)
         more += len(piece)
 

@@ -255,3 +255,100 @@ def test_sentences_with_another_tokenizer_are_counted_by_it(tmp_path):
                                        start_token=None, end_token=None)
     assert reader.share_sizes(str(corpus)) == [3]  # "ab c": 4 characters, split in 2
     assert _texts(reader.read(corpus)) == [("a", "b", " "), ("c",), ("x", "y", "z")]
+
+
+def _plain_index(data: bytes):
+    """The reference: each line's offset, whitespace tokens and line-break bytes, from `split`."""
+    position = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    offsets, tokens, breaks = [position], [], []
+    pieces = data[position:].split(b"\n")
+    for number, raw in enumerate(pieces):
+        if number == len(pieces) - 1 and not raw:
+            break  # after the last line break
+        full = raw + (b"\n" if number < len(pieces) - 1 else b"")
+        position += len(full)
+        offsets.append(position)
+        try:
+            tokens.append(len(raw.decode("utf-8").split()))
+        except UnicodeDecodeError:
+            tokens.append(INVALID_LINE)
+        breaks.append(len(full) - len(full.rstrip(b"\r\n")))
+    return offsets, tokens, breaks
+
+
+def _line_of(size: int, seed: int) -> bytes:
+    """`size` bytes (without a line break) of words and 2-byte characters, no line break in it."""
+    pattern = b"ab c\xc3\xa9d  efghij\t\xc3\xa9 k lmnopqrstu "
+    pattern = pattern[seed % len(pattern) :] + pattern[: seed % len(pattern)]
+    line = (pattern * (size // len(pattern) + 2))[:size]
+    if line.startswith(b"\xa9"):  # (not half a character at either end)
+        line = b"z" + line[1:]
+    return line[:-1] + b"z" if line.endswith(b"\xc3") else line
+
+
+# Lines are read in pieces of _PIECE bytes: lines (with their line break) of k*B - 1, k*B and
+# k*B + 1 bytes, a token or a 2-byte character across the piece's end, and a last line without
+# a line break of those sizes; and (cheaper) the same around a piece of 64 bytes.
+@pytest.mark.parametrize("piece", [None, 64])
+def test_lines_at_multiples_of_the_piece(tmp_path, monkeypatch, piece):
+    if piece is not None:
+        monkeypatch.setattr(corpus_index, "_PIECE", piece)
+    size = corpus_index._PIECE
+    assert piece is not None or size == 1 << 20
+    lengths = [k * size + d for k in (1, 2) for d in (-1, 0, 1)]
+    files = {}
+    for ending in (b"\n", b"\r\n"):  # lines of these sizes with their line break
+        files[ending] = b"".join(_line_of(length - len(ending), seed) + ending for seed, length in enumerate(lengths))
+    for seed, length in enumerate(lengths):  # a last line of this size without one
+        files[length] = b"one line\r\n" + _line_of(length, seed)
+    for name, data in files.items():
+        corpus = tmp_path / f"piece-{name!r}.txt"
+        corpus.write_bytes(data)
+        assert [list(array) for array in index_lines(str(corpus))] == list(_plain_index(data)), name
+
+
+# The content sample of _SAMPLE bytes at the start, middle and end of a file: files of k*B - 1,
+# k*B and k*B + 1 bytes; a changed byte at any of the three places (same size, same modification
+# time) makes the index stale, and it is rebuilt with the change.
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("d", [-1, 0, 1])
+def test_the_content_sample_at_multiples_of_its_size(tmp_path, k, d):
+    size = k * corpus_index._SAMPLE + d
+    assert corpus_index._SAMPLE == 4096
+    data = bytearray((b"abcdefg hijklmn\n" * (size // 16 + 1))[:size])
+    data[-1:] = b"\n"
+    corpus = tmp_path / "sample.txt"
+    for place in (0, size // 2, size - 2):
+        data[place : place + 1] = b"\n" if data[place : place + 1] != b"\n" else b"x"
+        corpus.write_bytes(bytes(data))
+        os.utime(corpus, ns=(10**18, 10**18))
+        corpus_index._LOADED.clear()  # (a new process)
+        (index,) = load_indexes([str(corpus)])
+        assert list(index.tokens) == _plain_index(bytes(data))[1]
+
+
+# Indexing is parallel from _PARALLEL_MIN_BYTES (and shows a bar from _BAR_MIN_BYTES): corpora of
+# k*B - 1, k*B and k*B + 1 bytes in 3 files, around smaller constants; the same index either way.
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("d", [-1, 0, 1])
+def test_parallel_indexing_and_its_bar_at_multiples_of_their_thresholds(tmp_path, monkeypatch, caplog, k, d):
+    monkeypatch.setattr(corpus_index, "_PARALLEL_MIN_BYTES", 1000)
+    monkeypatch.setattr(corpus_index, "_BAR_MIN_BYTES", 1000)
+    bars = []
+    real_tqdm = corpus_index.Tqdm.tqdm
+    monkeypatch.setattr(corpus_index.Tqdm, "tqdm", lambda *a, **kw: bars.append(kw["disable"]) or real_tqdm(*a, **kw))
+    total = k * 1000 + d
+    sizes = [total // 3, total // 3, total - 2 * (total // 3)]
+    paths = []
+    for number, size in enumerate(sizes):
+        path = tmp_path / f"part-{number}.txt"
+        path.write_bytes((f"file{number} " * size).encode()[: size - 1] + b"\n")
+        paths.append(str(path))
+    with caplog.at_level(logging.INFO, logger=corpus_index.__name__):
+        indexes = load_indexes(paths, processes=None)
+    expected_processes = min(os.cpu_count() or 1, 3) if total >= 1000 else 1
+    assert f"once; {expected_processes} process(es))" in caplog.text
+    assert bars == [total < 1000]
+    for index, path in zip(indexes, paths):
+        offsets, tokens, breaks = _plain_index(Path(path).read_bytes())
+        assert (list(index.offsets), list(index.tokens), list(index.breaks)) == (offsets, tokens, breaks)
