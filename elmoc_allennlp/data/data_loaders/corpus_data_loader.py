@@ -1,27 +1,52 @@
 """allennlp's multi-process data loader, with the length of an epoch known from the corpus index."""
 import math
-from typing import Iterator
+from typing import Iterator, Optional
 
+import torch.distributed as dist
+
+from allennlp.common import util
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.data.data_loaders.multiprocess_data_loader import MultiProcessDataLoader
 from allennlp.data.samplers import BucketBatchSampler
 
+from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError
+
 
 class _SizedIterator:
-    """The batches of one epoch, with their number (for `tqdm`'s total and ETA)."""
+    """
+    The batches of one epoch, with their number (for `tqdm`'s total and ETA); where the number
+    was counted from the corpus index (`checked`), an epoch of another number of batches raises.
+    """
 
-    def __init__(self, batches: Iterator[TensorDict], length: int) -> None:
+    def __init__(self, batches: Iterator[TensorDict], length: int, checked: Optional[str] = None) -> None:
         self._batches = batches
         self._length = length
+        self._checked = checked
+        self._given = 0
 
     def __iter__(self) -> "_SizedIterator":
         return self
 
     def __next__(self) -> TensorDict:
-        return next(self._batches)
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            if self._checked is not None and self._given != self._length:
+                raise self._error("ended after") from None
+            raise
+        self._given += 1
+        if self._checked is not None and self._given > self._length:
+            raise self._error("went on past")
+        return batch
 
     def __len__(self) -> int:
         return self._length
+
+    def _error(self, what: str) -> EpochLengthError:
+        return EpochLengthError(
+            f"The epoch of {self._checked} {what} {self._given} batches where the loader's len() is "
+            f"{self._length}, counted from the corpus index: instances were lost or added"
+        )
 
 
 @DataLoader.register("elmoc_corpus")
@@ -34,26 +59,31 @@ class CorpusDataLoader(MultiProcessDataLoader):
     index, and the batches follow from the batch size or
     the `bucket` sampler (each worker batches its own instances, `max_instances_in_memory` at a
     time). So the training and validation progress bars and `allennlp evaluate` show `N/M`, a
-    rate and an ETA from the first epoch. With a reader that cannot count its instances, or a
-    batch sampler whose number of batches depends on the instances (`max_tokens_sampler`),
-    `len()` is allennlp's.
+    rate and an ETA from the first epoch, and an epoch that gives another number of batches
+    raises an `EpochLengthError` naming the corpus, the process's rank and both counts. With a
+    reader that cannot count its instances, or a batch sampler whose number of batches depends on
+    the instances (`max_tokens_sampler`), `len()` is allennlp's.
 
     Registered as a `DataLoader` with name "elmoc_corpus".
     """
 
     def __len__(self) -> int:
+        counted = self._counted_length()
+        return super().__len__() if counted is None else counted
+
+    def _counted_length(self) -> Optional[int]:
+        """The epoch's batches counted from the reader's share sizes (`None`: not countable)."""
         if self.batches_per_epoch is not None or self.max_instances_in_memory is None:
             # Without `max_instances_in_memory` allennlp's loader holds the instances: it counts.
-            return super().__len__()
+            return None
         share_sizes = getattr(self.reader, "share_sizes", None)
-        batches = self._batches_of if share_sizes is not None else None
         countable = self.batch_sampler is None or type(self.batch_sampler) is BucketBatchSampler
-        if batches is None or not countable:
-            return super().__len__()
+        if share_sizes is None or not countable:
+            return None
         size = self.batch_size if self.batch_sampler is None else self.batch_sampler.get_batch_size()
         if not isinstance(size, int) or size < 1:
-            return super().__len__()  # a bad batch size: its error comes from where it is checked
-        return sum(batches(size) for size in share_sizes(self.data_path, max(1, self.num_workers)))
+            return None  # a bad batch size: its error comes from where it is checked
+        return sum(self._batches_of(size) for size in share_sizes(self.data_path, max(1, self.num_workers)))
 
     def _batches_of(self, num_instances: int) -> int:
         """The batches made of one reader's `num_instances` instances."""
@@ -70,10 +100,21 @@ class CorpusDataLoader(MultiProcessDataLoader):
     def _groups(num_instances: int, batch_size: int, drop_last: bool) -> int:
         return num_instances // batch_size if drop_last else math.ceil(num_instances / batch_size)
 
+    def _where(self) -> str:
+        info = getattr(self.reader, "_distributed_info", None)
+        if info is not None:
+            rank, world_size = info.global_rank, info.world_size
+        elif util.is_distributed():
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            return str(self.data_path)
+        return f"{self.data_path} on rank {rank} of {world_size}"
+
     def __iter__(self) -> Iterator[TensorDict]:
         batches = super().__iter__()
         try:
-            length = len(self)
+            counted = self._counted_length()
+            length = super().__len__() if counted is None else counted
         except TypeError:
             return batches
-        return _SizedIterator(batches, length)
+        return _SizedIterator(batches, length, self._where() if counted is not None else None)

@@ -108,3 +108,71 @@ def test_evaluate_shows_a_total_and_refuses_a_path_matching_nothing(elmoc_archiv
     result = _allennlp("evaluate", str(elmoc_archive), "/valid.txt", cwd=tmp_path)
     assert result.returncode != 0
     assert "No corpus files found matching '/valid.txt'" in result.stderr
+
+
+def _one_token_lines(tmp_path: Path, num_lines: int) -> Path:
+    corpus = tmp_path / f"lines-{num_lines}.txt"
+    corpus.write_text("".join(f"w{number}\n" for number in range(num_lines)))
+    return corpus
+
+
+# The batch size and `max_instances_in_memory` cut the epoch: shares of k*B - 1, k*B and k*B + 1
+# instances for k = 1, 2, batch size 4 and 6 instances in memory (one process of one worker; and,
+# loader workers being processes, a few on 2 ranks x 2 workers); len() is the number of batches,
+# the batches hold every instance once.
+_CUT_BY = [
+    {"batch_size": 4, "max_instances_in_memory": 6},
+    {"batch_size": 4, "max_instances_in_memory": 6, "drop_last": True},
+    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]}, "max_instances_in_memory": 6},
+    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"], "drop_last": True},
+     "max_instances_in_memory": 6},
+]
+_AT_MULTIPLES = [(per_share, options, 1, 1) for per_share in (3, 4, 5, 5, 6, 7, 7, 8, 9, 11, 12, 13)
+                 for options in _CUT_BY]
+_AT_MULTIPLES += [(per_share, _CUT_BY[index], 2, 2) for per_share, index in ((5, 0), (6, 3), (8, 1), (13, 2))]
+
+
+@pytest.mark.parametrize("per_share, options, world_size, num_workers", sorted(set(
+    (per_share, json.dumps(options), world_size, num_workers) for per_share, options, world_size, num_workers
+    in _AT_MULTIPLES)))
+def test_length_at_multiples_of_the_batch_and_the_instances_in_memory(tmp_path, per_share, options, world_size,
+                                                                      num_workers):
+    options = json.loads(options)
+    corpus = _one_token_lines(tmp_path, per_share * world_size * num_workers)
+    vocabulary = Vocabulary()
+    vocabulary.add_tokens_to_namespace([f"w{number}" for number in range(per_share * world_size * num_workers)])
+    seen = []
+    for rank in range(world_size):
+        reader = LanguageModelCorpusReader()
+        if world_size > 1:
+            reader._set_distributed_info(DistributedInfo(world_size, rank))
+        loader = _loader(reader, corpus, num_workers=num_workers if num_workers > 1 else 0, **options)
+        loader.index_with(vocabulary)
+        assert reader.share_sizes(str(corpus), num_workers) == [per_share] * num_workers
+        batches = list(loader)
+        assert len(batches) == len(loader)
+        for batch in batches:
+            seen.extend(batch["tokens"]["tokens"]["tokens"][:, 1].tolist())
+    drop_last = options.get("drop_last") or options.get("batch_sampler", {}).get("drop_last")
+    assert len(seen) == len(set(seen))
+    if not drop_last:
+        assert len(seen) == per_share * world_size * num_workers
+
+
+@pytest.mark.parametrize("error", [+1, -1])
+def test_an_epoch_of_another_number_of_batches_raises(tmp_path, monkeypatch, error):
+    from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError
+
+    corpus = _one_token_lines(tmp_path, 10)
+    reader = LanguageModelCorpusReader()
+    reader._set_distributed_info(DistributedInfo(2, 1))
+    loader = _loader(reader, corpus, batch_size=1, max_instances_in_memory=4)
+    assert len(list(loader)) == len(loader) == 5
+    # The reader's count of its share is off by one (its own check of the read not at fault).
+    share_sizes = reader.share_sizes
+    monkeypatch.setattr(reader, "share_sizes", lambda *args: [size + error for size in share_sizes(*args)])
+    batches = iter(loader)
+    assert len(batches) == 5 + error
+    what = "ended after 5" if error > 0 else "went on past"
+    with pytest.raises(EpochLengthError, match=rf"{re.escape(str(corpus))} on rank 1 of 2 {what} .* len\(\) is {5 + error}"):
+        list(batches)
