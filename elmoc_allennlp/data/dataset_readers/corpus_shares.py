@@ -121,12 +121,11 @@ class ReadStatistics:
     def __init__(self, settings: Optional[ShareSettings] = None) -> None:
         for key in self._ALWAYS:
             setattr(self, key, 0)
-        kept = settings is not None and (
-            settings.invalid_lines == "skip",
-            settings.max_line_bytes is not None,
+        kept = (False,) * 3 if settings is None else (
+            settings.invalid_lines == "skip", settings.max_line_bytes is not None,
             settings.max_token_characters is not None,
         )
-        for key, keep in zip(self._OPTIONAL, kept or (False,) * 3):
+        for key, keep in zip(self._OPTIONAL, kept):
             setattr(self, key, 0 if keep else None)
 
     @property
@@ -350,13 +349,12 @@ class CorpusShare:
         self.settings, self.plan, self.slot, self.epoch, self.corpus = settings, plan, slot, epoch, corpus
         self.first, self.end = share_bounds(plan.num_instances, slot.index, slot.count)
         last_slot = slot.index == slot.count - 1
-        if settings.mode == "sentence":
-            self.need = (self.first, self.end)
-            self.own = (self.first, _NO_END if last_slot else self.end)
-        else:
-            length = settings.window_length
-            self.need = (self.first * length, min(self.end * length + 1, plan.total_units)) if self.end > self.first else (0, 0)
-            self.own = (self.first * length, _NO_END if last_slot else self.end * length)
+        # The units (instances, or stream tokens) it reads, and those whose lines it counts.
+        length = 1 if settings.mode == "sentence" else settings.window_length
+        self.need = (self.first * length, min(self.end * length + (length > 1), plan.total_units))
+        if self.end <= self.first:
+            self.need = (0, 0)
+        self.own = (self.first * length, _NO_END if last_slot else self.end * length)
         self.statistics = ReadStatistics(settings)
 
     def _shuffled(self) -> bool:
@@ -433,7 +431,8 @@ class CorpusShare:
                     if kind == _INVALID:
                         error = decoding_error(index, line)
                         why = f"invalid UTF-8 at byte offset {error.byte_offset} ({error.reason})"
-                    more = " (further skipped lines are only counted)" if statistics.skipped == _MAX_SKIP_WARNINGS else ""
+                    last = statistics.skipped == _MAX_SKIP_WARNINGS
+                    more = " (further skipped lines are only counted)" if last else ""
                     logger.warning("%s, line %d: skipped, %s%s", index.path, line + 1, why, more)
             extra = int(counts[kind]) - min(int(counts[kind]), _MAX_SKIP_WARNINGS)
             setattr(statistics, key, getattr(statistics, key) + extra)

@@ -228,7 +228,8 @@ class LanguageModelCorpusReader(DatasetReader):
         logger.info(
             "Read %s, share %d of %d (%d of %d file(s) opened): %s",
             file_path, share.slot.index + 1, share.slot.count, statistics.files, len(share.plan.indexes),
-            ", ".join(f"{value} {key.replace('_', ' ')}" for key, value in statistics.as_dict().items() if key != "files"),
+            ", ".join(f"{value} {key.replace('_', ' ')}" for key, value in statistics.as_dict().items()
+                      if key != "files"),
         )
 
     def _tokens(self, line: ShareLine, statistics: ReadStatistics) -> List[Token]:

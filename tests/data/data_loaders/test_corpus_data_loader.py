@@ -174,5 +174,6 @@ def test_an_epoch_of_another_number_of_batches_raises(tmp_path, monkeypatch, err
     batches = iter(loader)
     assert len(batches) == 5 + error
     what = "ended after 5" if error > 0 else "went on past"
-    with pytest.raises(EpochLengthError, match=rf"{re.escape(str(corpus))} on rank 1 of 2 {what} .* len\(\) is {5 + error}"):
+    expected = rf"{re.escape(str(corpus))} on rank 1 of 2 {what} .* len\(\) is {5 + error}"
+    with pytest.raises(EpochLengthError, match=expected):
         list(batches)
