@@ -124,8 +124,7 @@ def check_every_line_once(corpus: Path, mode: str, shuffle: bool, world_size: in
 
 # The slices of 4,096 lines (which lost the line after each): one file of k*B - 1, k*B, k*B + 1 lines.
 @pytest.mark.parametrize("num_lines", [4095, 4096, 4097, 8191, 8192, 8193])
-@pytest.mark.parametrize("mode", ["sentence", "window"])
-@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("mode, shuffle", [("sentence", False), ("window", True)])
 def test_slices_of_lines_one_file(tmp_path, num_lines, mode, shuffle):
     corpus = _write_shards(tmp_path / "corpus", [num_lines])
     check_every_line_once(corpus, mode, shuffle)
