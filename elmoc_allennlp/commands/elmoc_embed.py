@@ -24,7 +24,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -34,7 +34,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
-from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
+from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files, same_file
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
@@ -137,14 +137,27 @@ def read_sentences(input_file: str) -> List[str]:
         raise ConfigurationError(f"input file {input_file} is not UTF-8 text ({error})") from None
 
 
-def _check_output(output_file: str, input_file: str, force: bool) -> Path:
+def _check_output(
+    output_file: str, input_file: str, force: bool, kept: Sequence[Tuple[str, Optional[str]]] = ()
+) -> Path:
+    """
+    The output's path, if it can be written without losing anything: `kept` are `(what, path)`
+    of the run's other files (the model archive, its fastText models), which `--force` never
+    replaces (the same file by path, link or inode is refused, naming both).
+    """
     output_path = Path(output_file)
     if output_path.is_dir():
         raise ConfigurationError(f"output file {output_file} is a directory")
     if not output_path.parent.is_dir():
         raise ConfigurationError(f"the directory of output file {output_file} does not exist")
-    if output_path.resolve() == Path(input_file).resolve():
+    if same_file(output_path, input_file):
         raise ConfigurationError(f"output file {output_file} is the input file")
+    for what, path in kept:
+        if path is not None and same_file(output_path, path):
+            raise ConfigurationError(
+                f"output file {output_file} is {what} {path}: choose another output file "
+                "(--force replaces outputs, never the files the run reads)"
+            )
     if output_path.exists() and not force:
         raise ConfigurationError(f"output file {output_file} exists; pass --force to replace it")
     if not os.access(output_path.parent, os.W_OK | os.X_OK):
@@ -173,6 +186,8 @@ def embed_file(
     file is locked (`common.writer_lock`) while it is written: a second run for it is refused.
     """
     check_positive(batch_size, "--batch-size")
+    # Before the lock, whose file goes next to the output: a bad output is named as such.
+    _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path))
     lock = _lock_output(output_file)
     try:
         return _embed_file_locked(
@@ -183,15 +198,25 @@ def embed_file(
         lock.release()
 
 
+def _run_files(archive_file: str, vectors_path: Optional[str], embedder=None) -> List[Tuple[str, Optional[str]]]:
+    """The files a run reads besides its input: the model archive and its fastText models."""
+    files = [("the model archive", archive_file), ("the fastText model", vectors_path)]
+    archive = getattr(getattr(embedder, "bilm", None), "archive", None)
+    for path in sorted(set(getattr(archive, "vectors_overrides", {}).values())):
+        files.append(("the fastText model", path))
+    return files
+
+
 def _lock_output(output_file: str) -> WriterLock:
     """The output's `WriterLock`: one `elmoc-embed` per output file, wherever it runs."""
-    directory = Path(output_file).parent
-    if Path(output_file).is_dir() or not directory.is_dir():
-        _check_output(output_file, output_file + ".input", True)  # names the problem
+    lock = WriterLock(output_file, FILE)
     try:
-        return WriterLock(output_file, FILE).acquire()
-    except PermissionError:
-        raise ConfigurationError(f"the directory of output file {output_file} is not writable") from None
+        return lock.acquire()
+    except OSError as error:  # a folder this user may not write, a read-only file system, /proc
+        raise ConfigurationError(
+            f"the directory of output file {output_file} is not writable: its lock file "
+            f"{lock.path} cannot be created ({error.strerror})"
+        ) from None
 
 
 # Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB).
@@ -223,7 +248,7 @@ def _embed_file_locked(
 
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
-    output_path = _check_output(output_file, input_file, force)
+    output_path = _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path))
     check_cuda_device(cuda_device, "--cuda-device")
     # The partial file of a killed run (`kill -9`) for the same output: this run holds the
     # output's lock, so no other writer of it runs.
@@ -238,6 +263,8 @@ def _embed_file_locked(
             lowercase_tokens=lowercase_tokens,
         )
 
+    # The fastText models the archive reads are known once it is open; nothing is written yet.
+    _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path, embedder))
     layers = embedder.num_layers if output == "all" else 1
     _check_free_space(output_path, sentences, layers, embedder.output_dim)
     with atomic_path(output_path) as temporary, _Signals() as signals:
