@@ -7,16 +7,20 @@ output (or the earlier output, byte for byte) left.
 """
 import errno
 import hashlib
+import io
 import os
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Dict
 
 import pytest
+import torch
 
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.commands.elmoc_embed import embed_file
+from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
 from elmoc_allennlp.common import writer_lock
 from tests.conftest import rewrite_archive
 
@@ -150,3 +154,101 @@ def test_force_still_replaces_an_earlier_output(own_copy, sentences):
     output.write_bytes(b"an earlier export")
     embed_file(str(own_copy["archive"]), str(sentences), str(output), output="top", force=True)
     assert output.read_bytes()[:8] == b"\x89HDF\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------------- a merge that fails its check
+
+
+@pytest.fixture
+def direction_runs(elmoc_archive, tmp_path) -> Dict[str, Path]:
+    """The tiny biLM as a forward-only and a backward-only run (its weights serve both)."""
+    runs = {}
+    for direction in ("forward", "backward"):
+        def single(config, direction=direction):
+            config["model"]["directions"] = direction
+
+        runs[direction] = rewrite_archive(elmoc_archive, tmp_path / direction / "model.tar.gz", single)
+    return runs
+
+
+def _with_state(archive: Path, edit) -> None:
+    """Rewrites `archive`'s weights.th in place with `edit(state)` applied."""
+    with tarfile.open(archive, "r:gz") as original:
+        members = [(m, original.extractfile(m).read() if m.isfile() else None) for m in original]
+    for member, data in members:
+        if member.name == "weights.th":
+            state = torch.load(io.BytesIO(data))
+            edit(state)
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            members[members.index((member, data))] = (member, buffer.getvalue())
+            member.size = len(buffer.getvalue())
+    with tarfile.open(archive, "w:gz") as copy:
+        for member, data in members:
+            copy.addfile(member, None if data is None else io.BytesIO(data))
+
+
+BACKWARD_KEY = "_contextualizer.backward_layers.0.input_linearity.weight"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("earlier_output", [False, True], ids=["new", "forced"])
+def test_a_merge_of_non_finite_weights_names_the_parameter_and_leaves_nothing(
+    direction_runs, tmp_path, value, earlier_output
+):
+    def poison(state):
+        assert BACKWARD_KEY in state, sorted(state)
+        state[BACKWARD_KEY][0, 0] = value
+
+    _with_state(direction_runs["backward"], poison)
+    output = tmp_path / "merged.tar.gz"
+    if earlier_output:
+        output.write_bytes(b"an earlier merge")
+    before = _digests(tmp_path)
+    with pytest.raises(ConfigurationError, match="non-finite") as raised:
+        merge_bilm_archives(
+            str(direction_runs["forward"]), str(direction_runs["backward"]), str(output), force=earlier_output
+        )
+    assert BACKWARD_KEY in str(raised.value) and str(direction_runs["backward"]) in str(raised.value)
+    assert "does not load as written" not in str(raised.value)
+    assert _digests(tmp_path) == before
+
+
+def test_a_merged_archive_that_does_not_load_is_not_left_at_the_output(direction_runs, tmp_path):
+    # The same extra tensor in both runs: merged without complaint, refused by the model's load.
+    def extra(state):
+        state["_contextualizer.not_a_parameter"] = torch.ones(3)
+
+    for archive in direction_runs.values():
+        _with_state(archive, extra)
+    output = tmp_path / "out" / "merged.tar.gz"
+    output.parent.mkdir()
+    output.write_bytes(b"an earlier merge")
+    with pytest.raises(ConfigurationError, match="not_a_parameter") as raised:
+        merge_bilm_archives(
+            str(direction_runs["forward"]), str(direction_runs["backward"]), str(output), force=True
+        )
+    assert str(output) in str(raised.value) and "does not load" in str(raised.value)
+    assert output.read_bytes() == b"an earlier merge"
+    assert os.listdir(output.parent) == ["merged.tar.gz"]
+
+
+def test_a_merge_never_replaces_one_of_its_inputs(direction_runs):
+    forward = direction_runs["forward"]
+    before = forward.read_bytes()
+    with pytest.raises(ConfigurationError, match="is the forward archive") as raised:
+        merge_bilm_archives(str(forward), str(direction_runs["backward"]), str(forward), force=True)
+    assert str(forward) in str(raised.value)
+    assert forward.read_bytes() == before
+
+
+def test_a_sound_merge_is_verified_and_written(direction_runs, tmp_path):
+    from allennlp.models.archival import load_archive
+
+    output = merge_bilm_archives(
+        str(direction_runs["forward"]), str(direction_runs["backward"]), str(tmp_path / "merged.tar.gz")
+    )
+    merged = load_archive(output).model.state_dict()
+    source = load_archive(direction_runs["forward"]).model.state_dict()
+    assert all(torch.equal(merged[key], source[key]) for key in source)
+    assert sorted(os.listdir(tmp_path)) == ["backward", "forward", "merged.tar.gz"]
