@@ -219,18 +219,33 @@ def _lock_output(output_file: str) -> WriterLock:
         ) from None
 
 
-# Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB).
+# Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB), and of
+# the file itself (superblock, root group, attributes; measured: 5.8 KB for an empty input).
 _HDF5_BYTES_PER_DATASET = 4096
+_HDF5_BYTES_PER_FILE = 8192
 
 
-def _check_free_space(output_path: Path, sentences: List[str], layers: int, dim: int) -> None:
+def _sentence_to_index(sentences: List[str]) -> str:
+    """The `sentence_to_index` dataset: each distinct line -> its last index, as JSON."""
+    return json.dumps({line: str(index) for index, line in enumerate(sentences)})
+
+
+def _bytes_needed(sentences: List[str], layers: int, dim: int, forget_sentences: bool = False) -> int:
+    """An upper bound of the output's size: float32 values, HDF5's bookkeeping, `sentence_to_index`."""
+    tokens = sum(len(line.split()) for line in sentences)
+    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET + _HDF5_BYTES_PER_FILE
+    # As JSON escapes them: a control character takes 6 bytes, an emoji 12 (was counted as UTF-8).
+    return needed + (0 if forget_sentences else len(_sentence_to_index(sentences)))
+
+
+def _check_free_space(
+    output_path: Path, sentences: List[str], layers: int, dim: int, forget_sentences: bool = False
+) -> None:
     """
     Refuses, before anything is written, an output the disk cannot hold. A disk that fills later
     (another writer, a quota, `ulimit -f`) is caught write by write: see `_HDF5Output`.
     """
-    tokens = sum(len(line.split()) for line in sentences)
-    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET
-    needed += sum(len(line.encode("utf-8")) + 16 for line in sentences)  # sentence_to_index
+    needed = _bytes_needed(sentences, layers, dim, forget_sentences)
     free = shutil.disk_usage(output_path.parent).free
     if needed > free:
         raise DiskFullError(
@@ -266,7 +281,7 @@ def _embed_file_locked(
     # The fastText models the archive reads are known once it is open; nothing is written yet.
     _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path, embedder))
     layers = embedder.num_layers if output == "all" else 1
-    _check_free_space(output_path, sentences, layers, embedder.output_dim)
+    _check_free_space(output_path, sentences, layers, embedder.output_dim, forget_sentences)
     with atomic_path(output_path) as temporary, _Signals() as signals:
         raw = _HDF5Output(temporary)
         try:
@@ -293,8 +308,7 @@ def _embed_file_locked(
                     hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
                     raw.check(output_path)
                 if not forget_sentences:
-                    sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
-                    hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+                    hdf5.create_dataset(SENTENCE_TO_INDEX, data=_sentence_to_index(sentences))
         except Exception:
             if raw.error is None:
                 raise
