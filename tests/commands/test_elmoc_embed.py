@@ -265,3 +265,14 @@ def test_the_free_space_check_refuses_only_what_does_not_fit(
         embed_file(str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder)
         with h5py.File(output, "r") as hdf5:
             assert len(hdf5) == len(LINES) + 1
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_embed_sentences_yields_each_sentence_once_at_multiples_of_the_batch(embedder, k, offset):
+    sentences = [line.split() for line in SHORT_LINES * 2][: k * 2 + offset]
+    expected = embedder.embed_batch(sentences)
+    got = list(embedder.embed_sentences(iter(sentences), batch_size=2))
+    assert len(got) == len(sentences)
+    for one, other in zip(expected, got):
+        numpy.testing.assert_allclose(one, other, atol=1e-5)
