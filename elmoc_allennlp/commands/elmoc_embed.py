@@ -24,7 +24,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy
 
@@ -34,7 +34,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 from allennlp.common.util import lazy_groups_of
 
-from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
+from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files, same_file
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
@@ -137,14 +137,27 @@ def read_sentences(input_file: str) -> List[str]:
         raise ConfigurationError(f"input file {input_file} is not UTF-8 text ({error})") from None
 
 
-def _check_output(output_file: str, input_file: str, force: bool) -> Path:
+def _check_output(
+    output_file: str, input_file: str, force: bool, kept: Sequence[Tuple[str, Optional[str]]] = ()
+) -> Path:
+    """
+    The output's path, if it can be written without losing anything: `kept` are `(what, path)`
+    of the run's other files (the model archive, its fastText models), which `--force` never
+    replaces (the same file by path, link or inode is refused, naming both).
+    """
     output_path = Path(output_file)
     if output_path.is_dir():
         raise ConfigurationError(f"output file {output_file} is a directory")
     if not output_path.parent.is_dir():
         raise ConfigurationError(f"the directory of output file {output_file} does not exist")
-    if output_path.resolve() == Path(input_file).resolve():
+    if same_file(output_path, input_file):
         raise ConfigurationError(f"output file {output_file} is the input file")
+    for what, path in kept:
+        if path is not None and same_file(output_path, path):
+            raise ConfigurationError(
+                f"output file {output_file} is {what} {path}: choose another output file "
+                "(--force replaces outputs, never the files the run reads)"
+            )
     if output_path.exists() and not force:
         raise ConfigurationError(f"output file {output_file} exists; pass --force to replace it")
     if not os.access(output_path.parent, os.W_OK | os.X_OK):
@@ -173,6 +186,8 @@ def embed_file(
     file is locked (`common.writer_lock`) while it is written: a second run for it is refused.
     """
     check_positive(batch_size, "--batch-size")
+    # Before the lock, whose file goes next to the output: a bad output is named as such.
+    _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path))
     lock = _lock_output(output_file)
     try:
         return _embed_file_locked(
@@ -183,29 +198,54 @@ def embed_file(
         lock.release()
 
 
+def _run_files(archive_file: str, vectors_path: Optional[str], embedder=None) -> List[Tuple[str, Optional[str]]]:
+    """The files a run reads besides its input: the model archive and its fastText models."""
+    files = [("the model archive", archive_file), ("the fastText model", vectors_path)]
+    archive = getattr(getattr(embedder, "bilm", None), "archive", None)
+    for path in sorted(set(getattr(archive, "vectors_overrides", {}).values())):
+        files.append(("the fastText model", path))
+    return files
+
+
 def _lock_output(output_file: str) -> WriterLock:
     """The output's `WriterLock`: one `elmoc-embed` per output file, wherever it runs."""
-    directory = Path(output_file).parent
-    if Path(output_file).is_dir() or not directory.is_dir():
-        _check_output(output_file, output_file + ".input", True)  # names the problem
+    lock = WriterLock(output_file, FILE)
     try:
-        return WriterLock(output_file, FILE).acquire()
-    except PermissionError:
-        raise ConfigurationError(f"the directory of output file {output_file} is not writable") from None
+        return lock.acquire()
+    except OSError as error:  # a folder this user may not write, a read-only file system, /proc
+        raise ConfigurationError(
+            f"the directory of output file {output_file} is not writable: its lock file "
+            f"{lock.path} cannot be created ({error.strerror})"
+        ) from None
 
 
-# Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB).
+# Bytes of hdf5 bookkeeping per dataset, on top of its values (measured: about 1.2 KB), and of
+# the file itself (superblock, root group, attributes; measured: 5.8 KB for an empty input).
 _HDF5_BYTES_PER_DATASET = 4096
+_HDF5_BYTES_PER_FILE = 8192
 
 
-def _check_free_space(output_path: Path, sentences: List[str], layers: int, dim: int) -> None:
+def _sentence_to_index(sentences: List[str]) -> str:
+    """The `sentence_to_index` dataset: each distinct line -> its last index, as JSON."""
+    return json.dumps({line: str(index) for index, line in enumerate(sentences)})
+
+
+def _bytes_needed(sentences: List[str], layers: int, dim: int, forget_sentences: bool = False) -> int:
+    """An upper bound of the output's size: float32 values, HDF5's bookkeeping, `sentence_to_index`."""
+    tokens = sum(len(line.split()) for line in sentences)
+    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET + _HDF5_BYTES_PER_FILE
+    # As JSON escapes them: a control character takes 6 bytes, an emoji 12 (was counted as UTF-8).
+    return needed + (0 if forget_sentences else len(_sentence_to_index(sentences)))
+
+
+def _check_free_space(
+    output_path: Path, sentences: List[str], layers: int, dim: int, forget_sentences: bool = False
+) -> None:
     """
     Refuses, before anything is written, an output the disk cannot hold. A disk that fills later
     (another writer, a quota, `ulimit -f`) is caught write by write: see `_HDF5Output`.
     """
-    tokens = sum(len(line.split()) for line in sentences)
-    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET
-    needed += sum(len(line.encode("utf-8")) + 16 for line in sentences)  # sentence_to_index
+    needed = _bytes_needed(sentences, layers, dim, forget_sentences)
     free = shutil.disk_usage(output_path.parent).free
     if needed > free:
         raise DiskFullError(
@@ -223,7 +263,7 @@ def _embed_file_locked(
 
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
-    output_path = _check_output(output_file, input_file, force)
+    output_path = _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path))
     check_cuda_device(cuda_device, "--cuda-device")
     # The partial file of a killed run (`kill -9`) for the same output: this run holds the
     # output's lock, so no other writer of it runs.
@@ -238,8 +278,10 @@ def _embed_file_locked(
             lowercase_tokens=lowercase_tokens,
         )
 
+    # The fastText models the archive reads are known once it is open; nothing is written yet.
+    _check_output(output_file, input_file, force, _run_files(archive_file, vectors_path, embedder))
     layers = embedder.num_layers if output == "all" else 1
-    _check_free_space(output_path, sentences, layers, embedder.output_dim)
+    _check_free_space(output_path, sentences, layers, embedder.output_dim, forget_sentences)
     with atomic_path(output_path) as temporary, _Signals() as signals:
         raw = _HDF5Output(temporary)
         try:
@@ -266,8 +308,7 @@ def _embed_file_locked(
                     hdf5.flush()  # HDF5 buffers small writes: a full disk stops the first batch
                     raw.check(output_path)
                 if not forget_sentences:
-                    sentence_to_index = {line: str(index) for index, line in enumerate(sentences)}
-                    hdf5.create_dataset(SENTENCE_TO_INDEX, data=json.dumps(sentence_to_index))
+                    hdf5.create_dataset(SENTENCE_TO_INDEX, data=_sentence_to_index(sentences))
         except Exception:
             if raw.error is None:
                 raise

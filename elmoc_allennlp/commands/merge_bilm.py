@@ -14,7 +14,7 @@ import os
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -22,7 +22,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
-from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.atomic_files import atomic_path, same_file
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import (
     BACKWARD_OUTPUT_LAYER_PREFIX,
@@ -236,10 +236,40 @@ def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
     return load_tensors(str(weights))
 
 
+def _check_finite(state: Dict[str, torch.Tensor], archive: str) -> None:
+    """
+    Refuses NaN and infinite weights (a diverged run), naming the parameter and the archive: a
+    merged biLM would hold them, and `torch.equal` finds them unequal to themselves. Each
+    storage is read once; only the views of a storage holding some are read again.
+    """
+    finite_storages: Dict[int, bool] = {}
+    for key, value in state.items():
+        if not (value.is_floating_point() or value.is_complex()) or value.numel() == 0:
+            continue
+        address, values = whole_storage(value)
+        if address not in finite_storages:
+            finite_storages[address] = bool(torch.isfinite(values).all())
+        if not finite_storages[address] and not bool(torch.isfinite(value).all()):
+            count = int((~torch.isfinite(value)).sum())
+            raise ConfigurationError(
+                f"Parameter {key} of {archive} holds non-finite values ({count:,} of "
+                f"{value.numel():,} are NaN or infinite): that run diverged; merge runs whose "
+                "weights are finite"
+            )
+
+
 def _write_archive(
-    config: Dict[str, Any], state: Dict[str, torch.Tensor], extras_dir: Path, output_file: str
+    config: Dict[str, Any],
+    state: Dict[str, torch.Tensor],
+    extras_dir: Path,
+    output_file: str,
+    check: Optional[Callable[[str], None]] = None,
 ) -> None:
-    """Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically."""
+    """
+    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically; with
+    `check`, `check(written)` is called on the complete temporary file before it replaces
+    `output_file`: if it raises, nothing is left at `output_file` (or what was there stays).
+    """
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:
         with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
@@ -252,6 +282,33 @@ def _write_archive(
                 for directory, name in members:
                     if os.path.exists(os.path.join(directory, name)):
                         tar.add(os.path.join(directory, name), arcname=name)
+            if check is not None:
+                check(temporary)
+
+
+def _verify(written: str, state: Dict[str, torch.Tensor], output_file: str) -> None:
+    """Loads the merged archive `written` (not yet at `output_file`) and compares its weights."""
+    from allennlp.models.archival import load_archive
+
+    kept = f"nothing was written at {output_file}"
+    try:
+        loaded = load_archive(written).model.state_dict()
+    except Exception as error:
+        raise ConfigurationError(
+            f"The merged archive for {output_file} does not load ({type(error).__name__}: "
+            f"{error}); {kept}. --no-verify writes it unchecked"
+        ) from error
+    for key in sorted(set(loaded) | set(state)):
+        if key not in loaded or key not in state:
+            where = "is missing from" if key not in loaded else "is extra in"
+            raise ConfigurationError(
+                f"The merged archive for {output_file}: parameter {key} {where} the loaded model; {kept}"
+            )
+        if not torch.equal(loaded[key], state[key]):
+            raise ConfigurationError(
+                f"The merged archive for {output_file}: parameter {key} loads with other values "
+                f"than were written; {kept}"
+            )
 
 
 def merge_bilm_archives(
@@ -276,7 +333,8 @@ def merge_bilm_archives(
     output_file : `str`
         Where to write the merged archive (atomically), or a folder for its `model.tar.gz`.
     verify : `bool`, optional (default = `True`)
-        Load the merged archive (which needs its fastText file) and compare its weights.
+        Load the merged archive (which needs its fastText file) and compare its weights before it
+        is put at `output_file`: an archive that fails leaves nothing there (or the old file).
     force : `bool`, optional (default = `False`)
         Replace an existing `output_file`.
 
@@ -287,25 +345,27 @@ def merge_bilm_archives(
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         output_file = os.path.join(output_file, "model.tar.gz")
+    for direction, archive in (("forward", forward_archive), ("backward", backward_archive)):
+        if same_file(output_file, archive):
+            raise ConfigurationError(
+                f"{output_file} (--output-file) is the {direction} archive {archive}: choose "
+                "another output (--force replaces outputs, never an input)"
+            )
     if os.path.exists(output_file) and not force:
         raise ConfigurationError(f"{output_file} (--output-file) exists; give --force to overwrite it")
     forward, backward = read_archive(forward_archive), read_archive(backward_archive)
     _check_runs(forward, backward)
-    state = merge_bilm_state_dicts(
-        _load_weights(forward), _load_weights(backward), forward_archive, backward_archive
-    )
+    forward_state, backward_state = _load_weights(forward), _load_weights(backward)
+    _check_finite(forward_state, forward_archive)
+    _check_finite(backward_state, backward_archive)
+    state = merge_bilm_state_dicts(forward_state, backward_state, forward_archive, backward_archive)
     config = copy.deepcopy(forward.config)
     config.pop("distributed", None)
     model = config["model"]
     model.pop("directions", None)
     model.setdefault("backward_output_layer", copy.deepcopy(model["output_layer"]))
-    _write_archive(config, state, forward.directory, output_file)
-    if verify:
-        from allennlp.models.archival import load_archive
-
-        loaded = load_archive(output_file).model.state_dict()
-        if set(loaded) != set(state) or not all(torch.equal(loaded[key], state[key]) for key in state):
-            raise ConfigurationError(f"The merged archive {output_file} does not load as written")
+    check = (lambda written: _verify(written, state, output_file)) if verify else None
+    _write_archive(config, state, forward.directory, output_file, check)
     logger.info("Merged %s and %s into %s", forward_archive, backward_archive, output_file)
     return output_file
 

@@ -98,6 +98,20 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
         torch.save(obj, handle)
 
 
+def same_file(first: Union[str, PathLike], second: Union[str, PathLike]) -> bool:
+    """
+    Whether two paths name one file: the same resolved path (symbolic links followed), or the same
+    inode (a hard link, another mount of it). A path that does not exist is the same only by name.
+    """
+    first, second = os.path.expanduser(os.fspath(first)), os.path.expanduser(os.fspath(second))
+    if os.path.realpath(first) == os.path.realpath(second):
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
 def _writer_runs(partial: str) -> bool:
     pid = os.path.basename(partial).rsplit(PARTIAL_MARKER, 1)[-1].split("-")[0]
     if not pid.isdigit():

@@ -186,3 +186,93 @@ def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_pa
     with h5py.File(workdir / "vectors.hdf5", "r") as hdf5:
         for index, array in enumerate(expected):
             numpy.testing.assert_allclose(hdf5[str(index)][()], array, atol=1e-5)
+
+
+# ---------------------------------------------------------------------- at the sizes of its blocks
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_lines_at_multiples_of_the_batch_size_are_each_written_once(
+    embedder, elmoc_archive, tmp_path, k, offset
+):
+    batch_size = 3
+    lines = [SHORT_LINES[index % len(SHORT_LINES)] + f" w{index}" for index in range(k * batch_size + offset)]
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = embed_file(
+        str(elmoc_archive), str(source), str(tmp_path / "out.hdf5"), output="top",
+        batch_size=batch_size, embedder=embedder,
+    )
+    expected = embedder.embed_batch([line.split() for line in lines], output="top")  # one batch
+    with h5py.File(output, "r") as hdf5:
+        assert sorted(hdf5) == sorted([str(index) for index in range(len(lines))] + ["sentence_to_index"])
+        assert json.loads(hdf5["sentence_to_index"][()]) == {line: str(i) for i, line in enumerate(lines)}
+        for index, vectors in enumerate(expected):
+            numpy.testing.assert_allclose(hdf5[str(index)][()], vectors, atol=1e-5)
+
+
+# Datasets whose values are a token short of, or a token past, 4,096 bytes (k pages of 48-byte
+# top-layer tokens), and lines that JSON escapes to several times their UTF-8 size.
+_SIZED_LINES = [
+    " ".join(["the"] * 85), " ".join(["the"] * 86), " ".join(["cat"] * 170), " ".join(["cat"] * 171),
+    "\U0001F600" * 1000, "\x01" * 1000, "",
+]
+
+
+@pytest.mark.parametrize("forget_sentences", [False, True])
+def test_the_free_space_estimate_bounds_the_file_written(embedder, elmoc_archive, tmp_path, forget_sentences):
+    from elmoc_allennlp.commands.elmoc_embed import _bytes_needed
+
+    source = tmp_path / "lines.txt"
+    source.write_text("\n".join(_SIZED_LINES) + "\n", encoding="utf-8")
+    for output, layers in (("top", 1), ("all", embedder.num_layers)):
+        path = embed_file(
+            str(elmoc_archive), str(source), str(tmp_path / f"{output}.hdf5"), output=output,
+            embedder=embedder, forget_sentences=forget_sentences,
+        )
+        needed = _bytes_needed(_SIZED_LINES, layers, embedder.output_dim, forget_sentences)
+        assert path.stat().st_size <= needed, (output, path.stat().st_size, needed)
+    # And each line alone, and no line: HDF5's bookkeeping of the file itself counts too.
+    for index, lines in enumerate([[line] for line in _SIZED_LINES] + [[]]):
+        source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        path = embed_file(
+            str(elmoc_archive), str(source), str(tmp_path / f"line{index}.hdf5"), output="top",
+            embedder=embedder, forget_sentences=forget_sentences,
+        )
+        needed = _bytes_needed(lines, 1, embedder.output_dim, forget_sentences)
+        assert path.stat().st_size <= needed, (lines[:1], path.stat().st_size, needed)
+
+
+@pytest.mark.parametrize("spare", [-1, 0, 1], ids=["a_byte_short", "exactly", "a_byte_more"])
+def test_the_free_space_check_refuses_only_what_does_not_fit(
+    embedder, elmoc_archive, sentences_file, tmp_path, monkeypatch, spare
+):
+    from elmoc_allennlp.commands import elmoc_embed
+    from elmoc_allennlp.common.disk_full import DiskFullError
+
+    needed = elmoc_embed._bytes_needed(LINES, 1, embedder.output_dim)
+    real = elmoc_embed.shutil.disk_usage
+    monkeypatch.setattr(
+        elmoc_embed.shutil, "disk_usage", lambda path: real(path)._replace(free=needed + spare)
+    )
+    output = tmp_path / "out.hdf5"
+    if spare < 0:
+        with pytest.raises(DiskFullError, match=str(output)):
+            embed_file(str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder)
+        assert sorted(os.listdir(tmp_path)) == ["sentences.txt"]
+    else:
+        embed_file(str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder)
+        with h5py.File(output, "r") as hdf5:
+            assert len(hdf5) == len(LINES) + 1
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_embed_sentences_yields_each_sentence_once_at_multiples_of_the_batch(embedder, k, offset):
+    sentences = [line.split() for line in SHORT_LINES * 2][: k * 2 + offset]
+    expected = embedder.embed_batch(sentences)
+    got = list(embedder.embed_sentences(iter(sentences), batch_size=2))
+    assert len(got) == len(sentences)
+    for one, other in zip(expected, got):
+        numpy.testing.assert_allclose(one, other, atol=1e-5)

@@ -322,3 +322,43 @@ def test_runs_with_a_shared_input_projection_and_head_merge(old_layout_runs, tmp
     half = merged_layers.size(-1) // 2
     torch.testing.assert_close(merged_layers[..., :half], _outputs(old_forward, tensors)[1][..., :half])
     torch.testing.assert_close(merged_layers[..., half:], _outputs(old_backward, tensors)[1][..., half:])
+
+
+# ------------------------------------------------- the comparison's budget at its boundaries
+
+
+def _saved_and_loaded(state, path):
+    """`state` as a merge reads it: views keep sharing their storages."""
+    from elmoc_allennlp.common.torch_versions import load_tensors
+
+    torch.save(state, path)
+    return load_tensors(str(path))
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2], ids=["one_storage", "two_storages"])
+def test_shared_views_compare_up_to_exactly_what_the_storages_hold(tmp_path, k, offset):
+    # k storages of 10 values a run, the backward run's shifted by one value: every one-value view
+    # is compared by value, and the budget is what the storages hold, k * (10 + 11) values.
+    # Views compared up to the budget merge (as the plain comparison, key by key, finds them
+    # equal); one value past it is refused, naming the parameter that passes it.
+    size = 10
+    budget = k * (size + size + 1)
+    forward_storages = [torch.randn(size) for _ in range(k)]
+    backward_storages = [torch.cat([torch.zeros(1), storage]) for storage in forward_storages]
+    count = budget + offset
+    keys = [f"_contextualizer.input_projection.view{index}" for index in range(count)]
+    places = [(index % k, index // k % size) for index in range(count)]
+    forward = {key: forward_storages[s][o : o + 1] for key, (s, o) in zip(keys, places)}
+    backward = {key: backward_storages[s][o + 1 : o + 2] for key, (s, o) in zip(keys, places)}
+    forward = _saved_and_loaded(forward, tmp_path / "forward.th")
+    backward = _saved_and_loaded(backward, tmp_path / "backward.th")
+    assert all(torch.equal(forward[key], backward[key]) for key in keys)  # the plain comparison
+    if offset <= 0:
+        merged = merge_bilm_state_dicts(forward, backward)
+        assert list(merged) == keys and all(torch.equal(merged[key], forward[key]) for key in keys)
+    else:
+        with pytest.raises(ConfigurationError) as raised:
+            merge_bilm_state_dicts(forward, backward)
+        assert f"Parameter {keys[budget]}: " in str(raised.value)
+        assert f"({budget:,})" in str(raised.value)

@@ -350,3 +350,88 @@ def test_the_writer_refuses_blocks_of_the_wrong_size_and_leaves_no_file(tmp_path
     with pytest.raises(ConfigurationError, match="expected 10"):
         write_fasttext_bin(path, ["</s>", "a", "bc"], iter([matrix[:5], matrix[5:]]), minn=2, maxn=3, bucket=7)
     assert not path.exists()
+
+
+# ---------------------------------------------------------------------- at the sizes of the internal blocks
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_writer_zero_fills_the_output_matrix_in_blocks_of_65536_rows(tmp_path, k, offset):
+    # `write_fasttext_bin` writes the output matrix's zeros 65,536 rows at a time.
+    words = ["</s>"] + [f"w{index}" for index in range(k * 65536 + offset - 1)]
+    matrix = np.arange(len(words), dtype=np.float32).reshape(-1, 1)
+    path = write_fasttext_bin(tmp_path / "words.bin", words, matrix, minn=0, maxn=0, bucket=0)
+    data = path.read_bytes()
+    tail = data[len(data) - (1 + 16 + len(words) * 4):]
+    assert tail[:17] == b"\0" + struct.pack("<qq", len(words), 1)
+    assert tail[17:] == bytes(len(words) * 4)  # every row, once, zero
+    vectors = FastTextVectors(path)  # the reader checks the file's size to the byte
+    assert vectors.num_words == len(words) and vectors.words[-1] == words[-1]
+    np.testing.assert_array_equal(vectors.rows(np.arange(len(words))).numpy(), matrix)
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["row_below", "at", "row_above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_every_byte_of_a_region_up_to_32_blocks_counts_in_the_fingerprint(tmp_path, k, offset):
+    # Each region (word rows, n-gram rows) is hashed as 32 blocks spread over it: one of k blocks
+    # (and a row less or more) is hashed whole, so changing any one byte changes the fingerprint.
+    block = 32  # bytes: 8 rows of dim 1
+    rows = k * block // 4 + offset
+    words = ["</s>"] + [f"w{index}" for index in range(rows - 1)]
+    matrix = np.random.default_rng(k).standard_normal((rows + rows, 1)).astype(np.float32)
+    path = write_fasttext_bin(tmp_path / "regions.bin", words, matrix, minn=2, maxn=3, bucket=rows)
+    vectors = FastTextVectors(path)
+    vectors.fingerprint_block_bytes = block
+    original = vectors.fingerprint
+    start, end = vectors._matrix_offset, vectors._matrix_offset + 2 * rows * 4
+    unchanged = []
+    for position in range(start, end):
+        vectors._mmap[position] ^= 0x40  # copy-on-write: the file is not changed
+        vectors._fingerprint = None
+        if vectors.fingerprint == original:
+            unchanged.append(position - start)
+        vectors._mmap[position] ^= 0x40
+    assert not unchanged, f"bytes of the matrices not in the fingerprint: {unchanged}"
+    vectors._fingerprint = None
+    assert vectors.fingerprint == original
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_subword_cache_gives_the_computed_ids_past_its_size(tmp_path, monkeypatch, k, offset):
+    monkeypatch.setattr(FastTextVectors, "subword_cache_size", 4)
+    path, _ = _synthetic(tmp_path)
+    vectors = FastTextVectors(path)
+    words = [f"word{index}" for index in range(k * 4 + offset)] + ["the", "cat"]
+    expected = {word: list(vectors._compute_subword_ids(word)) for word in words}
+    for word in words + words[::-1] + words:  # evicted, re-read, read again
+        assert vectors.subword_ids(word) == expected[word], word
+    assert vectors._cached_subword_ids.cache_info().currsize == min(4, len(words))
+
+
+@pytest.mark.parametrize(
+    "value, refused",
+    [
+        (np.nextafter(np.float32(1e6), np.float32(0)), False),
+        (np.float32(1e6), True),
+        (np.nextafter(np.float32(1e6), np.float32(np.inf)), True),
+        (-np.nextafter(np.float32(1e6), np.float32(0)), False),
+        (np.float32(-1e6), True),
+    ],
+    ids=["below", "at", "above", "negative_below", "negative_at"],
+)
+def test_rows_at_the_largest_magnitude_accepted(tmp_path, value, refused):
+    from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE
+
+    assert MAX_ABS_VALUE == 1e6
+    words = ["</s>", "the", "cat"]
+    matrix = np.zeros((3 + 5, 2), dtype=np.float32)
+    matrix[2, 1] = value
+    path = write_fasttext_bin(tmp_path / "large.bin", words, matrix, minn=2, maxn=3, bucket=5)
+    vectors = FastTextVectors(path)
+    if refused:
+        with pytest.raises(FastTextFormatError, match=r"row 2 of the input matrix, the vector of the word 'cat'"):
+            vectors.rows([0, 1, 2])
+    else:
+        assert vectors.rows([0, 1, 2])[2, 1].item() == value

@@ -7,6 +7,7 @@ import logging
 import multiprocessing
 import random
 
+import numpy
 import pytest
 import torch
 
@@ -19,7 +20,7 @@ from allennlp.predictors import Predictor
 from allennlp.training.util import evaluate
 from allennlp.data.data_loaders import SimpleDataLoader
 
-from elmoc_allennlp.downstream.layer_cache import LayerCache, LayerStore
+from elmoc_allennlp.downstream.layer_cache import CACHE_DTYPES, LayerCache, LayerStore
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
 from tests.downstream.conftest import DOWNSTREAM_CONFIGS
 
@@ -318,3 +319,39 @@ def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
     sentences = _sentences(12, 8)
     batch = _batch(live, sentences)
     torch.testing.assert_close(_layers(reader, batch)[0], _layers(live, batch)[0], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- values at LMDB's page boundaries
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["value_below", "at", "value_above"])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
+def test_values_filling_whole_pages_round_trip(tmp_path, k, offset, cache_dtype):
+    # LMDB keeps a value that does not fit in its page on overflow pages: values whose stored
+    # size (header + payload) is a value short of, at the last value within, or a value past k
+    # pages must read back as written, alone and beside others in one transaction.
+    from elmoc_allennlp.downstream.layer_cache import _HEADER, _NUMPY_DTYPES
+
+    store = LayerStore(tmp_path / "cache.lmdb", map_size=1 << 24)
+    store.cache_dtype = cache_dtype
+    page = store.lmdb_env.stat()["psize"]
+    itemsize = _NUMPY_DTYPES[cache_dtype].itemsize
+    values = (k * page - _HEADER.size) // itemsize + offset
+    generator = torch.Generator().manual_seed(k)
+    items = {}
+    for index, timesteps in enumerate([values, values - 1, 3, values + 1]):
+        items[f"key{index}".encode()] = torch.randn(1, timesteps, 1, generator=generator)
+    encoded = {key: store.encode(value) for key, value in items.items()}
+    assert len(encoded[b"key0"]) == _HEADER.size + values * itemsize
+    assert k * page - itemsize < _HEADER.size + (values - offset) * itemsize <= k * page
+    store.write_many(encoded)
+    keys = list(items)
+    lengths = [value.size(1) - 2 for value in items.values()]
+    read = numpy.zeros((1, len(keys), max(lengths) + 2, 1), dtype=numpy.float32)
+    assert store.read_into(keys, lengths, read) == []
+    for row, (key, value) in enumerate(items.items()):
+        expected = value.to(CACHE_DTYPES[cache_dtype]).float().numpy()
+        numpy.testing.assert_array_equal(read[:, row, : value.size(1)], expected)
+        numpy.testing.assert_array_equal(read[:, row, value.size(1):], 0.0)
+        numpy.testing.assert_array_equal(store[key.decode()].numpy(), expected)

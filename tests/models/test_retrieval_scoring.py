@@ -201,3 +201,86 @@ def test_cuda_matches_the_full_matrix_and_keeps_first_occurrences(monkeypatch, d
         assert accuracy.item() == expected.item()
     else:  # reduced-precision scores: a chunk may round a near tie the other way
         assert abs(accuracy.item() - expected.item()) <= 12 / len(targets)
+
+
+# ---------------------------------------------------------------------- at the budget's boundaries
+# Predictions are scored `RETRIEVAL_SCORE_BUDGET // candidates` rows at a time: k steps of rows
+# minus one, exactly, plus one (k = 1, 2) must score every prediction once, as the full matrix
+# does. Exact predictions (accuracy 1.0 exactly) show a row lost or scored twice; noisy ones
+# compare each retrieval with the full matrix's.
+
+
+def _boundary_batch(num_predictions, num_words, exact, seed=3):
+    generator = torch.Generator().manual_seed(seed)
+    words = torch.randn(num_words, 8, generator=generator)
+    gold = words[torch.arange(num_predictions) % num_words]
+    noise = 0.0 if exact else 0.8
+    return gold + noise * torch.randn(gold.shape, generator=generator), gold
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "noisy"])
+def test_rows_at_multiples_of_the_step_are_each_scored_once(monkeypatch, k, offset, exact):
+    step, num_words = 4, 5
+    monkeypatch.setattr(bilm_module, "RETRIEVAL_SCORE_BUDGET", step * num_words)
+    predictions, gold = _boundary_batch(k * step + offset, num_words, exact)
+    targets = gold  # every word among the candidates: `num_words` distinct, repeated
+    for deduplicate in (False, True):
+        candidates = num_words if deduplicate and len(targets) ** 2 > step * num_words else len(targets)
+        accuracy = retrieval_accuracy(predictions, gold, targets, deduplicate=deduplicate)
+        if exact:
+            assert accuracy.item() == 1.0, (deduplicate, candidates)
+        else:
+            assert accuracy.item() == full_matrix_accuracy(predictions, gold, targets).item()
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_deduplication_starts_just_past_the_budget(monkeypatch, offset):
+    num_predictions = 12
+    budget = num_predictions**2 - offset  # the full matrix is budget + offset scores
+    monkeypatch.setattr(bilm_module, "RETRIEVAL_SCORE_BUDGET", budget)
+    predictions, gold = _boundary_batch(num_predictions, 5, exact=False)
+    calls = []
+    original = bilm_module._first_occurrences
+    monkeypatch.setattr(bilm_module, "_first_occurrences", lambda t: calls.append(len(t)) or original(t))
+    accuracy = retrieval_accuracy(predictions, gold, gold)
+    assert calls == ([num_predictions] if offset > 0 else [])
+    assert accuracy.item() == full_matrix_accuracy(predictions, gold, gold).item()
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_real_budget_scores_every_row_once(k, offset):
+    # 2048 distinct candidates: 2^22 // 2048 = 2048 rows a step.
+    num_words = 2048
+    assert bilm_module.RETRIEVAL_SCORE_BUDGET // num_words == 2048
+    generator = torch.Generator().manual_seed(k)
+    targets = torch.randn(num_words, 8, generator=generator)
+    gold = targets[torch.randint(num_words, (k * 2048 + offset,), generator=generator)]
+    exact = retrieval_accuracy(gold.clone(), gold, targets, deduplicate=False)
+    assert exact.item() == 1.0
+    noisy = gold + 0.3 * torch.randn(gold.shape, generator=generator)
+    accuracy = retrieval_accuracy(noisy, gold, targets, deduplicate=False)
+    assert accuracy.item() == full_matrix_accuracy(noisy, gold, targets).item()
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_training_scores_every_prediction_up_to_the_sample_size(monkeypatch, offset):
+    model, _ = _model_and_batch(gather=False)
+    model.train()
+    model._retrieval_sample_size = 6
+    predictions, targets = _repeated_words(num_positions=6 + offset)
+    scored = []
+    monkeypatch.setattr(
+        bilm_module, "retrieval_accuracy",
+        lambda p, g, t, deduplicate=True: scored.append((p, g, t)) or torch.tensor(0.0),
+    )
+    model._retrieval_accuracy_of(predictions, targets)
+    (chosen, gold, candidates), = scored
+    assert torch.equal(candidates, targets)
+    if offset <= 0:  # all of them, in order
+        assert torch.equal(chosen, predictions) and torch.equal(gold, targets)
+    else:  # 6 distinct positions, each with its own target
+        rows = [int((predictions == row).all(-1).nonzero()[0]) for row in chosen]
+        assert len(set(rows)) == 6 and torch.equal(gold, targets[rows])
