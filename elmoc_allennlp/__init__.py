@@ -6,4 +6,4 @@ from elmoc_allennlp.compat import install_shims
 
 install_shims()
 
-from elmoc_allennlp import data, modules, downstream, models, predictors, training, commands  # noqa: E402,F401
+from elmoc_allennlp import data, modules, downstream, models, predictors, training, finetune, commands  # noqa: E402,F401
