@@ -18,7 +18,7 @@ from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastText
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
-from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
 
