@@ -252,8 +252,8 @@ class LayerNormLstmLayer(torch.nn.Module):
 
 class BidirectionalStacks(Seq2SeqEncoder):
     """
-    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: forward and backward stacks of
-    `num_layers` LSTM layers, output `[forward; backward]`. Subclasses implement `_encode`.
+    The API of `elmoc_lstm`: forward and backward stacks of `num_layers` LSTM layers, output
+    `[forward; backward]`, every layer from `forward_all_layers`. Subclasses implement `_encode`.
     """
 
     def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:
