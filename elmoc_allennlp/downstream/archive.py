@@ -42,6 +42,7 @@ from elmoc_allennlp.common.fasttext_location import (
 )
 from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import DEFAULT_END_TOKEN, DEFAULT_START_TOKEN
 from elmoc_allennlp.downstream.input_kinds import VECTORS_PATH_KEY, find_input_kind
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class BilmArchive:
             raise self._error(f"has model.directions {directions!r}: merge it first (elmoc-merge-bilm)")
         contextualizer = model.get("contextualizer")
         encoder_type = contextualizer.get("type") if isinstance(contextualizer, dict) else None
-        if not hasattr(_registered_class(Seq2SeqEncoder, encoder_type), "forward_all_layers"):
+        if not returns_all_layers(_registered_class(Seq2SeqEncoder, encoder_type)):
             raise self._error(f"has model.contextualizer {encoder_type!r}, not one returning all layers")
         if "projection_dim" not in contextualizer:
             raise self._error("has no model.contextualizer.projection_dim")

@@ -4,7 +4,7 @@ recurrence, as a Python loop (`"reference"`) or the fast path of `lstm_recurrenc
 """
 import contextlib
 import logging
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -248,6 +248,11 @@ class LayerNormLstmLayer(torch.nn.Module):
                 state = torch.where(keep, new_state, state)
                 outputs[index] = new_state * keep
         return torch.stack(outputs, dim=1)  # type: ignore[arg-type]
+
+
+def returns_all_layers(encoder: Any) -> bool:
+    """Whether a `Seq2SeqEncoder` (class or instance) returns all its layers (`forward_all_layers`), as a biLM's must."""
+    return callable(getattr(encoder, "forward_all_layers", None))
 
 
 class BidirectionalStacks(Seq2SeqEncoder):

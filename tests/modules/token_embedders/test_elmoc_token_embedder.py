@@ -112,7 +112,7 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
     ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
-    with_boundaries, mask = add_boundaries(ids, bilm._boundary_ids)
+    with_boundaries, mask = add_boundaries(ids, bilm.boundary_ids)
     # Two boundary vectors, as pretrained (the authors' `<s>` and `</s>`).
     start, end = indexer.token_ids("<S>"), indexer.token_ids("</S>")
     assert start != end
