@@ -16,7 +16,7 @@ from allennlp.data.instance import Instance
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
 
-from elmoc_allennlp.common.checks import check_one_of
+from elmoc_allennlp.common.checks import check_one_of, check_positive_int
 from elmoc_allennlp.data.dataset_readers.corpus_index import INVALID_LINE, CorpusIndex, load_indexes
 
 logger = logging.getLogger(__name__)
@@ -108,13 +108,6 @@ def _read_lines(
                 del data
             for line in block.tolist():
                 yield line, raw[line]
-
-
-def _check_positive_int(value: Any, key: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{key} must be a positive integer, got {value!r}")
 
 
 class CorpusDecodingError(ConfigurationError):
@@ -211,12 +204,12 @@ class LanguageModelCorpusReader(DatasetReader):
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
         if max_sequence_length is None:
             max_sequence_length = 200
-        _check_positive_int(max_sequence_length, "max_sequence_length")
-        _check_positive_int(window_length, "window_length")
+        check_positive_int(max_sequence_length, "max_sequence_length")
+        check_positive_int(window_length, "window_length")
         check_one_of(long_sentences, ("split", "truncate"), "long_sentences")
         check_one_of(invalid_lines, ("error", "skip"), "invalid_lines")
-        _check_positive_int(max_line_bytes, "max_line_bytes", allow_none=True)
-        _check_positive_int(max_token_characters, "max_token_characters", allow_none=True)
+        check_positive_int(max_line_bytes, "max_line_bytes", allow_none=True)
+        check_positive_int(max_token_characters, "max_token_characters", allow_none=True)
         self._shuffle = shuffle
         self._seed = seed
         self._epoch: Optional[int] = None
