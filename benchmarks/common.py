@@ -1,17 +1,19 @@
 """
 What the benchmarks (and `scripts/soak_test.py`) share, written once: synthetic inputs (a
-fastText `.bin` with random vectors, written by the library's public `write_fasttext_bin` and read
-like a trained one; a Zipfian corpus in shards, the One Billion Word layout), timers and a
+fastText `.bin` with random vectors, written by `write_fasttext_bin` (also the tests' fixtures) and
+read like a trained one; a Zipfian corpus in shards, the One Billion Word layout), timers and a
 peak-memory meter that work on CPU and CUDA, and a one-line description of the machine.
 
 Run the benchmarks as modules from the repository root (`python -m benchmarks.output_layers`);
 they import this one as `benchmarks.common`.
 """
+import itertools
 import os
 import platform
+import struct
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -23,8 +25,6 @@ def random_fasttext(
     `</s>` and the words `w0` .. `w{num_words - 2}`, random N(0, scale^2) vectors, written in
     blocks (any size fits in memory); kept if `path` exists.
     """
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
-
     if path.exists():
         return path
     words = ["</s>"] + [f"w{index}" for index in range(num_words - 1)]
@@ -203,3 +203,98 @@ def run_logged(
         tail = log.read_text(errors="replace")[-1500:]
         raise RuntimeError(f"failed ({completed.returncode}): {' '.join(command)}; see {log}:\n{tail}")
     return time.perf_counter() - started
+
+
+def write_fasttext_bin(
+    path: Union[str, os.PathLike],
+    words: Sequence[str],
+    input_matrix: Union[np.ndarray, Iterable[np.ndarray]],
+    *,
+    minn: int,
+    maxn: int,
+    bucket: int,
+    counts: Optional[Sequence[int]] = None,
+    model: str = "skipgram",
+) -> Path:
+    """
+    Writes an unsupervised fastText `.bin` (zeros for the output matrix) atomically, in the format
+    `FastTextVectors` reads (its constants): fixtures for tests and synthetic models for
+    benchmarks, read like a trained one.
+
+    # Parameters
+
+    path : `Union[str, os.PathLike]`
+        Where to write the model.
+    words : `Sequence[str]`
+        The dictionary, in id order (distinct, no NUL characters; fastText's models have `</s>`).
+    input_matrix : `Union[np.ndarray, Iterable[np.ndarray]]`
+        Shape `(len(words) + bucket, dim)`: word rows, then n-gram bucket rows. Or an iterable of
+        row blocks of shape `(rows, dim)` that together make that matrix, written as they come
+        (a model larger than memory); the file is only created if they add up.
+    minn, maxn, bucket : `int`
+        Character n-gram lengths and number of hash buckets (`maxn = 0`: no n-grams).
+    counts : `Sequence[int]`, optional
+        Word frequencies (default: all 1).
+    model : `str`, optional (default=`"skipgram"`)
+        `"skipgram"` or `"cbow"`.
+    """
+    from allennlp.common.checks import ConfigurationError
+
+    from elmoc_allennlp.common import fasttext_vectors as fasttext_format
+    from elmoc_allennlp.common.atomic_files import atomic_write
+    from elmoc_allennlp.common.checks import check_one_of
+
+    path = Path(path)
+    blocks: Iterator[np.ndarray] = iter([input_matrix] if isinstance(input_matrix, np.ndarray) else input_matrix)
+    first = _checked_block(next(blocks, None), None)
+    expected_rows = len(words) + bucket
+    dim = first.shape[1]
+    if isinstance(input_matrix, np.ndarray) and first.shape[0] != expected_rows:
+        raise ConfigurationError(f"input_matrix has shape {first.shape}, expected ({expected_rows}, dim)")
+    if len(set(words)) != len(words) or any("\0" in word for word in words):
+        raise ConfigurationError("words must be distinct and contain no NUL characters")
+    if maxn > 0 and bucket <= 0:
+        raise ConfigurationError("character n-grams (maxn > 0) need bucket > 0")
+    check_one_of(model, ["cbow", "skipgram"], "model")
+    counts = [1] * len(words) if counts is None else list(counts)
+    if len(counts) != len(words):
+        raise ConfigurationError(f"{len(counts)} counts for {len(words)} words")
+    model_id = 1 if model == "cbow" else 2
+    # dim, ws, epoch, minCount, neg, wordNgrams, loss (ns), model, bucket, minn, maxn, lrUpdateRate, t.
+    args = (dim, 5, 5, 1, 5, 1, 2, model_id, bucket, minn, maxn, 100, 1e-4)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path, "wb") as out:
+        out.write(struct.pack("<ii", fasttext_format.FASTTEXT_MAGIC, fasttext_format.FASTTEXT_VERSION))
+        out.write(fasttext_format._ARGS.pack(*args))
+        out.write(fasttext_format._DICTIONARY_HEADER.pack(len(words), len(words), 0, sum(counts), -1))
+        out.write(b"".join(fasttext_format._encode(word) + b"\0" + fasttext_format._ENTRY_TAIL.pack(count, 0) for word, count in zip(words, counts)))
+        out.write(b"\0" + fasttext_format._MATRIX_HEADER.pack(expected_rows, dim))
+        written = 0
+        for block in itertools.chain([first], blocks):
+            block = _checked_block(block, dim)
+            written += block.shape[0]
+            if written > expected_rows:
+                break
+            out.write(memoryview(block).cast("B"))
+        if written != expected_rows:
+            # Raised inside atomic_write: nothing is left at `path`.
+            raise ConfigurationError(
+                f"input_matrix blocks have {written}{'+' if written > expected_rows else ''} rows, "
+                f"expected {expected_rows} (len(words) + bucket)"
+            )
+        out.write(b"\0" + fasttext_format._MATRIX_HEADER.pack(len(words), dim))
+        zeros = bytes(min(len(words), 65536) * dim * 4)
+        for start in range(0, len(words), 65536):
+            out.write(zeros[: (min(len(words), start + 65536) - start) * dim * 4])
+    return path
+
+
+def _checked_block(block: Optional[np.ndarray], dim: Optional[int]) -> np.ndarray:
+    from allennlp.common.checks import ConfigurationError
+
+    if block is None:
+        raise ConfigurationError("input_matrix has no rows")
+    block = np.ascontiguousarray(block, dtype="<f4")
+    if block.ndim != 2 or block.shape[1] < 1 or (dim is not None and block.shape[1] != dim):
+        raise ConfigurationError(f"input_matrix block has shape {block.shape}, expected (rows, {dim or 'dim'})")
+    return block

@@ -8,9 +8,7 @@ Speed of one bidirectional LSTM-with-projection layer, forward + backward, float
 * `elmoc_lstm reference`, `elmoc_lstm fast`, ...: `LayerNormLstm(P, P, C, num_layers=1)` (LayerNorm in
   the recurrence, clipping, variational recurrent dropout 0.1, training mode) with each
   `implementation`; these include the encoder's input projection and LayerNorm (a P x P product,
-  ~1% of the work), which the first two rows do not have;
-* `interlayer variant`: `InterLayerNormLstm(P, P, C, num_layers=1)`, nn.LSTM per direction with
-  LayerNorm between layers (a different model).
+  ~1% of the work), which the first two rows do not have.
 
 Every method runs once per round, in a rotating order, `--rounds` times after warm-up; a method's
 ratio is the median over rounds of its time divided by nn.LSTM's time in the same round (robust to
@@ -41,7 +39,6 @@ import torch
 
 from allennlp.modules.lstm_cell_with_projection import LstmCellWithProjection
 
-from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
 
 
@@ -103,8 +100,7 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
     ]
     lstm = torch.nn.LSTM(P, C, proj_size=P, batch_first=True, bidirectional=True)
     elmoc = LayerNormLstm(P, P, C, num_layers=1, recurrent_dropout=0.1)
-    variant = InterLayerNormLstm(P, P, C, num_layers=1)
-    for module in (*cells, lstm, elmoc, variant):
+    for module in (*cells, lstm, elmoc):
         module.to(device)
         module.train()
 
@@ -123,16 +119,12 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
 
         return run
 
-    def interlayer() -> None:
-        (variant(inputs, mask) * grad).sum().backward()
-
     methods = {
         "allennlp LstmCellWithProjection": allennlp_cells,
         "nn.LSTM(proj_size)": nn_lstm,
         "elmoc_lstm reference": ours("reference", False),
         "elmoc_lstm fast (default: auto)": ours("auto", True),
         "  fast, directions one by one": ours("auto", False),
-        "interlayer variant (different model)": interlayer,
     }
     return methods
 

@@ -30,6 +30,7 @@ import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.common import fasttext_vectors as ft
 
 CHUNK_ROWS = 1 << 16
@@ -43,7 +44,7 @@ def write_synthetic(path: Path, words: int, bucket: int, dim: int) -> None:
         for start in range(0, words + bucket, CHUNK_ROWS):
             yield rng.standard_normal((min(CHUNK_ROWS, words + bucket - start), dim), dtype=np.float32) * 0.1
 
-    ft.write_fasttext_bin(
+    write_fasttext_bin(
         path, [f"w{index:07d}" for index in range(words)], blocks(), minn=3, maxn=6, bucket=bucket,
         counts=range(words, 0, -1),
     )

@@ -147,7 +147,7 @@ def main() -> None:
     output = Path(args.output_dir).resolve()
     output.mkdir(parents=True, exist_ok=True)
 
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+    from benchmarks.common import write_fasttext_bin
 
     small = random_fasttext(output / "small.bin", 5001, 20000, 16, maxn=5)
     # Only the header (dim 300) matters for building the paper-size models on the meta device.

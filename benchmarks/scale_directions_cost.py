@@ -38,7 +38,7 @@ def main() -> None:
     from allennlp.data.tokenizers import Token
     from allennlp.models import Model
     from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+    from benchmarks.common import write_fasttext_bin
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

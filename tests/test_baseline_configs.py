@@ -303,7 +303,7 @@ class SizedVocabulary(Vocabulary):
 def fasttext_300d(tmp_path_factory):
     import numpy as np
 
-    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+    from benchmarks.common import write_fasttext_bin
 
     path = tmp_path_factory.mktemp("ft300") / "tiny300.bin"
     words = ["</s>", "the", "a"]

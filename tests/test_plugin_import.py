@@ -1,8 +1,10 @@
 """
 What importing the plugin does to allennlp, observed in a fresh interpreter: it registers its
-components under names starting with `elmoc` (older names only as aliases), replaces exactly the
-allennlp objects that the shims of `elmoc_allennlp.compat` declare, and says so in one short log line.
+components under names starting with `elmoc`, replaces exactly the allennlp objects that the shims
+of `elmoc_allennlp.compat` declare, says so in one short log line, and offers its user-facing
+classes at the short path `elmoc_allennlp`; its folders import downwards only.
 """
+import ast
 import json
 import os
 import subprocess
@@ -137,15 +139,70 @@ def test_importing_logs_one_short_line_and_the_list_at_debug(plugin_import):
     assert not [r for r in plugin_import["log"] if "overwriting" in r["message"]]
 
 
-def test_every_registration_starts_with_elmoc_and_older_names_are_aliases(plugin_import):
+def test_every_registration_starts_with_elmoc(plugin_import):
     replacements = set(plugin_import["declared"])
     checked = 0
     for registry, entries in plugin_import["registrations"].items():
-        classes_with_elmoc_names = {cls for name, cls in entries if name.startswith("elmoc")}
         for name, cls in entries:
             checked += 1
-            if name.startswith("elmoc") or f"{registry}[{name!r}]" in replacements:
-                continue
-            # An older name: only an alias of a component that has its elmoc name.
-            assert cls in classes_with_elmoc_names, (registry, name, cls)
+            # Only a stock name that a shim declares it replaces may be taken.
+            assert name.startswith("elmoc") or f"{registry}[{name!r}]" in replacements, (registry, name, cls)
     assert checked >= 20
+
+
+def test_the_classes_a_script_uses_import_from_the_package():
+    import elmoc_allennlp
+    from elmoc_allennlp import (
+        BidirectionalLanguageModel,
+        BilmArchive,
+        ElmocBiLm,
+        ElmocElmo,
+        ElmocEmbedder,
+        ElmocTokenEmbedder,
+        FastTextVectors,
+    )
+    from elmoc_allennlp.downstream.archive import BilmArchive as archive_path
+    from elmoc_allennlp.downstream.elmoc import ElmocBiLm as bilm_path, ElmocElmo as elmo_path
+    from elmoc_allennlp.downstream.embedder import ElmocEmbedder as embedder_path  # the README's older path
+    from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder as token_embedder_path
+    from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel as model_path
+    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors as vectors_path
+
+    assert (ElmocEmbedder, ElmocElmo, ElmocBiLm, ElmocTokenEmbedder) == (
+        embedder_path, elmo_path, bilm_path, token_embedder_path
+    )
+    assert (BilmArchive, BidirectionalLanguageModel, FastTextVectors) == (archive_path, model_path, vectors_path)
+    assert sorted(elmoc_allennlp.__all__) == sorted(
+        ["BidirectionalLanguageModel", "BilmArchive", "ElmocBiLm", "ElmocElmo", "ElmocEmbedder",
+         "ElmocTokenEmbedder", "FastTextVectors"]
+    )
+
+
+def _folder_imports() -> dict:
+    """folder of `elmoc_allennlp` -> the other folders its modules import (at any depth of the code)."""
+    imports: dict = {}
+    for path in (REPO_ROOT / "elmoc_allennlp").rglob("*.py"):
+        parts = path.relative_to(REPO_ROOT / "elmoc_allennlp").parts
+        if len(parts) < 2:
+            continue  # the package's __init__ imports every folder
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            modules += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for module in modules:
+                names = module.split(".")
+                if names[0] == "elmoc_allennlp" and len(names) > 1 and names[1] != parts[0]:
+                    imports.setdefault(parts[0], set()).add(names[1])
+    return imports
+
+
+def test_the_package_folders_import_downwards_only():
+    imports = _folder_imports()
+    assert imports.get("training") == {"common"}, imports.get("training")
+    assert not imports.get("common"), imports.get("common")
+    # No circle: the folders can be ordered so that each imports only earlier ones.
+    remaining = dict(imports)
+    while remaining:
+        leaves = [folder for folder, used in remaining.items() if not used & set(remaining)]
+        assert leaves, f"import circle among {sorted(remaining)}"
+        for folder in leaves:
+            del remaining[folder]

@@ -14,6 +14,14 @@ def check_positive(value: Optional[float], key: str, allow_none: bool = False) -
         raise ConfigurationError(f"{key} must be positive{or_null}, got {value!r}")
 
 
+def check_positive_int(value: Any, key: str, allow_none: bool = False) -> None:
+    """An `int` (not a `bool`) `>= 1` (or `None`, if `allow_none`)."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{key} must be a positive integer, got {value!r}")
+
+
 def check_non_negative(value: float, key: str) -> None:
     if not value >= 0:
         raise ConfigurationError(f"{key} must be non-negative, got {value!r}")

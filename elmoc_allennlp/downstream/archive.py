@@ -40,16 +40,14 @@ from elmoc_allennlp.common.fasttext_location import (
     read_locations,
     vectors_path_override,
 )
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import DEFAULT_END_TOKEN, DEFAULT_START_TOKEN
-from elmoc_allennlp.downstream.input_kinds import FastTextInput, find_input_kind
+from elmoc_allennlp.downstream.input_kinds import VECTORS_PATH_KEY, find_input_kind
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
 
 logger = logging.getLogger(__name__)
 
 # The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
 BILM_MODEL_TYPE = "elmoc_bilm"
-# The key of the fastText file in the fastText embedder's and indexer's configs.
-VECTORS_PATH_KEY = "vectors_path"
 _VOCABULARY_NAME = "vocabulary"
 
 PathLike = Union[str, os.PathLike]
@@ -153,16 +151,7 @@ class BilmArchive:
             raise self._error("has no dataset_reader.start_token / end_token")
         self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
         # The fastText model of a fastText-input biLM (None for other inputs).
-        self.input_vectors_path: Optional[str] = None
-        if isinstance(self.input_kind, FastTextInput):
-            self.input_vectors_path = self.vectors_overrides[self._embedder_vectors_key]
-            expected = self.config["model"]["contextualizer"].get("input_dim")
-            dim = FastTextVectors.from_path(self.input_vectors_path).dim
-            if expected is not None and dim != expected:
-                raise self._error(
-                    f"gets fastText vectors of dimension {dim} ({self.input_vectors_path}), not "
-                    f"model.contextualizer.input_dim = {expected}: wrong vectors_path?"
-                )
+        self.input_vectors_path: Optional[str] = self.input_kind.input_vectors(self)
         self._pieces: Dict[str, Dict[str, int]] = {}
 
     def _error(self, problem: str) -> ConfigurationError:
@@ -190,7 +179,7 @@ class BilmArchive:
             raise self._error(f"has model.directions {directions!r}: merge it first (elmoc-merge-bilm)")
         contextualizer = model.get("contextualizer")
         encoder_type = contextualizer.get("type") if isinstance(contextualizer, dict) else None
-        if not hasattr(_registered_class(Seq2SeqEncoder, encoder_type), "forward_all_layers"):
+        if not returns_all_layers(_registered_class(Seq2SeqEncoder, encoder_type)):
             raise self._error(f"has model.contextualizer {encoder_type!r}, not one returning all layers")
         if "projection_dim" not in contextualizer:
             raise self._error("has no model.contextualizer.projection_dim")
@@ -198,14 +187,11 @@ class BilmArchive:
     def _resolve_vectors_paths(self, vectors_path: Optional[str]) -> Dict[str, str]:
         """Dotted config key -> the existing file to use, for every `vectors_path` in the config."""
         recorded_paths = dict(find_keys(self.config, VECTORS_PATH_KEY))
-        input_keys = set()
-        if isinstance(self.input_kind, FastTextInput):
-            reader_key = f"dataset_reader.token_indexers.{self.input_key}.{VECTORS_PATH_KEY}"
-            input_keys = {reader_key, self._embedder_vectors_key}
-            missing_keys = input_keys - set(recorded_paths)
-            if missing_keys:
-                raise self._error(f"has no {sorted(missing_keys)}")
-        elif vectors_path is not None:
+        input_keys = self.input_kind.vectors_keys(self.input_key)
+        missing_keys = input_keys - set(recorded_paths)
+        if missing_keys:
+            raise self._error(f"has no {sorted(missing_keys)}")
+        if not input_keys and vectors_path is not None:
             raise self._error(f"has {self.input_kind.name} input ({self._embedder_key}): vectors_path does not apply")
         if vectors_path is not None and not Path(vectors_path).expanduser().is_file():
             raise ConfigurationError(f"fastText model {vectors_path} (vectors_path) does not exist")
@@ -272,7 +258,7 @@ class BilmArchive:
         from allennlp.models.archival import load_archive
 
         overrides: Dict[str, Any] = dict(self.vectors_overrides)
-        if allow_different_vectors and isinstance(self.input_kind, FastTextInput):
+        if allow_different_vectors and self.input_vectors_path is not None:
             overrides[f"{self._embedder_key}.allow_different_vectors"] = True
         with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
             if not self.carried:
@@ -410,50 +396,3 @@ def with_carried_bilms(serialization_dir: PathLike, include_in_archive: Optional
     if CARRIED_DIRECTORY not in patterns:
         patterns.append(CARRIED_DIRECTORY)
     return patterns
-
-
-def same_fasttext_model(first: PathLike, second: PathLike) -> bool:
-    """Whether two paths hold the same fastText model (the same file, or identical copies)."""
-    try:
-        if os.path.samefile(first, second):
-            return True
-    except OSError:
-        return False
-    return FastTextVectors.from_path(first).fingerprint == FastTextVectors.from_path(second).fingerprint
-
-
-def different_fasttext_error(
-    archive_file: str, archive_vectors: str, given_vectors: str, config_key: str
-) -> ConfigurationError:
-    return ConfigurationError(
-        f"fastText model {given_vectors} ({config_key}) is not the one ELMo-C archive "
-        f"{archive_file} was pretrained with ({archive_vectors}): the biLM lives in the vector "
-        "space of its own fastText model. Leave the option out, or give a copy of that file."
-    )
-
-
-def archive_with_its_fasttext(
-    archive_file: PathLike, vectors_path: Optional[str] = None, config_key: str = "vectors_path"
-) -> BilmArchive:
-    """
-    The `BilmArchive` of a fastText-input biLM with the fastText model it was pretrained with.
-    `vectors_path`, if given, must be that model (or a copy); if the archive's own model is not
-    on this machine, it is accepted with a warning.
-    """
-    archive_file = os.fspath(archive_file)
-    given = BilmArchive.open(archive_file, vectors_path)
-    if not isinstance(given.input_kind, FastTextInput):
-        raise ConfigurationError(
-            f"biLM archive {archive_file} has {given.input_kind.name} input (model.text_field_embedder."
-            f"token_embedders.{given.input_key}): fine-tuning needs a fastText-input biLM"
-        )
-    if vectors_path is None:
-        return given
-    try:
-        own = BilmArchive.open(archive_file)
-    except ConfigurationError as error:
-        logger.warning("%s: its own fastText model is missing (%s); using %s", archive_file, error, vectors_path)
-        return given
-    if not same_fasttext_model(own.input_vectors_path, vectors_path):
-        raise different_fasttext_error(archive_file, own.input_vectors_path, vectors_path, config_key)
-    return given

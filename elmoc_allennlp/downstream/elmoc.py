@@ -41,9 +41,7 @@ class ElmocBiLm(torch.nn.Module):
         super().__init__()
         self.archive = BilmArchive.open(archive_file, vectors_path, serialization_dir)
         model, reader = self.archive.open_for_training(serialization_dir, allow_different_vectors)
-        contextualizer = model.contextualizer
-        if not hasattr(contextualizer, "forward_all_layers"):
-            raise ConfigurationError(f"{archive_file}: model.contextualizer cannot return all its layers")
+        contextualizer = model.contextualizer  # one returning all layers (checked by `BilmArchive`)
         self._bilm = model
         self._bilm.eval()
         for parameter in self._bilm.parameters():
@@ -83,6 +81,11 @@ class ElmocBiLm(torch.nn.Module):
     def bilm(self):
         """The wrapped `BidirectionalLanguageModel`."""
         return self._bilm
+
+    @property
+    def boundary_ids(self) -> torch.LongTensor:
+        """`(2, width)`: the input ids of the start and end boundary tokens, as in pretraining (0 padding)."""
+        return self._boundary_ids
 
     def forward(
         self, inputs: torch.Tensor, word_inputs: torch.Tensor = None

@@ -4,7 +4,7 @@ archive's config names it, its downstream indexer, the ids of its boundary token
 input embedder reads and how its positions map to words: `fasttext` (ELMo-C and its ablations),
 `characters` (ELMo) and `pieces` (ELMo-Sub, after the `elmoc_sentencepiece_bpe` tokenizer).
 """
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, List, Optional, Set, Tuple, Type
 
 import torch
 
@@ -19,8 +19,11 @@ from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
     MAX_TOKEN_CHARACTERS,
     BilmInputIndexer,
 )
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 
+# The key of the fastText file in the fastText embedder's and indexer's configs.
+VECTORS_PATH_KEY = "vectors_path"
 FASTTEXT_INPUT = "fasttext"
 CHARACTERS_INPUT = "characters"
 PIECES_INPUT = "pieces"
@@ -103,6 +106,14 @@ class BilmInputKind:
         """The downstream indexer (`elmo_tokens`); `lowercase_tokens=None`: as in pretraining."""
         raise NotImplementedError
 
+    def vectors_keys(self, input_key: str) -> Set[str]:
+        """The config keys of the fastText model the biLM's input is read with (none but for fastText input)."""
+        return set()
+
+    def input_vectors(self, archive) -> Optional[str]:
+        """The fastText model the biLM's input is read with, found on this machine (`None`: not fastText input)."""
+        return None
+
     def boundary_ids(self, pretraining_indexer, vocabulary, token: str) -> List[int]:
         """The ids a boundary token (`<S>`, `</S>`) had in pretraining, from the biLM's own indexer."""
         indexed = pretraining_indexer.tokens_to_indices([Token(token)], vocabulary)
@@ -146,6 +157,8 @@ class FastTextInput(BilmInputKind):
     name = FASTTEXT_INPUT
     types = ("elmoc_fasttext", "elmoc_fasttext_subwords", None)
     ids_key = "subword_ids"
+    # Where the input's indexer and embedder are configured, each with the fastText model.
+    _configs = ("dataset_reader.token_indexers", "model.text_field_embedder.token_embedders")
 
     def indexer(self, archive, lowercase_tokens, token_min_padding_length):
         return ElmocFastTextIndexer(
@@ -155,6 +168,21 @@ class FastTextInput(BilmInputKind):
             token_min_padding_length=token_min_padding_length,
             max_token_characters=pretraining_token_cap(archive),
         )
+
+    def vectors_keys(self, input_key):
+        return {f"{config}.{input_key}.{VECTORS_PATH_KEY}" for config in self._configs}
+
+    def input_vectors(self, archive):
+        """The embedder's fastText model; its dimension must be the contextualizer's `input_dim`."""
+        path = archive.vectors_overrides[f"{self._configs[1]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
+        expected = archive.config["model"]["contextualizer"].get("input_dim")
+        dim = FastTextVectors.from_path(path).dim
+        if expected is not None and dim != expected:
+            raise ConfigurationError(
+                f"ELMo-C archive {archive.archive_file} gets fastText vectors of dimension {dim} "
+                f"({path}), not model.contextualizer.input_dim = {expected}: wrong vectors_path?"
+            )
+        return path
 
     def boundary_ids(self, pretraining_indexer, vocabulary, token):
         return pretraining_indexer.token_ids(token)

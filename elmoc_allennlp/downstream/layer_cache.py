@@ -69,19 +69,20 @@ def bilm_fingerprint(bilm: torch.nn.Module) -> str:
     kind, boundary ids, model config (without paths), every weight, and the fingerprint of each
     fastText model it reads (the vectors record, in place of its path).
     """
-    from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import VECTORS_RECORD_KEY
-
     model = bilm.bilm
     digest = hashlib.sha256()
     described = {
         "format": CACHE_FORMAT,
         "input_kind": bilm.input_kind.name,
-        "boundaries": bilm._boundary_ids.tolist(),
+        "boundaries": bilm.boundary_ids.tolist(),
         "model": _without_paths(bilm.archive.config.get("model", {})),
     }
     digest.update(json.dumps(described, sort_keys=True).encode("utf-8"))
-    for name, value in sorted(model.state_dict().items()):
-        if name.split(".")[-1] == VECTORS_RECORD_KEY:
+    # The weights: parameters (a tied one under each name) and buffers, not the extra state
+    # entries (a fastText embedder's vectors record holds its path).
+    buffers = {name for name, _ in model.named_buffers()}
+    for name, value in sorted(model.state_dict(keep_vars=True).items()):
+        if not isinstance(value, torch.nn.Parameter) and name not in buffers:
             continue
         tensor = value.detach().cpu().contiguous()
         if tensor.dtype == torch.bfloat16:

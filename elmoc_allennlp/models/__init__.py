@@ -1,2 +1,1 @@
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-from elmoc_allennlp.models.bilm_from_archive import BilmFromArchive

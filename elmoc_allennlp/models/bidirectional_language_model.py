@@ -10,10 +10,11 @@ from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
 from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
-from allennlp.training.metrics import Metric
 
 from elmoc_allennlp.common.checks import check_one_of
+from elmoc_allennlp.models.device_average import DeviceAverage
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
 
 logger = logging.getLogger(__name__)
 
@@ -25,35 +26,6 @@ _BACKWARD_INPUT = (
 )
 _FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
 OUTPUT_LAYER_PREFIX, BACKWARD_OUTPUT_LAYER_PREFIX = "_output_layer.", "_backward_output_layer."
-
-
-class DeviceAverage(Metric):
-    """An `Average` summed on the device, so adding a value never syncs; `get_metric` all-reduces it."""
-
-    def __init__(self) -> None:
-        self._total: Optional[torch.Tensor] = None
-        self._count = 0
-
-    def __call__(self, value: torch.Tensor) -> None:  # type: ignore[override]
-        value = value.detach().to(torch.float64)
-        self._total = value if self._total is None else self._total + value
-        self._count += 1
-
-    def get_metric(self, reset: bool = False) -> float:
-        total = 0.0 if self._total is None else float(self._total)
-        sums = torch.tensor([total, float(self._count)], dtype=torch.float64)
-        if util.is_distributed():
-            nccl = torch.distributed.get_backend() == "nccl"
-            sums = sums.to(torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu")
-            torch.distributed.all_reduce(sums)
-        total, count = sums.tolist()
-        if reset:
-            self.reset()
-        return total / count if count > 0 else 0.0
-
-    def reset(self) -> None:
-        self._total = None
-        self._count = 0
 
 
 # Scores held at once while scoring `retrieval_accuracy` (16 MiB in float32): predictions are
@@ -432,7 +404,7 @@ class BidirectionalLanguageModel(Model):
 
         `(layers, mask)`: `(num_layers + 1, batch_size, num_tokens, 2 * P)`, layer 0 the input twice.
         """
-        if not hasattr(self._contextualizer, "forward_all_layers"):
+        if not returns_all_layers(self._contextualizer):
             raise ConfigurationError(
                 f"model.contextualizer ({type(self._contextualizer).__name__}) has no forward_all_layers"
             )

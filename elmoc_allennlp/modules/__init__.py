@@ -1,4 +1,4 @@
-from elmoc_allennlp.modules.seq2seq_encoders import LayerNormLstm, InterLayerNormLstm
+from elmoc_allennlp.modules.seq2seq_encoders import LayerNormLstm
 from elmoc_allennlp.modules.output_layers import (
     AdaptiveSoftmaxOutputLayer,
     ContinuousOutputLayer,

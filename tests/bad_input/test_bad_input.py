@@ -47,8 +47,8 @@ from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
     clear_fasttext_cache,
-    write_fasttext_bin,
 )
+from benchmarks.common import write_fasttext_bin
 from tests.bad_input.conftest import ESCAPE_NAME, write_archive
 from tests.conftest import FIXTURES_ROOT
 

@@ -12,12 +12,8 @@ import torch
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.fasttext_vectors import (
-    FastTextFormatError,
-    FastTextVectors,
-    fasttext_hash,
-    write_fasttext_bin,
-)
+from benchmarks.common import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import FastTextFormatError, FastTextVectors, fasttext_hash
 
 # Words that exercise the n-gram rules: OOV, multi-byte UTF-8 (2, 3 and 4 bytes), the empty
 # string, the EOS word, and the boundary characters themselves.

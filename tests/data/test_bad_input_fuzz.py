@@ -26,8 +26,8 @@ from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
     clear_fasttext_cache,
-    write_fasttext_bin,
 )
+from benchmarks.common import write_fasttext_bin
 
 CASE_TIMEOUT_SECONDS = 20
 

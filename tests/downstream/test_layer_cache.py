@@ -6,6 +6,7 @@ import json
 import logging
 import multiprocessing
 import random
+import shutil
 
 import numpy
 import pytest
@@ -20,7 +21,7 @@ from allennlp.predictors import Predictor
 from allennlp.training.util import evaluate
 from allennlp.data.data_loaders import SimpleDataLoader
 
-from elmoc_allennlp.downstream.layer_cache import CACHE_DTYPES, LayerCache, LayerStore
+from elmoc_allennlp.downstream.layer_cache import CACHE_DTYPES, LayerCache, LayerStore, bilm_fingerprint
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
 from tests.downstream.conftest import DOWNSTREAM_CONFIGS
 
@@ -228,6 +229,19 @@ def test_another_biLMs_cache_is_never_read(elmoc_archive, tmp_path):
     )
     with pytest.raises(ConfigurationError, match=r"Layer cache .*renamed.* another biLM"):
         _layers(third, batch)
+
+
+def test_the_fingerprint_is_the_same_with_the_fasttext_model_elsewhere(elmoc_archive, tiny_fasttext_path, tmp_path):
+    # The state dict carries the vectors record (the fastText path inside); the fingerprint
+    # hashes the weights and the model's fingerprint instead, so a copy of the file reads the cache.
+    copy = shutil.copy(tiny_fasttext_path, tmp_path / "elsewhere.bin")
+    here = _elmo(elmoc_archive).bilm
+    elsewhere = _elmo(elmoc_archive, vectors_path=str(copy)).bilm
+    assert any(name.endswith("vectors_record") for name in elsewhere.bilm.state_dict())
+    assert bilm_fingerprint(elsewhere) == bilm_fingerprint(here)
+    with torch.no_grad():
+        next(elsewhere.bilm.contextualizer.parameters()).add_(0.25)
+    assert bilm_fingerprint(elsewhere) != bilm_fingerprint(here)
 
 
 def test_damaged_cache_file_is_refused_naming_it(elmoc_archive, tmp_path):

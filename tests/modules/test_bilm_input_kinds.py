@@ -21,7 +21,8 @@ from allennlp.modules.token_embedders import TokenEmbedder
 import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.data.tokenizers.sentencepiece_bpe_tokenizer as bpe
 from elmoc_allennlp.downstream.input_kinds import CHARACTERS_INPUT, FASTTEXT_INPUT, PIECES_INPUT
-from elmoc_allennlp.downstream.archive import BilmArchive, archive_with_its_fasttext
+from elmoc_allennlp.downstream.archive import BilmArchive
+from elmoc_allennlp.finetune.archive_fasttext import archive_with_its_fasttext
 from elmoc_allennlp.commands.elmoc_embed import embed_file
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.downstream.input_kinds import (

@@ -1,6 +1,6 @@
 """A lazy, shardable reader of tokenized language-modelling corpora, one sentence per line."""
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import torch.distributed as dist
 
@@ -12,7 +12,7 @@ from allennlp.data.instance import Instance
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
 
-from elmoc_allennlp.common.checks import check_one_of
+from elmoc_allennlp.common.checks import check_one_of, check_positive_int
 from elmoc_allennlp.data.dataset_readers.corpus_shares import (  # noqa: F401 (CorpusDecodingError: its old place)
     CorpusDecodingError,
     CorpusShare,
@@ -28,12 +28,6 @@ logger = logging.getLogger(__name__)
 # The boundary tokens a sentence gets by default (ELMo's; the fastText indexer's defaults too).
 DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 
-
-def _check_positive_int(value: Any, key: str, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{key} must be a positive integer, got {value!r}")
 
 
 @DatasetReader.register("elmoc_lm_corpus")
@@ -117,12 +111,12 @@ class LanguageModelCorpusReader(DatasetReader):
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
         if max_sequence_length is None:
             max_sequence_length = 200
-        _check_positive_int(max_sequence_length, "max_sequence_length")
-        _check_positive_int(window_length, "window_length")
+        check_positive_int(max_sequence_length, "max_sequence_length")
+        check_positive_int(window_length, "window_length")
         check_one_of(long_sentences, ("split", "truncate"), "long_sentences")
         check_one_of(invalid_lines, ("error", "skip"), "invalid_lines")
-        _check_positive_int(max_line_bytes, "max_line_bytes", allow_none=True)
-        _check_positive_int(max_token_characters, "max_token_characters", allow_none=True)
+        check_positive_int(max_line_bytes, "max_line_bytes", allow_none=True)
+        check_positive_int(max_token_characters, "max_token_characters", allow_none=True)
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
         self._tokenizer = tokenizer or WhitespaceTokenizer()
         self._max_sequence_length = max_sequence_length

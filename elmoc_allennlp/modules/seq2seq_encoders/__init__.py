@@ -1,2 +1,1 @@
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
-from elmoc_allennlp.modules.seq2seq_encoders.interlayer_norm_lstm import InterLayerNormLstm

@@ -4,7 +4,7 @@ recurrence, as a Python loop (`"reference"`) or the fast path of `lstm_recurrenc
 """
 import contextlib
 import logging
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -250,10 +250,15 @@ class LayerNormLstmLayer(torch.nn.Module):
         return torch.stack(outputs, dim=1)  # type: ignore[arg-type]
 
 
+def returns_all_layers(encoder: Any) -> bool:
+    """Whether a `Seq2SeqEncoder` (class or instance) returns all its layers (`forward_all_layers`), as a biLM's must."""
+    return callable(getattr(encoder, "forward_all_layers", None))
+
+
 class BidirectionalStacks(Seq2SeqEncoder):
     """
-    The API of `elmoc_lstm` and `elmoc_interlayer_norm_lstm`: forward and backward stacks of
-    `num_layers` LSTM layers, output `[forward; backward]`. Subclasses implement `_encode`.
+    The API of `elmoc_lstm`: forward and backward stacks of `num_layers` LSTM layers, output
+    `[forward; backward]`, every layer from `forward_all_layers`. Subclasses implement `_encode`.
     """
 
     def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:

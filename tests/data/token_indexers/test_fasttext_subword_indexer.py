@@ -11,7 +11,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Token, TokenIndexer, Vocabulary
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 
 def _tokens(*texts):

@@ -18,7 +18,7 @@ from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastText
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
-from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
 from tests.conftest import rewrite_archive
 
@@ -112,7 +112,7 @@ def test_bilm_layers_equal_the_pretrained_model_with_boundary_tokens(
 
 def test_boundary_ids_are_inserted_after_each_sentence(bilm, indexer):
     ids = indexed_batch(indexer, [["a", "b", "c"], ["d"]])
-    with_boundaries, mask = add_boundaries(ids, bilm._boundary_ids)
+    with_boundaries, mask = add_boundaries(ids, bilm.boundary_ids)
     # Two boundary vectors, as pretrained (the authors' `<s>` and `</s>`).
     start, end = indexer.token_ids("<S>"), indexer.token_ids("</S>")
     assert start != end

@@ -13,7 +13,8 @@ from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import get_text_field_mask
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder
 
 SENTENCES = [

@@ -1,3 +1,4 @@
+"""`elmoc_bilm_layerwise`: one optimizer parameter group per biLM layer, for ULMFiT-style fine-tuning."""
 import logging
 import re
 from typing import List, Tuple

@@ -1,3 +1,4 @@
+"""`elmoc_slanted_triangular`: allennlp's slanted triangular schedule, resumable with gradual unfreezing."""
 import logging
 from typing import Any, Dict, List, Optional
 

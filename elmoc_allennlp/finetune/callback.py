@@ -1,3 +1,4 @@
+"""The `elmoc_finetune` callback: checks a fine-tuning run's indexing, and makes its archive an ordinary biLM archive."""
 import copy
 import json
 import logging
@@ -10,14 +11,13 @@ from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmoc_allennlp.common.atomic_files import atomic_write
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.downstream.archive import (
-    BilmArchive,
+from elmoc_allennlp.downstream.archive import BilmArchive, set_dotted
+from elmoc_allennlp.downstream.input_kinds import registered_as
+from elmoc_allennlp.finetune.archive_fasttext import (
     archive_with_its_fasttext,
     different_fasttext_error,
     same_fasttext_model,
-    set_dotted,
 )
-from elmoc_allennlp.downstream.input_kinds import registered_as
 
 logger = logging.getLogger(__name__)
 

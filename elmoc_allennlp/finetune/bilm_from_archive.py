@@ -12,7 +12,7 @@ from allennlp.data import Vocabulary
 from allennlp.models.model import Model
 
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
-from elmoc_allennlp.downstream.archive import archive_with_its_fasttext
+from elmoc_allennlp.finetune.archive_fasttext import archive_with_its_fasttext
 
 logger = logging.getLogger(__name__)
 

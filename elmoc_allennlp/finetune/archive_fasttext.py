@@ -1,0 +1,100 @@
+"""
+A biLM archive's own fastText model, for fine-tuning: the archive opened with the fastText model
+it was pretrained with (another model is refused: the biLM lives in the vector space of its own),
+and `elmoc_archive_fasttext`, the indexer that indexes as pretraining did.
+"""
+import logging
+import os
+from typing import Optional
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.data.token_indexers.token_indexer import TokenIndexer
+
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
+from elmoc_allennlp.downstream.archive import VECTORS_PATH_KEY, BilmArchive, PathLike
+
+logger = logging.getLogger(__name__)
+
+
+def same_fasttext_model(first: PathLike, second: PathLike) -> bool:
+    """Whether two paths hold the same fastText model (the same file, or identical copies)."""
+    try:
+        if os.path.samefile(first, second):
+            return True
+    except OSError:
+        return False
+    return FastTextVectors.from_path(first).fingerprint == FastTextVectors.from_path(second).fingerprint
+
+
+def different_fasttext_error(
+    archive_file: str, archive_vectors: str, given_vectors: str, config_key: str
+) -> ConfigurationError:
+    return ConfigurationError(
+        f"fastText model {given_vectors} ({config_key}) is not the one ELMo-C archive "
+        f"{archive_file} was pretrained with ({archive_vectors}): the biLM lives in the vector "
+        "space of its own fastText model. Leave the option out, or give a copy of that file."
+    )
+
+
+def archive_with_its_fasttext(
+    archive_file: PathLike, vectors_path: Optional[str] = None, config_key: str = "vectors_path"
+) -> BilmArchive:
+    """
+    The `BilmArchive` of a fastText-input biLM with the fastText model it was pretrained with.
+    `vectors_path`, if given, must be that model (or a copy); if the archive's own model is not
+    on this machine, it is accepted with a warning.
+    """
+    archive_file = os.fspath(archive_file)
+    given = BilmArchive.open(archive_file, vectors_path)
+    if given.input_vectors_path is None:
+        raise ConfigurationError(
+            f"biLM archive {archive_file} has {given.input_kind.name} input (model.text_field_embedder."
+            f"token_embedders.{given.input_key}): fine-tuning needs a fastText-input biLM"
+        )
+    if vectors_path is None:
+        return given
+    try:
+        own = BilmArchive.open(archive_file)
+    except ConfigurationError as error:
+        logger.warning("%s: its own fastText model is missing (%s); using %s", archive_file, error, vectors_path)
+        return given
+    if not same_fasttext_model(own.input_vectors_path, vectors_path):
+        raise different_fasttext_error(archive_file, own.input_vectors_path, vectors_path, config_key)
+    return given
+
+
+@TokenIndexer.register("elmoc_archive_fasttext")
+class ArchiveFastTextIndexer(FastTextSubwordIndexer):
+    """
+    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (fastText model,
+    boundary tokens, lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`).
+
+    Registered as a `TokenIndexer` with name "elmoc_archive_fasttext".
+
+    # Parameters
+
+    archive_file : `str`
+        The biLM's `model.tar.gz` (the same as `elmoc_bilm_from_archive`'s).
+    vectors_path : `str`, optional (default = `None`)
+        The biLM's fastText `.bin`, if the archive cannot find it (another model is refused).
+    token_min_padding_length : `int`, optional (default = `0`)
+        See :class:`TokenIndexer`.
+    """
+
+    def __init__(
+        self,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        token_min_padding_length: int = 0,
+    ) -> None:
+        archive = archive_with_its_fasttext(
+            archive_file, vectors_path, "dataset_reader.token_indexers.<key>.vectors_path"
+        )
+        reader_key = f"dataset_reader.token_indexers.{archive.input_key}.{VECTORS_PATH_KEY}"
+        super().__init__(
+            vectors_path=archive.vectors_overrides[reader_key],
+            boundary_tokens=archive.boundary_tokens,
+            lowercase_tokens=archive.lowercase_tokens,
+            token_min_padding_length=token_min_padding_length,
+        )
