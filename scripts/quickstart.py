@@ -319,4 +319,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from elmoc_allennlp.common.threads import quiet_third_party_warnings
+
+    with quiet_third_party_warnings():
+        sys.exit(main())

@@ -21,7 +21,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
-from elmoc_allennlp.common.threads import add_threads_argument, set_threads
+from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class TrainFastText(Subcommand):
         return subparser
 
 
+@plugin_command
 def train_fasttext_from_args(args: argparse.Namespace) -> None:
     for value, option in [
         (args.dim, "--dim"),

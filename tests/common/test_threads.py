@@ -138,3 +138,29 @@ def test_omp_num_threads_limits_torch_under_allennlp():
         )
         assert completed.returncode == 0, completed.stderr[-2000:]
         assert completed.stdout.split()[-1] == value
+
+
+def test_plugin_commands_filter_third_party_warnings_while_they_run(monkeypatch, tmp_path, restore_threads):
+    import warnings
+
+    from elmoc_allennlp.commands import elmoc_embed
+
+    def warns(*args, **kwargs):
+        warnings.warn("User provided device_type of 'cuda', but CUDA is not available", UserWarning)
+        warnings.warn(
+            "You are using a non-supported Python version (3.10.13). Google will not post ...",
+            FutureWarning,
+        )
+        warnings.warn("the plugin's own", UserWarning)
+        raise _Reached
+
+    monkeypatch.setattr(elmoc_embed, "embed_file", warns)
+    filters = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(monkeypatch, "elmoc-embed", "a.tar.gz", "in.txt", str(tmp_path / "o.hdf5"), "--top")
+        assert [str(w.message) for w in caught] == ["the plugin's own"]
+        # Outside the command, the same warning is shown: nothing changed process-wide.
+        warnings.warn("User provided device_type of 'cuda', but CUDA is not available", UserWarning)
+        assert len(caught) == 2
+    assert warnings.filters == filters
