@@ -192,8 +192,16 @@ def main(arguments: Optional[List[str]] = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    work = args.work_dir or Path(tempfile.mkdtemp(prefix="layer_cache_speed."))
-    work.mkdir(parents=True, exist_ok=True)
+    if args.work_dir is not None:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        return measure(args, args.work_dir)
+    # Several hundred MB of runs and caches: removed however the run ends.
+    with tempfile.TemporaryDirectory(prefix="layer_cache_speed.") as work:
+        return measure(args, Path(work))
+
+
+def measure(args: argparse.Namespace, work: Path) -> int:
+    """Trains every tagger in `work` and prints the table."""
     train = read_sentences(args.data / "eng.train", args.train_sentences)
     dev = read_sentences(args.data / "eng.testa", args.dev_sentences)
     train_path = write_sentences(train, work / "train.conll")
@@ -246,7 +254,8 @@ def main(arguments: Optional[List[str]] = None) -> int:
               f"{'-' if per_token is None else f'{cache_later:.1f}':>10} {later_wall:9.1f} "
               f"{100 * result['f1']:7.2f} {result['loss']:9.3f} "
               f"{'-' if per_token is None else f'{per_token:,.0f}':>11}")
-    print(f"# load average {os.getloadavg()[0]:.1f} at the end; work dir {work}")
+    kept = f"work dir {work}" if args.work_dir is not None else "work dir removed"
+    print(f"# load average {os.getloadavg()[0]:.1f} at the end; {kept}")
     return 0
 
 

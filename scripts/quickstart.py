@@ -19,7 +19,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
@@ -84,11 +84,11 @@ def count_tokens(path: Path) -> Tuple[int, int]:
     return sentences, tokens
 
 
-def train_vectors(corpus: Path, output: Path, threads: int) -> float:
-    from elmoc_allennlp.common.fasttext_training import train_fasttext
+def train_vectors(corpus: Path, output: Path, threads: Optional[int]) -> float:
+    from elmoc_allennlp.common.fasttext_training import MIN_THREADS, train_fasttext
 
     started = time.perf_counter()
-    train_fasttext(corpus, output, thread=threads, verbose=2, **FASTTEXT_OPTIONS)
+    train_fasttext(corpus, output, thread=threads or MIN_THREADS, verbose=2, **FASTTEXT_OPTIONS)
     return time.perf_counter() - started
 
 
@@ -236,9 +236,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "quickstart_output")
     parser.add_argument("--epochs", type=int, default=0, help="override the config's num_epochs")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--force", action="store_true", help="redo every step")
+    from elmoc_allennlp.common.threads import add_threads_argument, set_threads
+
+    add_threads_argument(parser)
     args = parser.parse_args()
+    set_threads(args.threads)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     check_optional_dependencies()
     import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
@@ -316,4 +319,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from elmoc_allennlp.common.threads import quiet_third_party_warnings
+
+    with quiet_third_party_warnings():
+        sys.exit(main())

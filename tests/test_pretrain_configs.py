@@ -11,7 +11,7 @@ import _jsonnet
 import pytest
 import torch
 
-from allennlp.commands.train import train_model
+from allennlp.commands.train import TrainModel, train_model
 from allennlp.common import Params
 from allennlp.data import Vocabulary
 from allennlp.models import Model
@@ -163,6 +163,52 @@ def test_small_config_builds_and_is_small(corpus_environment):
     assert params["data_loader"]["batch_sampler"]["batch_size"] == 64
 
 
+@pytest.mark.parametrize("steps_per_epoch", [200, 660, 6000])
+def test_small_config_decays_on_a_corpus_of_any_length(corpus_environment, steps_per_epoch):
+    # The quickstart's schedule is sized by the run's steps, which allennlp's trainer gives it
+    # (num_epochs x the loader's length): 204 batches (a 211k-token corpus) decay as PTB's 660.
+    params = _params("elmoc_small.jsonnet", corpus_environment, 100)
+    trainer = params["trainer"]
+    optimizer = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=2e-3)
+    scheduler = LearningRateScheduler.from_params(
+        optimizer=optimizer,
+        params=trainer["learning_rate_scheduler"],
+        num_epochs=trainer["num_epochs"],
+        num_steps_per_epoch=steps_per_epoch,
+    )
+
+    def rate(step: int) -> float:
+        scheduler.step_batch(step)
+        return optimizer.param_groups[0]["lr"]
+
+    total = trainer["num_epochs"] * steps_per_epoch
+    assert rate(total // 2) == pytest.approx(2e-3)
+    assert rate(3 * total // 4) == pytest.approx(2e-3 * 2 ** -0.5, rel=1e-2)
+    assert rate(total) == pytest.approx(1e-3)
+
+
+def test_small_config_takes_its_steps_from_the_corpus_index(corpus_environment, tmp_path):
+    """Through `allennlp train`: the schedule ends at the run's last step, whatever its length."""
+    tiny = {
+        "model.contextualizer.projection_dim": 6,
+        "model.contextualizer.cell_dim": 10,
+        "model.output_layer.input_dim": 6,
+        "model.backward_output_layer.input_dim": 6,
+        "data_loader.batch_sampler.batch_size": 8,
+        "trainer.num_epochs": 2,
+    }
+    params = _params("elmoc_small.jsonnet", corpus_environment, 100, json.dumps(tiny))
+    run = TrainModel.from_params(params=params, serialization_dir=str(tmp_path / "run"), local_rank=0)
+    trainer = run.trainer
+    steps = len(trainer.data_loader)
+    assert steps > 1  # the corpus index knows the epoch's batches before reading them
+    scheduler = trainer._learning_rate_scheduler
+    assert (scheduler.decay_start, scheduler.decay_end) == (steps, 2 * steps)
+    run.run()
+    assert trainer._total_batches_completed == 2 * steps
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(2e-3 / 2)
+
+
 # ------------------------------------------------------------------ settings are checked
 
 
@@ -205,6 +251,9 @@ def test_unknown_settings_are_errors_naming_the_key_and_a_close_one(build, key, 
         ({"schedule": "authors", "decay_start": 5}, "decay_start applies to schedule 'rnmt_plus'"),
         ({"decay_start": 5, "decay_end": 9, "reference_batch_size": 64}, "reference_batch_size applies"),
         ({"schedule": "rnmt_plus"}, "schedule 'rnmt_plus' needs decay_(start|end)"),
+        ({"decay_start": 5, "decay_end": 9, "decay_end_fraction": 1.0}, "decay_end_fraction applies"),
+        ({"decay_start_fraction": 0.5, "warmup_steps": 100}, "warmup_steps applies to schedules"),
+        ({"num_replicas": 2}, "num_replicas applies to schedules 'rnmt_plus' and 'run_fractions'"),
     ],
 )
 def test_settings_that_do_not_apply_are_errors(settings, message):

@@ -37,6 +37,7 @@ from allennlp.common.util import lazy_groups_of
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files, same_file
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
+from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
@@ -98,12 +99,15 @@ class ElmocEmbed(Subcommand):
             action="store_true",
             help="outputs tqdm status on separate lines and slows tqdm refresh rate",
         )
+        add_threads_argument(subparser)
         subparser.set_defaults(func=elmoc_embed_from_args)
         return subparser
 
 
+@plugin_command
 def elmoc_embed_from_args(args: argparse.Namespace) -> None:
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
+    set_threads(args.threads)
     output = "all" if args.all else "top" if args.top else "average"
     embed_file(
         args.archive_file,

@@ -20,7 +20,8 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.common.fasttext_training import import_fasttext, train_fasttext
+from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
+from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +58,7 @@ class TrainFastText(Subcommand):
             help="rows for hashed character n-grams (the .bin holds bucket x dim floats)",
         )
         subparser.add_argument("--epoch", type=int, default=5, help="passes over the corpus")
-        subparser.add_argument(
-            "--threads", type=int, default=11, help="fastText's threads (at least 11 are used)"
-        )
+        add_threads_argument(subparser)
         subparser.add_argument(
             "--force", action="store_true", help="replace output_file if it exists"
         )
@@ -67,6 +66,7 @@ class TrainFastText(Subcommand):
         return subparser
 
 
+@plugin_command
 def train_fasttext_from_args(args: argparse.Namespace) -> None:
     for value, option in [
         (args.dim, "--dim"),
@@ -74,9 +74,9 @@ def train_fasttext_from_args(args: argparse.Namespace) -> None:
         (args.minn, "--minn"),
         (args.bucket, "--bucket"),
         (args.epoch, "--epoch"),
-        (args.threads, "--threads"),
     ]:
         check_positive(value, option)
+    set_threads(args.threads)
     if args.maxn < args.minn:
         raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
     corpus = Path(args.corpus)
@@ -104,7 +104,7 @@ def train_fasttext_from_args(args: argparse.Namespace) -> None:
         maxn=args.maxn,
         bucket=args.bucket,
         epoch=args.epoch,
-        thread=args.threads,
+        thread=args.threads or MIN_THREADS,
         verbose=2,
     )
     print(f"fastText vectors ({args.dim}-d) written to {path}")

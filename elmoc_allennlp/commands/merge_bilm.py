@@ -23,6 +23,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path, same_file
+from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import (
     BACKWARD_OUTPUT_LAYER_PREFIX,
@@ -64,9 +65,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not load the merged archive to check it (loading needs the fastText file)",
     )
+    add_threads_argument(parser)
 
 
+@plugin_command
 def _run(args: argparse.Namespace) -> None:
+    set_threads(args.threads)
     path = merge_bilm_archives(
         args.forward_archive,
         args.backward_archive,

@@ -1,1 +1,2 @@
 from elmoc_allennlp.predictors.bilm_predictor import BidirectionalLanguageModelPredictor
+from elmoc_allennlp.predictors.whitespace_tagger import WhitespaceSentenceTaggerPredictor

@@ -2,4 +2,5 @@ from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
 from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
 from elmoc_allennlp.training.step_log_callback import StepLogCallback
 from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
+from elmoc_allennlp.training.checked_trainer import CheckedGradientDescentTrainer
 from elmoc_allennlp.training.archive_at_marks import ArchiveAtMarksCallback

@@ -25,6 +25,7 @@ AUTHORS_WARMUP_STEPS = 10000
 
 @LearningRateScheduler.register("elmoc_rnmt_plus_steps")
 @LearningRateScheduler.register("elmoc_rnmt_plus", constructor="from_global_batch")
+@LearningRateScheduler.register("elmoc_rnmt_plus_run", constructor="from_run_length")
 class RnmtPlusLearningRate(LearningRateScheduler):
     """
     The RNMT+ schedule, stepped per batch: a linear warm-up, a plateau at `n * lr0`, an exponential
@@ -37,8 +38,9 @@ class RnmtPlusLearningRate(LearningRateScheduler):
       `lr(t) = lr0 * min(1 + t * (n - 1) / p, n, n * (2 * n) ** ((s - t) / (e - s)))` for
       `t < e`, and `lr0 / 2` from `t = e` on.
 
-    Registered as a `LearningRateScheduler` with names "elmoc_rnmt_plus_steps" and "elmoc_rnmt_plus"
-    (the authors' set-up, `from_global_batch`).
+    Registered as a `LearningRateScheduler` with names "elmoc_rnmt_plus_steps", "elmoc_rnmt_plus"
+    (the authors' set-up, `from_global_batch`) and "elmoc_rnmt_plus_run" (the same curve placed by
+    fractions of the run, `from_run_length`).
 
     # Parameters
 
@@ -143,6 +145,86 @@ class RnmtPlusLearningRate(LearningRateScheduler):
                 world_size = dist.get_world_size() if distributed else 1
             scheduler.set_global_batch(batch_size * world_size, from_trainer=False)
         return scheduler
+
+    @classmethod
+    def from_run_length(
+        cls,
+        optimizer: torch.optim.Optimizer,
+        num_epochs: int,
+        num_steps_per_epoch: Optional[int] = None,
+        warmup_fraction: float = 0.0,
+        decay_start_fraction: float = 0.5,
+        decay_end_fraction: float = 1.0,
+        num_replicas: int = 1,
+        min_learning_rate: float = 0.0,
+        last_epoch: int = -1,
+    ) -> "RnmtPlusLearningRate":
+        """
+        The `"rnmt_plus"` curve sized from the data: with `T = num_epochs x num_steps_per_epoch`
+        optimizer steps (both given by allennlp's trainer: the loader's length divided by the
+        gradient accumulation), the warm-up ends, the decay starts and the decay ends at those
+        fractions of `T` whatever `n` (`p = warmup_fraction * T / n`, `s = decay_start_fraction
+        * n * T`, `e = decay_end_fraction * n * T`, rounded to whole steps). A corpus of 200
+        batches and one of 6,000 then decay alike (ours: "elmoc_rnmt_plus_steps" fixes the steps,
+        which a corpus of another length never reaches or passes early).
+
+        # Parameters
+
+        num_epochs : `int`
+            Not given in a configuration file (the trainer's `num_epochs`).
+        num_steps_per_epoch : `int`, optional (default = `None`)
+            Not given in a configuration file (the trainer's steps per epoch); `None` (a loader
+            without a length) is an error.
+        warmup_fraction : `float`, optional (default = `0.0`)
+            The warm-up's end (from `lr0` to `n * lr0`), as a fraction of the run; nothing to
+            warm up with `n = 1`.
+        decay_start_fraction : `float`, optional (default = `0.5`)
+        decay_end_fraction : `float`, optional (default = `1.0`)
+            Greater than `decay_start_fraction`; above 1 the run ends before `lr0 / 2`.
+        num_replicas : `int`, optional (default = `1`)
+        min_learning_rate : `float`, optional (default = `0.0`)
+        last_epoch : `int`, optional (default = `-1`)
+        """
+        key = "trainer.learning_rate_scheduler."
+        check_positive(num_epochs, "trainer.num_epochs")
+        if num_steps_per_epoch is None:
+            raise ConfigurationError(
+                "elmoc_rnmt_plus_run sizes the schedule from the epoch's length, and this data "
+                "loader has no len(): use a loader that knows it (elmoc_corpus, allennlp's "
+                "multiprocess with a batch_sampler) or elmoc_rnmt_plus_steps with explicit steps"
+            )
+        check_positive(num_steps_per_epoch, "trainer's steps per epoch (the data loader's length)")
+        check_non_negative(warmup_fraction, key + "warmup_fraction")
+        check_non_negative(decay_start_fraction, key + "decay_start_fraction")
+        check_positive(num_replicas, key + "num_replicas")
+        total = num_epochs * num_steps_per_epoch
+        decay_start = round(decay_start_fraction * num_replicas * total)
+        decay_end = round(decay_end_fraction * num_replicas * total)
+        if decay_end <= decay_start:
+            raise ConfigurationError(
+                f"{key}decay_end_fraction ({decay_end_fraction}) must exceed decay_start_fraction "
+                f"({decay_start_fraction}) by at least one of the run's {total} steps"
+            )
+        warmup_steps = round(warmup_fraction * total / num_replicas)
+        logger.info(
+            "elmoc_rnmt_plus_run: %d epochs of %d steps: n = %g, warm-up %d steps, decay from "
+            "n * t = %d to %d",
+            num_epochs,
+            num_steps_per_epoch,
+            num_replicas,
+            warmup_steps,
+            decay_start,
+            decay_end,
+        )
+        return cls(
+            optimizer,
+            warmup_steps=warmup_steps,
+            decay_start=decay_start,
+            decay_end=decay_end,
+            num_replicas=num_replicas,
+            min_learning_rate=min_learning_rate,
+            last_epoch=last_epoch,
+        )
 
     def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:
         """Sets `B` of an "elmoc_rnmt_plus" schedule (called by `elmoc_gradient_descent`)."""

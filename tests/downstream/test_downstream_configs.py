@@ -261,3 +261,93 @@ def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_env
     )
     char_cnn = 128 if config_name == "ner_crf_tagger.jsonnet" else 0
     assert first_input == 16 + char_cnn
+
+
+# ------------------------------------------------------------------ misspelt trainer keys
+
+
+@pytest.mark.parametrize("config_name", sorted(VALIDATION_METRICS))
+def test_downstream_configs_use_the_trainer_that_checks_its_keys(config_name, downstream_environment):
+    params = Params.from_file(str(DOWNSTREAM_CONFIGS / config_name))
+    assert params["trainer"]["type"] == "elmoc_checked_gradient_descent"
+
+
+def test_a_misspelt_trainer_key_in_a_downstream_config_is_refused(downstream_environment, tmp_path):
+    serialization_dir = tmp_path / "run"
+    with pytest.raises(ConfigurationError, match=r'"trainer.num_epoch" \(did you mean "trainer.num_epochs"\?\)'):
+        train_model_from_file(
+            str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+            str(serialization_dir),
+            overrides=json.dumps({"trainer.num_epoch": 1}),
+        )
+    # Refused before the first epoch: nothing was trained.
+    assert not (serialization_dir / "metrics_epoch_0.json").exists()
+
+
+def _toy_trainer(tmp_path, trainer_params: dict):
+    from allennlp.data.data_loaders import SimpleDataLoader
+    from allennlp.data.fields import TensorField
+    from allennlp.training import Trainer
+
+    from tests.training.toy_models import ToyRegression
+
+    model = ToyRegression()
+    instances = [Instance({"x": TensorField(torch.ones(1)), "y": TensorField(torch.ones(1))})]
+    return Trainer.from_params(
+        params=Params(trainer_params),
+        model=model,
+        serialization_dir=str(tmp_path),
+        data_loader=SimpleDataLoader(instances, batch_size=1, vocab=model.vocab),
+    )
+
+
+def test_a_stock_trainer_with_the_plugin_imported_behaves_as_stock(tmp_path):
+    from allennlp.training import GradientDescentTrainer, Trainer
+
+    from elmoc_allennlp.training.checked_trainer import CheckedGradientDescentTrainer
+
+    assert Trainer.resolve_class_name("gradient_descent")[0] is GradientDescentTrainer
+    # allennlp's own trainer still ignores a key it does not know (its default of 20 epochs)...
+    stock = _toy_trainer(tmp_path / "stock", {"type": "gradient_descent", "num_epoch": 1})
+    assert type(stock) is GradientDescentTrainer and stock._num_epochs == 20
+    # ...the plugin's refuses it; with the right keys it is allennlp's trainer.
+    with pytest.raises(ConfigurationError, match='did you mean "trainer.num_epochs"'):
+        _toy_trainer(tmp_path / "checked", {"type": "elmoc_checked_gradient_descent", "num_epoch": 1})
+    checked = _toy_trainer(
+        tmp_path / "checked", {"type": "elmoc_checked_gradient_descent", "num_epochs": 2}
+    )
+    assert isinstance(checked, CheckedGradientDescentTrainer) and checked._num_epochs == 2
+    assert type(checked).__mro__[1] is GradientDescentTrainer
+    assert checked.train()["epoch"] == 1
+
+
+# ------------------------------------------------------------------ predicting without spaCy
+
+
+def test_ner_archive_predicts_whitespace_tokens_without_spacy(
+    downstream_environment, tmp_path, monkeypatch
+):
+    import spacy
+
+    from allennlp.predictors import Predictor
+
+    serialization_dir = tmp_path / "run"
+    train_model_from_file(
+        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+        str(serialization_dir),
+        overrides=json.dumps({"trainer.num_epochs": 1}),
+    )
+
+    def no_spacy(*args, **kwargs):
+        raise AssertionError("spaCy was loaded")
+
+    monkeypatch.setattr(spacy, "load", no_spacy)
+    predictor = Predictor.from_path(
+        str(serialization_dir / "model.tar.gz"), "elmoc_sentence_tagger"
+    )
+    words = "EU rejects German call to boycott British lamb .".split()
+    output = predictor.predict_json({"sentence": " ".join(words)})
+    assert output["words"] == words
+    assert len(output["tags"]) == len(words)
+    with pytest.raises(ConfigurationError, match="sentence"):
+        predictor.predict_json({"tokens": words})

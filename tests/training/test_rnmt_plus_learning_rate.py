@@ -5,7 +5,7 @@ from typing import List
 import pytest
 import torch
 
-from allennlp.common import Params
+from allennlp.common import Lazy, Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
 from allennlp.data.data_loaders import SimpleDataLoader
@@ -13,6 +13,7 @@ from allennlp.data.fields import TensorField
 from allennlp.training import Checkpointer, GradientDescentTrainer
 from allennlp.training.callbacks import TrainerCallback
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
+from allennlp.training.optimizers import SgdOptimizer
 
 from elmoc_allennlp.training.fast_recovery_trainer import FastRecoveryTrainer
 from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
@@ -382,3 +383,92 @@ def test_a_config_batch_size_that_disagrees_with_the_loader_is_an_error():
         else:
             with pytest.raises(ConfigurationError, match="learning_rate_scheduler.batch_size"):
                 build()
+
+
+# ------------------------------------------------------------------ sized from the run
+
+
+def _run_scheduler(num_epochs: int, steps_per_epoch: int, **kwargs) -> RnmtPlusLearningRate:
+    # As allennlp's trainer builds it: num_epochs and the loader's length come from the trainer.
+    return LearningRateScheduler.from_params(
+        optimizer=_optimizer(LR0),
+        params=Params({"type": "elmoc_rnmt_plus_run", **kwargs}),
+        num_epochs=num_epochs,
+        num_steps_per_epoch=steps_per_epoch,
+    )
+
+
+@pytest.mark.parametrize("steps_per_epoch", [200, 660, 6000])
+@pytest.mark.parametrize("num_epochs", [1, 3])
+def test_run_fractions_decay_alike_for_any_corpus_length(steps_per_epoch, num_epochs):
+    scheduler = _run_scheduler(num_epochs, steps_per_epoch)
+    total = num_epochs * steps_per_epoch
+    assert (scheduler.decay_start, scheduler.decay_end) == (total // 2, total)
+    # The same curve at the same fractions of the run: held at lr0 for the first half, then down
+    # to lr0 / 2 at the last step, whatever the corpus's length.
+    for fraction, factor in ((0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (0.75, 2 ** -0.5), (1.0, 0.5)):
+        assert _lr_at(scheduler, round(fraction * total)) == pytest.approx(LR0 * factor, rel=1e-12)
+
+
+def test_run_fractions_equal_the_explicit_steps_they_stand_for():
+    # 660 steps, n = 4: the warm-up ends at 10% of the run (t = n * p = 66), the decay runs
+    # from 50% to 100% of it (n * t from 1320 to 2640).
+    fractions = _run_scheduler(
+        1, 660, warmup_fraction=0.1, decay_start_fraction=0.5, decay_end_fraction=1.0, num_replicas=4
+    )
+    steps = RnmtPlusLearningRate(
+        _optimizer(LR0), warmup_steps=16, decay_start=1320, decay_end=2640, num_replicas=4
+    )
+    assert (fractions.warmup_steps, fractions.decay_start, fractions.decay_end) == (16, 1320, 2640)
+    for t in range(0, 800, 7):
+        assert _lr_at(fractions, t) == _lr_at(steps, t)
+    assert _lr_at(fractions, 330) == pytest.approx(4 * LR0)
+    assert _lr_at(fractions, 660) == pytest.approx(LR0 / 2)
+
+
+def test_run_fractions_through_the_trainer(tmp_path):
+    # 3 batches per epoch x 4 epochs = 12 steps: the decay from step 6 to 12 is reached whatever
+    # explicit steps would have said.
+    torch.manual_seed(0)
+    model = ToyRegression()
+    instances = [
+        Instance({"x": TensorField(torch.tensor([float(i)])), "y": TensorField(torch.ones(1))})
+        for i in range(6)
+    ]
+    recorder = _RecordLearningRate(str(tmp_path))
+    trainer = GradientDescentTrainer.from_partial_objects(
+        model,
+        serialization_dir=str(tmp_path),
+        data_loader=SimpleDataLoader(instances, batch_size=2, vocab=model.vocab),
+        num_epochs=4,
+        optimizer=Lazy(lambda model_parameters: SgdOptimizer(model_parameters, lr=0.01)),
+        learning_rate_scheduler=Lazy(
+            RnmtPlusLearningRate.from_run_length, constructor_extras={"decay_start_fraction": 0.5}
+        ),
+        callbacks=[Lazy(lambda serialization_dir: recorder)],
+    )
+    trainer.train()
+    rates = recorder.learning_rates
+    assert len(rates) == 12
+    expected = [0.01 * min(1.0, 2 ** ((6 - t) / 6)) for t in range(1, 13)]
+    assert rates == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "num_steps_per_epoch, kwargs, name",
+    [
+        (None, {}, "no len"),
+        (10, {"decay_start_fraction": 0.8, "decay_end_fraction": 0.8}, "decay_end_fraction"),
+        # One step: 0.6 and 0.9 of it round to the same step.
+        (1, {"decay_start_fraction": 0.6, "decay_end_fraction": 0.9}, "decay_end_fraction"),
+        (10, {"warmup_fraction": -0.1}, "warmup_fraction"),
+        (10, {"decay_start_fraction": -0.1}, "decay_start_fraction"),
+        (10, {"num_replicas": 0}, "num_replicas"),
+        (0, {}, "steps per epoch"),
+    ],
+)
+def test_run_fractions_bad_configuration(num_steps_per_epoch, kwargs, name):
+    with pytest.raises(ConfigurationError, match=name):
+        RnmtPlusLearningRate.from_run_length(
+            _optimizer(LR0), num_epochs=1, num_steps_per_epoch=num_steps_per_epoch, **kwargs
+        )

@@ -121,6 +121,8 @@ local reader(max_sentences) = {
     batch_sampler: { type: 'bucket', sorting_keys: ['text'], padding_noise: 0.0, batch_size: 1 },
   },
   trainer: {
+    // allennlp's gradient_descent; a misspelt key (e.g. trainer.num_epoch) is an error, not ignored.
+    type: 'elmoc_checked_gradient_descent',
     num_epochs: 150,
     grad_norm: 5.0,
     patience: 10,

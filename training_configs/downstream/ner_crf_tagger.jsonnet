@@ -87,6 +87,8 @@ local char_cnn_dim = 128;
   },
   data_loader: { batch_size: 64 },
   trainer: {
+    // allennlp's gradient_descent; a misspelt key (e.g. trainer.num_epoch) is an error, not ignored.
+    type: 'elmoc_checked_gradient_descent',
     optimizer: { type: 'adam', lr: 0.001 },
     checkpointer: { keep_most_recent_by_count: 3 },
     validation_metric: '+f1-measure-overall',

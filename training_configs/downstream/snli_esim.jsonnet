@@ -92,6 +92,8 @@ local elmoc_dim = std.parseInt(std.extVar('ELMOC_DIM'));
     batch_sampler: { type: 'bucket', batch_size: 32 },
   },
   trainer: {
+    // allennlp's gradient_descent; a misspelt key (e.g. trainer.num_epoch) is an error, not ignored.
+    type: 'elmoc_checked_gradient_descent',
     optimizer: { type: 'adam', lr: 0.0004 },
     checkpointer: { keep_most_recent_by_count: 2 },
     validation_metric: '+accuracy',

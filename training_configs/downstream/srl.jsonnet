@@ -61,6 +61,8 @@ local binary_feature_dim = 100;
     batch_sampler: { type: 'bucket', batch_size: 80 },
   },
   trainer: {
+    // allennlp's gradient_descent; a misspelt key (e.g. trainer.num_epoch) is an error, not ignored.
+    type: 'elmoc_checked_gradient_descent',
     num_epochs: 500,
     grad_clipping: 1.0,
     patience: 200,

@@ -96,6 +96,8 @@ local reader(use_subtrees) = {
     batch_sampler: { type: 'bucket', batch_size: 100 },
   },
   trainer: {
+    // allennlp's gradient_descent; a misspelt key (e.g. trainer.num_epoch) is an error, not ignored.
+    type: 'elmoc_checked_gradient_descent',
     num_epochs: 40,
     patience: 5,
     grad_norm: 5.0,

@@ -86,13 +86,24 @@ local defaults = {
   // 'rnmt_plus': the published RNMT+ formula (Chen et al. 2018) with explicit steps
   // `warmup_steps`, `decay_start`, `decay_end` and `num_replicas`; setting `decay_start` or
   // `decay_end` selects it.
-  schedule: if self.decay_start != null || self.decay_end != null then 'rnmt_plus' else 'authors',
+  // 'run_fractions' (`elmoc_rnmt_plus_run`, ours): the RNMT+ formula with its warm-up end and
+  // decay start and end at fractions of the run's optimizer steps (`warmup_fraction` (default 0),
+  // `decay_start_fraction` (0.5), `decay_end_fraction` (1.0)), the steps counted from the data
+  // loader's length at run time: a corpus of any length decays alike. Setting a fraction selects it.
+  schedule:
+    if self.decay_start != null || self.decay_end != null then 'rnmt_plus'
+    else if self.warmup_fraction != null || self.decay_start_fraction != null
+            || self.decay_end_fraction != null then 'run_fractions'
+    else 'authors',
   warmup_steps: 10000,
   decay_start_instances: 0.4 * 4e8,
   decay_end_instances: 2.0 * 4e8,
   reference_batch_size: 128,
   decay_start: null,
   decay_end: null,
+  warmup_fraction: null,
+  decay_start_fraction: null,
+  decay_end_fraction: null,
   num_replicas: 1,
   cuda_device: -1,
   // Data-loader worker processes (not data-parallel workers, see cuda_devices).
@@ -139,6 +150,12 @@ local schedulers(s) = {
     decay_end: if s.decay_end != null then s.decay_end else error "schedule 'rnmt_plus' needs decay_end",
     num_replicas: s.num_replicas,
   },
+  // The fractions not set are the scheduler's defaults (0, 0.5, 1.0).
+  run_fractions: { type: 'elmoc_rnmt_plus_run', num_replicas: s.num_replicas } + {
+    [key]: s[key]
+    for key in ['warmup_fraction', 'decay_start_fraction', 'decay_end_fraction']
+    if s[key] != null
+  },
 };
 
 local choice(name, value, options) =
@@ -154,7 +171,15 @@ local inapplicable(settings, s) = [
   for key in ['decay_start_instances', 'decay_end_instances', 'reference_batch_size']
 ] + [
   checks.onlyWith(settings, key, s.schedule == 'rnmt_plus', "applies to schedule 'rnmt_plus'")
-  for key in ['decay_start', 'decay_end', 'num_replicas']
+  for key in ['decay_start', 'decay_end']
+] + [
+  checks.onlyWith(settings, key, s.schedule == 'run_fractions', "applies to schedule 'run_fractions'")
+  for key in ['warmup_fraction', 'decay_start_fraction', 'decay_end_fraction']
+] + [
+  checks.onlyWith(settings, 'warmup_steps', s.schedule != 'run_fractions',
+                  "applies to schedules 'authors' and 'rnmt_plus' ('run_fractions': warmup_fraction)"),
+  checks.onlyWith(settings, 'num_replicas', s.schedule != 'authors',
+                  "applies to schedules 'rnmt_plus' and 'run_fractions'"),
 ];
 
 {
@@ -165,7 +190,7 @@ local inapplicable(settings, s) = [
     local checked = checks.check('elmoc.config', std.objectFields(defaults) + extra_known, settings);
     local s = defaults + checked;
     local mode = choice('mode', s.mode, ['window', 'sentence']);
-    local schedule = choice('schedule', s.schedule, ['authors', 'rnmt_plus']);
+    local schedule = choice('schedule', s.schedule, ['authors', 'rnmt_plus', 'run_fractions']);
     assert std.length([x for x in inapplicable(settings, s) if x != null]) == 0;
     local output_layer = {
       type: 'elmoc_continuous',

@@ -1,0 +1,77 @@
+"""
+Where the plugin's commands and scripts run: the one threads knob (`--threads`: torch's intra-op
+threads, `torch.set_num_threads`, and, where fastText trains, fastText's), and third-party
+warnings a user cannot act on filtered while they run (never process-wide on import).
+
+On a machine that other jobs share, torch's default (one thread per core) makes every thread wait
+for the slowest: measured 4-20x slower with identical results (docs/install.md, "Threads"). For
+`allennlp train` and other stock commands, which have no such option, the environment sets it:
+`OMP_NUM_THREADS=1 allennlp train ...` (torch reads it when it starts).
+"""
+import argparse
+import contextlib
+import functools
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+from elmoc_allennlp.common.checks import check_positive
+
+HELP = (
+    "torch's intra-op threads (torch.set_num_threads) and fastText's where it trains (at least "
+    "11: fewer leave rows of its matrix uninitialised); default: torch's own (one per core, or "
+    "OMP_NUM_THREADS). 1 is fastest on a machine that other jobs share"
+)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """Adds `--threads N` (default `None`: torch's own) to a command's parser."""
+    parser.add_argument("--threads", type=int, default=None, help=HELP)
+
+
+def set_threads(threads: Optional[int], option: str = "--threads") -> None:
+    """
+    Sets torch's intra-op threads of this process to `threads` (`None` leaves torch's default).
+    Inter-op threads are left alone: torch allows setting them only before any parallel work.
+    """
+    if threads is None:
+        return
+    check_positive(threads, option)
+    torch.set_num_threads(threads)
+
+
+# Warnings of other packages that a user of the plugin's commands cannot act on (ours: seen in
+# both environments): google.api_core's Python-version notice and setuptools' pkg_resources
+# notice (both at import, through allennlp's dependencies), nltk's, and torch's about a CUDA that
+# is absent or unusable when the command runs on the CPU.
+THIRD_PARTY_WARNINGS = (
+    (FutureWarning, r"You are using a non-supported Python version", r""),
+    (UserWarning, r"pkg_resources is deprecated", r""),
+    (Warning, r"", r"nltk(\.|$)"),
+    (UserWarning, r"User provided device_type of 'cuda', but CUDA is not available", r""),
+    (UserWarning, r"CUDA initialization", r""),
+)
+
+
+@contextlib.contextmanager
+def quiet_third_party_warnings() -> Iterator[None]:
+    """
+    While inside, `THIRD_PARTY_WARNINGS` are not shown; on leaving, the process's warning filters
+    are as they were (nothing changes for code that runs outside: the plugin is a guest).
+    """
+    with warnings.catch_warnings():
+        for category, message, module in THIRD_PARTY_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category, module=module)
+        yield
+
+
+def plugin_command(run: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+    """A plugin subcommand's function run with `quiet_third_party_warnings`."""
+
+    @functools.wraps(run)
+    def quietly(args: argparse.Namespace) -> Any:
+        with quiet_third_party_warnings():
+            return run(args)
+
+    return quietly

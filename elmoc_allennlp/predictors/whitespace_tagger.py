@@ -1,0 +1,36 @@
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import JsonDict
+from allennlp.data import DatasetReader, Instance
+from allennlp.data.tokenizers import WhitespaceTokenizer
+from allennlp.models import Model
+from allennlp.predictors.predictor import Predictor
+from allennlp.predictors.sentence_tagger import SentenceTaggerPredictor
+
+
+@Predictor.register("elmoc_sentence_tagger")
+class WhitespaceSentenceTaggerPredictor(SentenceTaggerPredictor):
+    """
+    allennlp's `sentence_tagger` (the default predictor of `crf_tagger`, e.g. the NER model of
+    `training_configs/downstream/ner_crf_tagger.jsonnet`) on whitespace tokens: the stock one
+    tokenizes with spaCy's `en_core_web_sm`, which it downloads when it is not installed, so a
+    tagger archive would not predict on a machine without it. CoNLL-2003 text, which the model
+    was trained on, is tokenized already.
+
+    Input: `{"sentence": "a whitespace tokenized sentence"}`; output: the model's (tags, words).
+
+    Registered as a `Predictor` with name "elmoc_sentence_tagger".
+    """
+
+    def __init__(self, model: Model, dataset_reader: DatasetReader) -> None:
+        # The stock constructor would load the spaCy model: skipped.
+        Predictor.__init__(self, model, dataset_reader)
+        self._tokenizer = WhitespaceTokenizer()
+
+    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
+        sentence = json_dict.get("sentence") if isinstance(json_dict, dict) else None
+        if not isinstance(sentence, str):
+            raise ConfigurationError(
+                'elmoc_sentence_tagger: each input line must be {"sentence": "a whitespace '
+                f'tokenized sentence"}}, got {json_dict!r:.200}'
+            )
+        return self._dataset_reader.text_to_instance(self._tokenizer.tokenize(sentence))

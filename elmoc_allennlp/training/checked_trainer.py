@@ -1,0 +1,28 @@
+"""allennlp's trainer for the plugin's downstream configs: a misspelt key is an error, not ignored."""
+from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
+from allennlp.training.trainer import Trainer
+
+from elmoc_allennlp.common.checks import check_known_keys
+from elmoc_allennlp.training.fast_recovery_trainer import _KNOWN_KEYS
+
+
+@Trainer.register("elmoc_checked_gradient_descent", constructor="from_partial_objects")
+class CheckedGradientDescentTrainer(GradientDescentTrainer):
+    """
+    allennlp's `GradientDescentTrainer`, unchanged but for one check: a key that is not one of its
+    parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer
+    takes `**kwargs` and ignores them, so `-o '{"trainer.num_epoch": 1}'` would start the full
+    run). The plugin's downstream configs (`training_configs/downstream/`) use it; allennlp's own
+    `gradient_descent` stays as it is for every other config. The pretraining trainer
+    (`elmoc_gradient_descent`) makes the same check.
+
+    Registered as a `Trainer` with name "elmoc_checked_gradient_descent".
+
+    # Parameters
+
+    Those of allennlp's `GradientDescentTrainer`.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        check_known_keys(kwargs, _KNOWN_KEYS, "elmoc_checked_gradient_descent", prefix="trainer.")
+        super().__init__(*args, **kwargs)
