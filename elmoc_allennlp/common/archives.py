@@ -55,6 +55,11 @@ MAX_JSON_DEPTH = 100
 # The longest component of a member's name, in bytes (most file systems' limit).
 MAX_NAME_COMPONENT_BYTES = 255
 VOCABULARY_NAME = "vocabulary"
+# allennlp's `Vocabulary.from_files` opens this file of the vocabulary folder first, always.
+VOCABULARY_NAMESPACES = "non_padded_namespaces.txt"
+# The folder of a downstream archive holding the copies of its biLMs (`downstream/archive.py`),
+# each `<key>/` with its own config.json and vocabulary/.
+CARRIED_DIRECTORY = "elmoc_bilm"
 _LIMIT_NAMES = (
     "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
     "bytes extracted, past ELMOC_ARCHIVE_MAX_BYTES or ELMOC_ARCHIVE_MAX_RATIO times the archive",
@@ -190,7 +195,7 @@ def _check_member(
         raise UnsafeArchiveError(archive, name, "is a folder, where a regular file is expected")
     if normalised == "." or (normalised in names and not (member.isdir() and names[normalised])):
         raise UnsafeArchiveError(archive, name, "appears twice in the archive")
-    if member.isdir() and posixpath.dirname(normalised) == VOCABULARY_NAME:
+    if member.isdir() and _is_vocabulary(posixpath.dirname(normalised)):
         # allennlp's `Vocabulary.from_files` reads every entry of the folder as a file.
         raise UnsafeArchiveError(archive, name, "is a folder inside vocabulary/, where files are expected")
     parent = posixpath.dirname(normalised)
@@ -256,6 +261,14 @@ class _VocabularyCount:
             ) from None
 
 
+def _is_vocabulary(folder: str) -> bool:
+    """Whether `folder` is the vocabulary of the archive, or of a biLM copy it carries."""
+    parts = folder.split("/")
+    return parts == [VOCABULARY_NAME] or (
+        len(parts) == 3 and parts[0] == CARRIED_DIRECTORY and parts[2] == VOCABULARY_NAME
+    )
+
+
 def _extraction_limits(archive: str) -> Tuple[int, ...]:
     # Weights hardly compress: a far larger expansion is a decompression bomb.
     ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * os.path.getsize(archive))
@@ -307,7 +320,7 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             if member.isfile():
                 with _damage_named(archive, f"member {member.name!r} is "), open(target, "xb") as out:
                     source = tar.extractfile(member)
-                    if posixpath.dirname(normalised) == VOCABULARY_NAME:
+                    if _is_vocabulary(posixpath.dirname(normalised)):
                         vocabulary.copy(source, out, member.name)
                     else:
                         shutil.copyfileobj(source, out, 1 << 20)
@@ -345,6 +358,18 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             f"from {largest[1]}), but weights.th holds {held:,} values; the config does not match "
             "its weights"
         )
+    # Each biLM copy a downstream archive carries is loaded with its own vocabulary.
+    for name in sorted(names):
+        folder = posixpath.dirname(name)
+        if posixpath.basename(name) == CONFIG_NAME and folder.startswith(CARRIED_DIRECTORY + "/"):
+            vocabulary = posixpath.join(folder, VOCABULARY_NAME)
+            if names.get(vocabulary) is not True or names.get(
+                posixpath.join(vocabulary, VOCABULARY_NAMESPACES)
+            ) is not False:
+                raise UnsafeArchiveError(
+                    archive, vocabulary + "/", f"(of the carried biLM {name}) is missing or has no "
+                    f"{VOCABULARY_NAMESPACES}"
+                )
 
 
 _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
@@ -579,6 +604,16 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
                     f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)"
                 )
             records[info.filename] = info
+        # Stored records are parts of the file: together no larger than it, whatever a header
+        # says (torch would allocate what the header declares before reading it).
+        size, declared = os.path.getsize(path), 0
+        for info in sorted(records.values(), key=lambda info: -info.file_size):
+            declared += info.file_size
+            if declared > size:
+                raise refuse(
+                    f"has a record {info.filename!r} whose header declares {info.file_size:,} "
+                    f"bytes, past what the file of {size:,} bytes holds"
+                )
         pickles = [name for name in records if name.endswith("/data.pkl") and name.count("/") == 1]
         if len(pickles) != 1:
             raise refuse("has no single data.pkl record")
@@ -697,7 +732,7 @@ def read_config(
             f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
         )
     try:
-        config = json.loads(path.read_bytes().decode("utf-8"))
+        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_NotJson)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
         raise ConfigurationError(
             f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
@@ -709,6 +744,12 @@ def read_config(
         )
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
+    for key, value in _leaves(config):
+        if isinstance(value, _NotJson):
+            raise ConfigurationError(
+                f"{archive} ({member}): {key} is {value.name}, which strict JSON does not have "
+                "(archived configs are strict JSON)"
+            )
     if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
         raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
     check_config_types(config, f"{archive} ({member})")
@@ -722,6 +763,25 @@ def read_config(
                 f"ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); nothing was built"
             )
     return config
+
+
+class _NotJson:
+    """Python's `json` reads `NaN`, `Infinity` and `-Infinity`, which JSON has not: as this."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _leaves(config: Any) -> Iterator[Tuple[str, Any]]:
+    """`(dotted key, value)` of every value that is neither an object nor a list."""
+    stack = [("", config)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, (dict, list)):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((f"{where}.{name}" if where else str(name), item) for name, item in items)
+        else:
+            yield where, value
 
 
 def _json_depth(value: Any) -> int:

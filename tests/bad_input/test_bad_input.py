@@ -42,7 +42,7 @@ from elmoc_allennlp.common.archives import (
     remove_extracted_archives,
 )
 from elmoc_allennlp.common.disk_full import DiskFullError
-from elmoc_allennlp.compat.quiet_log_files import quiet_full_log_files
+from elmoc_allennlp.hardening.quiet_log_files import quiet_full_log_files
 from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
@@ -1350,16 +1350,21 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
     from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
     from allennlp.training.checkpointer import Checkpointer
 
-    for checkpointer in (AtomicCheckpointer(sandbox.root), Checkpointer(sandbox.root)):
-        with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
-            checkpointer.load_checkpoint()
-        assert not marker.exists()
+    with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+        AtomicCheckpointer(sandbox.root).load_checkpoint()
+    assert not marker.exists()
     from allennlp.nn.initializers import PretrainedModelInitializer
 
-    for weights in (checkpoint, path):  # a weights file, an archive
+    from elmoc_allennlp.hardening import hardened_everywhere
+
+    with hardened_everywhere():  # allennlp's own loaders: guarded only with the switch
         with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
-            PretrainedModelInitializer(str(weights))
+            Checkpointer(sandbox.root).load_checkpoint()
         assert not marker.exists()
+        for weights in (checkpoint, path):  # a weights file, an archive
+            with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+                PretrainedModelInitializer(str(weights))
+            assert not marker.exists()
 
 
 def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):

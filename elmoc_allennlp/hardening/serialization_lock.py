@@ -10,12 +10,13 @@ takes the folder's `common.writer_lock.WriterLock` (an `flock` the kernel releas
 process dies, on `.NAME.lock` next to the folder) before the folder is created, reused or removed
 by `--force`, so that no moment exists at which the folder is there but unlocked. The wrapped
 `allennlp.commands.train.train_model` releases it when training returns. A second run is refused
-with a `WriterLockError` naming the folder. Where the folder's parent is not writable (a mount
+with a `WriterLockError` naming the folder. Only a run of the plugin's config is locked
+(`scope.plugin_config`). Where the folder's parent is not writable (a mount
 point, which `--force` cannot remove either), the lock file is inside the folder, taken once it
 exists.
 
 **To drop it**: when allennlp locks the serialization folder itself, remove this module and its
-entry in `elmoc_allennlp.compat.SHIMS`.
+entry in `elmoc_allennlp.hardening.GUARDS`.
 """
 import errno
 import functools
@@ -23,8 +24,10 @@ import os
 from typing import Optional
 
 from elmoc_allennlp.common.writer_lock import FOLDER, HELD_FOLDERS, WriterLock
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_config
 
-REPLACES = "a serialization folder has one `allennlp train` writer at a time (an flock)"
+REPLACES = "a serialization folder of the plugin's runs has one `allennlp train` writer at a time (an flock)"
 TARGETS = (
     "allennlp.training.util.create_serialization_dir",
     "allennlp.commands.train.train_model",
@@ -36,7 +39,7 @@ def _make_create_serialization_dir(original):
     def create_serialization_dir(params, serialization_dir, recover, force):
         folder = os.path.abspath(os.fspath(serialization_dir))
         held = HELD_FOLDERS.get(folder)
-        if held is not None and held.held:
+        if (held is not None and held.held) or not plugin_config(params):
             return original(params, serialization_dir, recover, force)
         lock = _lock_beside(folder)
         try:
@@ -49,7 +52,6 @@ def _make_create_serialization_dir(original):
             raise
         HELD_FOLDERS[folder] = lock
 
-    create_serialization_dir._elmoc_locked = True  # type: ignore[attr-defined]
     return create_serialization_dir
 
 
@@ -77,7 +79,6 @@ def _make_train_model(original):
             if not already and folder in HELD_FOLDERS:
                 HELD_FOLDERS.pop(folder).release()
 
-    train_model._elmoc_locked = True  # type: ignore[attr-defined]
     return train_model
 
 
@@ -85,10 +86,6 @@ def install() -> bool:
     import allennlp.commands.train as train_command
     import allennlp.training.util as training_util
 
-    if not getattr(training_util.create_serialization_dir, "_elmoc_locked", False):
-        training_util.create_serialization_dir = _make_create_serialization_dir(
-            training_util.create_serialization_dir
-        )
-    if not getattr(train_command.train_model, "_elmoc_locked", False):
-        train_command.train_model = _make_train_model(train_command.train_model)
+    install_shim(training_util, "create_serialization_dir", _make_create_serialization_dir)
+    install_shim(train_command, "train_model", _make_train_model)
     return True

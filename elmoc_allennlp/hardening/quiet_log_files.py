@@ -7,10 +7,10 @@ bury the actual error.
 
 **Workaround.** `install()` wraps `prepare_global_logging` so that each log file then reports a
 failed write once, on stderr, naming the file, and drops its later records (the console still
-gets them).
+gets them). Opt-in (`hardening.OPT_IN`).
 
 **To drop it**: when allennlp's log files handle write errors, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+`elmoc_allennlp.hardening.OPT_IN`.
 """
 import functools
 import logging
@@ -19,22 +19,25 @@ from typing import Optional
 
 import allennlp.common.logging as common_logging
 
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import everywhere
+
 REPLACES = "log files report a full disk once, naming the file"
 TARGETS = ("allennlp.common.logging.prepare_global_logging",)
 
 
-def install() -> bool:
-    original = common_logging.prepare_global_logging
-    if getattr(original, "_elmoc_quiet", False):
-        return True
-
+def _quiet(original):
     @functools.wraps(original)
     def prepare_global_logging(*args, **kwargs):
         original(*args, **kwargs)
-        quiet_full_log_files()
+        if everywhere():
+            quiet_full_log_files()
 
-    prepare_global_logging._elmoc_quiet = True  # type: ignore[attr-defined]
-    common_logging.prepare_global_logging = prepare_global_logging
+    return prepare_global_logging
+
+
+def install() -> bool:
+    install_shim(common_logging, "prepare_global_logging", _quiet)
     return True
 
 

@@ -10,10 +10,11 @@ variable) is read as a list of no datasets: nothing is evaluated, and it exits 0
 `allennlp evaluate` runs) to refuse an input naming no dataset, or an empty one in a
 comma-separated list, with a `ConfigurationError` naming it, and to print the final metrics on
 stdout, one per line, each named and with four decimals (`.4g` below 0.001), under the line
-"Final metrics:". Nothing else changes: its errors pass through untouched.
+"Final metrics:", for an archive of the plugin (`scope.plugin_archive`). Nothing else changes:
+its errors pass through untouched.
 
 **To drop it**: when allennlp prints its final metrics itself, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+`elmoc_allennlp.hardening.GUARDS`.
 """
 import functools
 import math
@@ -22,26 +23,32 @@ from typing import Any, Dict
 
 from allennlp.common.checks import ConfigurationError
 
-REPLACES = "`allennlp evaluate` prints its final metrics in full"
+from elmoc_allennlp.compat import install_shim
+
+REPLACES = "`allennlp evaluate` of the plugin's archives prints its final metrics in full"
 TARGETS = ("allennlp.commands.evaluate.evaluate_from_archive",)
 
 
-def install() -> bool:
-    import allennlp.commands.evaluate as evaluate_module
-
-    original = evaluate_module.evaluate_from_archive
-    if getattr(original, "_elmoc_summary", False):
-        return True
+def _summarised(original):
+    from elmoc_allennlp.hardening.scope import plugin_archive
 
     @functools.wraps(original)
     def evaluate_from_archive(*args, **kwargs) -> Dict[str, Any]:
+        archive = kwargs["archive_file"] if "archive_file" in kwargs else args[0]
+        if not plugin_archive(archive):
+            return original(*args, **kwargs)
         check_input_file(kwargs["input_file"] if "input_file" in kwargs else args[1])
         metrics = original(*args, **kwargs)
         print_metrics(metrics)
         return metrics
 
-    evaluate_from_archive._elmoc_summary = True  # type: ignore[attr-defined]
-    evaluate_module.evaluate_from_archive = evaluate_from_archive  # type: ignore[assignment]
+    return evaluate_from_archive
+
+
+def install() -> bool:
+    import allennlp.commands.evaluate as evaluate_module
+
+    install_shim(evaluate_module, "evaluate_from_archive", _summarised)
     return True
 
 

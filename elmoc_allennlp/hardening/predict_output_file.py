@@ -7,36 +7,39 @@ to nothing and the command exits 0.
 
 **Workaround.** `install()` wraps `_PredictManager.__init__` to raise a `ConfigurationError` naming
 both options when `--output-file` is the input file (the same path, or a link to it), before
-anything is opened.
+anything is opened, for a model of the plugin (`scope.plugin_model`).
 
 **To drop it**: when allennlp checks this itself, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+`elmoc_allennlp.hardening.GUARDS`.
 """
 import functools
 import os
 
 from allennlp.common.checks import ConfigurationError
 
-REPLACES = "`allennlp predict` refuses an --output-file that is its input file"
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_model
+
+REPLACES = "`allennlp predict` of the plugin's models refuses an --output-file that is its input file"
 TARGETS = ("allennlp.commands.predict._PredictManager.__init__",)
 
 
-def install() -> bool:
-    from allennlp.commands.predict import _PredictManager
-
-    original = _PredictManager.__init__
-    if getattr(original, "_elmoc_checked", False):
-        return True
-
+def _checked(original):
     @functools.wraps(original)
     def __init__(self, predictor, input_file, output_file, *args, **kwargs):
         if output_file is not None and input_file != "-" and os.path.exists(output_file):
-            if os.path.exists(input_file) and os.path.samefile(input_file, output_file):
+            same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
+            if same and plugin_model(getattr(predictor, "_model", None)):
                 raise ConfigurationError(
                     f"--output-file {output_file} is the input file {input_file}: choose another"
                 )
         original(self, predictor, input_file, output_file, *args, **kwargs)
 
-    __init__._elmoc_checked = True  # type: ignore[attr-defined]
-    _PredictManager.__init__ = __init__  # type: ignore[assignment]
+    return __init__
+
+
+def install() -> bool:
+    from allennlp.commands.predict import _PredictManager
+
+    install_shim(_PredictManager, "__init__", _checked)
     return True

@@ -7,31 +7,35 @@ torch's "Found no NVIDIA driver" traceback.
 
 **Workaround.** `install()` wraps `allennlp.models.archival._load_model`, which `load_archive`
 looks up when it runs, to check the device first with `common.checks.check_cuda_device`, the
-check of every entry point of the plugin (`elmoc-embed`, `ElmocEmbedder`).
+check of every entry point of the plugin (`elmoc-embed`, `ElmocEmbedder`), for a config of the
+plugin (`scope.plugin_config`).
 
 **To drop it**: when allennlp checks the device before building the model, remove this module and
-its entry in `elmoc_allennlp.compat.SHIMS`.
+its entry in `elmoc_allennlp.hardening.GUARDS`.
 """
 import functools
 
-REPLACES = "loading an archive onto a missing GPU fails in one line"
+REPLACES = "loading a plugin's archive onto a missing GPU fails in one line"
 TARGETS = ("allennlp.models.archival._load_model",)
+
+
+def _checking_device(original):
+    from elmoc_allennlp.common.checks import check_cuda_device
+    from elmoc_allennlp.hardening.scope import plugin_config
+
+    @functools.wraps(original)
+    def _load_model(config, weights_path, serialization_dir, cuda_device):
+        if plugin_config(config):
+            check_cuda_device(cuda_device, "--cuda-device (cuda_device)")
+        return original(config, weights_path, serialization_dir, cuda_device)
+
+    return _load_model
 
 
 def install() -> bool:
     import allennlp.models.archival as archival
 
-    from elmoc_allennlp.common.checks import check_cuda_device
+    from elmoc_allennlp.compat import install_shim
 
-    original = archival._load_model
-    if getattr(original, "_elmoc_checks_device", False):
-        return True
-
-    @functools.wraps(original)
-    def _load_model(config, weights_path, serialization_dir, cuda_device):
-        check_cuda_device(cuda_device, "--cuda-device (cuda_device)")
-        return original(config, weights_path, serialization_dir, cuda_device)
-
-    _load_model._elmoc_checks_device = True  # type: ignore[attr-defined]
-    archival._load_model = _load_model
+    install_shim(archival, "_load_model", _checking_device)
     return True
