@@ -361,7 +361,7 @@ def test_a_limit_variable_not_a_positive_integer_is_named(monkeypatch, value):
 def test_a_full_disk_during_extraction_names_archive_and_member(
     elmoc_archive, tmp_path, monkeypatch, extraction
 ):
-    import elmoc_allennlp.common.archives as archives
+    import elmoc_allennlp.common.archives.extraction as archives
 
     def full(source, out, length=0):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
