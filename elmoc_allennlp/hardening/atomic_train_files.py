@@ -1,17 +1,10 @@
 """
-`allennlp train` writes `model.tar.gz` and `config.json` atomically.
-
-**Problem (allennlp 2.10.1).** `allennlp train` writes `model.tar.gz` (`archive_model`) and
-`config.json` (`Params.to_file`) in place: a kill mid-write leaves a truncated archive, or a
-`config.json` that `--recover` cannot read. In a distributed run the parent process writes both,
-and it builds none of the project's components, so this is installed at import.
-
-**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls and
-`Params.to_file` so that allennlp's own functions write a temporary file that is renamed into
-place (`atomic_path`), for a run or config of the plugin (`scope.plugin_run`, `plugin_config`).
-
-**To drop it**: when allennlp writes these files atomically, remove this module and its entry in
-`elmoc_allennlp.hardening.GUARDS`.
+`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically.
+Problem (allennlp 2.10.1): both are written in place (`archive_model`, `Params.to_file`): a kill
+mid-write leaves a truncated archive, or a `config.json` that `--recover` cannot read. In a
+distributed run the parent process, which builds no component, writes both. Workaround: allennlp's
+functions write a temporary file renamed into place (`atomic_path`), for a run or config of the
+plugin (`scope.plugin_run`, `plugin_config`). To drop it: when allennlp writes them atomically.
 """
 import functools
 import os

@@ -1,20 +1,10 @@
 """
-`allennlp evaluate` refuses an empty input and prints its final metrics in full.
-
-**Problem (allennlp 2.10.1).** `allennlp evaluate` ends with "Finished evaluating." and no result:
-the metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
-`0.00`), or in `--output-file`. An empty input (`allennlp evaluate A ""`, e.g. an unset shell
-variable) is read as a list of no datasets: nothing is evaluated, and it exits 0.
-
-**Workaround.** `install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what
-`allennlp evaluate` runs) to refuse an input naming no dataset, or an empty one in a
-comma-separated list, with a `ConfigurationError` naming it, and to print the final metrics on
-stdout, one per line, each named and with four decimals (`.4g` below 0.001), under the line
-"Final metrics:", for an archive of the plugin (`scope.plugin_archive`). Nothing else changes:
-its errors pass through untouched.
-
-**To drop it**: when allennlp prints its final metrics itself, remove this module and its entry in
-`elmoc_allennlp.hardening.GUARDS`.
+`allennlp evaluate` of the plugin's archives refuses an empty input and prints its final metrics.
+Problem (allennlp 2.10.1): it ends with no result (the metrics are in its progress bar at two
+decimals, or in `--output-file`), and an empty input (an unset shell variable) evaluates nothing
+and exits 0. Workaround: for an archive of the plugin, an input naming no dataset (or an empty one
+in a comma-separated list) is a `ConfigurationError`, and the metrics are printed under "Final
+metrics:", one per line, to four decimals (`.4g` below 0.001). To drop it: when allennlp prints them.
 """
 import functools
 import math

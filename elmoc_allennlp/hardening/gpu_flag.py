@@ -1,17 +1,9 @@
 """
-Loading an archive onto a GPU this machine lacks fails in one line.
-
-**Problem (allennlp 2.10.1).** `load_archive(..., cuda_device=0)` (`allennlp evaluate` / `predict
---cuda-device 0`) on a machine without that GPU builds the model and fails in `model.cuda()` with
-torch's "Found no NVIDIA driver" traceback.
-
-**Workaround.** `install()` wraps `allennlp.models.archival._load_model`, which `load_archive`
-looks up when it runs, to check the device first with `common.checks.check_cuda_device`, the
-check of every entry point of the plugin (`elmoc-embed`, `ElmocEmbedder`), for a config of the
-plugin (`scope.plugin_config`).
-
-**To drop it**: when allennlp checks the device before building the model, remove this module and
-its entry in `elmoc_allennlp.hardening.GUARDS`.
+Loading a plugin's archive onto a GPU this machine lacks fails in one line.
+Problem (allennlp 2.10.1): `load_archive(..., cuda_device=0)` without that GPU builds the model,
+then fails in `model.cuda()` with torch's traceback. Workaround: `archival._load_model` checks the
+device first (`common.checks.check_cuda_device`, as every entry point of the plugin) for a config
+of the plugin. To drop it: when allennlp checks the device before building.
 """
 import functools
 

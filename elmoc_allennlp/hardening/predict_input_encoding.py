@@ -1,19 +1,10 @@
 """
 `allennlp predict` input that is not UTF-8 is an error naming the file and the line.
-
-**Problem (allennlp 2.10.1).** `_PredictManager._get_json_data` reads the input as text: a line
-that is not UTF-8 ends the command in a bare `UnicodeDecodeError` naming neither the file nor the
-line (a byte offset into some buffer), after the lines before it were predicted.
-
-**Workaround.** `install()` replaces `_get_json_data` with the same loop over the lines of the
-input (`-` for standard input; compressed files as allennlp opens them), read as bytes and decoded
-one line at a time, so that a line that is not UTF-8 raises a `ConfigurationError` naming the
-input, the line's number (counting every line) and the byte. Lines end at `\n` only, as JSON lines
-do; blank lines are skipped and every other line goes to the predictor's `load_line`, as before.
-For a model that is not the plugin's (`scope.plugin_model`), allennlp's loop runs.
-
-**To drop it**: when allennlp names the line of an input it cannot decode, remove this module and
-its entry in `elmoc_allennlp.hardening.GUARDS`.
+Problem (allennlp 2.10.1): `_PredictManager._get_json_data` reads text: a bad line ends it in a
+bare `UnicodeDecodeError` naming neither. Workaround: for the plugin's models, the same loop over
+the input's lines (`-` for standard input; compressed files as allennlp opens them) read as bytes
+and decoded one at a time; lines end at `\n` only, blank ones are skipped, the others go to the
+predictor's `load_line`. To drop it: when allennlp names the line it cannot decode.
 """
 import sys
 from typing import Iterable, Iterator

@@ -1,16 +1,8 @@
 """
-`allennlp predict` refuses an `--output-file` that is its input file.
-
-**Problem (allennlp 2.10.1).** `allennlp predict ARCHIVE in.jsonl --output-file in.jsonl` opens the
-output for writing (`_PredictManager.__init__`) before reading the input: the input is truncated
-to nothing and the command exits 0.
-
-**Workaround.** `install()` wraps `_PredictManager.__init__` to raise a `ConfigurationError` naming
-both options when `--output-file` is the input file (the same path, or a link to it), before
-anything is opened, for a model of the plugin (`scope.plugin_model`).
-
-**To drop it**: when allennlp checks this itself, remove this module and its entry in
-`elmoc_allennlp.hardening.GUARDS`.
+`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file.
+Problem (allennlp 2.10.1): `_PredictManager.__init__` opens the output before reading the input,
+which is truncated to nothing; it exits 0. Workaround: a `ConfigurationError` naming both, before
+anything is opened (the same path or a link to it). To drop it: when allennlp checks this.
 """
 import functools
 import os

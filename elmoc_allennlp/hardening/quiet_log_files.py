@@ -1,16 +1,9 @@
 """
-A full disk is reported once per log file.
-
-**Problem (allennlp 2.10.1).** On a full disk every record of `out.log` (the root logger's
-`FileHandler`s of `prepare_global_logging`) fails and prints a traceback: hundreds of lines that
-bury the actual error.
-
-**Workaround.** `install()` wraps `prepare_global_logging` so that each log file then reports a
-failed write once, on stderr, naming the file, and drops its later records (the console still
-gets them). Opt-in (`hardening.OPT_IN`).
-
-**To drop it**: when allennlp's log files handle write errors, remove this module and its entry in
-`elmoc_allennlp.hardening.OPT_IN`.
+Opt-in: a full disk is reported once per log file.
+Problem (allennlp 2.10.1): on a full disk every record of `out.log` fails and prints a traceback.
+Workaround: with the switch, each `FileHandler` of `prepare_global_logging` reports a failed write
+once on stderr, naming the file, and drops later records (the console keeps them). To drop it:
+when allennlp's log files handle write errors.
 """
 import functools
 import logging

@@ -1,19 +1,11 @@
 """
-`load_archive` extracts the plugin's archives checked and bounded, and reads their config as
-strict JSON.
-
-**Problem (allennlp 2.10.1).** `load_archive` extracts with `tarfile.extractall` and no filter
-(names and links may write anywhere, a small archive may fill the disk) and reads `config.json`
-as jsonnet with the environment as external variables, importing any dotted `"type"`.
-
-**Workaround.** `install()` replaces `archival.extracted_archive` and `archival.Params`: an
-archive that is the plugin's (`scope.plugin_archive`) is extracted by
-`common.archives.extracted_archive`, and a config of such an archive (or a serialization folder's
-that is the plugin's) is read by `read_config`, then the overrides. Any other archive and config
-go to allennlp's, untouched.
-
-**To drop it**: when allennlp extracts with a filter and reads archived configs as JSON, remove
-this module and its entry in `elmoc_allennlp.hardening.GUARDS`.
+`load_archive` extracts the plugin's archives checked and bounded, their config strict JSON.
+Problem (allennlp 2.10.1): it extracts with no filter (members may land anywhere, a small archive
+may fill the disk) and reads `config.json` as jsonnet, importing any dotted `"type"`.
+Workaround: `archival.extracted_archive` and `archival.Params` (looked up when `load_archive`
+runs) send an archive of the plugin (`scope.plugin_archive`) to `common.archives` and its config
+(or a plugin serialization folder's) to `read_config`; others go to allennlp's, untouched.
+To drop it: when allennlp extracts with a filter and reads archived configs as JSON.
 """
 import contextlib
 import functools

@@ -1,15 +1,9 @@
 """
-A dotted config `"type"` must name a class of the kind asked for.
-
-**Problem (allennlp 2.10.1).** `Registrable.resolve_class_name` imports a dotted `"type"` and
-calls it unchecked: `{"type": "subprocess.Popen", "args": "...", "shell": true}` runs a command.
-
-**Workaround.** `install()` wraps `resolve_class_name`: a dotted name must resolve to a subclass
-of the base asked for, or to a class registered under it. Opt-in (`hardening.OPT_IN`): configs
-you write are yours; the plugin's archived configs have `common.archives.check_config_types`.
-
-**To drop it**: when allennlp checks this itself, remove this module and its entry in
-`elmoc_allennlp.hardening.OPT_IN`.
+Opt-in: a dotted config `"type"` must name a class of the kind asked for.
+Problem (allennlp 2.10.1): `Registrable.resolve_class_name` imports a dotted `"type"` and calls it
+unchecked (`{"type": "subprocess.Popen", ...}` runs a command). Workaround: with the switch, it
+must resolve to a subclass of the base asked for, or a class registered under it (the plugin's
+archived configs have `common.archives.check_config_types`). To drop it: when allennlp checks it.
 """
 import functools
 

@@ -1,22 +1,12 @@
 """
-A serialization folder has one writer at a time.
-
-**Problem (allennlp 2.10.1).** Nothing stops two `allennlp train` runs writing one folder:
-`--force` while another run writes it (both exit 0, and `model.tar.gz` packs one run's config with
-the other's weights), or two `--recover` runs training side by side into one log.
-
-**Workaround.** `install()` wraps `allennlp.training.util.create_serialization_dir` so that it
-takes the folder's `common.writer_lock.WriterLock` (an `flock` the kernel releases when the
-process dies, on `.NAME.lock` next to the folder) before the folder is created, reused or removed
-by `--force`, so that no moment exists at which the folder is there but unlocked. The wrapped
-`allennlp.commands.train.train_model` releases it when training returns. A second run is refused
-with a `WriterLockError` naming the folder. Only a run of the plugin's config is locked
-(`scope.plugin_config`). Where the folder's parent is not writable (a mount
-point, which `--force` cannot remove either), the lock file is inside the folder, taken once it
-exists.
-
-**To drop it**: when allennlp locks the serialization folder itself, remove this module and its
-entry in `elmoc_allennlp.hardening.GUARDS`.
+A serialization folder of the plugin's runs has one writer at a time.
+Problem (allennlp 2.10.1): nothing stops two `allennlp train` runs writing one folder (`--force`
+while another writes it packs one run's config with the other's weights; two `--recover` runs).
+Workaround: `create_serialization_dir` takes the folder's `common.writer_lock.WriterLock` (an
+`flock` on `.NAME.lock` next to it, released by the kernel when the process dies) before the
+folder is made, reused or removed, for a config of the plugin; `train_model` releases it. A second
+run is refused naming the folder. Where the parent is not writable (a mount point) the lock is
+inside the folder, taken once it exists. To drop it: when allennlp locks the folder itself.
 """
 import errno
 import functools

@@ -1,17 +1,11 @@
 """
-allennlp loads weights and checkpoints as tensors only.
-
-**Problem (allennlp 2.10.1).** `read_state_dict` (every `load_archive`),
-`Checkpointer.load_checkpoint` and the `pretrained` initializer call `torch.load` without `weights_only`: with
-`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's `weights.th` can run code.
-
-**Workaround.** `install()` replaces the three with versions that load through
-`common.torch_versions.load_tensors`. Opt-in (`hardening.OPT_IN`): the plugin's archives have
-their `weights.th` checked from its headers before torch reads it
-(`common.archives.check_weights_file`), and its checkpointer loads with `load_tensors`.
-
-**To drop it**: when allennlp passes `weights_only=True` itself, remove this module and its entry
-in `elmoc_allennlp.hardening.OPT_IN`.
+Opt-in: allennlp loads weights and checkpoints as tensors only.
+Problem (allennlp 2.10.1): `read_state_dict` (`load_archive`), `Checkpointer.load_checkpoint` and
+the `pretrained` initializer call `torch.load` without `weights_only`: with
+`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's file can run code. Workaround:
+with the switch, they load through `common.torch_versions.load_tensors` (the plugin's archives
+have `weights.th` checked from its headers, and its checkpointer uses `load_tensors`). To drop it:
+when allennlp passes `weights_only=True` itself.
 """
 import collections
 import os
