@@ -80,6 +80,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["elmoc_allennlp", "elmoc_allennlp.*"]),
+    # The opt-in switch of elmoc_allennlp.hardening (docs/trust_and_safety.md): outside the
+    # package, which `--include-package elmoc_allennlp` imports whole.
+    py_modules=["elmoc_allennlp_hardening"],
     python_requires=">=3.8",  # tested: published 3.8, 3.9, 3.10 (torch 1.12); modern 3.11-3.13
     install_requires=install_requires,
     extras_require={

@@ -1,8 +1,9 @@
 """
 What importing the plugin does to allennlp, observed in a fresh interpreter: it registers its
 components under names starting with `elmoc`, replaces exactly the allennlp objects that the shims
-of `elmoc_allennlp.compat` declare, says so in one short log line, and offers its user-facing
-classes at the short path `elmoc_allennlp`; its folders import downwards only.
+of `elmoc_allennlp.compat` and the guards of `elmoc_allennlp.hardening` declare (the opt-in ones
+only with the switch), says so in one short log line, and offers its user-facing classes at the
+short path `elmoc_allennlp`; its folders import downwards only.
 """
 import ast
 import json
@@ -57,7 +58,9 @@ def snapshot():
 
 objects_before, registry_before = snapshot()
 import elmoc_allennlp
-from elmoc_allennlp import compat
+from elmoc_allennlp import compat, hardening
+if SWITCH:
+    import elmoc_allennlp_hardening
 
 objects_after, registry_after = snapshot()
 replaced = sorted(
@@ -73,14 +76,15 @@ replaced += sorted(
     if name not in objects_before and name.rsplit(".", 1)[0] in objects_before
 )
 replaced = sorted(replaced)
+installed = compat.install_shims() + (
+    [f"elmoc_allennlp.hardening.{name}" for name in hardening.OPT_IN] if SWITCH else []
+)
 declared = sorted({
-    target
-    for shim in compat.install_shims()
-    for target in importlib.import_module(f"elmoc_allennlp.compat.{shim}").TARGETS
+    target for shim in installed for target in importlib.import_module(shim).TARGETS
 })
 # Installing every shim again changes nothing (each `install` is idempotent).
-for shim in compat.install_shims():
-    importlib.import_module(f"elmoc_allennlp.compat.{shim}").install()
+for shim in installed:
+    importlib.import_module(shim).install()
 objects_again, registry_again = snapshot()
 reinstalled = sorted(name for name, value in objects_after.items() if objects_again.get(name) is not value)
 reinstalled += sorted(name for name, entry in registry_after.items() if registry_again.get(name) != entry)
@@ -95,7 +99,7 @@ print(json.dumps({
     "replaced": replaced,
     "declared": declared,
     "shims": list(compat.SHIMS),
-    "installed": compat.install_shims(),
+    "installed": installed,
     "registrations": registrations,
     "reinstalled": reinstalled,
     "log": records,
@@ -103,11 +107,10 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="module")
-def plugin_import():
+def _probe(switch: bool) -> dict:
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     result = subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", f"SWITCH = {switch}\n" + PROBE],
         capture_output=True,
         text=True,
         env=environment,
@@ -118,13 +121,32 @@ def plugin_import():
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def plugin_import():
+    return _probe(switch=False)
+
+
 def test_the_plugin_replaces_exactly_what_its_shims_declare(plugin_import):
     assert plugin_import["installed"], "no shim was needed: update the docs and this test"
     assert plugin_import["replaced"] == plugin_import["declared"]
-    # Every shim is a module of elmoc_allennlp/compat/, and installing it twice replaces nothing more.
-    for shim in plugin_import["shims"]:
-        assert (REPO_ROOT / "elmoc_allennlp" / "compat" / f"{shim}.py").is_file()
+    # Every shim is a module of elmoc_allennlp/compat/ or /hardening/, and installing it twice
+    # replaces nothing more.
+    for shim in plugin_import["installed"]:
+        assert (REPO_ROOT / (shim.replace(".", "/") + ".py")).is_file()
     assert plugin_import["reinstalled"] == []
+    # The opt-in guards are not installed without the switch.
+    from elmoc_allennlp.hardening import OPT_IN
+
+    assert not {f"elmoc_allennlp.hardening.{name}" for name in OPT_IN} & set(plugin_import["installed"])
+
+
+def test_the_switch_adds_exactly_the_opt_in_guards():
+    switched = _probe(switch=True)
+    from elmoc_allennlp.hardening import OPT_IN
+
+    assert switched["replaced"] == switched["declared"]
+    assert {f"elmoc_allennlp.hardening.{name}" for name in OPT_IN} <= set(switched["installed"])
+    assert switched["reinstalled"] == []
 
 
 def test_importing_logs_one_short_line_and_the_list_at_debug(plugin_import):
@@ -135,7 +157,7 @@ def test_importing_logs_one_short_line_and_the_list_at_debug(plugin_import):
     debug = [r["message"] for r in plugin if r["logger"] == "elmoc_allennlp.compat" and r["level"] == 10]
     assert len(debug) == 1
     for shim in plugin_import["installed"]:
-        assert shim in debug[0]
+        assert shim.rsplit(".", 1)[1] in debug[0]
     assert not [r for r in plugin_import["log"] if "overwriting" in r["message"]]
 
 
@@ -206,3 +228,21 @@ def test_the_package_folders_import_downwards_only():
         assert leaves, f"import circle among {sorted(remaining)}"
         for folder in leaves:
             del remaining[folder]
+
+
+def test_include_package_does_not_turn_the_switch_on():
+    """`--include-package elmoc_allennlp` imports every module of the package: none is the switch."""
+    probe = (
+        "import json\n"
+        "from allennlp.common.registrable import Registrable\n"
+        "before = Registrable.resolve_class_name\n"
+        "from allennlp.common.util import import_module_and_submodules\n"
+        "import_module_and_submodules('elmoc_allennlp')\n"
+        "from elmoc_allennlp.hardening import scope\n"
+        "print(json.dumps([scope.everywhere(), Registrable.resolve_class_name == before]))\n"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            env=environment, cwd=REPO_ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, True]

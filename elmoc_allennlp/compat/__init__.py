@@ -1,57 +1,78 @@
 """
-Changes to allennlp 2.10.1 that must hold in every process that imports the plugin. Each is a
-module here whose docstring says the problem, the workaround and when it can go, with `REPLACES`
-(a phrase for the log line), `TARGETS` (the dotted names of the allennlp objects it replaces; a
-test checks that importing the plugin replaces exactly these) and an idempotent `install() ->
-bool` (`False`: this environment does not need it). `install_shims()`, run when `elmoc_allennlp`
-is imported, installs those in `SHIMS` and logs one short line (the list at DEBUG).
+The changes to allennlp 2.10.1 that the plugin's components need in order to work on it and on
+current torch, and that cannot be scoped to them (each module's docstring says why, and when it
+can go; `docs/compat.md` lists them). Each module has `REPLACES` (a phrase for the log line),
+`TARGETS` (the dotted names of the allennlp objects it replaces; a test checks that importing
+the plugin replaces exactly the declared ones) and an idempotent `install() -> bool` (`False`:
+this environment does not need it). Every replacement goes through `install_shim`.
+
+`install_shims()`, run when `elmoc_allennlp` is imported, installs these and the guards of
+`elmoc_allennlp.hardening` (which act on the plugin's own archives, configs and models only,
+unless the user turns them on for every archive), and logs one short line (the list at DEBUG).
 
 One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
 `tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module
 where no real torchvision is importable. To drop it: once allennlp imports torchvision lazily.
 """
 import importlib
+import inspect
 import logging
-from typing import List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
 # Modules of this package, in the order they are installed.
-SHIMS = (
-    "safe_archive_extraction",
-    "safe_config_types",
-    "weights_only_loading",
-    "predict_output_file",
-    "predict_input_encoding",
-    "reduce_on_plateau",
-    "atomic_train_files",
-    "carried_files",
-    "gpu_flag",
-    "elmoc_as_elmo",
-    "quiet_log_files",
-    "serialization_lock",
-    "evaluate_summary",
-)
+SHIMS = ("reduce_on_plateau", "elmoc_as_elmo", "carried_files")
+
+# (owner, attribute, shim) -> the object the shim replaced.
+_ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
+
+
+def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    """
+    Replaces `owner.name` (a module's or a class's attribute) by `make(original)`, once per
+    process and shim (a second call does nothing). A classmethod stays one: `make` gets and
+    returns its function.
+    """
+    key = (owner, name, f"{make.__module__}.{make.__qualname__}")
+    if key in _ORIGINALS:
+        return
+    is_classmethod = isinstance(owner, type) and isinstance(
+        inspect.getattr_static(owner, name), classmethod
+    )
+    original = getattr(owner, name)
+    original = original.__func__ if is_classmethod else original
+    replacement = make(original)
+    _ORIGINALS[key] = original
+    setattr(owner, name, classmethod(replacement) if is_classmethod else replacement)
+
 
 _installed: Optional[List[str]] = None
 
 
 def install_shims() -> List[str]:
-    """Installs every shim in `SHIMS` (once per process); returns the names of those applied."""
+    """Installs the guards of `hardening.GUARDS` and the shims of `SHIMS` (once per process);
+    returns the dotted module names of those applied."""
     global _installed
     if _installed is not None:
         return list(_installed)
+    from elmoc_allennlp.hardening import GUARDS
+
     _installed = []
     descriptions = []
-    for name in SHIMS:
-        shim = importlib.import_module(f"{__name__}.{name}")
+    # The guards first: `carried_files` adds its members to what the atomic archiving writes.
+    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [
+        f"{__name__}.{name}" for name in SHIMS
+    ]:
+        shim = importlib.import_module(module)
         if shim.install():
-            _installed.append(name)
-            descriptions.append(f"{name} ({shim.REPLACES})")
-    if descriptions:
-        logger.info(
-            "elmoc_allennlp: %d patches of allennlp 2.10.1 installed (elmoc_allennlp/compat/; listed at DEBUG)",
-            len(descriptions),
-        )
-        logger.debug("elmoc_allennlp replaces in this process: %s", "; ".join(descriptions))
+            _installed.append(module)
+            descriptions.append(f"{module.rsplit('.', 1)[1]} ({shim.REPLACES})")
+    logger.info(
+        "elmoc_allennlp: %d patches of allennlp 2.10.1 installed, of which %d act on the plugin's "
+        "own components only (listed at DEBUG)",
+        len(descriptions),
+        len(GUARDS),
+    )
+    logger.debug("elmoc_allennlp replaces in this process: %s", "; ".join(descriptions))
     return list(_installed)

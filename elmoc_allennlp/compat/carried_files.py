@@ -7,10 +7,13 @@ model's copy of its biLM (`elmoc_bilm/`, see `downstream/archive.py`) and the pl
 fastText file of the config really is (a relative `vectors_path` means nothing in another working
 directory) would stay behind.
 
-**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls: before
-allennlp's (atomic) archiving it records every existing fastText file's absolute path and
-fingerprint in `elmoc_fasttext.json` (`common/fasttext_location.py`) and adds that file and the
-`elmoc_bilm` folder to `include_in_archive`.
+**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls: for a
+run whose config uses the plugin's components (`hardening.scope.plugin_run`), before allennlp's
+archiving it records every existing fastText file's absolute path and fingerprint in
+`elmoc_fasttext.json` (`common/fasttext_location.py`) and adds that file and the `elmoc_bilm`
+folder to `include_in_archive`. Other runs are archived by allennlp's function, untouched. Why
+process-wide: `archive_model` is called by the `train` command after the model is gone, with the
+serialization folder only, in the parent process of a distributed run too.
 
 **To drop it**: when allennlp lets components name files for the archive, register these there,
 remove this module and its entry in `elmoc_allennlp.compat.SHIMS`.
@@ -19,7 +22,9 @@ import functools
 from os import PathLike
 from typing import Callable, List, Optional, Union
 
-REPLACES = "model archives carry the biLM copies and where each fastText file is"
+from elmoc_allennlp.compat import install_shim
+
+REPLACES = "model archives of ELMo-C runs carry the biLM copies and where each fastText file is"
 TARGETS = ("allennlp.commands.train.archive_model",)
 
 
@@ -33,20 +38,20 @@ def _carrying(original: Callable) -> Callable:
     ) -> str:
         from elmoc_allennlp.common.fasttext_location import write_locations
         from elmoc_allennlp.downstream.archive import with_carried_bilms
+        from elmoc_allennlp.hardening.scope import plugin_run
 
-        include = with_carried_bilms(serialization_dir, include_in_archive)
-        locations = write_locations(serialization_dir)
-        if locations is not None and locations not in (include or []):
-            include = list(include or []) + [locations]
-        return original(serialization_dir, *args, include_in_archive=include, **kwargs)
+        if plugin_run(serialization_dir):
+            include_in_archive = with_carried_bilms(serialization_dir, include_in_archive)
+            locations = write_locations(serialization_dir)
+            if locations is not None and locations not in (include_in_archive or []):
+                include_in_archive = list(include_in_archive or []) + [locations]
+        return original(serialization_dir, *args, include_in_archive=include_in_archive, **kwargs)
 
-    archive_model._elmoc_carrying = True  # type: ignore[attr-defined]
     return archive_model
 
 
 def install() -> bool:
     import allennlp.commands.train as train_command
 
-    if not getattr(train_command.archive_model, "_elmoc_carrying", False):
-        train_command.archive_model = _carrying(train_command.archive_model)
+    install_shim(train_command, "archive_model", _carrying)
     return True

@@ -7,6 +7,9 @@ and coreference recipes, the downstream configs here) fails with a `TypeError`.
 
 **Workaround.** `install()` registers a replacement under the same name and parameters that
 passes `verbose` only to a PyTorch that accepts it (and replaces nothing under such a PyTorch).
+Why process-wide: a scheduler is chosen by its registered name, which the downstream configs
+here (and allennlp-models' recipes they follow) use; under a PyTorch that still has `verbose`
+nothing is replaced, and under one without it the stock scheduler cannot be built at all.
 
 **To drop it**: when the installed PyTorch or allennlp is fixed, remove this module and its entry
 in `elmoc_allennlp.compat.SHIMS`.

@@ -26,6 +26,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
 from elmoc_allennlp.common.archives import (
+    CARRIED_DIRECTORY,
     CONFIG_NAME,
     extracted_from,
     find_keys,
@@ -51,8 +52,6 @@ BILM_MODEL_TYPE = "elmoc_bilm"
 _VOCABULARY_NAME = "vocabulary"
 
 PathLike = Union[str, os.PathLike]
-# The folder of a serialization directory (and so of `model.tar.gz`) holding the biLM copies.
-CARRIED_DIRECTORY = "elmoc_bilm"
 
 
 def _registered_class(base: type, name: Any) -> Optional[type]:

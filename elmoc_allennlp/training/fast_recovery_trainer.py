@@ -29,6 +29,17 @@ _KNOWN_KEYS = {
 } | {"run_sanity_checks"}
 
 
+def _quiet_default_console_logger(arguments: Dict[str, Any]) -> None:
+    """The `console_logger` allennlp would add by default, given instead with `should_log_inputs`
+    off (allennlp adds a default callback only where none of its class is given)."""
+    given = list(arguments.get("callbacks") or [])
+    if arguments.get("enable_default_callbacks", True) and not any(
+        type(callback) is ConsoleLoggerCallback for callback in given
+    ):
+        serialization_dir = arguments.get("serialization_dir")
+        arguments["callbacks"] = given + [ConsoleLoggerCallback(serialization_dir, should_log_inputs=False)]
+
+
 class _TotalBatches(TrainerCallback):
     """Keeps the trainer's count of batches trained in its checkpoints (the callbacks' state)."""
 
@@ -78,8 +89,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 
     def __init__(self, *args, **kwargs) -> None:
         check_known_keys(kwargs, _KNOWN_KEYS, "elmoc_gradient_descent", prefix="trainer.")
-        super().__init__(*args, **kwargs)
-        self._quiet_default_console_logger(_CONSTRUCTOR.bind(self, *args, **kwargs).arguments)
+        bound = _CONSTRUCTOR.bind(self, *args, **kwargs)
+        _quiet_default_console_logger(bound.arguments)
+        super().__init__(*bound.args[1:], **bound.kwargs)
         self._check_settings()
         self._total_batches = _TotalBatches(self)
         self._callbacks.append(self._total_batches)
@@ -101,13 +113,6 @@ class FastRecoveryTrainer(GradientDescentTrainer):
             scheduler.set_global_batch(  # type: ignore[union-attr]
                 batch_size * self._num_gradient_accumulation_steps * self._world_size
             )
-
-    def _quiet_default_console_logger(self, arguments: Dict[str, Any]) -> None:
-        """The `console_logger` allennlp adds by default does not log the first batch's tensors."""
-        given = arguments.get("callbacks") or []
-        for callback in self._callbacks:
-            if isinstance(callback, ConsoleLoggerCallback) and not any(callback is c for c in given):
-                callback._should_log_inputs = False
 
     def train(self) -> Dict[str, Any]:
         with _quiet_disabled_autocast(self._use_amp):

@@ -361,7 +361,7 @@ def test_a_limit_variable_not_a_positive_integer_is_named(monkeypatch, value):
 def test_a_full_disk_during_extraction_names_archive_and_member(
     elmoc_archive, tmp_path, monkeypatch, extraction
 ):
-    import elmoc_allennlp.common.archives as archives
+    import elmoc_allennlp.common.archives.extraction as archives
 
     def full(source, out, length=0):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -456,3 +456,111 @@ def test_small_bombs_are_refused_in_bounded_memory(elmoc_archive, tmp_path):
         assert size < 100_000, (name, size)
     # Refusing them all costs a few MB past the interpreter with torch and allennlp imported.
     assert report["maxrss_kb"] - report["before_kb"] < 200_000, report
+
+
+# ---------------------------------------------------------------------- a hostile round (issue #41)
+
+
+def _huge_storage_weights() -> bytes:
+    """A torch weights zip whose `data.pkl` declares a FloatStorage of 2^33 values and whose
+    central directory says its record holds those 32 GiB; the record holds 16 bytes."""
+    import collections
+    import pickle
+
+    numel = 1 << 33
+
+    class Storage:
+        pass
+
+    storage = Storage()
+
+    class Tensor:
+        def __reduce__(self):
+            return (torch._utils._rebuild_tensor_v2,
+                    (storage, 0, (numel,), (1,), False, collections.OrderedDict()))
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, value):
+            return ("storage", torch.FloatStorage, "0", "cpu", numel) if value is storage else None
+
+    data = io.BytesIO()
+    Pickler(data, protocol=2).dump(collections.OrderedDict(huge=Tensor()))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as weights:
+        weights.writestr("archive/data.pkl", data.getvalue())
+        weights.writestr("archive/data/0", b"\0" * 16)
+        record = weights.getinfo("archive/data/0")
+        record.file_size = record.compress_size = numel * 4  # written so into the directory
+    return buffer.getvalue()
+
+
+def test_a_weights_header_declaring_a_huge_storage_is_refused_before_torch(
+    elmoc_archive, tmp_path, extraction
+):
+    weights = _huge_storage_weights()
+    assert zipfile.ZipFile(io.BytesIO(weights)).getinfo("archive/data/0").file_size == 1 << 35
+    path = _with_weights(elmoc_archive, tmp_path / "huge-storage.tar.gz", weights)
+    with pytest.raises(UnsafeArchiveError) as raised:
+        extract_archive(path, extraction)
+    assert raised.value.archive == str(path) and raised.value.member == "weights.th"
+    assert f"'archive/data/0' whose header declares {1 << 35:,} bytes" in str(raised.value)
+    assert not extraction.exists()
+
+
+def _carried_bilm(vocabulary: list) -> list:
+    """Members of a biLM copy carried in `elmoc_bilm/`: a config that builds nothing, and
+    `vocabulary` (member name under the copy's folder, kind)."""
+    config = {"model": {"type": "elmoc_bilm"}, "dataset_reader": {"type": "elmoc_lm_corpus"}}
+    folder = "elmoc_bilm/0123456789abcdef/"
+    return [_member(folder + "config.json", json.dumps(config).encode())] + [
+        _member(folder + name, b"x\n" if kind == tarfile.REGTYPE else b"", kind)
+        for name, kind in vocabulary
+    ]
+
+
+@pytest.mark.parametrize(
+    "vocabulary, named",
+    [
+        # A folder where the copy's vocabulary/.lock should be (was a bare IsADirectoryError).
+        ([("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE), ("vocabulary/.lock", tarfile.DIRTYPE)],
+         "elmoc_bilm/0123456789abcdef/vocabulary/.lock"),
+        # No vocabulary at all, or without the file allennlp opens first (was a FileNotFoundError
+        # naming temporary paths).
+        ([], "elmoc_bilm/0123456789abcdef/vocabulary/"),
+        ([("vocabulary/tokens.txt", tarfile.REGTYPE)], "elmoc_bilm/0123456789abcdef/vocabulary/"),
+    ],
+)
+def test_a_carried_biLM_vocabulary_gets_the_main_archives_checks(
+    elmoc_archive, tmp_path, extraction, vocabulary, named
+):
+    path = write_archive(elmoc_archive, tmp_path / "carried.tar.gz", _carried_bilm(vocabulary))
+    with pytest.raises(UnsafeArchiveError) as raised:
+        extract_archive(path, extraction)
+    assert raised.value.archive == str(path) and raised.value.member == named
+    assert not extraction.exists()
+
+
+def test_a_sound_carried_biLM_vocabulary_extracts(elmoc_archive, tmp_path, extraction):
+    members = [("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE),
+               ("vocabulary/tokens.txt", tarfile.REGTYPE)]
+    path = write_archive(elmoc_archive, tmp_path / "carried.tar.gz", _carried_bilm(members))
+    directory = Path(extract_archive(path, extraction))
+    assert (directory / "elmoc_bilm/0123456789abcdef/vocabulary/tokens.txt").read_bytes() == b"x\n"
+
+
+@pytest.mark.parametrize("value, written", [(float("inf"), "Infinity"), (float("-inf"), "-Infinity"),
+                                            (float("nan"), "NaN")])
+def test_nan_and_infinity_in_an_archived_config_are_refused_naming_the_key(
+    elmoc_archive, tmp_path, value, written
+):
+    path = _with_model(elmoc_archive, tmp_path, f"config-{written}",
+                       lambda c: c["model"]["contextualizer"].update(cell_dim=value))
+    assert f'"cell_dim": {written}' in _raw_config(path)
+    with pytest.raises(ConfigurationError) as raised:
+        _load(path)
+    assert f"{path} (config.json): model.contextualizer.cell_dim is {written}" in str(raised.value)
+
+
+def _raw_config(archive: Path) -> str:
+    with tarfile.open(archive) as tar:
+        return tar.extractfile("config.json").read().decode("utf-8")

@@ -42,7 +42,7 @@ from elmoc_allennlp.common.archives import (
     remove_extracted_archives,
 )
 from elmoc_allennlp.common.disk_full import DiskFullError
-from elmoc_allennlp.compat.quiet_log_files import quiet_full_log_files
+from elmoc_allennlp.hardening.quiet_log_files import quiet_full_log_files
 from elmoc_allennlp.common.fasttext_vectors import (
     FastTextFormatError,
     FastTextVectors,
@@ -96,6 +96,20 @@ def case(
         return run
 
     return register
+
+
+def _switched(run: Callable[[], object]) -> Callable[[], object]:
+    """`run` with every guard on for every archive (`elmoc_allennlp_hardening`): a file that
+    is no tar archive is not known to be the plugin's, so allennlp's `load_archive` reports it
+    as stock allennlp does unless the user asks for the guards everywhere."""
+
+    def switched():
+        from elmoc_allennlp.hardening import hardened_everywhere
+
+        with hardened_everywhere():
+            return run()
+
+    return switched
 
 
 # ---------------------------------------------------------------------- the sandbox
@@ -486,7 +500,7 @@ def _zip_archive(sandbox):
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("config.json", "{}")
     sandbox.paths["archive"] = str(path)
-    return lambda: load_archive(str(path))
+    return _switched(lambda: load_archive(str(path)))
 
 
 @case("archive-is-a-fasttext-bin", CorruptArchiveError, "{archive}", "not a tar archive")
@@ -505,7 +519,7 @@ def _fifo_archive(sandbox):
     path = sandbox.root / "model.tar.gz"
     os.mkfifo(path)
     sandbox.paths["archive"] = str(path)
-    return lambda: load_archive(str(path))
+    return _switched(lambda: load_archive(str(path)))
 
 
 @case("serialization-dir-config-type-never-imported", ConfigurationError, "{folder}",
@@ -539,6 +553,8 @@ def _truncated_call(sandbox, fraction: float, loader: str):
         return lambda: ElmocEmbedder(str(path))
     from allennlp.models.archival import load_archive
 
+    if fraction < 0.05:  # cut before its config.json: nothing says it is an ELMo-C archive
+        return _switched(lambda: load_archive(str(path)))
     return lambda: load_archive(str(path))
 
 
@@ -553,29 +569,32 @@ for _fraction in _ARCHIVE_CUTS:
             sandbox, fraction, loader))
 
 
-def _damaged_archive(data: Callable[[bytes], bytes]):
+def _damaged_archive(data: Callable[[bytes], bytes], switched: bool = False):
+    """`switched`: nothing in the file says it is an ELMo-C archive (see `_switched`)."""
     def prepare(sandbox):
         from allennlp.models.archival import load_archive
 
         path = sandbox.root / "damaged.tar.gz"
         path.write_bytes(data(sandbox.archive.read_bytes()))
         sandbox.paths["archive"] = str(path)
-        return lambda: load_archive(str(path))
+        call = lambda: load_archive(str(path))  # noqa: E731
+        return _switched(call) if switched else call
 
     return prepare
 
 
 case("archive-empty-file", CorruptArchiveError, "{archive}", "the file is empty")(
-    _damaged_archive(lambda data: b""))
+    _damaged_archive(lambda data: b"", switched=True))
 case("archive-random-bytes", CorruptArchiveError, "{archive}", "not a tar archive")(
-    _damaged_archive(lambda data: bytes(random.Random(3).getrandbits(8) for _ in range(5000))))
+    _damaged_archive(lambda data: bytes(random.Random(3).getrandbits(8) for _ in range(5000)),
+                     switched=True))
 case("archive-gzip-trailer-cut", CorruptArchiveError, "{archive}", "truncated or corrupt")(
     _damaged_archive(lambda data: data[:-4]))
 case("archive-flipped-byte-in-weights", CorruptArchiveError, "{archive}")(
     _damaged_archive(lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF])
                      + data[len(data) // 2 + 1:]))
 case("archive-text-file", CorruptArchiveError, "{archive}", "not a tar archive")(
-    _damaged_archive(lambda data: b'{"model": "not an archive"}\n'))
+    _damaged_archive(lambda data: b'{"model": "not an archive"}\n', switched=True))
 
 
 @case("archive-truncated-merge-bilm", CorruptArchiveError, "{archive}",
@@ -1143,7 +1162,8 @@ def _wrong_fasttext_dim(sandbox):
 @case("config-dotted-type-that-is-no-model", ConfigurationError, "os.system", "is not a Model",
       unchanged=())
 def _dotted_type(sandbox):
-    return _train_tiny(sandbox, {"model.type": "os.system", "trainer.num_epochs": 1})
+    # A config you write may name your own classes; the switch checks their kind.
+    return _switched(_train_tiny(sandbox, {"model.type": "os.system", "trainer.num_epochs": 1}))
 
 
 # ---------------------------------------------------------------------- full disk
@@ -1350,16 +1370,21 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
     from elmoc_allennlp.training.atomic_checkpointer import AtomicCheckpointer
     from allennlp.training.checkpointer import Checkpointer
 
-    for checkpointer in (AtomicCheckpointer(sandbox.root), Checkpointer(sandbox.root)):
-        with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
-            checkpointer.load_checkpoint()
-        assert not marker.exists()
+    with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+        AtomicCheckpointer(sandbox.root).load_checkpoint()
+    assert not marker.exists()
     from allennlp.nn.initializers import PretrainedModelInitializer
 
-    for weights in (checkpoint, path):  # a weights file, an archive
+    from elmoc_allennlp.hardening import hardened_everywhere
+
+    with hardened_everywhere():  # allennlp's own loaders: guarded only with the switch
         with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
-            PretrainedModelInitializer(str(weights))
+            Checkpointer(sandbox.root).load_checkpoint()
         assert not marker.exists()
+        for weights in (checkpoint, path):  # a weights file, an archive
+            with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
+                PretrainedModelInitializer(str(weights))
+            assert not marker.exists()
 
 
 def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):

@@ -121,7 +121,7 @@ def test_the_folder_is_locked_before_it_is_made_or_removed(tmp_path, monkeypatch
 
 
 def test_a_folder_whose_parent_is_read_only_is_locked_inside_it(tmp_path, monkeypatch):
-    from elmoc_allennlp.compat import serialization_lock
+    from elmoc_allennlp.hardening import serialization_lock
 
     folder = tmp_path / "mount"
     folder.mkdir()

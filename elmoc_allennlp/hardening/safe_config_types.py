@@ -1,33 +1,27 @@
 """
-A dotted config `"type"` must name a class of the kind asked for.
-
-**Problem (allennlp 2.10.1).** `Registrable.resolve_class_name` imports a dotted `"type"` and
-calls it unchecked: `{"type": "subprocess.Popen", "args": "...", "shell": true}` runs a command.
-
-**Workaround.** `install()` wraps `resolve_class_name`: a dotted name must resolve to a subclass
-of the base asked for, or to a class registered under it.
-
-**To drop it**: when allennlp checks this itself, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+Opt-in: a dotted config `"type"` must name a class of the kind asked for.
+Problem (allennlp 2.10.1): `Registrable.resolve_class_name` imports a dotted `"type"` and calls it
+unchecked (`{"type": "subprocess.Popen", ...}` runs a command). Workaround: with the switch, it
+must resolve to a subclass of the base asked for, or a class registered under it (the plugin's
+archived configs have `common.archives.check_config_types`). To drop it: when allennlp checks it.
 """
 import functools
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import everywhere
+
 REPLACES = "a dotted config type must name a subclass of the requested kind"
 TARGETS = ("allennlp.common.registrable.Registrable.resolve_class_name",)
 
 
-def install() -> bool:
-    original = Registrable.__dict__["resolve_class_name"].__func__
-    if getattr(original, "_elmoc_checked", False):
-        return True
-
+def _checked(original):
     @functools.wraps(original)
     def resolve_class_name(cls, name: str):
         subclass, constructor = original(cls, name)
-        if name in Registrable._registry[cls]:
+        if name in Registrable._registry[cls] or not everywhere():
             return subclass, constructor
         registered = {entry[0] for entry in Registrable._registry[cls].values()}
         is_subclass = isinstance(subclass, type) and issubclass(subclass, cls)
@@ -38,6 +32,9 @@ def install() -> bool:
             )
         return subclass, constructor
 
-    resolve_class_name._elmoc_checked = True  # type: ignore[attr-defined]
-    Registrable.resolve_class_name = classmethod(resolve_class_name)  # type: ignore[assignment]
+    return resolve_class_name
+
+
+def install() -> bool:
+    install_shim(Registrable, "resolve_class_name", _checked)
     return True

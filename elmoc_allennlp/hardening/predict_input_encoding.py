@@ -1,25 +1,20 @@
 """
 `allennlp predict` input that is not UTF-8 is an error naming the file and the line.
-
-**Problem (allennlp 2.10.1).** `_PredictManager._get_json_data` reads the input as text: a line
-that is not UTF-8 ends the command in a bare `UnicodeDecodeError` naming neither the file nor the
-line (a byte offset into some buffer), after the lines before it were predicted.
-
-**Workaround.** `install()` replaces `_get_json_data` with the same loop over the lines of the
-input (`-` for standard input; compressed files as allennlp opens them), read as bytes and decoded
-one line at a time, so that a line that is not UTF-8 raises a `ConfigurationError` naming the
-input, the line's number (counting every line) and the byte. Lines end at `\n` only, as JSON lines
-do; blank lines are skipped and every other line goes to the predictor's `load_line`, as before.
-
-**To drop it**: when allennlp names the line of an input it cannot decode, remove this module and
-its entry in `elmoc_allennlp.compat.SHIMS`.
+Problem (allennlp 2.10.1): `_PredictManager._get_json_data` reads text: a bad line ends it in a
+bare `UnicodeDecodeError` naming neither. Workaround: for the plugin's models, the same loop over
+the input's lines (`-` for standard input; compressed files as allennlp opens them) read as bytes
+and decoded one at a time; lines end at `\n` only, blank ones are skipped, the others go to the
+predictor's `load_line`. To drop it: when allennlp names the line it cannot decode.
 """
 import sys
 from typing import Iterable, Iterator
 
 from allennlp.common.checks import ConfigurationError
 
-REPLACES = "`allennlp predict` names the input line that is not UTF-8"
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_model
+
+REPLACES = "`allennlp predict` of the plugin's models names the input line that is not UTF-8"
 TARGETS = ("allennlp.commands.predict._PredictManager._get_json_data",)
 
 
@@ -35,13 +30,11 @@ def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
             ) from None
 
 
-def install() -> bool:
-    from allennlp.commands.predict import _PredictManager
-
-    if getattr(_PredictManager._get_json_data, "_elmoc_lines", False):
-        return True
-
+def _by_line(original):
     def _get_json_data(self) -> Iterator:
+        if not plugin_model(getattr(self._predictor, "_model", None)):
+            yield from original(self)
+            return
         if self._input_file == "-":
             if not hasattr(sys.stdin, "buffer"):  # a text stream that is not a file (tests)
                 lines: Iterator[str] = iter(sys.stdin)
@@ -54,8 +47,13 @@ def install() -> bool:
         with open_compressed(cached_path(self._input_file), "rb", encoding=None) as file_input:
             yield from _json_lines(self, decoded_lines(file_input, self._input_file))
 
-    _get_json_data._elmoc_lines = True  # type: ignore[attr-defined]
-    _PredictManager._get_json_data = _get_json_data  # type: ignore[assignment]
+    return _get_json_data
+
+
+def install() -> bool:
+    from allennlp.commands.predict import _PredictManager
+
+    install_shim(_PredictManager, "_get_json_data", _by_line)
     return True
 
 

@@ -1,21 +1,12 @@
 """
-A serialization folder has one writer at a time.
-
-**Problem (allennlp 2.10.1).** Nothing stops two `allennlp train` runs writing one folder:
-`--force` while another run writes it (both exit 0, and `model.tar.gz` packs one run's config with
-the other's weights), or two `--recover` runs training side by side into one log.
-
-**Workaround.** `install()` wraps `allennlp.training.util.create_serialization_dir` so that it
-takes the folder's `common.writer_lock.WriterLock` (an `flock` the kernel releases when the
-process dies, on `.NAME.lock` next to the folder) before the folder is created, reused or removed
-by `--force`, so that no moment exists at which the folder is there but unlocked. The wrapped
-`allennlp.commands.train.train_model` releases it when training returns. A second run is refused
-with a `WriterLockError` naming the folder. Where the folder's parent is not writable (a mount
-point, which `--force` cannot remove either), the lock file is inside the folder, taken once it
-exists.
-
-**To drop it**: when allennlp locks the serialization folder itself, remove this module and its
-entry in `elmoc_allennlp.compat.SHIMS`.
+A serialization folder of the plugin's runs has one writer at a time.
+Problem (allennlp 2.10.1): nothing stops two `allennlp train` runs writing one folder (`--force`
+while another writes it packs one run's config with the other's weights; two `--recover` runs).
+Workaround: `create_serialization_dir` takes the folder's `common.writer_lock.WriterLock` (an
+`flock` on `.NAME.lock` next to it, released by the kernel when the process dies) before the
+folder is made, reused or removed, for a config of the plugin; `train_model` releases it. A second
+run is refused naming the folder. Where the parent is not writable (a mount point) the lock is
+inside the folder, taken once it exists. To drop it: when allennlp locks the folder itself.
 """
 import errno
 import functools
@@ -23,8 +14,10 @@ import os
 from typing import Optional
 
 from elmoc_allennlp.common.writer_lock import FOLDER, HELD_FOLDERS, WriterLock
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_config
 
-REPLACES = "a serialization folder has one `allennlp train` writer at a time (an flock)"
+REPLACES = "a serialization folder of the plugin's runs has one `allennlp train` writer at a time (an flock)"
 TARGETS = (
     "allennlp.training.util.create_serialization_dir",
     "allennlp.commands.train.train_model",
@@ -36,7 +29,7 @@ def _make_create_serialization_dir(original):
     def create_serialization_dir(params, serialization_dir, recover, force):
         folder = os.path.abspath(os.fspath(serialization_dir))
         held = HELD_FOLDERS.get(folder)
-        if held is not None and held.held:
+        if (held is not None and held.held) or not plugin_config(params):
             return original(params, serialization_dir, recover, force)
         lock = _lock_beside(folder)
         try:
@@ -49,7 +42,6 @@ def _make_create_serialization_dir(original):
             raise
         HELD_FOLDERS[folder] = lock
 
-    create_serialization_dir._elmoc_locked = True  # type: ignore[attr-defined]
     return create_serialization_dir
 
 
@@ -77,7 +69,6 @@ def _make_train_model(original):
             if not already and folder in HELD_FOLDERS:
                 HELD_FOLDERS.pop(folder).release()
 
-    train_model._elmoc_locked = True  # type: ignore[attr-defined]
     return train_model
 
 
@@ -85,10 +76,6 @@ def install() -> bool:
     import allennlp.commands.train as train_command
     import allennlp.training.util as training_util
 
-    if not getattr(training_util.create_serialization_dir, "_elmoc_locked", False):
-        training_util.create_serialization_dir = _make_create_serialization_dir(
-            training_util.create_serialization_dir
-        )
-    if not getattr(train_command.train_model, "_elmoc_locked", False):
-        train_command.train_model = _make_train_model(train_command.train_model)
+    install_shim(training_util, "create_serialization_dir", _make_create_serialization_dir)
+    install_shim(train_command, "train_model", _make_train_model)
     return True

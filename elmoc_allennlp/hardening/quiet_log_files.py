@@ -1,16 +1,9 @@
 """
-A full disk is reported once per log file.
-
-**Problem (allennlp 2.10.1).** On a full disk every record of `out.log` (the root logger's
-`FileHandler`s of `prepare_global_logging`) fails and prints a traceback: hundreds of lines that
-bury the actual error.
-
-**Workaround.** `install()` wraps `prepare_global_logging` so that each log file then reports a
-failed write once, on stderr, naming the file, and drops its later records (the console still
-gets them).
-
-**To drop it**: when allennlp's log files handle write errors, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+Opt-in: a full disk is reported once per log file.
+Problem (allennlp 2.10.1): on a full disk every record of `out.log` fails and prints a traceback.
+Workaround: with the switch, each `FileHandler` of `prepare_global_logging` reports a failed write
+once on stderr, naming the file, and drops later records (the console keeps them). To drop it:
+when allennlp's log files handle write errors.
 """
 import functools
 import logging
@@ -19,22 +12,25 @@ from typing import Optional
 
 import allennlp.common.logging as common_logging
 
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import everywhere
+
 REPLACES = "log files report a full disk once, naming the file"
 TARGETS = ("allennlp.common.logging.prepare_global_logging",)
 
 
-def install() -> bool:
-    original = common_logging.prepare_global_logging
-    if getattr(original, "_elmoc_quiet", False):
-        return True
-
+def _quiet(original):
     @functools.wraps(original)
     def prepare_global_logging(*args, **kwargs):
         original(*args, **kwargs)
-        quiet_full_log_files()
+        if everywhere():
+            quiet_full_log_files()
 
-    prepare_global_logging._elmoc_quiet = True  # type: ignore[attr-defined]
-    common_logging.prepare_global_logging = prepare_global_logging
+    return prepare_global_logging
+
+
+def install() -> bool:
+    install_shim(common_logging, "prepare_global_logging", _quiet)
     return True
 
 

@@ -1,17 +1,10 @@
 """
-`allennlp train` writes `model.tar.gz` and `config.json` atomically.
-
-**Problem (allennlp 2.10.1).** `allennlp train` writes `model.tar.gz` (`archive_model`) and
-`config.json` (`Params.to_file`) in place: a kill mid-write leaves a truncated archive, or a
-`config.json` that `--recover` cannot read. In a distributed run the parent process writes both,
-and it builds none of the project's components, so this must hold at import.
-
-**Workaround.** `install()` wraps the `archive_model` that `allennlp.commands.train` calls and
-`Params.to_file` so that allennlp's own functions write a temporary file that is renamed into
-place (`atomic_path`).
-
-**To drop it**: when allennlp writes these files atomically, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically.
+Problem (allennlp 2.10.1): both are written in place (`archive_model`, `Params.to_file`): a kill
+mid-write leaves a truncated archive, or a `config.json` that `--recover` cannot read. In a
+distributed run the parent process, which builds no component, writes both. Workaround: allennlp's
+functions write a temporary file renamed into place (`atomic_path`), for a run or config of the
+plugin (`scope.plugin_run`, `plugin_config`). To drop it: when allennlp writes them atomically.
 """
 import functools
 import os
@@ -19,8 +12,10 @@ from os import PathLike
 from typing import Callable, List, Optional, Union
 
 from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_config, plugin_run
 
-REPLACES = "`allennlp train` writes model.tar.gz and config.json atomically"
+REPLACES = "`allennlp train` of the plugin's runs writes model.tar.gz and config.json atomically"
 TARGETS = ("allennlp.commands.train.archive_model", "allennlp.common.params.Params.to_file")
 
 
@@ -34,6 +29,8 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
         archive_path: Optional[Union[str, PathLike]] = None,
         include_in_archive: Optional[List[str]] = None,
     ) -> str:
+        if not plugin_run(serialization_dir):
+            return original(serialization_dir, weights, archive_path, include_in_archive)
         # Same destination rules as allennlp's archive_model.
         if archive_path is not None:
             archive_file = os.fspath(archive_path)
@@ -50,17 +47,17 @@ def _make_atomic_archive_model(original: Callable) -> Callable:
             )
         return str(archive_file)
 
-    archive_model._elmoc_atomic_original = original  # type: ignore[attr-defined]
     return archive_model
 
 
 def _make_atomic_params_to_file(original: Callable) -> Callable:
     @functools.wraps(original)
     def to_file(self, params_file: str, preference_orders=None) -> None:
+        if not plugin_config(self):
+            return original(self, params_file, preference_orders)
         with atomic_path(params_file) as temporary:
             original(self, temporary, preference_orders)
 
-    to_file._elmoc_atomic_original = original  # type: ignore[attr-defined]
     return to_file
 
 
@@ -68,8 +65,6 @@ def install() -> bool:
     import allennlp.commands.train as train_command
     from allennlp.common.params import Params
 
-    if not hasattr(train_command.archive_model, "_elmoc_atomic_original"):
-        train_command.archive_model = _make_atomic_archive_model(train_command.archive_model)
-    if not hasattr(Params.to_file, "_elmoc_atomic_original"):
-        Params.to_file = _make_atomic_params_to_file(Params.to_file)  # type: ignore[assignment]
+    install_shim(train_command, "archive_model", _make_atomic_archive_model)
+    install_shim(Params, "to_file", _make_atomic_params_to_file)
     return True

@@ -1,19 +1,10 @@
 """
-`allennlp evaluate` refuses an empty input and prints its final metrics in full.
-
-**Problem (allennlp 2.10.1).** `allennlp evaluate` ends with "Finished evaluating." and no result:
-the metrics are only in its progress bar, at two decimals (a retrieval accuracy of 0.004 reads
-`0.00`), or in `--output-file`. An empty input (`allennlp evaluate A ""`, e.g. an unset shell
-variable) is read as a list of no datasets: nothing is evaluated, and it exits 0.
-
-**Workaround.** `install()` wraps `allennlp.commands.evaluate.evaluate_from_archive` (what
-`allennlp evaluate` runs) to refuse an input naming no dataset, or an empty one in a
-comma-separated list, with a `ConfigurationError` naming it, and to print the final metrics on
-stdout, one per line, each named and with four decimals (`.4g` below 0.001), under the line
-"Final metrics:". Nothing else changes: its errors pass through untouched.
-
-**To drop it**: when allennlp prints its final metrics itself, remove this module and its entry in
-`elmoc_allennlp.compat.SHIMS`.
+`allennlp evaluate` of the plugin's archives refuses an empty input and prints its final metrics.
+Problem (allennlp 2.10.1): it ends with no result (the metrics are in its progress bar at two
+decimals, or in `--output-file`), and an empty input (an unset shell variable) evaluates nothing
+and exits 0. Workaround: for an archive of the plugin, an input naming no dataset (or an empty one
+in a comma-separated list) is a `ConfigurationError`, and the metrics are printed under "Final
+metrics:", one per line, to four decimals (`.4g` below 0.001). To drop it: when allennlp prints them.
 """
 import functools
 import math
@@ -22,26 +13,32 @@ from typing import Any, Dict
 
 from allennlp.common.checks import ConfigurationError
 
-REPLACES = "`allennlp evaluate` prints its final metrics in full"
+from elmoc_allennlp.compat import install_shim
+
+REPLACES = "`allennlp evaluate` of the plugin's archives prints its final metrics in full"
 TARGETS = ("allennlp.commands.evaluate.evaluate_from_archive",)
 
 
-def install() -> bool:
-    import allennlp.commands.evaluate as evaluate_module
-
-    original = evaluate_module.evaluate_from_archive
-    if getattr(original, "_elmoc_summary", False):
-        return True
+def _summarised(original):
+    from elmoc_allennlp.hardening.scope import plugin_archive
 
     @functools.wraps(original)
     def evaluate_from_archive(*args, **kwargs) -> Dict[str, Any]:
+        archive = kwargs["archive_file"] if "archive_file" in kwargs else args[0]
+        if not plugin_archive(archive):
+            return original(*args, **kwargs)
         check_input_file(kwargs["input_file"] if "input_file" in kwargs else args[1])
         metrics = original(*args, **kwargs)
         print_metrics(metrics)
         return metrics
 
-    evaluate_from_archive._elmoc_summary = True  # type: ignore[attr-defined]
-    evaluate_module.evaluate_from_archive = evaluate_from_archive  # type: ignore[assignment]
+    return evaluate_from_archive
+
+
+def install() -> bool:
+    import allennlp.commands.evaluate as evaluate_module
+
+    install_shim(evaluate_module, "evaluate_from_archive", _summarised)
     return True
 
 

@@ -1,0 +1,66 @@
+"""
+`load_archive` extracts the plugin's archives checked and bounded, their config strict JSON.
+Problem (allennlp 2.10.1): it extracts with no filter (members may land anywhere, a small archive
+may fill the disk) and reads `config.json` as jsonnet, importing any dotted `"type"`.
+Workaround: `archival.extracted_archive` and `archival.Params` (looked up when `load_archive`
+runs) send an archive of the plugin (`scope.plugin_archive`) to `common.archives` and its config
+(or a plugin serialization folder's) to `read_config`; others go to allennlp's, untouched.
+To drop it: when allennlp extracts with a filter and reads archived configs as JSON.
+"""
+import contextlib
+import functools
+import json
+import os
+
+from allennlp.common.params import Params, parse_overrides, with_overrides
+
+from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
+from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
+
+REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
+TARGETS = (
+    "allennlp.models.archival.extracted_archive",
+    "allennlp.models.archival.Params",
+)
+
+
+class ArchiveParams(Params):
+    """`Params` whose `from_file` reads a config of the plugin's archives with `read_config`,
+    and any other with allennlp's `Params.from_file`."""
+
+    @classmethod
+    def from_file(cls, params_file, params_overrides="", ext_vars=None) -> Params:
+        directory, member = os.path.split(os.fspath(params_file))
+        archive = extracted_from(directory)
+        if archive is None and not plugin_run(directory):
+            return Params.from_file(params_file, params_overrides, ext_vars)
+        config = read_config(directory, archive or directory, member)
+        if isinstance(params_overrides, dict):
+            params_overrides = json.dumps(params_overrides)
+        overrides = parse_overrides(params_overrides, ext_vars=ext_vars)
+        return cls(with_overrides(config, overrides) if overrides else config)
+
+
+def _checked_extraction(original):
+    @functools.wraps(original)
+    @contextlib.contextmanager
+    def checked(resolved_archive_file, cleanup: bool = True):
+        chosen = extracted_archive if plugin_archive(resolved_archive_file) else original
+        with chosen(resolved_archive_file, cleanup=cleanup) as directory:
+            yield directory
+
+    return checked
+
+
+def _archive_params(original):
+    return ArchiveParams
+
+
+def install() -> bool:
+    import allennlp.models.archival as archival
+
+    # `load_archive` looks both names up in this module when it runs.
+    install_shim(archival, "extracted_archive", _checked_extraction)
+    install_shim(archival, "Params", _archive_params)
+    return True

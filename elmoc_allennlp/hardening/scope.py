@@ -1,0 +1,130 @@
+"""
+What is the plugin's own, for the guards installed with it: a config naming one of its registered
+components (an `elmoc*` name, an older alias of such a class, a dotted `elmoc_allennlp.` class) or
+a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or serialization folder
+whose `config.json` is such a config (or, not being JSON, says `elmoc`), or an archive with an
+`elmoc_*` member; a model with a module of this package. With the switch
+(`elmoc_allennlp_hardening`), everything is.
+"""
+import json
+import os
+import posixpath
+import stat
+import tarfile
+from typing import Any, Dict, Tuple
+
+from elmoc_allennlp.common.archives import CONFIG_NAME, archive_limit, find_keys
+
+_EVERYWHERE = False
+_PACKAGE = "elmoc_allennlp."
+_STANDINS = "elmoc_allennlp.compat"  # registrations standing in for allennlp's own
+_ARCHIVES: Dict[Tuple, bool] = {}  # (path, inode, size, mtime) -> the plugin's?
+
+
+def set_everywhere(value: bool) -> None:
+    """Every guard applies to everything (`True`, the switch) or to the plugin's own only."""
+    global _EVERYWHERE
+    _EVERYWHERE = value
+
+
+def everywhere() -> bool:
+    return _EVERYWHERE
+
+
+def plugin_config(config: Any) -> bool:
+    """Whether a config (a dict, or allennlp `Params`) uses a component of the plugin."""
+    if _EVERYWHERE:
+        return True
+    from allennlp.common.registrable import Registrable
+
+    config = getattr(config, "params", config)  # `Params` hold their dict there
+    names = {
+        name
+        for entries in Registrable._registry.values()
+        for name, (cls, _) in entries.items()
+        if cls.__module__.startswith(_PACKAGE) and not cls.__module__.startswith(_STANDINS)
+    }
+    for _, value in find_keys(config, "type"):
+        if isinstance(value, str) and (value in names or value.startswith(_PACKAGE)):
+            return True
+    stack = [config]  # a model-level `elmo` block with an `archive_file` (compat/elmoc_as_elmo.py)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("elmo"), dict) and "archive_file" in value["elmo"]:
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def plugin_text(data: bytes) -> bool:
+    """Whether the text of a `config.json` is the plugin's (`plugin_config`; not JSON: says `elmoc`)."""
+    try:
+        return plugin_config(json.loads(data.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return _EVERYWHERE or b"elmoc" in data
+
+
+def plugin_run(serialization_dir: Any) -> bool:
+    """Whether the `config.json` of a serialization folder (or extracted archive) is the plugin's."""
+    path = os.path.join(os.fspath(serialization_dir), CONFIG_NAME)
+    try:
+        if os.path.getsize(path) > archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"):
+            return True  # too large to look at: the guards refuse it
+        with open(path, "rb") as config:
+            return plugin_text(config.read())
+    except OSError:
+        return _EVERYWHERE
+
+
+def plugin_archive(archive_file: Any) -> bool:
+    """
+    Whether the archive (a `.tar.gz` or a folder) at `archive_file` is the plugin's, from its
+    members' headers and `config.json` members, extracting nothing (once per archive and process).
+    One whose headers pass the extraction limits first counts as the plugin's (so that it is
+    refused within them); a file that is no readable tar archive is allennlp's to report.
+    """
+    path = os.fspath(archive_file)
+    if _EVERYWHERE or os.path.isdir(path):
+        return _EVERYWHERE or plugin_run(path)
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would block
+        return False
+    key = (os.path.realpath(path), status.st_ino, status.st_size, status.st_mtime_ns)
+    if key not in _ARCHIVES:
+        _ARCHIVES[key] = _scan(path, status.st_size)
+    return _ARCHIVES[key]
+
+
+def _scan(path: str, size: int) -> bool:
+    json_limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
+    byte_limit = min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"),
+                     max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * size))
+    members, total = 0, 0
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                members, total = members + 1, total + member.size
+                name = posixpath.normpath(member.name)
+                if name.split("/")[0].startswith("elmoc_") or members > archive_limit(
+                    "ELMOC_ARCHIVE_MAX_MEMBERS"
+                ) or total > byte_limit:
+                    return True
+                if posixpath.basename(name) == CONFIG_NAME and member.isfile():
+                    if member.size > json_limit or plugin_text(tar.extractfile(member).read()):
+                        return True
+                tar.members = []  # headers only: keep none of them in memory
+    except Exception:  # noqa: BLE001  (no tar archive, truncated, ...: allennlp reports it)
+        return False
+    return False
+
+
+def plugin_model(model: Any) -> bool:
+    """Whether a model (a `torch.nn.Module`) has a module of the plugin."""
+    modules = model.modules() if hasattr(model, "modules") else [model]
+    return _EVERYWHERE or any(type(module).__module__.startswith(_PACKAGE) for module in modules)
