@@ -94,8 +94,17 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
     `count` dictionary words other than `</s>` whose vector is not zero.
     """
     words = [word for word in vectors.words[: count + 1] if word != vectors.eos_word][:count]
-    matrix = np.stack([vectors.word_vector(word) for word in words]) if words else np.zeros((0, vectors.dim))
-    matrix = matrix.astype(np.float64)
+    ids = [vectors.subword_ids_tuple(word) for word in words]
+    ids = [word_ids for word_ids in ids if word_ids]
+    if not ids:
+        return np.zeros((0, vectors.dim))
+    # One read of all the rows, on the CPU whatever torch's default device (a model may be built
+    # under `torch.device("meta")`); each word's vector is the mean of its rows, as `word_vector`.
+    flat = [row for word_ids in ids for row in word_ids]
+    rows = vectors.rows(flat, out=torch.empty(len(flat), vectors.dim, device="cpu")).numpy()
+    starts = np.cumsum([0] + [len(word_ids) for word_ids in ids[:-1]])
+    matrix = np.add.reduceat(rows.astype(np.float64), starts, axis=0)
+    matrix /= np.array([len(word_ids) for word_ids in ids], dtype=np.float64)[:, None]
     norms = np.linalg.norm(matrix, axis=1)
     matrix = matrix[norms > 0] / norms[norms > 0, None]
     return matrix
