@@ -133,6 +133,11 @@ def test_paper_config_trains_in_window_mode(tmp_path, tiny_fasttext_path):
     assert config["dataset_reader"]["mode"] == "window"
     assert config["trainer"]["learning_rate_scheduler"]["type"] == "elmoc_rnmt_plus"
     assert metrics["training_forward_loss"] > 0 and metrics["training_backward_loss"] > 0
+    # The constant-prediction baseline beside the loss (issue 44), per direction and their mean.
+    for split in ("training", "validation"):
+        baselines = [metrics[f"{split}_{d}_constant_baseline_loss"] for d in ("forward", "backward")]
+        assert metrics[f"{split}_constant_baseline_loss"] == pytest.approx(sum(baselines) / 2)
+        assert all(0 < baseline < 1 for baseline in baselines)
     assert type(model).__name__ == "BidirectionalLanguageModel"
 
 

@@ -11,6 +11,12 @@ under a temporary name and renamed when complete, and an existing one is kept un
 
 allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
 `.allennlp_plugins` file (`--include-package` alone is not enough).
+
+By default the epochs follow the corpus size (fastText's 5 from a million tokens up, more below:
+`elmoc_allennlp/common/vector_health.py`, `epochs_for`). The vectors written are measured: the mean
+pairwise cosine of the 2,000 most frequent words and the fraction of them with a near-duplicate
+neighbour, printed with the path. Degenerate (nearly collinear) vectors are an error that says how
+many epochs to train, and are not written unless `--allow-degenerate`.
 """
 import argparse
 import logging
@@ -22,6 +28,8 @@ from allennlp.common.checks import ConfigurationError
 from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
 from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.vector_health import measure_vector_health
 
 logger = logging.getLogger(__name__)
 
@@ -57,10 +65,20 @@ class TrainFastText(Subcommand):
             default=2_000_000,
             help="rows for hashed character n-grams (the .bin holds bucket x dim floats)",
         )
-        subparser.add_argument("--epoch", type=int, default=5, help="passes over the corpus")
+        subparser.add_argument(
+            "--epoch",
+            type=int,
+            default=None,
+            help="passes over the corpus (default: 5 from a million tokens up, more below)",
+        )
         add_threads_argument(subparser)
         subparser.add_argument(
             "--force", action="store_true", help="replace output_file if it exists"
+        )
+        subparser.add_argument(
+            "--allow-degenerate",
+            action="store_true",
+            help="write the vectors even if nearly collinear (useless as ELMo-C targets)",
         )
         subparser.set_defaults(func=train_fasttext_from_args)
         return subparser
@@ -73,9 +91,9 @@ def train_fasttext_from_args(args: argparse.Namespace) -> None:
         (args.min_count, "--min-count"),
         (args.minn, "--minn"),
         (args.bucket, "--bucket"),
-        (args.epoch, "--epoch"),
     ]:
         check_positive(value, option)
+    check_positive(args.epoch, "--epoch", allow_none=True)
     set_threads(args.threads)
     if args.maxn < args.minn:
         raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
@@ -106,5 +124,7 @@ def train_fasttext_from_args(args: argparse.Namespace) -> None:
         epoch=args.epoch,
         thread=args.threads or MIN_THREADS,
         verbose=2,
+        allow_degenerate=args.allow_degenerate,
     )
-    print(f"fastText vectors ({args.dim}-d) written to {path}")
+    health = measure_vector_health(FastTextVectors(path))
+    print(f"fastText vectors ({args.dim}-d) written to {path}: {health.summary()}")

@@ -1,12 +1,19 @@
 """Training a fastText model (the `.bin` that ELMo-C reads its input and output vectors from)."""
+import dataclasses
 import logging
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy
 
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE
+from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors
+from elmoc_allennlp.common.vector_health import (
+    count_tokens,
+    degenerate_vectors_error,
+    epochs_for,
+    measure_vector_health,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,13 +53,18 @@ def train_fasttext(
     minn: int = 3,
     maxn: int = 6,
     bucket: int = 2_000_000,
-    epoch: int = 5,
+    epoch: Optional[int] = None,
     thread: int = 10,
     verbose: int = 0,
+    allow_degenerate: bool = False,
 ) -> Path:
     """
-    Trains an unsupervised fastText model on a tokenized corpus (one sentence per line) and saves
-    its `.bin` to `output_path` atomically.
+    Trains an unsupervised fastText model on a tokenized corpus (one sentence per line), measures
+    its vectors (`measure_vector_health`: mean pairwise cosine of the 2,000 most frequent words,
+    near-duplicate neighbours) and saves its `.bin` to `output_path` atomically. Degenerate
+    vectors (nearly collinear: a biLM trained to predict them would learn their mean direction)
+    are a `DegenerateVectorsError` naming the figures and the remedy, and nothing is written,
+    unless `allow_degenerate`. The figures are logged at INFO.
 
     # Parameters
 
@@ -60,7 +72,13 @@ def train_fasttext(
         A plain-text file, one whitespace-tokenized sentence per line.
     output_path : `Union[str, Path]`
         Where to write the `.bin`.
-    model, dim, min_count, minn, maxn, bucket, epoch, thread, verbose
+    epoch : `int`, optional (default = `None`)
+        Passes over the corpus; by default chosen from its token count (`epochs_for`: fastText's
+        5 from a million tokens up, more below: 5 epochs of 211k tokens gave degenerate vectors,
+        measured in `benchmarks/fasttext_epochs.py`).
+    allow_degenerate : `bool`, optional (default = `False`)
+        Save degenerate vectors with a warning instead of raising.
+    model, dim, min_count, minn, maxn, bucket, thread, verbose
         Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
         vectors (Bojanowski et al., 2017). `thread` is at least `MIN_THREADS` (11): fastText
         initialises the input matrix of m x n values in blocks of m*n/10 values, one block per
@@ -77,7 +95,11 @@ def train_fasttext(
     if not corpus_path.is_file():
         raise FileNotFoundError(f"fastText training corpus not found: {corpus_path}")
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    logger.info("Training fastText %s (dim=%d) on %s", model, dim, corpus_path)
+    if epoch is None:
+        tokens = count_tokens(corpus_path)
+        epoch = epochs_for(tokens)
+        logger.info("%s has %s tokens: training %d epochs", corpus_path, f"{tokens:,}", epoch)
+    logger.info("Training fastText %s (dim=%d, %d epochs) on %s", model, dim, epoch, corpus_path)
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             ft_model = fasttext.train_unsupervised(
@@ -109,4 +131,16 @@ def train_fasttext(
         )
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
+        health = dataclasses.replace(
+            measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path)
+        )
+        logger.info("fastText vectors %s: %s", output_path, health.summary())
+        if health.degenerate:
+            remedy = (
+                f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
+            )
+            if not allow_degenerate:
+                # Raised inside atomic_path: nothing is written, an existing file is kept.
+                raise degenerate_vectors_error(health, remedy + " Nothing was written.")
+            logger.warning("%s", degenerate_vectors_error(health, remedy + " Saved anyway."))
     return output_path

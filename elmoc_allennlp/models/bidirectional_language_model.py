@@ -13,6 +13,8 @@ from allennlp.nn import InitializerApplicator, util
 
 from elmoc_allennlp.common.checks import check_one_of
 from elmoc_allennlp.models.device_average import DeviceAverage
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.vector_health import ConstantBaseline, check_target_vectors
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
 
@@ -111,8 +113,15 @@ class BidirectionalLanguageModel(Model):
     bilm-tf's and allennlp-models' `language_model`), so the same number means the same thing for
     one direction or two; it is the `loss` of the progress bar, `training_loss` and
     `validation_loss` in `metrics.json`, and `loss` in `allennlp evaluate`. Metrics:
-    `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity`, `retrieval_accuracy`.
-    The `elmoc_gradient_descent` trainer steps each direction on its own loss.
+    `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity`, `retrieval_accuracy`
+    and `constant_baseline_loss` (with `forward_` and `backward_` ones): the cosine loss of the best
+    constant prediction, the targets' mean direction, over the same targets (see `ConstantBaseline`;
+    a cosine head's `loss` must be well below it). The `elmoc_gradient_descent` trainer steps each
+    direction on its own loss.
+
+    Continuous heads need fastText targets that are not degenerate: when the target embedder
+    reads a fastText model, its frequent words are measured once at construction, and nearly
+    collinear vectors are a `DegenerateVectorsError` (`elmoc_allennlp/common/vector_health.py`).
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -211,6 +220,13 @@ class BidirectionalLanguageModel(Model):
         self._backward_loss = DeviceAverage()
         self._cosine_similarity = DeviceAverage()
         self._retrieval_accuracy = DeviceAverage()
+        self._constant_baselines: Dict[str, ConstantBaseline] = {}
+        if not output_layer.requires_target_ids:
+            self._check_target_vectors()
+            self._constant_baselines = {
+                direction: ConstantBaseline(output_layer.get_output_dim())
+                for direction in ("forward", "backward")
+            }
         if initializer is not None:
             initializer(self)
         if tie_output_embedding is not None:
@@ -294,6 +310,17 @@ class BidirectionalLanguageModel(Model):
         groups.extend((f"layer {index + 1}", layers[index]) for index in sorted(layers))
         groups.append(("output", output_names))
         return [(label, names) for label, names in groups if names]
+
+    def _check_target_vectors(self) -> None:
+        """Refuses degenerate fastText targets (the target embedder's tables, measured once)."""
+        embedder = self._target_embedder or self._text_field_embedder
+        tables = {
+            id(module.vectors): module.vectors
+            for module in embedder.modules()
+            if isinstance(getattr(module, "vectors", None), FastTextVectors)
+        }
+        for vectors in tables.values():
+            check_target_vectors(vectors)
 
     def _tie_output_embedding(self, key: str) -> None:
         token_embedders = getattr(self._text_field_embedder, "_token_embedders", {})
@@ -452,6 +479,7 @@ class BidirectionalLanguageModel(Model):
                 return
             self._cosine_similarity(cosine.mean())
             self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
+            self._constant_baselines[direction](targets)
 
     def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """The fraction of predictions nearest to their own target of the batch (compared by value)."""
@@ -475,6 +503,13 @@ class BidirectionalLanguageModel(Model):
         if not self._output_layer.requires_target_ids:
             metrics["cosine_similarity"] = self._cosine_similarity.get_metric(reset)
             metrics["retrieval_accuracy"] = self._retrieval_accuracy.get_metric(reset)
+            baselines = []
+            for direction in ("forward", "backward"):
+                if self._directions in ("both", direction):
+                    baseline = self._constant_baselines[direction].get_metric(reset)
+                    metrics[f"{direction}_constant_baseline_loss"] = baseline
+                    baselines.append(baseline)
+            metrics["constant_baseline_loss"] = sum(baselines) / len(baselines)
         return metrics
 
     def make_output_human_readable(self, output_dict: Dict[str, torch.Tensor]) -> Dict[str, Any]:

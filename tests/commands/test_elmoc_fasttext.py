@@ -9,6 +9,7 @@ from allennlp.commands import main
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for, measure_vector_health
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "lm_corpus" / "train-00001-of-00002.txt"
 
@@ -57,3 +58,38 @@ def test_bad_arguments_name_the_cause_and_write_nothing(monkeypatch, tmp_path, a
     with pytest.raises(ConfigurationError, match=message):
         run(monkeypatch, *arguments)
     assert not (tmp_path / "out.bin").exists()
+
+
+def _stub_fasttext(monkeypatch, matrix):
+    from elmoc_allennlp.common import fasttext_training
+    from tests.common.test_fasttext_training import _FastText
+
+    stub = _FastText([matrix])
+    monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: stub)
+    return stub
+
+
+def test_degenerate_vectors_stop_the_command_with_the_remedy(monkeypatch, tmp_path):
+    from tests.common.test_fasttext_training import _degenerate
+
+    _stub_fasttext(monkeypatch, _degenerate())
+    output = tmp_path / "vectors.bin"
+    with pytest.raises(DegenerateVectorsError, match=r"vectors\.bin are degenerate: .*--epoch 6\b"):
+        run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--epoch", "3")
+    assert list(tmp_path.iterdir()) == []
+    _stub_fasttext(monkeypatch, _degenerate())
+    run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--epoch", "3", "--allow-degenerate")
+    assert FastTextVectors(output).dim == 4
+
+
+def test_epochs_follow_the_corpus_and_the_figures_are_printed(monkeypatch, tmp_path, capsys):
+    from tests.common.test_fasttext_training import _good
+
+    stub = _stub_fasttext(monkeypatch, _good())
+    output = tmp_path / "vectors.bin"
+    run(monkeypatch, str(CORPUS), str(output), "--dim", "4")
+    tokens = sum(len(line.split()) for line in CORPUS.read_text(encoding="utf-8").splitlines())
+    assert stub.kwargs["epoch"] == epochs_for(tokens) > 5
+    health = measure_vector_health(output)
+    printed = capsys.readouterr().out
+    assert f"written to {output}: mean pairwise cosine of the 5 most frequent words {health.mean_cosine:.3f}" in printed

@@ -115,6 +115,8 @@ def test_single_direction_trains_only_that_direction(single_direction_runs):
             f"{direction}_loss",
             "cosine_similarity",
             "retrieval_accuracy",
+            f"{direction}_constant_baseline_loss",
+            "constant_baseline_loss",
         }
 
 

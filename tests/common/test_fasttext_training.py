@@ -1,4 +1,7 @@
-"""`train_fasttext` never saves a matrix the fastText package left partly uninitialised."""
+"""
+`train_fasttext` never saves a matrix the fastText package left partly uninitialised, nor
+degenerate vectors, and chooses its epochs from the corpus size.
+"""
 import json
 import os
 import subprocess
@@ -10,7 +13,8 @@ import numpy
 import pytest
 
 from elmoc_allennlp.common import fasttext_training
-from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE
+from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors, write_fasttext_bin
+from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for
 
 
 class _Model:
@@ -21,7 +25,8 @@ class _Model:
         return self.matrix
 
     def save_model(self, path: str) -> None:
-        Path(path).write_bytes(self.matrix.tobytes())
+        words = ["</s>"] + [f"w{index}" for index in range(len(self.matrix) - 1)]
+        write_fasttext_bin(path, words, self.matrix, minn=3, maxn=0, bucket=0)
 
 
 class _FastText:
@@ -33,11 +38,20 @@ class _FastText:
 
     def train_unsupervised(self, *args, **kwargs) -> _Model:
         self.calls += 1
+        self.kwargs = kwargs
         return _Model(self.matrices.pop(0))
 
 
 def _good() -> numpy.ndarray:
-    return numpy.full((6, 4), 0.01, dtype=numpy.float32)
+    return numpy.random.default_rng(0).uniform(-0.25, 0.25, (6, 4)).astype(numpy.float32)
+
+
+def _degenerate() -> numpy.ndarray:
+    return (0.5 + 0.001 * _good()).astype(numpy.float32)
+
+
+def _saved_matrix(path: Path) -> numpy.ndarray:
+    return FastTextVectors(path).input_matrix.numpy()
 
 
 def _with_row(value: float) -> numpy.ndarray:
@@ -55,7 +69,7 @@ def test_a_matrix_with_an_uninitialised_row_is_trained_again(monkeypatch, tmp_pa
     corpus.write_text("a b c\n", encoding="utf-8")
     output = fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4)
     assert stub.calls == 2
-    assert output.read_bytes() == _good().tobytes()
+    numpy.testing.assert_array_equal(_saved_matrix(output), _good())
 
 
 def test_three_bad_trainings_raise_and_write_nothing(monkeypatch, tmp_path):
@@ -67,6 +81,33 @@ def test_three_bad_trainings_raise_and_write_nothing(monkeypatch, tmp_path):
         fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4)
     assert stub.calls == 3
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_degenerate_vectors_are_refused_and_an_existing_file_kept(monkeypatch, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\n", encoding="utf-8")
+    output = tmp_path / "out.bin"
+    output.write_bytes(b"precious")
+    monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
+    with pytest.raises(DegenerateVectorsError, match=r"out\.bin are degenerate: .* --epoch 14\b.*Nothing was written"):
+        fasttext_training.train_fasttext(corpus, output, dim=4, epoch=7)
+    assert output.read_bytes() == b"precious"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "out.bin"]
+    # Allowed: saved, with the same figures in a warning.
+    monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
+    fasttext_training.train_fasttext(corpus, output, dim=4, epoch=7, allow_degenerate=True)
+    numpy.testing.assert_array_equal(_saved_matrix(output), _degenerate())
+
+
+@pytest.mark.parametrize("epoch, expected", [(None, epochs_for(7)), (3, 3)])
+def test_epochs_follow_the_corpus_size_unless_given(monkeypatch, tmp_path, epoch, expected):
+    stub = _FastText([_good()])
+    monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: stub)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\n\nd  e f g\n", encoding="utf-8")
+    fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4, epoch=epoch)
+    assert stub.kwargs["epoch"] == expected
+    assert epochs_for(7) == 714_286  # 5M token passes
 
 
 _TRAIN_AND_PRINT_TAIL = """

@@ -1,15 +1,22 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from allennlp.common import Params
 from allennlp.common.testing import ModelTestCase
-from allennlp.data import Batch
+from allennlp.data import Batch, Vocabulary
+from allennlp.models import Model
 
 import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
+METRICS = {
+    "forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy",
+    "forward_constant_baseline_loss", "backward_constant_baseline_loss", "constant_baseline_loss",
+}
 
 class TestBidirectionalLanguageModel(ModelTestCase):
     def setup_method(self):
@@ -107,17 +114,50 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         self.model(**self._tensors())
         assert self.model.get_metrics() == {}  # allennlp's per-step read: no device read
         metrics = self.model.get_metrics(reset=True)  # end of epoch: read and reset
-        assert set(metrics) == {"forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy"}
+        assert set(metrics) == METRICS
         assert metrics["forward_loss"] > 0
 
     def test_metrics(self):
         self.model.eval()
         self.model(**self._tensors())
         metrics = self.model.get_metrics(reset=True)
-        assert set(metrics) == {"forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy"}
+        assert set(metrics) == METRICS
         assert 0.0 <= metrics["retrieval_accuracy"] <= 1.0
         assert -1.0 <= metrics["cosine_similarity"] <= 1.0
         assert math.isclose(1 - metrics["cosine_similarity"], 0.5 * (metrics["forward_loss"] + metrics["backward_loss"]), rel_tol=1e-4)
+
+    def test_constant_baseline_is_the_loss_of_predicting_each_directions_mean_target(self):
+        self.model.eval()
+        tensors = self._tensors()
+        self.model.get_metrics(reset=True)
+        self.model(**tensors)
+        self.model(**tensors)  # two batches: the baseline is over all their targets
+        metrics = self.model.get_metrics(reset=True)
+        targets, mask = self.model.target_vectors(tensors["tokens"])
+        pairs = mask[:, :-1] & mask[:, 1:]
+        for direction, direction_targets in (
+            ("forward", targets[:, 1:][pairs]), ("backward", targets[:, :-1][pairs])
+        ):
+            mean_direction = F.normalize(direction_targets.double(), dim=-1).mean(0)
+            cosine = F.cosine_similarity(mean_direction.expand_as(direction_targets), direction_targets.double(), dim=-1)
+            expected = (1 - cosine).mean().item()
+            assert metrics[f"{direction}_constant_baseline_loss"] == pytest.approx(expected, abs=1e-6)
+        assert metrics["constant_baseline_loss"] == pytest.approx(
+            (metrics["forward_constant_baseline_loss"] + metrics["backward_constant_baseline_loss"]) / 2
+        )
+        # The two directions' targets differ (the boundary tokens), so do their baselines.
+        assert metrics["forward_constant_baseline_loss"] != metrics["backward_constant_baseline_loss"]
+
+    def test_a_one_direction_model_has_its_directions_baseline_only(self):
+        params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
+        params["model"]["directions"] = "backward"
+        params["model"]["contextualizer"]["separate_input_projections"] = True
+        model = Model.from_params(vocab=self.vocab, params=params.pop("model"))
+        model.eval()
+        model(**self._tensors())
+        metrics = model.get_metrics(reset=True)
+        assert "forward_constant_baseline_loss" not in metrics
+        assert metrics["constant_baseline_loss"] == metrics["backward_constant_baseline_loss"] > 0
 
     def test_retrieval_accuracy_is_one_when_predictions_are_the_targets(self):
         targets = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
@@ -176,3 +216,25 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             f"layer {i + 1}" for i in range(self.model.contextualizer.num_layers)
         ] + ["output"]
         assert sorted(name for _, group in groups for name in group) == sorted(names)
+
+
+def test_degenerate_target_vectors_stop_the_model_at_construction(monkeypatch, tmp_path):
+    """fastText vectors near one direction: a biLM would look good predicting that direction."""
+    from elmoc_allennlp.common.fasttext_vectors import write_fasttext_bin
+    from elmoc_allennlp.common.vector_health import DegenerateVectorsError
+
+    rng = np.random.default_rng(0)
+    words = ["</s>"] + [f"word{index}" for index in range(50)]
+    bucket, dim = 0, 16  # no n-grams: words like these share most of theirs
+    for name, shared in (("degenerate.bin", 1.0), ("healthy.bin", 0.0)):
+        matrix = shared * rng.standard_normal(dim) + (1.02 - shared) * rng.standard_normal((len(words) + bucket, dim))
+        write_fasttext_bin(tmp_path / name, words, matrix.astype(np.float32), minn=2, maxn=0, bucket=bucket)
+
+    def model_with(name):
+        monkeypatch.setenv("ELMOC_TEST_FASTTEXT", str(tmp_path / name))
+        params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
+        return Model.from_params(vocab=Vocabulary(), params=params.pop("model"))
+
+    with pytest.raises(DegenerateVectorsError, match=r"degenerate\.bin are degenerate: mean pairwise cosine of the 50 most frequent words (0\.99[0-9]|1\.000)"):
+        model_with("degenerate.bin")
+    assert model_with("healthy.bin").get_metrics(reset=True)["constant_baseline_loss"] == 0.0
