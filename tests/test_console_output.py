@@ -33,6 +33,29 @@ def _bar_values(stderr: str, name: str) -> List[float]:
     return [float(value) for value in re.findall(rf"(?<![\w]){name}: (-?[\d.]+)", stderr)]
 
 
+# A drawing of a bar that knows its length (the trainer's: "desc ||:  40%|####  | 2/5 [..."), not
+# of one that counts alone ("loading instances: 35it [...", drawn in between by the data loader).
+_COUNTED_DRAWING = re.compile(r"\| (\d+)/\d+ \[")
+
+
+def _counted_bars(stderr: str) -> List[List[str]]:
+    """
+    The drawings of each bar of known length, bar by bar. How often tqdm redraws a bar depends on
+    the clock (at most every 0.1 s, and once more when it closes), so on a busy machine a bar is
+    drawn more times; but every bar is first drawn at 0 (before its first batch), which is where
+    one bar ends and the next begins.
+    """
+    bars: List[List[str]] = []
+    for drawing in re.split(r"[\r\n]", stderr):
+        counter = _COUNTED_DRAWING.search(drawing)
+        if counter is None:
+            continue
+        if int(counter.group(1)) == 0 or not bars:
+            bars.append([])
+        bars[-1].append(drawing)
+    return bars
+
+
 def _printed_metrics(stdout: str) -> Dict[str, str]:
     lines = stdout.splitlines()
     start = lines.index("Final metrics:") + 1
@@ -60,14 +83,16 @@ def test_the_bar_and_metrics_json_show_one_per_direction_loss(tiny_training):
     for split in ("training", "validation"):
         mean = (metrics[f"{split}_forward_loss"] + metrics[f"{split}_backward_loss"]) / 2
         assert metrics[f"{split}_loss"] == pytest.approx(mean, rel=1e-5)
-    # The bar's last `loss` of the epoch is metrics.json's training_loss, then validation's.
-    bar_losses = _bar_values(result.stderr, "loss")
-    validation_start = result.stderr.rindex("forward_loss: ")
-    training_bar = _bar_values(result.stderr[:validation_start], "loss")
-    validation_bar = _bar_values(result.stderr[validation_start:], "loss")
-    assert bar_losses and training_bar and validation_bar
-    assert training_bar[-1] == pytest.approx(metrics["training_loss"], abs=6e-5)
-    assert validation_bar[-1] == pytest.approx(metrics["validation_loss"], abs=6e-5)
+    # The bar's last `loss` of the epoch is metrics.json's training_loss, then validation's
+    # (one epoch: the training bar, then the validation bar, each drawn any number of times).
+    training, validation = _counted_bars(result.stderr)
+    assert _bar_values(training[-1], "loss") == [
+        pytest.approx(metrics["training_loss"], abs=6e-5)
+    ]
+    for name in ("forward_loss", "backward_loss", "loss"):
+        assert _bar_values(validation[-1], name) == [
+            pytest.approx(metrics[f"validation_{name}"], abs=6e-5)
+        ], name
 
 
 def test_training_does_not_dump_tensors_or_warn_about_cuda(tiny_training):

@@ -45,6 +45,9 @@ LINES = 600
 _FILE_SIZE_LIMIT = 256 * 1024
 _TMPFS = "5m"
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ - [A-Z]+ - ")
+# A drawing of the export's progress bar: tqdm redraws it at most every 0.1 s, so a busy machine
+# draws it more often (up to once a batch).
+_BAR_DRAWING = re.compile(r"^elmoc-embed: .*\| \d+/\d+ \[")
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +75,10 @@ def _assert_one_clear_error(returncode: int, stderr: str, output: Path, code: in
     assert last.startswith(f"{DiskFullError.__module__}.DiskFullError: [Errno {code}]"), last
     assert str(output) in last
     assert stderr.count("Traceback") == 1 and "Exception ignored" not in stderr
-    # What is not a log line: warnings at import, the progress bar, the traceback.
-    assert len([line for line in stderr.splitlines() if not _LOG_LINE.match(line)]) <= 40, stderr
+    # What is neither a log line nor the progress bar: warnings at import, the traceback.
+    other = [line for line in stderr.splitlines()
+             if line.strip() and not _LOG_LINE.match(line) and not _BAR_DRAWING.match(line)]
+    assert len(other) <= 40, stderr
 
 
 def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path):
@@ -292,11 +297,16 @@ def test_a_signal_during_an_hdf5_write_interrupts_cleanly(
     output = tmp_path / "out" / "vectors.hdf5"
     output.parent.mkdir()
     real_pwrite, calls = os.pwrite, []
+    # The signal is raised in this thread (the main one, which runs signal handlers), from inside
+    # an HDF5 write, and its Python handler has run when `raise_signal` returns, however busy the
+    # machine. `os.kill` of this process left the thread to the kernel and the handler to
+    # Python's next check: in a full run on a loaded machine, both exports finished uninterrupted.
+    assert number not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
     def signalling_pwrite(descriptor, data, offset):
         calls.append(offset)
         if len(calls) == 40:
-            os.kill(os.getpid(), number)
+            signal.raise_signal(number)
         return real_pwrite(descriptor, data, offset)
 
     monkeypatch.setattr(os, "pwrite", signalling_pwrite)

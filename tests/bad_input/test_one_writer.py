@@ -34,20 +34,22 @@ from tests.bad_input.conftest import write_archive
 from tests.conftest import FIXTURES_ROOT
 
 # Another process holding the lock: a bare `flock` on the lock file (no plugin import), as a run
-# in another container or on another machine sharing the disk would.
+# in another container or on another machine sharing the disk would. It holds it until it is
+# killed or this process ends (its stdin closes), however long the test takes.
 _HOLDER = (
-    "import fcntl, os, sys, time\n"
+    "import fcntl, os, sys\n"
     "descriptor = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
     "fcntl.flock(descriptor, fcntl.LOCK_EX)\n"
     "print('held', flush=True)\n"
-    "time.sleep(120)\n"
+    "sys.stdin.read()\n"
 )
 
 
 class _Holder:
     def __init__(self, lock_file: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, lock_file], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _HOLDER, lock_file], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True,
         )
         assert self.process.stdout.readline().strip() == "held"
 

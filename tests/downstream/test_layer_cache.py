@@ -23,6 +23,7 @@ from allennlp.data.data_loaders import SimpleDataLoader
 
 from elmoc_allennlp.downstream.layer_cache import CACHE_DTYPES, LayerCache, LayerStore, bilm_fingerprint
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
+from tests.crash_safety import wait_for_child
 from tests.downstream.conftest import DOWNSTREAM_CONFIGS
 
 WORDS = "U.N. official Ekeus heads for Baghdad . AI2 engineer Joel lives in Seattle Paris talks".split()
@@ -323,8 +324,8 @@ def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
     workers = [context.Process(target=_fill, args=(str(elmoc_archive), directory, 8, queue)) for _ in range(2)]
     for worker in workers:
         worker.start()
-    for worker in workers:
-        worker.join(120)
+    for worker in workers:  # however long a busy machine takes; a hang still fails
+        wait_for_child(worker.pid, lambda: worker.exitcode is not None, "a worker filling the cache")
         assert worker.exitcode == 0
     assert all(0 <= queue.get(timeout=5) <= 12 for _ in workers)
     live = _elmo(elmoc_archive)
