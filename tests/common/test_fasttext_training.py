@@ -13,7 +13,8 @@ import numpy
 import pytest
 
 from elmoc_allennlp.common import fasttext_training
-from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors, write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors
 from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for
 
 

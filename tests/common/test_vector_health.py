@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, write_fasttext_bin
+from benchmarks.common import write_fasttext_bin
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.common.vector_health import (
     DEGENERATE_MEAN_COSINE,
     ConstantBaseline,
