@@ -22,6 +22,7 @@
 #                              proper, Linux torch is the CUDA build, several GB)
 #   ELMOC_TEST_THREADS=1       intra-op threads for the test suite (tests/conftest.py)
 #   PYTEST_ARGS="-x -k lstm"   passed to pytest; DEMO_ARGS to scripts/quickstart.py
+#   TESTS="tests/data tests/commands"  what pytest collects (default: tests, the whole suite)
 #   PUBLISHED_PYTHON=python3.9 the interpreter for .venv-published (default: the first of python3.10,
 #                              3.9, 3.8 that runs, on PATH or in pyenv's versions)
 
@@ -51,6 +52,7 @@ ifdef ELMOC_TEST_THREADS
 export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
+TESTS ?= tests
 
 .PHONY: install demo test test-busy benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment
 
@@ -84,10 +86,10 @@ demo: $(STAMP)
 	$(BIN)/python scripts/quickstart.py $(DEMO_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
 
 test-busy: $(STAMP)
-	BUSY_PYTHON=$(BIN)/python tools/busy.sh $(BIN)/python -m pytest tests $(PYTEST_ARGS)
+	BUSY_PYTHON=$(BIN)/python tools/busy.sh $(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m benchmarks.output_layers
@@ -134,7 +136,7 @@ install-published: $(PUBLISHED_STAMP)
 test-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
 test-published: $(PUBLISHED_STAMP)
 	$(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall .
-	$(PUBLISHED_BIN)/python -m pytest tests $(PYTEST_ARGS)
+	$(PUBLISHED_BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
 
 # The quickstart in the published environment (README, "First run in the published environment"):
 # the plugin with its `quickstart` extra, installed as a user would (`pip install ".[quickstart]"`).
