@@ -38,6 +38,9 @@ DEGENERATE_MEAN_COSINE = 0.5
 NEAR_DUPLICATE_COSINE = 0.999
 # Degenerate too when this fraction of the frequent words has a near-duplicate neighbour.
 DEGENERATE_NEAR_DUPLICATES = 0.5
+# Fewer frequent words than this are not judged (ours): the mean cosine of a handful of words is
+# noise (2 words of a 16-d test model measured 0.59), and no corpus worth pretraining on has so few.
+MIN_WORDS_JUDGED = 20
 # fastText's default epochs, for a corpus of this many tokens or more.
 DEFAULT_EPOCHS = 5
 # Smaller corpora get epochs for at least this many token passes: 5 epochs of a million tokens,
@@ -75,7 +78,7 @@ class VectorHealth:
 
     @property
     def degenerate(self) -> bool:
-        return (
+        return self.words >= MIN_WORDS_JUDGED and (
             self.mean_cosine >= DEGENERATE_MEAN_COSINE
             or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
         )
@@ -85,6 +88,7 @@ class VectorHealth:
             f"mean pairwise cosine of the {self.words:,} most frequent words {self.mean_cosine:.3f}, "
             f"{self.near_duplicate_fraction:.1%} of them with a neighbour at cosine "
             f"{NEAR_DUPLICATE_COSINE} or more"
+            + ("" if self.words >= MIN_WORDS_JUDGED else f" (too few words to judge: under {MIN_WORDS_JUDGED})")
         )
 
 

@@ -4,7 +4,7 @@ current torch, and that cannot be scoped to them (each module's docstring says w
 can go; `docs/compat.md` lists them). Each module has `REPLACES` (a phrase for the log line),
 `TARGETS` (the dotted names of the allennlp objects it replaces; a test checks that importing
 the plugin replaces exactly the declared ones) and an idempotent `install() -> bool` (`False`:
-this environment does not need it). Every replacement goes through `install_shim`.
+this environment does not need it). Every replacement goes through `elmoc_allennlp.common.shims.install_shim`.
 
 `install_shims()`, run when `elmoc_allennlp` is imported, installs these and the guards of
 `elmoc_allennlp.hardening` (which act on the plugin's own archives, configs and models only,
@@ -15,37 +15,13 @@ One stand-in cannot wait for the plugin: allennlp imports torchvision before any
 where no real torchvision is importable. To drop it: once allennlp imports torchvision lazily.
 """
 import importlib
-import inspect
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import List, Optional
 
 logger = logging.getLogger(__name__)
 
 # Modules of this package, in the order they are installed.
 SHIMS = ("reduce_on_plateau", "elmoc_as_elmo", "carried_files")
-
-# (owner, attribute, shim) -> the object the shim replaced.
-_ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
-
-
-def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-    """
-    Replaces `owner.name` (a module's or a class's attribute) by `make(original)`, once per
-    process and shim (a second call does nothing). A classmethod stays one: `make` gets and
-    returns its function.
-    """
-    key = (owner, name, f"{make.__module__}.{make.__qualname__}")
-    if key in _ORIGINALS:
-        return
-    is_classmethod = isinstance(owner, type) and isinstance(
-        inspect.getattr_static(owner, name), classmethod
-    )
-    original = getattr(owner, name)
-    original = original.__func__ if is_classmethod else original
-    replacement = make(original)
-    _ORIGINALS[key] = original
-    setattr(owner, name, classmethod(replacement) if is_classmethod else replacement)
-
 
 _installed: Optional[List[str]] = None
 

@@ -22,7 +22,7 @@ import functools
 from os import PathLike
 from typing import Callable, List, Optional, Union
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 
 REPLACES = "model archives of ELMo-C runs carry the biLM copies and where each fastText file is"
 TARGETS = ("allennlp.commands.train.archive_model",)

@@ -16,7 +16,7 @@ entry in `elmoc_allennlp.compat.SHIMS`.
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 
 REPLACES = "an `Elmo` block with an ELMo-C archive_file builds ElmocElmo (bcn's elmo)"
 TARGETS = ("allennlp.modules.elmo.Elmo.from_params",)

@@ -10,7 +10,7 @@ Guards against bad input around allennlp 2.10.1, in two scopes (`docs/trust_and_
   or `--include-package`), or `import elmoc_allennlp_hardening`.
 
 Each module is a shim like those of `elmoc_allennlp.compat` (`REPLACES`, `TARGETS`, `install()`,
-through `compat.install_shim`); its docstring says the problem, the workaround and when it can go.
+through `common.shims.install_shim`); its docstring says the problem, the workaround and when it can go.
 """
 import contextlib
 from typing import Iterator, List

@@ -12,7 +12,7 @@ from os import PathLike
 from typing import Callable, List, Optional, Union
 
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import plugin_config, plugin_run
 
 REPLACES = "`allennlp train` of the plugin's runs writes model.tar.gz and config.json atomically"

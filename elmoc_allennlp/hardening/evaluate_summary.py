@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 
 REPLACES = "`allennlp evaluate` of the plugin's archives prints its final metrics in full"
 TARGETS = ("allennlp.commands.evaluate.evaluate_from_archive",)

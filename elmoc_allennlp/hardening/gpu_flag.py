@@ -27,7 +27,7 @@ def _checking_device(original):
 def install() -> bool:
     import allennlp.models.archival as archival
 
-    from elmoc_allennlp.compat import install_shim
+    from elmoc_allennlp.common.shims import install_shim
 
     install_shim(archival, "_load_model", _checking_device)
     return True

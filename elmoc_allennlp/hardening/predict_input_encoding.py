@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import plugin_model
 
 REPLACES = "`allennlp predict` of the plugin's models names the input line that is not UTF-8"

@@ -9,7 +9,7 @@ import os
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import plugin_model
 
 REPLACES = "`allennlp predict` of the plugin's models refuses an --output-file that is its input file"

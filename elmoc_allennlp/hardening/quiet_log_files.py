@@ -12,7 +12,7 @@ from typing import Optional
 
 import allennlp.common.logging as common_logging
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import everywhere
 
 REPLACES = "log files report a full disk once, naming the file"

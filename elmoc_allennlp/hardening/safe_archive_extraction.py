@@ -15,7 +15,7 @@ import os
 from allennlp.common.params import Params, parse_overrides, with_overrides
 
 from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
 REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"

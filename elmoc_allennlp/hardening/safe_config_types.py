@@ -10,7 +10,7 @@ import functools
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import everywhere
 
 REPLACES = "a dotted config type must name a subclass of the requested kind"

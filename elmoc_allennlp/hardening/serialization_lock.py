@@ -14,7 +14,7 @@ import os
 from typing import Optional
 
 from elmoc_allennlp.common.writer_lock import FOLDER, HELD_FOLDERS, WriterLock
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import plugin_config
 
 REPLACES = "a serialization folder of the plugin's runs has one `allennlp train` writer at a time (an flock)"

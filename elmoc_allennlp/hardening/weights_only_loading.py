@@ -13,7 +13,7 @@ import tarfile
 
 from elmoc_allennlp.common.archives import read_archive
 from elmoc_allennlp.common.torch_versions import load_tensors
-from elmoc_allennlp.compat import install_shim
+from elmoc_allennlp.common.shims import install_shim
 from elmoc_allennlp.hardening.scope import everywhere
 
 REPLACES = "weights and checkpoints are loaded with weights_only=True, whatever the environment"

@@ -11,6 +11,7 @@ from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.common.vector_health import (
     DEGENERATE_MEAN_COSINE,
+    MIN_WORDS_JUDGED,
     ConstantBaseline,
     DegenerateVectorsError,
     check_target_vectors,
@@ -111,3 +112,20 @@ def test_constant_baseline_is_the_loss_of_predicting_the_mean_direction():
     copied = copy.deepcopy(baseline)  # checkpoints may copy metrics
     assert baseline.get_metric(reset=True) == pytest.approx(plain, abs=1e-6)
     assert baseline.get_metric() == 0.0 and copied.get_metric() == pytest.approx(plain, abs=1e-6)
+
+
+@pytest.mark.parametrize("words", [MIN_WORDS_JUDGED - 1, MIN_WORDS_JUDGED, MIN_WORDS_JUDGED + 1])
+def test_vectors_of_fewer_words_than_can_be_judged_are_measured_but_not_refused(tmp_path, words):
+    # The same nearly collinear vectors (spread 0.05) at the judged minimum's boundary.
+    rng = np.random.default_rng(2)
+    names = ["</s>"] + [f"word{index}" for index in range(words)]
+    matrix = (rng.standard_normal(DIM) + 0.05 * rng.standard_normal((len(names), DIM))).astype(np.float32)
+    path = write_fasttext_bin(tmp_path / "few.bin", names, matrix, minn=3, maxn=0, bucket=0)
+    health = measure_vector_health(path)
+    assert health.words == words and health.mean_cosine > 0.9
+    assert health.degenerate == (words >= MIN_WORDS_JUDGED)
+    if words < MIN_WORDS_JUDGED:
+        assert check_target_vectors(FastTextVectors(path)).words == words
+    else:
+        with pytest.raises(DegenerateVectorsError):
+            check_target_vectors(FastTextVectors(path))

@@ -23,7 +23,7 @@ def _tiny_params() -> Params:
 
 
 def test_only_the_train_commands_archive_model_is_wrapped():
-    from elmoc_allennlp.compat import _ORIGINALS
+    from elmoc_allennlp.common.shims import _ORIGINALS
 
     wrapped = [original for (owner, name, _), original in _ORIGINALS.items()
                if owner is train_command and name == "archive_model"]
