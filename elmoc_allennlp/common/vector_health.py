@@ -38,9 +38,10 @@ DEGENERATE_MEAN_COSINE = 0.5
 NEAR_DUPLICATE_COSINE = 0.999
 # Degenerate too when this fraction of the frequent words has a near-duplicate neighbour.
 DEGENERATE_NEAR_DUPLICATES = 0.5
-# Fewer frequent words than this are not judged (ours): the mean cosine of a handful of words is
-# noise (2 words of a 16-d test model measured 0.59), and no corpus worth pretraining on has so few.
-MIN_WORDS_JUDGED = 20
+# Fewer frequent words than this are not judged (ours): the mean cosine of a pair or three is
+# noise (the 2 words of a 16-d test model measured 0.59; 5 words give 10 pairs), and no corpus
+# worth pretraining on has so few.
+MIN_WORDS_JUDGED = 5
 # fastText's default epochs, for a corpus of this many tokens or more.
 DEFAULT_EPOCHS = 5
 # Smaller corpora get epochs for at least this many token passes: 5 epochs of a million tokens,
