@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Dict
 
 import pytest
-import torch
 
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.util import import_module_and_submodules
@@ -23,11 +22,8 @@ import_module_and_submodules("elmoc_allennlp")
 
 
 @pytest.fixture(autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_torch_thread(one_torch_thread):
+    """Every fine-tuning test at one intra-op thread (tests/conftest.py says why)."""
 
 
 @pytest.fixture(scope="session")
