@@ -308,7 +308,7 @@ def _to(tensors, device):
 def host_syncs(ctx: "Context") -> Dict[str, Any]:
     needs_allennlp()
     from tests.conftest import FIXTURES_ROOT
-    from tests.models.test_no_host_syncs import _model_and_batch  # the fixture biLM, gathered vectors
+    from tests.models.bidirectional_language_model.test_no_host_syncs import _model_and_batch  # the fixture biLM, gathered vectors
 
     # The fixture config's data: its folder, and a 16-d fastText .bin (the suite trains one; here a
     # synthetic one: no fastText package needed).

@@ -11,7 +11,7 @@
 // cosine loss. The two directions share nothing but the frozen vectors, as the authors' two
 // independent LMs (paper footnote 7).
 // Trainable parameters: 76,185,176 (paper Tables 2 and 4: 76M;
-// tests/test_pretrain_configs.py checks the exact count on the meta device).
+// tests/training_configs/pretrain/test_elmoc_configs.py checks the exact count on the meta device).
 // Data: One Billion Word Benchmark, 10 epochs (paper section 4), read as 20-token windows across
 // sentence boundaries (paper section 5.2.2), 768 windows per batch and worker (paper Table 2).
 // Schedule: the authors' (`elmoc_rnmt_plus`), from the global batch B = 768 x workers: peak lr

@@ -35,7 +35,7 @@ from elmoc_allennlp.downstream.input_kinds import (
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo
 from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 from tests.conftest import rewrite_archive
-from tests.test_baseline_configs import tiny_config
+from tests.training_configs.pretrain.test_baselines import tiny_config
 
 SENTENCES = [["the", "bank", "raised", "rates"], ["a", "boat"], []]
 OUTPUT_DIM = 12  # 2 x projection_dim 6

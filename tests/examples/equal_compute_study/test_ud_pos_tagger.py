@@ -6,7 +6,7 @@ from allennlp.commands.train import train_model_from_file
 from allennlp.common import Params
 from allennlp.common.util import import_module_and_submodules
 
-CONFIG = Path(__file__).resolve().parents[2] / "examples" / "equal_compute_study" / "ud_pos_tagger.jsonnet"
+CONFIG = Path(__file__).resolve().parents[3] / "examples" / "equal_compute_study" / "ud_pos_tagger.jsonnet"
 
 
 def test_pos_config_trains_with_the_study_package(downstream_environment, tmp_path):

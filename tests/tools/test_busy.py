@@ -13,7 +13,7 @@ from typing import List
 
 import pytest
 
-BUSY = Path(__file__).resolve().parents[1] / "tools" / "busy.sh"
+BUSY = Path(__file__).resolve().parents[2] / "tools" / "busy.sh"
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
 

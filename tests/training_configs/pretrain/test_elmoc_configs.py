@@ -22,7 +22,7 @@ from elmoc_allennlp.common.fasttext_training import train_fasttext
 from tests.conftest import LM_CORPUS
 from tests.training.test_rnmt_plus_learning_rate import authors_learning_rate
 
-PRETRAIN_CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
+PRETRAIN_CONFIGS = Path(__file__).resolve().parents[3] / "training_configs" / "pretrain"
 LIBSONNET = PRETRAIN_CONFIGS / "elmoc.libsonnet"
 BASELINES = PRETRAIN_CONFIGS / "baselines.libsonnet"
 REQUIRED = {"fasttext_path": "ft.bin", "embedding_dim": 8, "train_data_path": "corpus/*"}

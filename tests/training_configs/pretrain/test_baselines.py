@@ -41,7 +41,7 @@ except ImportError:
 
 from tests.conftest import FIXTURES_ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain"
+CONFIGS = Path(__file__).resolve().parents[3] / "training_configs" / "pretrain"
 VARIANTS = [
     "elmo",
     "elmo_a",

@@ -16,7 +16,7 @@ import elmoc_allennlp.training.step_log_callback  # noqa: F401
 from elmoc_allennlp.common import torch_versions
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
-LIBSONNET = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc.libsonnet"
+LIBSONNET = Path(__file__).resolve().parents[3] / "training_configs" / "pretrain" / "elmoc.libsonnet"
 REQUIRED = {"fasttext_path": "ft.bin", "embedding_dim": 8, "train_data_path": "corpus/*"}
 
 

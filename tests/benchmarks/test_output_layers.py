@@ -9,7 +9,7 @@ import pytest
 from benchmarks import output_layers, vocabulary_coverage
 from benchmarks.common import random_fasttext
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TOY = [
     "--cell-dim", "12", "--projection-dim", "8", "--embedding-dim", "10",

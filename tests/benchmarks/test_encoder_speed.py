@@ -8,7 +8,7 @@ import torch
 
 from benchmarks import encoder_speed
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_measure_prints_every_method_on_cpu():

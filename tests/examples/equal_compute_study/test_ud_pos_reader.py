@@ -6,7 +6,7 @@ from allennlp.common.checks import ConfigurationError
 
 from examples.equal_compute_study.ud_pos_reader import UniversalDependenciesPosReader
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "downstream" / "ud_pos.conllu"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "downstream" / "ud_pos.conllu"
 
 
 def test_reads_words_and_upos_skipping_ranges_and_empty_nodes():

@@ -16,9 +16,9 @@ from benchmarks.retrieval_scoring import full_matrix_accuracy  # the metric as f
 from elmoc_allennlp.models import bidirectional_language_model as bilm_module
 from elmoc_allennlp.models.bidirectional_language_model import retrieval_accuracy
 from tests.conftest import LM_CORPUS
-from tests.models.test_no_host_syncs import _NoTableReads, _model_and_batch
+from tests.models.bidirectional_language_model.test_no_host_syncs import _NoTableReads, _model_and_batch
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _repeated_words(num_positions=600, num_words=40, dim=8, seed=0):
@@ -109,7 +109,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
     """
     import json, resource
     import torch
-    from tests.models.test_no_host_syncs import _model_and_batch
+    from tests.models.bidirectional_language_model.test_no_host_syncs import _model_and_batch
 
     model, _ = _model_and_batch(gather=False)
     model.eval()

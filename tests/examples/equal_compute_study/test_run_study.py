@@ -13,7 +13,7 @@ import pytest
 from examples import common
 from examples.equal_compute_study import run_study as study
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_subsets_keep_the_first_examples_of_each_format(tmp_path):
