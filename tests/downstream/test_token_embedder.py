@@ -1,18 +1,24 @@
 """
-Options of the blocks ELMo-C replaces (`elmo_token_embedder`, `bidirectional_lm_token_embedder`,
-`bcn`'s `elmo`): accepted where they mean something for a biLM, else a precise error.
+The ELMo-C token embedder (`elmoc_token_embedder`): options of the blocks ELMo-C replaces
+(`elmo_token_embedder`, `bidirectional_lm_token_embedder`, `bcn`'s `elmo`), accepted where they
+mean something for a biLM, else a precise error; the learned mix, its options and bad input.
 """
+import numpy
 import pytest
 import torch
 
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
+from allennlp.data import Token, Vocabulary
 from allennlp.modules.elmo import Elmo
+from allennlp.modules.text_field_embedders import BasicTextFieldEmbedder
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
+from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
+from tests.downstream.conftest import SENTENCES, embed
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -106,3 +112,111 @@ def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monk
         message = str(error.value)
         assert f"ELMo-C archive {missing} ({key}) does not exist" in message
         assert f"working directory, {tmp_path}" in message
+
+
+# ---------------------------------------------------------------------- the mix, its options and bad input
+
+
+def test_output_is_gamma_times_softmax_weighted_sum_of_layers(
+    elmoc_archive, indexer, expected_layers
+):
+    embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
+    mix = embedder.elmo.scalar_mix_0
+    weights = [0.3, -1.0, 2.0]
+    with torch.no_grad():
+        for parameter, value in zip(mix.scalar_parameters, weights):
+            parameter.fill_(value)
+        mix.gamma.fill_(1.7)
+    output = embed(embedder, indexer, SENTENCES)
+    assert output.shape == (len(SENTENCES), 6, 12) and embedder.get_output_dim() == 12
+    normalized = torch.softmax(torch.tensor(weights), 0).numpy()
+    for index, sentence in enumerate(SENTENCES):
+        expected = 1.7 * numpy.einsum("l,ltd->td", normalized, expected_layers[index])
+        numpy.testing.assert_allclose(
+            output[index, : len(sentence)].detach().numpy(), expected, atol=1e-5
+        )
+        assert torch.all(output[index, len(sentence) :] == 0)
+
+
+def test_fixed_scalar_mix_parameters_select_a_layer_and_are_not_trained(
+    elmoc_archive, indexer, expected_layers
+):
+    embedder = ElmocTokenEmbedder(
+        str(elmoc_archive), dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1.0]
+    )
+    assert not any(parameter.requires_grad for parameter in embedder.parameters())
+    output = embed(embedder, indexer, SENTENCES[:1])
+    numpy.testing.assert_allclose(output[0].numpy(), expected_layers[0][-1], atol=1e-5)
+
+
+def test_do_layer_norm_normalizes_each_layer_over_the_tokens_and_boundaries(
+    elmoc_archive, bilm, indexer
+):
+    embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0, do_layer_norm=True)
+    output = embed(embedder, indexer, SENTENCES).detach()
+    activations = embed(bilm, indexer, SENTENCES)
+    mask = activations["mask"].unsqueeze(-1).float()
+    count = mask.sum() * 12
+    expected = 0
+    for layer in activations["activations"]:
+        mean = (layer * mask).sum() / count
+        variance = (((layer - mean) * mask) ** 2).sum() / count
+        expected = expected + (layer - mean) / torch.sqrt(variance + 1e-13) / 3
+    for index, sentence in enumerate(SENTENCES):
+        assert torch.allclose(
+            output[index, : len(sentence)], expected[index, 1 : len(sentence) + 1], atol=1e-4
+        )
+
+
+def test_projection_dim_and_dropout(elmoc_archive, indexer):
+    embedder = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.5, projection_dim=5)
+    assert embedder.get_output_dim() == 5
+    ids = indexed_batch(indexer, SENTENCES)
+    embedder.train()
+    trained = embedder(ids)
+    assert trained.shape == (len(SENTENCES), 6, 5)
+    trained.sum().backward()
+    assert embedder._projection.weight.grad is not None
+    embedder.eval()
+    assert torch.equal(embedder(ids), embedder(ids))
+    assert not torch.equal(embedder(ids), trained)
+
+
+def test_biLM_is_frozen_by_default_and_fine_tuned_with_requires_grad(elmoc_archive, indexer):
+    frozen = ElmocTokenEmbedder(str(elmoc_archive))
+    trainable = {name for name, p in frozen.named_parameters() if p.requires_grad}
+    assert trainable == {
+        "_elmo.scalar_mix_0.gamma",
+        "_elmo.scalar_mix_0.scalar_parameters.0",
+        "_elmo.scalar_mix_0.scalar_parameters.1",
+        "_elmo.scalar_mix_0.scalar_parameters.2",
+    }
+    tuned = ElmocTokenEmbedder(str(elmoc_archive), requires_grad=True, dropout=0.0)
+    embed(tuned, indexer, SENTENCES).sum().backward()
+    encoder = tuned.elmo.bilm.bilm._contextualizer
+    assert all(p.requires_grad and p.grad is not None for p in encoder.parameters())
+
+
+def test_wrong_indexer_output_is_a_clear_error(elmoc_archive, tiny_fasttext_path):
+    embedder = BasicTextFieldEmbedder({"elmo": ElmocTokenEmbedder(str(elmoc_archive))})
+    words = FastTextSubwordIndexer(str(tiny_fasttext_path))
+    tensors = words.as_padded_tensor_dict(
+        words.tokens_to_indices([Token("a")], Vocabulary()), {"num_tokens": 1, "num_subwords": 4}
+    )
+    batched = {"elmo": {key: value.unsqueeze(0) for key, value in tensors.items()}}
+    with pytest.raises(ConfigurationError, match="elmoc_bilm_inputs"):
+        embedder(batched)
+
+
+def test_bad_mixing_options(elmoc_archive, bilm):
+    with pytest.raises(ConfigurationError, match="scalar_mix_parameters has 2 weights.*3 layers"):
+        ElmocTokenEmbedder(str(elmoc_archive), scalar_mix_parameters=[0.0, 1.0])
+    with pytest.raises(ConfigurationError, match="scalar_mix_l2_penalty"):
+        ElmocElmo(
+            None, 1, scalar_mix_parameters=[0.0, 0.0, 1.0], scalar_mix_l2_penalty=0.1, module=bilm
+        )
+    with pytest.raises(ConfigurationError, match="dropout"):
+        ElmocElmo(None, 1, dropout=1.5, module=bilm)
+    with pytest.raises(ConfigurationError, match="projection_dim"):
+        ElmocTokenEmbedder(str(elmoc_archive), projection_dim=0)
+
