@@ -1,5 +1,7 @@
-"""Single-direction training (`model.directions`) and the forward + backward merge command."""
+"""Single-direction training (`model.directions`) and the forward + backward merge command (its
+work on crafted weights bounded, issue #35)."""
 import copy
+import io
 import json
 import tarfile
 from pathlib import Path
@@ -20,6 +22,8 @@ import elmoc_allennlp  # noqa: F401
 import elmoc_allennlp.commands.merge_bilm  # noqa: F401  (registers the subcommand)
 import elmoc_allennlp.training.atomic_checkpointer  # noqa: F401  (registers "elmoc_atomic")
 from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives, merge_bilm_state_dicts
+from elmoc_allennlp.common.archives import UnsafeArchiveError
+from tests.common.archives.conftest import _with_weights
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
 INITIAL_WEIGHTS: Dict[str, Dict[str, torch.Tensor]] = {}
@@ -364,3 +368,79 @@ def test_shared_views_compare_up_to_exactly_what_the_storages_hold(tmp_path, k, 
             merge_bilm_state_dicts(forward, backward)
         assert f"Parameter {keys[budget]}: " in str(raised.value)
         assert f"({budget:,})" in str(raised.value)
+
+
+# ------------------------------------------------- bounded work on crafted weights (issue #35)
+
+
+def test_merge_refuses_a_zero_stride_tensor_before_comparing(elmoc_archive, tmp_path):
+    from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
+
+    buffer = io.BytesIO()
+    torch.save({"huge": torch.zeros(1).expand(1 << 20, 1 << 20)}, buffer)
+    first = _with_weights(elmoc_archive, tmp_path / "a.tar.gz", buffer.getvalue())
+    second = _with_weights(elmoc_archive, tmp_path / "b.tar.gz", buffer.getvalue())
+    with pytest.raises(UnsafeArchiveError) as raised:
+        merge_bilm_archives(first, second, tmp_path / "merged.tar.gz")
+    assert raised.value.member == "weights.th"
+    assert not (tmp_path / "merged.tar.gz").exists()
+
+
+def _merge(forward, backward):
+    from elmoc_allennlp.commands.merge_bilm import merge_bilm_state_dicts
+
+    return merge_bilm_state_dicts(forward, backward)
+
+
+def _through_a_file(state, tmp_path, name):
+    """`state` as a merge reads it, saved as `tmp_path / name`."""
+    return _saved_and_loaded(state, tmp_path / name)
+
+
+def _views(storage, offsets, length=999_000):
+    return {f"_contextualizer.input_projection.p{i}": storage[o : o + length] for i, o in enumerate(offsets)}
+
+
+@pytest.fixture
+def compared_values(monkeypatch):
+    """How many values `torch.equal` reads (both sides of each call counted once)."""
+    counted = [0]
+    original = torch.equal
+
+    def equal(left, right):
+        counted[0] += left.numel()
+        return original(left, right)
+
+    monkeypatch.setattr(torch, "equal", equal)
+    return counted
+
+
+def test_views_of_one_storage_are_compared_once(tmp_path, compared_values):
+    """200 parameters viewing one storage of 10^6 values: 10^6 values compared, not 2 x 10^8."""
+    storage = torch.randn(1_000_000)
+    forward = _through_a_file(_views(storage, range(200)), tmp_path, "forward.th")
+    backward = _through_a_file(_views(storage.clone(), range(200)), tmp_path, "backward.th")
+    merged = _merge(forward, backward)
+    assert compared_values[0] == 1_000_000
+    assert all(torch.equal(merged[key], forward[key]) for key in forward)
+    changed = storage.clone()
+    changed[150_000] += 1  # inside every view: the first key compared differs
+    backward = _through_a_file(_views(changed, range(200)), tmp_path, "changed.th")
+    with pytest.raises(ConfigurationError, match="input_projection.p0 differs"):
+        _merge(forward, backward)
+
+
+def test_views_laid_out_differently_compare_by_value_within_a_bound(tmp_path, compared_values):
+    weight = torch.randn(3, 4)
+    forward = {"_contextualizer.input_projection.weight": weight.t()}  # not contiguous
+    backward = {"_contextualizer.input_projection.weight": weight.t().contiguous()}
+    _merge(forward, backward)
+    # The same values at other offsets of their storages: compared value by value, which many
+    # views of one storage would make unbounded; refused once it exceeds what the files hold.
+    storage = torch.randn(1_000_000)
+    forward = _through_a_file(_views(storage, range(200)), tmp_path, "forward.th")
+    shifted = torch.cat([torch.zeros(1), storage])
+    backward = _through_a_file(_views(shifted, range(1, 201)), tmp_path, "backward.th")
+    with pytest.raises(ConfigurationError, match="input_projection.p2: .*than their storages hold"):
+        _merge(forward, backward)
+    assert compared_values[0] <= 2_000_001 + 999_000
