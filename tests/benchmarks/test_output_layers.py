@@ -1,4 +1,4 @@
-"""The efficiency benchmark (benchmarks/output_layers.py) and the OOV report, at toy sizes."""
+"""The efficiency benchmark (benchmarks/output_layers.py), at toy sizes."""
 import json
 import subprocess
 import sys
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import output_layers, vocabulary_coverage
+from benchmarks import output_layers
 from benchmarks.common import random_fasttext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,17 +106,3 @@ def test_command_prints_the_table(tmp_path):
     results = json.loads(out.read_text())
     assert [job["kind"] for job in results["jobs"]] == ["cont"]
     assert all("error" not in result for result in results["results"]), (results["results"], completed.stderr[-3000:])
-
-
-def test_vocabulary_coverage_counts_out_of_vocabulary_tokens(tmp_path, capsys):
-    train = tmp_path / "train.txt"
-    train.write_text("a a a b b c <unk>\na d\n")
-    valid = tmp_path / "valid.txt"
-    valid.write_text("a b e e\n")
-    vocabulary_coverage.main(["--train", str(train), "--eval", str(valid), "--caps", "1", "2", "10"])
-    output = capsys.readouterr().out
-    assert "9 tokens, 5 distinct words" in output
-    # cap 1: {a}; train has 4 a of 9 tokens -> 5/9 out (incl. 1/9 <unk>); valid 3/4 out.
-    assert "| 1 | 1 | 55.56% (incl. 11.11% `<unk>` in the text) | 75.00% |" in output
-    assert "| 2 | 2 | 33.33% (incl. 11.11% `<unk>` in the text) | 50.00% |" in output
-    assert "| 10 | 4 | 11.11% (incl. 11.11% `<unk>` in the text) | 50.00% |" in output

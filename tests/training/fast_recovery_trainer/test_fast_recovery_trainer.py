@@ -23,7 +23,7 @@ from elmoc_allennlp.training.rnmt_plus_learning_rate import RnmtPlusLearningRate
 from tests.training.toy_models import ToyRegression
 
 BATCHES_PER_EPOCH = 3
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 class _CountingLoader(SimpleDataLoader):
