@@ -118,7 +118,9 @@ class AtomicCheckpointer(Checkpointer):
             except Exception as error:  # truncated, corrupt, or not tensors only
                 logger.warning(
                     "Checkpoint %s / %s cannot be loaded (%s: %s); trying an older one.",
-                    *paths, type(error).__name__, error,
+                    *paths,
+                    type(error).__name__,
+                    error,
                 )
                 damaged.append(paths)
                 continue

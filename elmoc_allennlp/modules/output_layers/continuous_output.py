@@ -29,12 +29,7 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
         `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖².
     """
 
-    def __init__(
-        self,
-        input_dim: int,
-        embedding_dim: int,
-        loss: str = "cosine",
-    ) -> None:
+    def __init__(self, input_dim: int, embedding_dim: int, loss: str = "cosine") -> None:
         super().__init__(input_dim)
         check_one_of(loss, ("cosine", "l2"), "output_layer.loss")
         check_positive(embedding_dim, "output_layer.embedding_dim")

@@ -37,9 +37,7 @@ class SequencePacking(NamedTuple):
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """`(num_rows, dim)` -> `(batch_size, timesteps, dim)`, zero at padding."""
         padded = packed.new_zeros(self.batch_size * self.timesteps, packed.size(-1))
-        return padded.index_copy(0, self.index, packed).view(
-            self.batch_size, self.timesteps, packed.size(-1)
-        )
+        return padded.index_copy(0, self.index, packed).view(self.batch_size, self.timesteps, packed.size(-1))
 
     def sort_batch(self, per_sequence: torch.Tensor) -> torch.Tensor:
         """Reorders a `(batch_size, ...)` tensor (e.g. a dropout mask) into packing order."""
@@ -270,15 +268,9 @@ def recurrence_backward(
         grad_cells.mul_(1 - tanh_cells * tanh_cells).add_(grad_cell_carry[:n])
         if config.cell_clip is not None:
             grad_cells.mul_(cells.abs() < config.cell_clip)
-        torch.mul(
-            grad_cell_outputs[:n] * tanh_cells,
-            output_gate * (1 - output_gate),
-            out=step_grad_gates[:, 3 * C :],
-        )
+        torch.mul(grad_cell_outputs[:n] * tanh_cells, output_gate * (1 - output_gate), out=step_grad_gates[:, 3 * C :])
         torch.mul(grad_cells * memory_init, input_gate * (1 - input_gate), out=step_grad_gates[:, :C])
-        torch.mul(
-            grad_cells * input_gate, 1 - memory_init * memory_init, out=step_grad_gates[:, 2 * C : 3 * C]
-        )
+        torch.mul(grad_cells * input_gate, 1 - memory_init * memory_init, out=step_grad_gates[:, 2 * C : 3 * C])
         grad_forget = step_grad_gates[:, C : 2 * C]
         grad_forget[continued:].zero_()
         if continued:
@@ -322,9 +314,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors
-    ):
+    def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
         results = runner.run(
@@ -363,8 +353,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
 
 
 def run_recurrences(
-    runner: "ConcurrentRunner",
-    directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]],
+    runner: "ConcurrentRunner", directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]]
 ) -> List[torch.Tensor]:
     """Runs [`LayerNormLstmRecurrence`](#layernormlstmrecurrence) on `(config, tensors)` pairs."""
     configs = [config for config, _ in directions]

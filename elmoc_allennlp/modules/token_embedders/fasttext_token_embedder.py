@@ -8,11 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
-from elmoc_allennlp.common.fasttext_vectors import (
-    FastTextVectors,
-    mean_subword_vectors,
-    no_vector_id,
-)
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, mean_subword_vectors, no_vector_id
 from elmoc_allennlp.common.fasttext_location import locate_fasttext
 
 logger = logging.getLogger(__name__)
@@ -121,10 +117,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
         logger.warning("%s; going on because allow_different_vectors is set.", message)
 
     def forward(
-        self,
-        subword_ids: torch.LongTensor,
-        mask: torch.BoolTensor = None,
-        vectors: Optional[torch.Tensor] = None,
+        self, subword_ids: torch.LongTensor, mask: torch.BoolTensor = None, vectors: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """
         # Parameters
