@@ -65,15 +65,19 @@ class BilmDirections:
                 directions[name] = None
         return directions
 
+    def _named_directions(self) -> Iterator[Tuple[str, torch.nn.Parameter, Optional[str]]]:
+        """`(name, parameter, direction)` of every parameter (direction `None`: both use it)."""
+        named = list(self.named_parameters())  # type: ignore[attr-defined]
+        trained_by = self.parameter_directions(name for name, _ in named)
+        return ((name, parameter, trained_by[name]) for name, parameter in named)
+
     def direction_parameters(self, direction: str) -> Iterator[Tuple[str, torch.nn.Parameter]]:
         """The trainable parameters the `"forward"` or `"backward"` LM's loss depends on."""
         check_one_of(direction, ("forward", "backward"), "direction")
-        named = list(self.named_parameters())  # type: ignore[attr-defined]
-        trained_by = self.parameter_directions(name for name, _ in named)
         return (
             (name, parameter)
-            for name, parameter in named
-            if parameter.requires_grad and trained_by[name] in (None, direction)
+            for name, parameter, trained_by in self._named_directions()
+            if parameter.requires_grad and trained_by in (None, direction)
         )
 
     @staticmethod
@@ -118,10 +122,7 @@ class BilmDirections:
                 "contextualizer's separate_input_projections to train one per direction",
                 directions,
             )
-        named = list(self.named_parameters())  # type: ignore[attr-defined]
-        trained_by = self.parameter_directions(name for name, _ in named)
-        for name, parameter in named:
-            other_direction = trained_by[name] not in (None, directions)
-            shared_encoder = trained_by[name] is None and name.startswith("_contextualizer.")
-            if other_direction or shared_encoder:
+        for name, parameter, trained_by in self._named_directions():
+            shared_encoder = trained_by is None and name.startswith("_contextualizer.")
+            if trained_by not in (None, directions) or shared_encoder:
                 parameter.requires_grad_(False)

@@ -36,15 +36,9 @@ def retrieval_accuracy(
 ) -> torch.Tensor:
     """
     The fraction of `predictions` whose nearest of `targets` (cosine) equals their `gold` target by
-    value. Equal scores go to the earliest of `targets`, as `argmax` over the full `predictions x
-    targets` matrix picks them (scores apart by rounding alone may order either way, as CPU and
-    CUDA already do; tests/models/test_retrieval_scoring.py).
-
-    Scores are computed `RETRIEVAL_SCORE_BUDGET` at a time, so extra memory is that budget plus
-    about one copy of `targets` (the full matrix of 300,000 positions would be 360 GB: `python -m
-    benchmarks.retrieval_scoring`). With `deduplicate`, when the full matrix would exceed the
-    budget, the candidates are the distinct target vectors; this costs a host sync
-    (`torch.unique`), so training steps pass `deduplicate=False`.
+    value, as `argmax` over the full `predictions x targets` matrix gives it (equal scores: the
+    earliest target), computed `RETRIEVAL_SCORE_BUDGET` scores at a time (the full matrix of
+    300,000 positions would be 360 GB: `python -m benchmarks.retrieval_scoring`).
 
     # Parameters
 
@@ -55,7 +49,8 @@ def retrieval_accuracy(
     targets : `torch.Tensor`
         `(num_targets, dim)`: the candidates, repeated words included.
     deduplicate : `bool`, optional (default = `True`)
-        Score each distinct target once when the full matrix would exceed the budget.
+        Score each distinct target once when the full matrix would exceed the budget (a host sync:
+        training steps pass `False`).
 
     # Returns
 

@@ -17,12 +17,10 @@ MARKS_FILE = "marks.json"
 @TrainerCallback.register("elmoc_archive_at_marks")
 class ArchiveAtMarksCallback(TrainerCallback):
     """
-    Writes a model archive each time training passes a mark of wall-clock time (for long runs and
-    quality-against-time studies): `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by
-    `allennlp train`'s own `archive_model`, plus a record per mark in `<directory>/marks.json`
-    (`minutes`, `elapsed_seconds`, `epoch`, `batch`, `archive`). The clock counts training time
-    (validation included); it is saved in checkpoints, so `--recover` continues it and does not
-    archive a mark twice. Only the primary worker writes.
+    Writes a model archive each time training passes a mark of wall-clock time:
+    `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by `allennlp train`'s own
+    `archive_model`, and a record per mark in `<directory>/marks.json`. The clock (training and
+    validation time) is saved in checkpoints: `--recover` continues it. Only the primary worker writes.
 
     Registered as a `TrainerCallback` with name "elmoc_archive_at_marks".
 

@@ -27,14 +27,9 @@ class _TakenState:
 class AtomicCheckpointer(Checkpointer):
     """
     allennlp's `Checkpointer`, made crash-safe so that `allennlp train --recover` works after a
-    kill at any instant:
-
-    - each file is written atomically, training state first and model state last, and a
-      checkpoint counts only once both exist; old checkpoints are deleted model state first;
-    - on recovery, a checkpoint that does not load is renamed `*.corrupt` and the previous one is
-      used (none loading is a `ConfigurationError` naming the files); checkpoints are loaded as
-      tensors only; a `best.th` lost mid-replacement is restored from the best epoch's checkpoint;
-    - a full disk is one `DiskFullError` naming the file and folder.
+    kill at any instant: atomic files, a checkpoint counting only once both of its files exist,
+    damaged ones renamed `*.corrupt`, tensors-only loading, `best.th` restored
+    (docs/scale_and_fault_tolerance.md).
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -155,11 +150,7 @@ class AtomicCheckpointer(Checkpointer):
 
 
 def _check_training_state(training_state: Any, point_in_time: Tuple[int, int], path: str) -> None:
-    """
-    The training state's own values, not only its keys: a point in time equal to the one its
-    file is named by (a state saying 10^9 or -5 epochs would train nothing, or all
-    again, and exit 0).
-    """
+    """The training state's point in time must be the one its file is named by (not 10^9 or -5 epochs)."""
     if not isinstance(training_state, dict):
         raise ConfigurationError(f"--recover: {path} is not a training state (a dict)")
     # (Its version and other keys are the trainer's to check.)

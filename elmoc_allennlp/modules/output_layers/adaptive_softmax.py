@@ -47,7 +47,7 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         cutoffs = list(cutoffs)
         if not cutoffs or cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0 or cutoffs[-1] >= self.num_words:
             raise ConfigurationError(
-                f"output_layer.cutoffs must be distinct increasing ids in [1, {self.num_words - 1}], " f"got {cutoffs}"
+                f"output_layer.cutoffs must be distinct increasing ids in [1, {self.num_words - 1}], got {cutoffs}"
             )
         if div_value < 1.0 or input_dim // div_value ** len(cutoffs) < 1:
             raise ConfigurationError(

@@ -1,4 +1,4 @@
-from typing import Dict, Optional
+from typing import Dict
 
 import torch
 import torch.nn.functional as F
@@ -40,21 +40,12 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     def get_output_dim(self) -> int:
         return self._embedding_dim
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        target_embeddings: Optional[torch.Tensor] = None,
-        target_ids: Optional[torch.LongTensor] = None,
-    ) -> Dict[str, torch.Tensor]:
-        if target_embeddings is None:
-            raise ValueError("ContinuousOutputLayer needs target_embeddings")
-        check_dimensions_match(
-            target_embeddings.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim"
-        )
+    def score(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
+        check_dimensions_match(targets.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim")
         predictions = self.projection(hidden_states)
-        target_embeddings = target_embeddings.to(predictions.dtype)
+        targets = targets.to(predictions.dtype)
         if self._loss == "cosine":
-            loss = 1.0 - F.cosine_similarity(predictions, target_embeddings, dim=-1, eps=1e-8)
+            loss = 1.0 - F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
         else:
-            loss = (predictions - target_embeddings).pow(2).sum(-1)
+            loss = (predictions - targets).pow(2).sum(-1)
         return {"loss": loss, "predictions": predictions}
