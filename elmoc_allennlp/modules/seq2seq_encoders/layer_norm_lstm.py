@@ -258,11 +258,10 @@ class LayerNormLstm(Seq2SeqEncoder):
 
     # Parameters
 
-    input_dim : `int`, required.
-        The dimension of the input vectors.
-    projection_dim : `int`, required.
+    input_dim : `int`
+    projection_dim : `int`
         The dimension of the projected input and of every LSTM state.
-    cell_dim : `int`, required.
+    cell_dim : `int`
         The dimension of the LSTM memory cells.
     num_layers : `int`, optional (default = `2`)
         The number of layers in each direction.
