@@ -29,11 +29,9 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
     ([Li et al., 2019](https://arxiv.org/abs/1902.11269)).
 
     `loss` is the mean of the directions' mean per-token losses (as bilm-tf's and allennlp-models'
-    `language_model`): the same number means the same for one direction or two. Metrics:
-    `forward_loss`, `backward_loss`, and for continuous heads `cosine_similarity`,
-    `retrieval_accuracy` and `constant_baseline_loss` (with `forward_` and `backward_` ones), the
-    loss of the best constant prediction. A continuous head's fastText targets are measured once at
-    construction; degenerate ones are a `DegenerateVectorsError` (docs/pretraining.md).
+    `language_model`). Metrics: `forward_loss`, `backward_loss`, and for continuous heads
+    `cosine_similarity`, `retrieval_accuracy` and `constant_baseline_loss` (docs/pretraining.md, which
+    also says why degenerate fastText targets are a `DegenerateVectorsError`).
 
     Registered as a `Model` with name "elmoc_bilm".
 
@@ -171,15 +169,8 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
 
     def forward(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore
         """
-        # Parameters
-
-        tokens : `TextFieldTensors`
-            A batch of sentences with their boundary tokens.
-
-        # Returns
-
-        `loss` (the mean of the directions' losses), `forward_loss`, `backward_loss` (scalars),
-        `mask` `(batch_size, num_tokens)`, and for continuous heads `forward_cosine`,
+        `tokens`: sentences with their boundary tokens. Returns `loss`, `forward_loss`, `backward_loss`
+        (scalars), `mask` `(batch_size, num_tokens)`, and for continuous heads `forward_cosine`,
         `backward_cosine`: each position's cosine (0 if none).
         """
         target_ids = None

@@ -1,7 +1,4 @@
-"""
-The biLM's metrics, kept on the device so that a training step never waits for the GPU; and
-`retrieval_accuracy`, scored in bounded memory.
-"""
+"""The biLM's metrics, summed on the device (a training step never waits for it), in bounded memory."""
 from typing import Callable, Dict, Optional
 
 import torch
@@ -12,16 +9,14 @@ from allennlp.training.metrics import Metric
 
 from elmoc_allennlp.common.vector_health import ConstantBaseline
 
-# Scores held at once (16 MiB in float32): predictions are scored in chunks of rows against the
-# candidates, so memory stays bounded for any batch (ours).
+# Scores held at once (16 MiB in float32), for any batch (ours).
 RETRIEVAL_SCORE_BUDGET = 2**22
 
 
 def _first_occurrences(targets: torch.Tensor) -> torch.Tensor:
     """
-    The positions of `targets`' rows whose bits no earlier row has, in order: one row per distinct
-    vector. Bits, not values: `-0.0` and `0.0` stay two candidates (equal scores: the earlier
-    wins), and torch 1.12's `torch.unique(dim=0)` has no float16.
+    The positions of `targets`' rows whose bits no earlier row has, in order (bits: `-0.0` and `0.0`
+    stay two candidates, and torch 1.12's `torch.unique(dim=0)` has no float16).
     """
     rows = targets.reshape(targets.size(0), -1).contiguous()
     as_integers = {2: torch.int16, 4: torch.int32, 8: torch.int64}[rows.element_size()]
@@ -35,26 +30,10 @@ def retrieval_accuracy(
     predictions: torch.Tensor, gold: torch.Tensor, targets: torch.Tensor, deduplicate: bool = True
 ) -> torch.Tensor:
     """
-    The fraction of `predictions` whose nearest of `targets` (cosine) equals their `gold` target by
-    value, as `argmax` over the full `predictions x targets` matrix gives it (equal scores: the
-    earliest target), computed `RETRIEVAL_SCORE_BUDGET` scores at a time (the full matrix of
-    300,000 positions would be 360 GB: `python -m benchmarks.retrieval_scoring`).
-
-    # Parameters
-
-    predictions : `torch.Tensor`
-        `(num_predictions, dim)`, any float dtype (half under autocast).
-    gold : `torch.Tensor`
-        `(num_predictions, dim)`: each prediction's own target.
-    targets : `torch.Tensor`
-        `(num_targets, dim)`: the candidates, repeated words included.
-    deduplicate : `bool`, optional (default = `True`)
-        Score each distinct target once when the full matrix would exceed the budget (a host sync:
-        training steps pass `False`).
-
-    # Returns
-
-    A 0-dim float32 tensor on the inputs' device (no host read).
+    The fraction of `predictions` `(N, dim)` whose nearest of `targets` `(num_targets, dim)` (cosine;
+    ties: the earliest) equals their `gold` `(N, dim)` by value, `RETRIEVAL_SCORE_BUDGET` scores at a
+    time (docs/trust_and_safety.md). `deduplicate` scores each distinct target once when over budget
+    (a host sync: training passes `False`). Returns a 0-dim float32 tensor on the inputs' device.
     """
     num_predictions = predictions.size(0)
     candidates = targets
@@ -103,10 +82,7 @@ class DeviceAverage(Metric):
 
 
 class BilmMetrics:
-    """
-    The metrics of `BidirectionalLanguageModel` (listed in its docstring), summed on the device:
-    reading them waits for it, so `get_metrics` reads them only when asked to reset (an epoch's end).
-    """
+    """The metrics of `BidirectionalLanguageModel`; `get_metrics` reads the device only on reset."""
 
     training: bool
     trains: Callable[[str], bool]

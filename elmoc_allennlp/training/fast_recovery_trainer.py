@@ -58,18 +58,12 @@ class _TotalBatches(TrainerCallback):
 class FastRecoveryTrainer(GradientDescentTrainer):
     """
     allennlp's `GradientDescentTrainer` for long pretraining runs (docs/scale_and_fault_tolerance.md):
-
-    - `--recover` skips the epochs the checkpoint completed without reading their data; the batch
-      count that learning-rate schedules step with continues exactly.
-    - Each epoch's data order is a function of (seed, epoch), the same on every rank.
-    - A biLM whose directions have disjoint parameters steps each direction on the gradient of its
-      own loss, `grad_norm` clipping each on its own (uclanlp/ELMO-C, `other_stuff.clip`).
-    - A scheduler with `set_global_batch` (`elmoc_rnmt_plus`) is given the global batch.
-    - Settings that would train nothing, an epoch with no batch and an unknown key are
-      `ConfigurationError`s.
-    - The default `console_logger` does not log the first batch's tensors (list `{"type":
-      "console_logger", "should_log_inputs": true}` in `callbacks` for them), and on CPU torch's
-      warnings about allennlp's disabled CUDA autocast are not shown.
+    `--recover` skips completed epochs unread (the batch count continues exactly); each epoch's data
+    order is a function of (seed, epoch); a biLM's disjoint directions step on their own losses, each
+    clipped on its own (uclanlp/ELMO-C, `other_stuff.clip`); a `set_global_batch` scheduler gets the
+    global batch; settings that train nothing, an empty epoch and unknown keys are errors; the default
+    `console_logger` does not log input tensors (docs/compat.md); on CPU torch's warnings about
+    allennlp's disabled CUDA autocast are not shown.
 
     Registered as a `Trainer` with name "elmoc_gradient_descent".
 
@@ -138,10 +132,8 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         ]
         return torch.stack(norms).norm().item()
 
-    # allennlp's `from_partial_objects` divides the loader's length by
-    # `num_gradient_accumulation_steps` before `__init__` checks it; a loader that knows its
-    # length (`elmoc_corpus`) would turn 0 into a ZeroDivisionError. Checked first; the signature
-    # is allennlp's, for `from_params`.
+    # allennlp divides the loader's length by `num_gradient_accumulation_steps` before `__init__` checks
+    # it (0: a ZeroDivisionError), so it is checked first; the signature is allennlp's, for `from_params`.
     @classmethod
     def from_partial_objects(cls, *args, **kwargs) -> "FastRecoveryTrainer":
         steps = kwargs.get("num_gradient_accumulation_steps", 1)
@@ -172,8 +164,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 
     def _maybe_restore_checkpoint(self) -> None:
         super()._maybe_restore_checkpoint()
-        # The restored point in time must lie within this run: more epochs than
-        # `trainer.num_epochs` would train nothing and exit 0; a negative count would start over.
+        # More epochs than `trainer.num_epochs` would train nothing and exit 0; fewer than 0 start over.
         epochs, batches = self._start_after_epochs_completed, self._start_after_batches_in_epoch_completed
         if not (0 <= epochs <= self._num_epochs) or batches < 0 or (epochs == self._num_epochs and batches):
             raise ConfigurationError(
@@ -211,10 +202,8 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 @contextlib.contextmanager
 def _quiet_disabled_autocast(use_amp: bool) -> Iterator[None]:
     """
-    allennlp 2.10.1 enters `torch.cuda.amp.autocast(use_amp)` around every batch: torch 1.12
-    warns "CUDA is not available" on CPU even when it is disabled, and torch 2 that the call is
-    deprecated. Neither is the user's to act on; with `use_amp` (which needs a GPU: allennlp
-    refuses it on CPU) torch's warnings are shown as they are.
+    allennlp 2.10.1 enters `torch.cuda.amp.autocast(use_amp)` per batch: torch 1.12 warns "CUDA is not
+    available" on CPU even when disabled (shown with `use_amp`, GPU only), torch 2 that it is deprecated.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(

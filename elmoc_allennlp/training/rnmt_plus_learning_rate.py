@@ -194,25 +194,17 @@ class RnmtPlusLearningRate(LearningRateScheduler):
                 f"{_KEY}decay_end_fraction ({decay_end_fraction}) must exceed decay_start_fraction "
                 f"({decay_start_fraction}) by at least one of the run's {total} steps"
             )
-        warmup_steps = round(warmup_fraction * total / num_replicas)
-        logger.info(
-            "elmoc_rnmt_plus_run: %d epochs of %d steps: n = %g, warm-up %d steps, decay from n * t = %d to %d",
-            num_epochs,
-            num_steps_per_epoch,
-            num_replicas,
-            warmup_steps,
-            decay_start,
-            decay_end,
-        )
-        return cls(
+        scheduler = cls(
             optimizer,
-            warmup_steps=warmup_steps,
+            warmup_steps=round(warmup_fraction * total / num_replicas),
             decay_start=decay_start,
             decay_end=decay_end,
             num_replicas=num_replicas,
             min_learning_rate=min_learning_rate,
             last_epoch=last_epoch,
         )
+        scheduler._log_schedule(f"elmoc_rnmt_plus_run: {num_epochs} epochs of {num_steps_per_epoch} steps")
+        return scheduler
 
     def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:
         """Sets `B` of an "elmoc_rnmt_plus" schedule (called by `elmoc_gradient_descent`)."""
@@ -234,15 +226,12 @@ class RnmtPlusLearningRate(LearningRateScheduler):
             raise ConfigurationError(
                 f"{_KEY}decay_end_instances: a global batch of {global_batch} leaves no decay steps"
             )
-        logger.info(
-            "elmoc_rnmt_plus: global batch %d: n = %g, warm-up %d steps, decay from step %d to %d",
-            global_batch,
-            self.num_replicas,
-            self.warmup_steps,
-            self.decay_start,
-            self.decay_end,
-        )
+        self._log_schedule(f"elmoc_rnmt_plus: global batch {global_batch}")
         self._set_learning_rates()
+
+    def _log_schedule(self, setting: str) -> None:
+        steps = (self.warmup_steps, self.decay_start, self.decay_end)
+        logger.info("%s: n = %g, warm-up p = %d steps, decay from s = %d to e = %d", setting, self.num_replicas, *steps)
 
     def get_values(self) -> List[float]:
         steps = (self.warmup_steps, self.decay_start, self.decay_end)

@@ -61,17 +61,8 @@ class StepLogCallback(TrainerCallback):
             if mask is not None:
                 instances += int(mask.size(0))
                 tokens += int(mask.sum())
-        self._write(
-            {
-                "epoch": epoch,
-                "batch": batch_number,
-                "step": self._step,
-                "loss": loss,
-                "instances": instances,
-                "tokens": tokens,
-                "time": time.time(),
-            }
-        )
+        record = dict(epoch=epoch, batch=batch_number, step=self._step, loss=loss, instances=instances, tokens=tokens)
+        self._write({**record, "time": time.time()})
 
     def state_dict(self) -> Dict[str, Any]:
         return {"step": self._step}

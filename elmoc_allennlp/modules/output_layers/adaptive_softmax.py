@@ -11,11 +11,8 @@ from elmoc_allennlp.modules.output_layers.output_layer import ClosedVocabularyOu
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
 class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     """
-    The adaptive softmax of Grave et al. (2017), `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
-    output layer of ELMo-A (Li et al., 2019). The ids below `cutoffs[0]` and one entry per tail
-    cluster form the head; tail cluster `i` (ids in `[cutoffs[i], cutoffs[i + 1])`) is scored from
-    an `input_dim / div_value^(i + 1)`-dimensional projection. The loss is the exact negative
-    log-likelihood.
+    The adaptive softmax of Grave et al. (2017), `torch.nn.AdaptiveLogSoftmaxWithLoss`: the output
+    layer of ELMo-A (Li et al., 2019); the loss is the exact negative log-likelihood.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax".
 

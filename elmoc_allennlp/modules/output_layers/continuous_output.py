@@ -13,9 +13,8 @@ from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutpu
 class ContinuousOutputLayer(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
-    section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
-    embedding, trained to point at the target word's vector. No softmax; its size does not
-    depend on the vocabulary.
+    section 3): a linear map from the hidden state to a frozen pretrained embedding's dimension,
+    trained to point at the target word's vector; its size does not depend on the vocabulary.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous".
 

@@ -39,19 +39,9 @@ class LanguageModelOutputLayer(torch.nn.Module, Registrable):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         """
-        # Parameters
-
-        hidden_states : `torch.Tensor`
-            Shape `(num_targets, input_dim)`: the contextualizer's state at each predicting position.
-        target_embeddings : `torch.Tensor`, optional
-            Shape `(num_targets, embedding_dim)`: the target words' vectors (continuous heads).
-        target_ids : `torch.LongTensor`, optional
-            Shape `(num_targets,)`: the target words' ids (softmax-family heads).
-
-        # Returns
-
-        `Dict[str, torch.Tensor]` with `"loss"` of shape `(num_targets,)` and, for continuous
-        heads, `"predictions"` of shape `(num_targets, embedding_dim)`.
+        `hidden_states` `(num_targets, input_dim)`, and the targets' vectors `(num_targets, embedding_dim)`
+        (continuous heads) or ids `(num_targets,)` (softmax family). Returns `"loss"` `(num_targets,)` and,
+        for continuous heads, `"predictions"` `(num_targets, embedding_dim)`.
         """
         needed = "target_ids" if self.requires_target_ids else "target_embeddings"
         targets = target_ids if self.requires_target_ids else target_embeddings

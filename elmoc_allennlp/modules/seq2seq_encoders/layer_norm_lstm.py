@@ -35,8 +35,7 @@ _warned_not_prefix = False
 def checked_mask(inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int) -> torch.BoolTensor:
     """Checks the shapes of `inputs` and `mask`; returns the mask (all `True` for `None`)."""
     if inputs.dim() != 3:
-        shape = tuple(inputs.size())
-        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {shape}")
+        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {tuple(inputs.size())}")
     check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
     if mask is None:
         return inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
@@ -76,7 +75,6 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     input_dim : `int`
     projection_dim : `int`
-        The dimension of the projected state: the output and the state fed back.
     cell_dim : `int`
     go_forward : `bool`, optional (default = `True`)
         Left-to-right if `True`, right-to-left otherwise.
@@ -84,9 +82,8 @@ class LayerNormLstmLayer(torch.nn.Module):
     cell_clip : `float`, optional (default = `3.0`)
     projection_clip : `float`, optional (default = `3.0`)
     recurrent_dropout : `float`, optional (default = `0.0`)
-        One variational dropout mask per sequence, at every time step.
     implementation : `str`, optional (default = `"auto"`)
-        As `LayerNormLstm`'s (so are `layer_norm` and the clips); also a settable attribute.
+        As `LayerNormLstm`'s (so are the others); also a settable attribute.
     """
 
     def __init__(
@@ -143,17 +140,8 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     def forward(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
         """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions.
-
-        # Returns
-
-        `torch.Tensor`
-            The states, of shape `(batch_size, timesteps, projection_dim)`, zero at padding.
+        `inputs` `(batch_size, timesteps, input_dim)` and `mask` `(batch_size, timesteps)` (`True` at real
+        positions) -> the states `(batch_size, timesteps, projection_dim)`, zero at padding.
         """
         mask = checked_mask(inputs, mask, self.input_dim)
         packing = _fast_packing(self.implementation, mask)
@@ -311,20 +299,12 @@ class LayerNormLstm(Seq2SeqEncoder):
         self.parallel_directions = parallel_directions
         self.separate_input_projections = separate_input_projections
 
-        if input_projection_bias is None:
-            input_projection_bias = not layer_norm
-
-        def make_projection() -> torch.nn.Linear:
-            return torch.nn.Linear(input_dim, projection_dim, bias=input_projection_bias)
-
-        def make_norm() -> Optional[torch.nn.LayerNorm]:
-            return torch.nn.LayerNorm(projection_dim) if layer_norm else None
-
-        self.input_projection = make_projection()
-        self.input_layer_norm = make_norm()
+        bias = not layer_norm if input_projection_bias is None else input_projection_bias
+        self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=bias)
+        self.input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
         if separate_input_projections:
-            self.backward_input_projection = make_projection()
-            self.backward_input_layer_norm = make_norm()
+            self.backward_input_projection = torch.nn.Linear(input_dim, projection_dim, bias=bias)
+            self.backward_input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
 
         def make_layer(go_forward: bool) -> LayerNormLstmLayer:
             return LayerNormLstmLayer(
@@ -373,10 +353,8 @@ class LayerNormLstm(Seq2SeqEncoder):
         projections = [(self.input_projection, self.input_layer_norm)]
         if self.separate_input_projections:
             projections.append((self.backward_input_projection, self.backward_input_layer_norm))
-        projected = []
-        for projection, layer_norm in projections:
-            output = projection(inputs)
-            projected.append(output if layer_norm is None else layer_norm(output))
+        projected = [projection(inputs) for projection, _ in projections]
+        projected = [output if norm is None else norm(output) for output, (_, norm) in zip(projected, projections)]
         return projected[0], projected[-1]
 
     def _encode(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool) -> List[torch.Tensor]:

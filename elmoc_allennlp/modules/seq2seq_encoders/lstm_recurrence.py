@@ -2,6 +2,7 @@
 The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
 autograd node with a hand-written backward pass, over sequences packed by length.
 """
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -56,9 +57,7 @@ def pack_by_length(mask: torch.BoolTensor) -> Optional[SequencePacking]:
     if not prefix:
         return None
     batch_sizes = [size for size in sizes if size > 0]
-    offsets = [0] * len(batch_sizes)
-    for t in range(1, len(batch_sizes)):
-        offsets[t] = offsets[t - 1] + batch_sizes[t - 1]
+    offsets = [0, *itertools.accumulate(batch_sizes[:-1])]
     flat = order.unsqueeze(0) * timesteps + positions.unsqueeze(1)  # (timesteps, batch)
     return SequencePacking(batch_size, timesteps, batch_sizes, offsets, order, flat[running])
 
@@ -133,19 +132,10 @@ def recurrence_forward(
     dropout_mask: Optional[torch.Tensor],
 ) -> Tuple[torch.Tensor, SavedForBackward]:
     """
-    The forward pass of one layer direction (no autograd), gates in the order (input, forget,
-    memory, output): returns the states `(num_rows, P)` and what `recurrence_backward` needs.
-
-    # Parameters
-
-    inputs : `torch.Tensor`
-        Packed rows `(num_rows, input_dim)`.
-    input_weight, gate_bias, state_weight, projection_weight : `torch.Tensor`
-        `(4C, input_dim)`, `(4C,)`, `(4C, P)`, `(P, C)` for C cells, as in `LstmCellWithProjection`.
-    norm_weight, norm_bias : `torch.Tensor`, optional
-        The LayerNorm parameters `(P,)`, or `None` (no LayerNorm).
-    dropout_mask : `torch.Tensor`, optional
-        `(batch_size, P)` in packing order, or `None`.
+    The forward pass of one layer direction (no autograd), gates in the order (input, forget, memory,
+    output), on packed `inputs` `(num_rows, input_dim)`, the weights of `LstmCellWithProjection` (C cells,
+    P projection), LayerNorm parameters `(P,)` or `None`, and a `(batch_size, P)` dropout mask in packing
+    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs.
     """
     num_rows, projection_dim = inputs.size(0), state_weight.size(1)
     C = state_weight.size(0) // 4
