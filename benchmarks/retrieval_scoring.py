@@ -55,7 +55,7 @@ def _cell(method: str, num_positions: int, dim: int, num_words: int) -> dict:
     import torch
 
     from benchmarks.common import MemoryMeter, Timer, fastest
-    from elmoc_allennlp.models.bidirectional_language_model import retrieval_accuracy
+    from elmoc_allennlp.models.bilm_metrics import retrieval_accuracy
 
     def score(predictions, targets):
         if method == "full":
@@ -102,7 +102,7 @@ def main() -> None:
         return
 
     from benchmarks.common import machine_description
-    from elmoc_allennlp.models.bidirectional_language_model import RETRIEVAL_SCORE_BUDGET
+    from elmoc_allennlp.models.bilm_metrics import RETRIEVAL_SCORE_BUDGET
 
     print(machine_description())
     print(f"dim {args.dim}, Zipfian ids over {args.words:,} words, budget {RETRIEVAL_SCORE_BUDGET:,} scores")

@@ -17,12 +17,10 @@ MARKS_FILE = "marks.json"
 @TrainerCallback.register("elmoc_archive_at_marks")
 class ArchiveAtMarksCallback(TrainerCallback):
     """
-    Writes a model archive each time training passes a mark of wall-clock time (for long runs and
-    quality-against-time studies): `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by
-    `allennlp train`'s own `archive_model`, plus a record per mark in `<directory>/marks.json`
-    (`minutes`, `elapsed_seconds`, `epoch`, `batch`, `archive`). The clock counts training time
-    (validation included); it is saved in checkpoints, so `--recover` continues it and does not
-    archive a mark twice. Only the primary worker writes.
+    Writes a model archive each time training passes a mark of wall-clock time:
+    `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by `allennlp train`'s own
+    `archive_model`, and a record per mark in `<directory>/marks.json`. The clock (training and
+    validation time) is saved in checkpoints: `--recover` continues it. Only the primary worker writes.
 
     Registered as a `TrainerCallback` with name "elmoc_archive_at_marks".
 
@@ -36,14 +34,10 @@ class ArchiveAtMarksCallback(TrainerCallback):
         Folder under the serialization directory for the archives and `marks.json`.
     """
 
-    def __init__(
-        self, serialization_dir: str, minutes: List[float], directory: str = "archives"
-    ) -> None:
+    def __init__(self, serialization_dir: str, minutes: List[float], directory: str = "archives") -> None:
         super().__init__(serialization_dir)
         if not minutes or any(m <= 0 for m in minutes) or list(minutes) != sorted(set(minutes)):
-            raise ConfigurationError(
-                f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}"
-            )
+            raise ConfigurationError(f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}")
         self._minutes = [float(m) for m in minutes]
         names: Dict[str, float] = {}
         for mark in self._minutes:
@@ -99,20 +93,12 @@ class ArchiveAtMarksCallback(TrainerCallback):
         atomic_torch_save(trainer.model.state_dict(), weights_path)
         try:
             train_command.archive_model(
-                self.serialization_dir,
-                weights=weights,
-                archive_path=os.path.join(self._directory, name),
+                self.serialization_dir, weights=weights, archive_path=os.path.join(self._directory, name)
             )
         finally:
             os.remove(weights_path)
         self._done.append(
-            {
-                "minutes": minutes,
-                "elapsed_seconds": round(elapsed, 3),
-                "epoch": epoch,
-                "batch": batch,
-                "archive": name,
-            }
+            {"minutes": minutes, "elapsed_seconds": round(elapsed, 3), "epoch": epoch, "batch": batch, "archive": name}
         )
         with atomic_write(os.path.join(self._directory, MARKS_FILE), "w") as marks:
             json.dump(self._done, marks, indent=2)

@@ -1,5 +1,6 @@
 import logging
 import os
+from types import SimpleNamespace
 from typing import Any, Optional, Set, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
@@ -13,28 +14,13 @@ from elmoc_allennlp.common.torch_versions import load_tensors
 logger = logging.getLogger(__name__)
 
 
-class _TakenState:
-    """Stands in for the trainer in `Checkpointer.save_checkpoint`, which only asks for its state."""
-
-    def __init__(self, checkpoint: Optional[TrainerCheckpoint]) -> None:
-        self.checkpoint = checkpoint
-
-    def get_checkpoint_state(self) -> Optional[TrainerCheckpoint]:
-        return self.checkpoint
-
-
 @Checkpointer.register("elmoc_atomic")
 class AtomicCheckpointer(Checkpointer):
     """
     allennlp's `Checkpointer`, made crash-safe so that `allennlp train --recover` works after a
-    kill at any instant:
-
-    - each file is written atomically, training state first and model state last, and a
-      checkpoint counts only once both exist; old checkpoints are deleted model state first;
-    - on recovery, a checkpoint that does not load is renamed `*.corrupt` and the previous one is
-      used (none loading is a `ConfigurationError` naming the files); checkpoints are loaded as
-      tensors only; a `best.th` lost mid-replacement is restored from the best epoch's checkpoint;
-    - a full disk is one `DiskFullError` naming the file and folder.
+    kill at any instant: atomic files, a checkpoint counting only once both of its files exist,
+    damaged ones renamed `*.corrupt`, tensors-only loading, `best.th` restored
+    (docs/scale_and_fault_tolerance.md).
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -104,9 +90,9 @@ class AtomicCheckpointer(Checkpointer):
             )
             atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
             atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
-        # allennlp's method, given the state already taken, finds both files and writes nothing;
-        # it keeps its bookkeeping and removes old checkpoints (through `_remove_checkpoint` above).
-        super().save_checkpoint(_TakenState(checkpoint))  # type: ignore[arg-type]
+        # allennlp's method, given a stand-in trainer with the state already taken, finds both files and
+        # writes nothing; it keeps its bookkeeping and removes old checkpoints (by `_remove_checkpoint`).
+        super().save_checkpoint(SimpleNamespace(get_checkpoint_state=lambda: checkpoint))  # type: ignore[arg-type]
 
     def load_checkpoint(self) -> Optional[TrainerCheckpoint]:
         """The newest checkpoint that loads, or `None` when there is none."""
@@ -116,10 +102,8 @@ class AtomicCheckpointer(Checkpointer):
             try:
                 model_state, training_state = (load_tensors(path) for path in paths)
             except Exception as error:  # truncated, corrupt, or not tensors only
-                logger.warning(
-                    "Checkpoint %s / %s cannot be loaded (%s: %s); trying an older one.",
-                    *paths, type(error).__name__, error,
-                )
+                message = "Checkpoint %s / %s cannot be loaded (%s: %s); trying an older one."
+                logger.warning(message, *paths, type(error).__name__, error)
                 damaged.append(paths)
                 continue
             _check_training_state(training_state, checkpoint, paths[1])
@@ -153,14 +137,9 @@ class AtomicCheckpointer(Checkpointer):
 
 
 def _check_training_state(training_state: Any, point_in_time: Tuple[int, int], path: str) -> None:
-    """
-    The training state's own values, not only its keys: a point in time equal to the one its
-    file is named by (a state saying 10^9 or -5 epochs would train nothing, or all
-    again, and exit 0).
-    """
+    """The training state's point in time must be the one its file is named by (not 10^9 or -5 epochs)."""
     if not isinstance(training_state, dict):
         raise ConfigurationError(f"--recover: {path} is not a training state (a dict)")
-    # (Its version and other keys are the trainer's to check.)
     for key, expected in zip(("epochs_completed", "batches_in_epoch_completed"), point_in_time):
         if key not in training_state:
             continue

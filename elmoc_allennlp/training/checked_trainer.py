@@ -11,10 +11,7 @@ class CheckedGradientDescentTrainer(GradientDescentTrainer):
     """
     allennlp's `GradientDescentTrainer`, unchanged but for one check: a key that is not one of its
     parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer
-    takes `**kwargs` and ignores them, so `-o '{"trainer.num_epoch": 1}'` would start the full
-    run). The plugin's downstream configs (`training_configs/downstream/`) use it; allennlp's own
-    `gradient_descent` stays as it is for every other config. The pretraining trainer
-    (`elmoc_gradient_descent`) makes the same check.
+    ignores it). For the plugin's downstream configs; `elmoc_gradient_descent` checks the same.
 
     Registered as a `Trainer` with name "elmoc_checked_gradient_descent".
 

@@ -24,8 +24,7 @@ _KNOWN_KEYS = {
     name
     for method in (GradientDescentTrainer.__init__, GradientDescentTrainer.from_partial_objects)
     for name, parameter in inspect.signature(method).parameters.items()
-    if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
-    and name not in ("self", "cls")
+    if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) and name not in ("self", "cls")
 } | {"run_sanity_checks"}
 
 
@@ -58,27 +57,13 @@ class _TotalBatches(TrainerCallback):
 @Trainer.register("elmoc_gradient_descent", constructor="from_partial_objects")
 class FastRecoveryTrainer(GradientDescentTrainer):
     """
-    allennlp's `GradientDescentTrainer` for long pretraining runs:
-
-    - `--recover` skips the epochs the checkpoint completed without reading their data (the
-      stock trainer reads and indexes them again); the batch count that learning-rate schedules
-      step with continues exactly. Checkpoints of `gradient_descent` are recovered the stock way.
-    - Each epoch's data order is a function of (seed, epoch): the reader's `set_epoch` (if any)
-      is told the epoch and Python's `random` is seeded from both, the same on every rank.
-    - With a biLM whose directions have disjoint parameters, each direction steps as its own LM,
-      as the authors' two jobs did: on the gradient of its own loss (the model's `loss` is the
-      directions' mean), `grad_norm` clipping each direction on its own (uclanlp/ELMO-C,
-      `other_stuff.clip`). `grad_clipping` (allennlp's per-value hooks) bounds the gradient of
-      the mean, before it is doubled.
-    - A scheduler with `set_global_batch` (`elmoc_rnmt_plus`) is given the global batch: the
-      loader's batch size x `num_gradient_accumulation_steps` x the world size.
-    - Settings that would train nothing, an epoch with no batch, and a key that is not one of
-      the parameters (allennlp's trainer takes `**kwargs` and ignores them) are
-      `ConfigurationError`s; an unknown key is named with the key it most probably meant.
-    - The console stays short: the default `console_logger` does not log the first batch's
-      tensors (list `{"type": "console_logger", "should_log_inputs": true}` in `callbacks` to
-      have them), and on CPU torch's warnings about allennlp's disabled CUDA autocast are not
-      shown.
+    allennlp's `GradientDescentTrainer` for long pretraining runs (docs/scale_and_fault_tolerance.md):
+    `--recover` skips completed epochs unread (the batch count continues exactly); each epoch's data
+    order is a function of (seed, epoch); a biLM's disjoint directions step on their own losses, each
+    clipped on its own (uclanlp/ELMO-C, `other_stuff.clip`); a `set_global_batch` scheduler gets the
+    global batch; settings that train nothing, an empty epoch and unknown keys are errors; the default
+    `console_logger` does not log input tensors (docs/compat.md); on CPU torch's warnings about
+    allennlp's disabled CUDA autocast are not shown.
 
     Registered as a `Trainer` with name "elmoc_gradient_descent".
 
@@ -102,8 +87,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         if hasattr(scheduler, "set_global_batch"):
             sampler = getattr(self.data_loader, "batch_sampler", None)
             batch_size = (
-                sampler.get_batch_size() if sampler is not None
-                else getattr(self.data_loader, "batch_size", None)
+                sampler.get_batch_size() if sampler is not None else getattr(self.data_loader, "batch_size", None)
             )
             if batch_size is None:
                 raise ConfigurationError(
@@ -121,9 +105,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
         """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""
         model = self.model
-        if getattr(model, "directions", None) != "both" or not hasattr(
-            model, "direction_parameters"
-        ):
+        if getattr(model, "directions", None) != "both" or not hasattr(model, "direction_parameters"):
             return None
         groups = [[p for _, p in model.direction_parameters(d)] for d in ("forward", "backward")]
         if {id(p) for p in groups[0]} & {id(p) for p in groups[1]}:
@@ -145,17 +127,13 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
         norms = [
-            torch.nn.utils.clip_grad_norm_(
-                [p for p in group if p.grad is not None], self._grad_norm
-            )
+            torch.nn.utils.clip_grad_norm_([p for p in group if p.grad is not None], self._grad_norm)
             for group in self._clip_groups
         ]
         return torch.stack(norms).norm().item()
 
-    # allennlp's `from_partial_objects` divides the loader's length by
-    # `num_gradient_accumulation_steps` before `__init__` checks it; a loader that knows its
-    # length (`elmoc_corpus`) would turn 0 into a ZeroDivisionError. Checked first; the signature
-    # is allennlp's, for `from_params`.
+    # allennlp divides the loader's length by `num_gradient_accumulation_steps` before `__init__` checks
+    # it (0: a ZeroDivisionError), so it is checked first; the signature is allennlp's, for `from_params`.
     @classmethod
     def from_partial_objects(cls, *args, **kwargs) -> "FastRecoveryTrainer":
         steps = kwargs.get("num_gradient_accumulation_steps", 1)
@@ -186,8 +164,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 
     def _maybe_restore_checkpoint(self) -> None:
         super()._maybe_restore_checkpoint()
-        # The restored point in time must lie within this run: more epochs than
-        # `trainer.num_epochs` would train nothing and exit 0; a negative count would start over.
+        # More epochs than `trainer.num_epochs` would train nothing and exit 0; fewer than 0 start over.
         epochs, batches = self._start_after_epochs_completed, self._start_after_batches_in_epoch_completed
         if not (0 <= epochs <= self._num_epochs) or batches < 0 or (epochs == self._num_epochs and batches):
             raise ConfigurationError(
@@ -225,20 +202,15 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 @contextlib.contextmanager
 def _quiet_disabled_autocast(use_amp: bool) -> Iterator[None]:
     """
-    allennlp 2.10.1 enters `torch.cuda.amp.autocast(use_amp)` around every batch: torch 1.12
-    warns "CUDA is not available" on CPU even when it is disabled, and torch 2 that the call is
-    deprecated. Neither is the user's to act on; with `use_amp` (which needs a GPU: allennlp
-    refuses it on CPU) torch's warnings are shown as they are.
+    allennlp 2.10.1 enters `torch.cuda.amp.autocast(use_amp)` per batch: torch 1.12 warns "CUDA is not
+    available" on CPU even when disabled (shown with `use_amp`, GPU only), torch 2 that it is deprecated.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(
-            "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated",
-            category=FutureWarning,
+            "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", category=FutureWarning
         )
         if not use_amp:
             warnings.filterwarnings(
-                "ignore",
-                message="User provided device_type of 'cuda', but CUDA is not available",
-                category=UserWarning,
+                "ignore", message="User provided device_type of 'cuda', but CUDA is not available", category=UserWarning
             )
         yield

@@ -7,15 +7,14 @@ import torch
 import torch.distributed as dist
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import (
-    LearningRateScheduler,
-)
+from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import LearningRateScheduler
 
 from elmoc_allennlp.common.checks import check_non_negative, check_one_of, check_positive
 
 logger = logging.getLogger(__name__)
 
 FORMULAS = ("rnmt_plus", "authors")
+_KEY = "trainer.learning_rate_scheduler."
 
 # The authors' constants (GitHub uclanlp/ELMO-C): decay from 0.4 x 4e8 to 2.0 x 4e8 instances.
 AUTHORS_REFERENCE_BATCH_SIZE = 128
@@ -39,8 +38,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
       `t < e`, and `lr0 / 2` from `t = e` on.
 
     Registered as a `LearningRateScheduler` with names "elmoc_rnmt_plus_steps", "elmoc_rnmt_plus"
-    (the authors' set-up, `from_global_batch`) and "elmoc_rnmt_plus_run" (the same curve placed by
-    fractions of the run, `from_run_length`).
+    (the authors' set-up, `from_global_batch`) and "elmoc_rnmt_plus_run" (`from_run_length`).
 
     # Parameters
 
@@ -73,16 +71,15 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         min_learning_rate: float = 0.0,
         last_epoch: int = -1,
     ) -> None:
-        key = "trainer.learning_rate_scheduler."
-        check_one_of(formula, FORMULAS, key + "formula")
-        check_non_negative(warmup_steps, key + "warmup_steps")
-        check_non_negative(decay_start, key + "decay_start")
-        check_positive(num_replicas, key + "num_replicas")
-        check_non_negative(min_learning_rate, key + "min_learning_rate")
+        check_one_of(formula, FORMULAS, _KEY + "formula")
+        check_non_negative(warmup_steps, _KEY + "warmup_steps")
+        check_non_negative(decay_start, _KEY + "decay_start")
+        check_positive(num_replicas, _KEY + "num_replicas")
+        check_non_negative(min_learning_rate, _KEY + "min_learning_rate")
         if decay_end <= decay_start:
-            raise ConfigurationError(f"{key}decay_end must exceed decay_start, got {decay_end}")
+            raise ConfigurationError(f"{_KEY}decay_end must exceed decay_start, got {decay_end}")
         if formula == "rnmt_plus" and (num_replicas < 1 or num_replicas != int(num_replicas)):
-            raise ConfigurationError(f"{key}num_replicas must be an integer >= 1, got {num_replicas}")
+            raise ConfigurationError(f"{_KEY}num_replicas must be an integer >= 1, got {num_replicas}")
         self.warmup_steps = warmup_steps
         self.decay_start = decay_start
         self.decay_end = decay_end
@@ -123,10 +120,9 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         min_learning_rate : `float`, optional (default = `0.0`)
         last_epoch : `int`, optional (default = `-1`)
         """
-        key = "trainer.learning_rate_scheduler."
-        check_positive(batch_size, key + "batch_size", allow_none=True)
-        check_positive(world_size, key + "world_size", allow_none=True)
-        check_positive(reference_batch_size, key + "reference_batch_size")
+        check_positive(batch_size, _KEY + "batch_size", allow_none=True)
+        check_positive(world_size, _KEY + "world_size", allow_none=True)
+        check_positive(reference_batch_size, _KEY + "reference_batch_size")
         # Placeholders until `set_global_batch`.
         scheduler = cls(
             optimizer,
@@ -160,24 +156,18 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         last_epoch: int = -1,
     ) -> "RnmtPlusLearningRate":
         """
-        The `"rnmt_plus"` curve sized from the data: with `T = num_epochs x num_steps_per_epoch`
-        optimizer steps (both given by allennlp's trainer: the loader's length divided by the
-        gradient accumulation), the warm-up ends, the decay starts and the decay ends at those
-        fractions of `T` whatever `n` (`p = warmup_fraction * T / n`, `s = decay_start_fraction
-        * n * T`, `e = decay_end_fraction * n * T`, rounded to whole steps). A corpus of 200
-        batches and one of 6,000 then decay alike (ours: "elmoc_rnmt_plus_steps" fixes the steps,
-        which a corpus of another length never reaches or passes early).
+        The `"rnmt_plus"` curve placed by fractions of the run's `T = num_epochs x num_steps_per_epoch`
+        steps: `p = warmup_fraction * T / n`, `s = decay_start_fraction * n * T`, `e = decay_end_fraction
+        * n * T`, rounded (ours: a corpus of any length then decays alike, as fixed steps cannot).
 
         # Parameters
 
         num_epochs : `int`
             Not given in a configuration file (the trainer's `num_epochs`).
         num_steps_per_epoch : `int`, optional (default = `None`)
-            Not given in a configuration file (the trainer's steps per epoch); `None` (a loader
-            without a length) is an error.
+            Not given in a configuration file (the trainer's); `None` (no loader length) is an error.
         warmup_fraction : `float`, optional (default = `0.0`)
-            The warm-up's end (from `lr0` to `n * lr0`), as a fraction of the run; nothing to
-            warm up with `n = 1`.
+            The warm-up's end (from `lr0` to `n * lr0`), as a fraction of the run.
         decay_start_fraction : `float`, optional (default = `0.5`)
         decay_end_fraction : `float`, optional (default = `1.0`)
             Greater than `decay_start_fraction`; above 1 the run ends before `lr0 / 2`.
@@ -185,7 +175,6 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         min_learning_rate : `float`, optional (default = `0.0`)
         last_epoch : `int`, optional (default = `-1`)
         """
-        key = "trainer.learning_rate_scheduler."
         check_positive(num_epochs, "trainer.num_epochs")
         if num_steps_per_epoch is None:
             raise ConfigurationError(
@@ -194,37 +183,28 @@ class RnmtPlusLearningRate(LearningRateScheduler):
                 "multiprocess with a batch_sampler) or elmoc_rnmt_plus_steps with explicit steps"
             )
         check_positive(num_steps_per_epoch, "trainer's steps per epoch (the data loader's length)")
-        check_non_negative(warmup_fraction, key + "warmup_fraction")
-        check_non_negative(decay_start_fraction, key + "decay_start_fraction")
-        check_positive(num_replicas, key + "num_replicas")
+        check_non_negative(warmup_fraction, _KEY + "warmup_fraction")
+        check_non_negative(decay_start_fraction, _KEY + "decay_start_fraction")
+        check_positive(num_replicas, _KEY + "num_replicas")
         total = num_epochs * num_steps_per_epoch
         decay_start = round(decay_start_fraction * num_replicas * total)
         decay_end = round(decay_end_fraction * num_replicas * total)
         if decay_end <= decay_start:
             raise ConfigurationError(
-                f"{key}decay_end_fraction ({decay_end_fraction}) must exceed decay_start_fraction "
+                f"{_KEY}decay_end_fraction ({decay_end_fraction}) must exceed decay_start_fraction "
                 f"({decay_start_fraction}) by at least one of the run's {total} steps"
             )
-        warmup_steps = round(warmup_fraction * total / num_replicas)
-        logger.info(
-            "elmoc_rnmt_plus_run: %d epochs of %d steps: n = %g, warm-up %d steps, decay from "
-            "n * t = %d to %d",
-            num_epochs,
-            num_steps_per_epoch,
-            num_replicas,
-            warmup_steps,
-            decay_start,
-            decay_end,
-        )
-        return cls(
+        scheduler = cls(
             optimizer,
-            warmup_steps=warmup_steps,
+            warmup_steps=round(warmup_fraction * total / num_replicas),
             decay_start=decay_start,
             decay_end=decay_end,
             num_replicas=num_replicas,
             min_learning_rate=min_learning_rate,
             last_epoch=last_epoch,
         )
+        scheduler._log_schedule(f"elmoc_rnmt_plus_run: {num_epochs} epochs of {num_steps_per_epoch} steps")
+        return scheduler
 
     def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:
         """Sets `B` of an "elmoc_rnmt_plus" schedule (called by `elmoc_gradient_descent`)."""
@@ -233,8 +213,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         if from_trainer and self.global_batch is not None:
             if global_batch != self.global_batch:
                 raise ConfigurationError(
-                    f"trainer.learning_rate_scheduler.batch_size gives a global batch of "
-                    f"{self.global_batch}, the trainer's is {global_batch}: leave it out"
+                    f"{_KEY}batch_size gives a global batch of {self.global_batch}, the trainer's is "
+                    f"{global_batch}: leave it out"
                 )
             return
         decay_start_instances, decay_end_instances, reference_batch_size = self._instances
@@ -244,43 +224,18 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         self.decay_end = int(decay_end_instances / global_batch)
         if self.decay_end <= self.decay_start:
             raise ConfigurationError(
-                f"trainer.learning_rate_scheduler.decay_end_instances: a global batch of "
-                f"{global_batch} leaves no decay steps"
+                f"{_KEY}decay_end_instances: a global batch of {global_batch} leaves no decay steps"
             )
-        logger.info(
-            "elmoc_rnmt_plus: global batch %d: n = %g, warm-up %d steps, decay from step %d to %d",
-            global_batch,
-            self.num_replicas,
-            self.warmup_steps,
-            self.decay_start,
-            self.decay_end,
-        )
+        self._log_schedule(f"elmoc_rnmt_plus: global batch {global_batch}")
         self._set_learning_rates()
 
-    def learning_rate_factor(self, step: int) -> float:
-        """The multiplier of `lr0` after `step` steps (before the `min_learning_rate` floor)."""
-        n = self.num_replicas
-        t = max(step, 0)
-        if self.formula == "authors":
-            if t >= self.decay_end:
-                return 0.5
-            warmup_slope = (n - 1) / self.warmup_steps if self.warmup_steps else None
-            decay_position = t
-        else:
-            warmup_slope = (n - 1) / (n * self.warmup_steps) if self.warmup_steps else None
-            # Held once n * t reaches decay_end.
-            decay_position = min(n * t, self.decay_end)
-        warmup = float(n) if warmup_slope is None else 1.0 + t * warmup_slope
-        # With 2n >= 1 the decay term is >= n before decay_start: skipped (`(2n) ** large` overflows).
-        if decay_position <= self.decay_start and 2 * n >= 1:
-            decay = float(n)
-        else:
-            exponent = (self.decay_start - decay_position) / (self.decay_end - self.decay_start)
-            decay = n * math.pow(2 * n, exponent)
-        return min(warmup, float(n), decay)
+    def _log_schedule(self, setting: str) -> None:
+        steps = (self.warmup_steps, self.decay_start, self.decay_end)
+        logger.info("%s: n = %g, warm-up p = %d steps, decay from s = %d to e = %d", setting, self.num_replicas, *steps)
 
     def get_values(self) -> List[float]:
-        factor = self.learning_rate_factor(self.last_epoch)
+        steps = (self.warmup_steps, self.decay_start, self.decay_end)
+        factor = learning_rate_factor(self.formula, self.num_replicas, *steps, self.last_epoch)
         return [max(base * factor, self.min_learning_rate) for base in self.base_values]
 
     def step(self, metric: float = None) -> None:
@@ -309,3 +264,27 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     def _set_learning_rates(self) -> None:
         for param_group, learning_rate in zip(self.optimizer.param_groups, self.get_values()):
             param_group[self.param_group_field] = learning_rate
+
+
+def learning_rate_factor(
+    formula: str, num_replicas: float, warmup_steps: int, decay_start: int, decay_end: int, step: int
+) -> float:
+    """The multiplier of `lr0` after `step` steps (before the floor): `RnmtPlusLearningRate`'s formulas."""
+    n = num_replicas
+    t = max(step, 0)
+    if formula == "authors":
+        if t >= decay_end:
+            return 0.5
+        warmup_slope = (n - 1) / warmup_steps if warmup_steps else None
+        decay_position = t
+    else:
+        warmup_slope = (n - 1) / (n * warmup_steps) if warmup_steps else None
+        decay_position = min(n * t, decay_end)  # held once n * t reaches decay_end
+    warmup = float(n) if warmup_slope is None else 1.0 + t * warmup_slope
+    # With 2n >= 1 the decay term is >= n before decay_start: skipped (`(2n) ** large` overflows).
+    if decay_position <= decay_start and 2 * n >= 1:
+        decay = float(n)
+    else:
+        exponent = (decay_start - decay_position) / (decay_end - decay_start)
+        decay = n * math.pow(2 * n, exponent)
+    return min(warmup, float(n), decay)

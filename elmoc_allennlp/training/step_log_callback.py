@@ -13,10 +13,8 @@ from allennlp.training.callbacks.callback import TrainerCallback
 class StepLogCallback(TrainerCallback):
     """
     Appends one JSON line per training step to `SERIALIZATION_DIR/step_log_w{RANK}.jsonl`:
-    `epoch`, `batch` (1-based in the epoch), `step` (optimizer steps since training began), the
-    worker's `loss` (the model's `loss`: for `elmoc_bilm`, the mean of its directions' losses, as
-    on the progress bar), `instances`, `tokens` and `time`. A `"event": "start"` line marks every
-    (re)start, so a run resumed with `--recover` shows which steps were done again.
+    `epoch`, `batch` (1-based in the epoch), `step` (since training began), the worker's `loss`,
+    `instances`, `tokens` and `time`; an `"event": "start"` line marks every (re)start.
 
     Registered as a `TrainerCallback` with name "elmoc_step_log".
 
@@ -63,17 +61,8 @@ class StepLogCallback(TrainerCallback):
             if mask is not None:
                 instances += int(mask.size(0))
                 tokens += int(mask.sum())
-        self._write(
-            {
-                "epoch": epoch,
-                "batch": batch_number,
-                "step": self._step,
-                "loss": loss,
-                "instances": instances,
-                "tokens": tokens,
-                "time": time.time(),
-            }
-        )
+        record = dict(epoch=epoch, batch=batch_number, step=self._step, loss=loss, instances=instances, tokens=tokens)
+        self._write({**record, "time": time.time()})
 
     def state_dict(self) -> Dict[str, Any]:
         return {"step": self._step}

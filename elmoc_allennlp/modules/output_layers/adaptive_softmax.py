@@ -5,20 +5,14 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.modules.output_layers.output_layer import (
-    ClosedVocabularyOutputLayer,
-    LanguageModelOutputLayer,
-)
+from elmoc_allennlp.modules.output_layers.output_layer import ClosedVocabularyOutputLayer, LanguageModelOutputLayer
 
 
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
 class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     """
-    The adaptive softmax of Grave et al. (2017), `torch.nn.AdaptiveLogSoftmaxWithLoss`: the
-    output layer of ELMo-A (Li et al., 2019). The ids below `cutoffs[0]` and one entry per tail
-    cluster form the head; tail cluster `i` (ids in `[cutoffs[i], cutoffs[i + 1])`) is scored from
-    an `input_dim / div_value^(i + 1)`-dimensional projection. The loss is the exact negative
-    log-likelihood.
+    The adaptive softmax of Grave et al. (2017), `torch.nn.AdaptiveLogSoftmaxWithLoss`: the output
+    layer of ELMo-A (Li et al., 2019); the loss is the exact negative log-likelihood.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_adaptive_softmax".
 
@@ -50,8 +44,7 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         cutoffs = list(cutoffs)
         if not cutoffs or cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0 or cutoffs[-1] >= self.num_words:
             raise ConfigurationError(
-                f"output_layer.cutoffs must be distinct increasing ids in [1, {self.num_words - 1}], "
-                f"got {cutoffs}"
+                f"output_layer.cutoffs must be distinct increasing ids in [1, {self.num_words - 1}], got {cutoffs}"
             )
         if div_value < 1.0 or input_dim // div_value ** len(cutoffs) < 1:
             raise ConfigurationError(

@@ -1,4 +1,4 @@
-from typing import Dict, Optional
+from typing import Dict
 
 import torch
 import torch.nn.functional as F
@@ -13,9 +13,8 @@ from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutpu
 class ContinuousOutputLayer(LanguageModelOutputLayer):
     """
     The continuous output layer of ELMo-C ([Li et al., 2019](https://arxiv.org/abs/1902.11269),
-    section 3): a linear map from the hidden state to the dimension of a frozen pretrained word
-    embedding, trained to point at the target word's vector. No softmax; its size does not
-    depend on the vocabulary.
+    section 3): a linear map from the hidden state to a frozen pretrained embedding's dimension,
+    trained to point at the target word's vector; its size does not depend on the vocabulary.
 
     Registered as a `LanguageModelOutputLayer` with name "elmoc_continuous".
 
@@ -29,12 +28,7 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
         `"cosine"`: 1 − cos(Wh, e) (the paper's); `"l2"`: ‖Wh − e‖².
     """
 
-    def __init__(
-        self,
-        input_dim: int,
-        embedding_dim: int,
-        loss: str = "cosine",
-    ) -> None:
+    def __init__(self, input_dim: int, embedding_dim: int, loss: str = "cosine") -> None:
         super().__init__(input_dim)
         check_one_of(loss, ("cosine", "l2"), "output_layer.loss")
         check_positive(embedding_dim, "output_layer.embedding_dim")
@@ -45,21 +39,12 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
     def get_output_dim(self) -> int:
         return self._embedding_dim
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        target_embeddings: Optional[torch.Tensor] = None,
-        target_ids: Optional[torch.LongTensor] = None,
-    ) -> Dict[str, torch.Tensor]:
-        if target_embeddings is None:
-            raise ValueError("ContinuousOutputLayer needs target_embeddings")
-        check_dimensions_match(
-            target_embeddings.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim"
-        )
+    def score(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
+        check_dimensions_match(targets.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim")
         predictions = self.projection(hidden_states)
-        target_embeddings = target_embeddings.to(predictions.dtype)
+        targets = targets.to(predictions.dtype)
         if self._loss == "cosine":
-            loss = 1.0 - F.cosine_similarity(predictions, target_embeddings, dim=-1, eps=1e-8)
+            loss = 1.0 - F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)
         else:
-            loss = (predictions - target_embeddings).pow(2).sum(-1)
+            loss = (predictions - targets).pow(2).sum(-1)
         return {"loss": loss, "predictions": predictions}

@@ -14,7 +14,7 @@ class LanguageModelOutputLayer(torch.nn.Module, Registrable):
     The output layer of a language model: maps the contextualizer's state at each predicting
     position to a loss against the target word. Continuous heads (ELMo-C) compare a prediction
     with the target word's vector; softmax-family heads (`requires_target_ids`) score a closed
-    vocabulary. The model applies the masking and averaging.
+    vocabulary. The model applies the masking and averaging. Subclasses implement `score`.
 
     # Parameters
 
@@ -39,20 +39,18 @@ class LanguageModelOutputLayer(torch.nn.Module, Registrable):
         target_ids: Optional[torch.LongTensor] = None,
     ) -> Dict[str, torch.Tensor]:
         """
-        # Parameters
-
-        hidden_states : `torch.Tensor`
-            Shape `(num_targets, input_dim)`: the contextualizer's state at each predicting position.
-        target_embeddings : `torch.Tensor`, optional
-            Shape `(num_targets, embedding_dim)`: the target words' vectors (continuous heads).
-        target_ids : `torch.LongTensor`, optional
-            Shape `(num_targets,)`: the target words' ids (softmax-family heads).
-
-        # Returns
-
-        `Dict[str, torch.Tensor]` with `"loss"` of shape `(num_targets,)` and, for continuous
-        heads, `"predictions"` of shape `(num_targets, embedding_dim)`.
+        `hidden_states` `(num_targets, input_dim)`, and the targets' vectors `(num_targets, embedding_dim)`
+        (continuous heads) or ids `(num_targets,)` (softmax family). Returns `"loss"` `(num_targets,)` and,
+        for continuous heads, `"predictions"` `(num_targets, embedding_dim)`.
         """
+        needed = "target_ids" if self.requires_target_ids else "target_embeddings"
+        targets = target_ids if self.requires_target_ids else target_embeddings
+        if targets is None:
+            raise ValueError(f"{type(self).__name__} needs {needed}")
+        return self.score(hidden_states, targets)
+
+    def score(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """`forward` given the targets this head needs (ids or vectors)."""
         raise NotImplementedError
 
 
@@ -91,14 +89,7 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
         """The negative log-likelihood of each target, shape `(num_targets,)`."""
         raise NotImplementedError
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        target_embeddings: Optional[torch.Tensor] = None,
-        target_ids: Optional[torch.LongTensor] = None,
-    ) -> Dict[str, torch.Tensor]:
-        if target_ids is None:
-            raise ValueError(f"{type(self).__name__} needs target_ids")
+    def score(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
         if hidden_states.size(0) == 0:
             return {"loss": hidden_states.new_zeros(0)}
-        return {"loss": self.target_loss(hidden_states, target_ids)}
+        return {"loss": self.target_loss(hidden_states, targets)}

@@ -7,10 +7,7 @@ from allennlp.common.checks import check_dimensions_match
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.modules.output_layers.output_layer import (
-    ClosedVocabularyOutputLayer,
-    LanguageModelOutputLayer,
-)
+from elmoc_allennlp.modules.output_layers.output_layer import ClosedVocabularyOutputLayer, LanguageModelOutputLayer
 
 
 @LanguageModelOutputLayer.register("elmoc_softmax")
@@ -34,11 +31,7 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     """
 
     def __init__(
-        self,
-        vocab: Vocabulary,
-        input_dim: int,
-        vocab_namespace: str = "targets",
-        embedding_dim: Optional[int] = None,
+        self, vocab: Vocabulary, input_dim: int, vocab_namespace: str = "targets", embedding_dim: Optional[int] = None
     ) -> None:
         super().__init__(vocab, input_dim, vocab_namespace)
         embedding_dim = embedding_dim or input_dim
@@ -47,7 +40,7 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         self.projection: Optional[torch.nn.Linear] = (
             torch.nn.Linear(input_dim, embedding_dim) if embedding_dim != input_dim else None
         )
-        self.weight = torch.nn.Parameter(torch.randn(self.num_words, embedding_dim) / embedding_dim ** 0.5)
+        self.weight = torch.nn.Parameter(torch.randn(self.num_words, embedding_dim) / embedding_dim**0.5)
         self.bias = torch.nn.Parameter(torch.zeros(self.num_words))
 
     def tie_weights(self, weight: torch.nn.Parameter) -> None:
@@ -64,7 +57,7 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
 
     def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
         # At most 2^25 logits at once (a row is `num_words` wide).
-        chunk = max(1, 2 ** 25 // self.num_words)
+        chunk = max(1, 2**25 // self.num_words)
         losses = []
         for start in range(0, hidden_states.size(0), chunk):
             logits = self.logits(hidden_states[start : start + chunk])

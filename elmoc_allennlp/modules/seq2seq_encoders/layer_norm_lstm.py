@@ -32,13 +32,10 @@ _CONCURRENT = ConcurrentRunner(enabled=True)
 _warned_not_prefix = False
 
 
-def checked_mask(
-    inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int
-) -> torch.BoolTensor:
+def checked_mask(inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int) -> torch.BoolTensor:
     """Checks the shapes of `inputs` and `mask`; returns the mask (all `True` for `None`)."""
     if inputs.dim() != 3:
-        shape = tuple(inputs.size())
-        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {shape}")
+        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {tuple(inputs.size())}")
     check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
     if mask is None:
         return inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
@@ -76,24 +73,17 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     # Parameters
 
-    input_dim : `int`, required.
-        The dimension of the inputs.
-    projection_dim : `int`, required.
-        The dimension of the projected state, which is also the output dimension.
-    cell_dim : `int`, required.
-        The dimension of the memory cell.
+    input_dim : `int`
+    projection_dim : `int`
+    cell_dim : `int`
     go_forward : `bool`, optional (default = `True`)
-        Run left-to-right if `True`, right-to-left otherwise.
+        Left-to-right if `True`, right-to-left otherwise.
     layer_norm : `bool`, optional (default = `True`)
-        Whether to apply LayerNorm to the projected state inside the recurrence.
     cell_clip : `float`, optional (default = `3.0`)
-        The magnitude at which the memory cell is clipped; `None` disables clipping.
     projection_clip : `float`, optional (default = `3.0`)
-        The magnitude at which the projected state is clipped; `None` disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
-        Variational dropout on the recurrent state: one mask per sequence, at every time step.
     implementation : `str`, optional (default = `"auto"`)
-        `"auto"` (the fast path) or `"reference"`; also a settable attribute.
+        As `LayerNormLstm`'s (so are the others); also a settable attribute.
     """
 
     def __init__(
@@ -127,9 +117,7 @@ class LayerNormLstmLayer(torch.nn.Module):
         self.input_linearity = torch.nn.Linear(input_dim, 4 * cell_dim, bias=False)
         self.state_linearity = torch.nn.Linear(projection_dim, 4 * cell_dim, bias=True)
         self.state_projection = torch.nn.Linear(cell_dim, projection_dim, bias=False)
-        self.layer_norm: Optional[torch.nn.LayerNorm] = (
-            torch.nn.LayerNorm(projection_dim) if layer_norm else None
-        )
+        self.layer_norm: Optional[torch.nn.LayerNorm] = torch.nn.LayerNorm(projection_dim) if layer_norm else None
         self.reset_parameters()
 
     @property
@@ -150,21 +138,10 @@ class LayerNormLstmLayer(torch.nn.Module):
         if self.layer_norm is not None:
             self.layer_norm.reset_parameters()
 
-    def forward(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
+    def forward(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
         """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions.
-
-        # Returns
-
-        `torch.Tensor`
-            The states, of shape `(batch_size, timesteps, projection_dim)`, zero at padding.
+        `inputs` `(batch_size, timesteps, input_dim)` and `mask` `(batch_size, timesteps)` (`True` at real
+        positions) -> the states `(batch_size, timesteps, projection_dim)`, zero at padding.
         """
         mask = checked_mask(inputs, mask, self.input_dim)
         packing = _fast_packing(self.implementation, mask)
@@ -251,87 +228,28 @@ class LayerNormLstmLayer(torch.nn.Module):
 
 
 def returns_all_layers(encoder: Any) -> bool:
-    """Whether a `Seq2SeqEncoder` (class or instance) returns all its layers (`forward_all_layers`), as a biLM's must."""
+    """Whether a `Seq2SeqEncoder` (class or instance) returns all its layers, as a biLM's must."""
     return callable(getattr(encoder, "forward_all_layers", None))
 
 
-class BidirectionalStacks(Seq2SeqEncoder):
-    """
-    The API of `elmoc_lstm`: forward and backward stacks of `num_layers` LSTM layers, output
-    `[forward; backward]`, every layer from `forward_all_layers`. Subclasses implement `_encode`.
-    """
-
-    def __init__(self, input_dim: int, projection_dim: int, cell_dim: int, num_layers: int) -> None:
-        super().__init__(stateful=False)
-        check_positive(input_dim, "input_dim")
-        check_positive(projection_dim, "projection_dim")
-        check_positive(cell_dim, "cell_dim")
-        check_positive(num_layers, "num_layers")
-        self._input_dim = input_dim
-        self.projection_dim = projection_dim
-        self.cell_dim = cell_dim
-        self.num_layers = num_layers
-
-    def get_input_dim(self) -> int:
-        return self._input_dim
-
-    def get_output_dim(self) -> int:
-        return 2 * self.projection_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
-
-    def forward(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        # Parameters
-
-        inputs : `torch.Tensor`, required.
-            A tensor of shape `(batch_size, timesteps, input_dim)`.
-        mask : `torch.BoolTensor`, optional (default = `None`)
-            A tensor of shape `(batch_size, timesteps)`, `True` at real positions.
-
-        # Returns
-
-        `torch.Tensor`
-            The top layer, of shape `(batch_size, timesteps, 2 * projection_dim)`.
-        """
-        return self._encode(inputs, mask, all_layers=False)[-1]
-
-    def forward_all_layers(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
-    ) -> torch.Tensor:
-        """
-        As `forward`, but returns all layers `(num_layers + 1, batch_size, timesteps,
-        2 * projection_dim)`, layer 0 being the projected input.
-        """
-        return torch.stack(self._encode(inputs, mask, all_layers=True))
-
-    def _encode(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
-    ) -> List[torch.Tensor]:
-        raise NotImplementedError
-
-
 @Seq2SeqEncoder.register("elmoc_lstm")
-class LayerNormLstm(BidirectionalStacks):
+class LayerNormLstm(Seq2SeqEncoder):
     """
     The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1).
 
     The input is projected to `projection_dim` (and LayerNorm-ed), then run through forward and
     backward stacks of [`LayerNormLstmLayer`](#layernormlstmlayer)s, with residual connections
-    from layer 1 on, as in allennlp's `ElmoLstm`.
+    from layer 1 on, as in allennlp's `ElmoLstm`. The output is `[forward; backward]`;
+    `forward_all_layers` gives every layer.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_lstm".
 
     # Parameters
 
-    input_dim : `int`, required.
-        The dimension of the input vectors.
-    projection_dim : `int`, required.
+    input_dim : `int`
+    projection_dim : `int`
         The dimension of the projected input and of every LSTM state.
-    cell_dim : `int`, required.
+    cell_dim : `int`
         The dimension of the LSTM memory cells.
     num_layers : `int`, optional (default = `2`)
         The number of layers in each direction.
@@ -369,24 +287,24 @@ class LayerNormLstm(BidirectionalStacks):
         input_projection_bias: Optional[bool] = None,
         separate_input_projections: bool = False,
     ) -> None:
-        super().__init__(input_dim, projection_dim, cell_dim, num_layers)
+        super().__init__(stateful=False)
+        check_positive(input_dim, "input_dim")
+        check_positive(projection_dim, "projection_dim")
+        check_positive(cell_dim, "cell_dim")
+        check_positive(num_layers, "num_layers")
+        self._input_dim = input_dim
+        self.projection_dim = projection_dim
+        self.cell_dim = cell_dim
+        self.num_layers = num_layers
         self.parallel_directions = parallel_directions
         self.separate_input_projections = separate_input_projections
 
-        if input_projection_bias is None:
-            input_projection_bias = not layer_norm
-
-        def make_projection() -> torch.nn.Linear:
-            return torch.nn.Linear(input_dim, projection_dim, bias=input_projection_bias)
-
-        def make_norm() -> Optional[torch.nn.LayerNorm]:
-            return torch.nn.LayerNorm(projection_dim) if layer_norm else None
-
-        self.input_projection = make_projection()
-        self.input_layer_norm = make_norm()
+        bias = not layer_norm if input_projection_bias is None else input_projection_bias
+        self.input_projection = torch.nn.Linear(input_dim, projection_dim, bias=bias)
+        self.input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
         if separate_input_projections:
-            self.backward_input_projection = make_projection()
-            self.backward_input_layer_norm = make_norm()
+            self.backward_input_projection = torch.nn.Linear(input_dim, projection_dim, bias=bias)
+            self.backward_input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
 
         def make_layer(go_forward: bool) -> LayerNormLstmLayer:
             return LayerNormLstmLayer(
@@ -403,33 +321,43 @@ class LayerNormLstm(BidirectionalStacks):
 
         self.forward_layers = torch.nn.ModuleList(make_layer(True) for _ in range(num_layers))
         self.backward_layers = torch.nn.ModuleList(make_layer(False) for _ in range(num_layers))
-        self.implementation = implementation
 
     @property
     def implementation(self) -> str:
-        return self._implementation
+        return self.forward_layers[0].implementation
 
     @implementation.setter
     def implementation(self, implementation: str) -> None:
-        check_one_of(implementation, IMPLEMENTATIONS, "implementation")
-        self._implementation = implementation
-        for layer in list(self.forward_layers) + list(self.backward_layers):
-            layer.implementation = implementation
+        for layer in [*self.forward_layers, *self.backward_layers]:
+            layer.implementation = implementation  # the first one checks it
+
+    def get_input_dim(self) -> int:
+        return self._input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.projection_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def forward(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
+        """As `LayerNormLstmLayer.forward`; returns the top layer `(batch_size, timesteps, 2 * projection_dim)`."""
+        return self._encode(inputs, mask, all_layers=False)[-1]
+
+    def forward_all_layers(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
+        """As `forward`, but every layer `(num_layers + 1, batch_size, timesteps, 2 * projection_dim)`."""
+        return torch.stack(self._encode(inputs, mask, all_layers=True))
 
     def _project(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The (normalised) input projections of the forward and the backward stack."""
         projections = [(self.input_projection, self.input_layer_norm)]
         if self.separate_input_projections:
             projections.append((self.backward_input_projection, self.backward_input_layer_norm))
-        projected = []
-        for projection, layer_norm in projections:
-            output = projection(inputs)
-            projected.append(output if layer_norm is None else layer_norm(output))
+        projected = [projection(inputs) for projection, _ in projections]
+        projected = [output if norm is None else norm(output) for output, (_, norm) in zip(projected, projections)]
         return projected[0], projected[-1]
 
-    def _encode(
-        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
-    ) -> List[torch.Tensor]:
+    def _encode(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool) -> List[torch.Tensor]:
         mask = checked_mask(inputs, mask, self._input_dim)
         packing = _fast_packing(self.implementation, mask)
         precision: contextlib.AbstractContextManager = contextlib.nullcontext()

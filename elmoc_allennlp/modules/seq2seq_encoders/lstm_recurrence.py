@@ -2,6 +2,7 @@
 The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
 autograd node with a hand-written backward pass, over sequences packed by length.
 """
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -37,9 +38,7 @@ class SequencePacking(NamedTuple):
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """`(num_rows, dim)` -> `(batch_size, timesteps, dim)`, zero at padding."""
         padded = packed.new_zeros(self.batch_size * self.timesteps, packed.size(-1))
-        return padded.index_copy(0, self.index, packed).view(
-            self.batch_size, self.timesteps, packed.size(-1)
-        )
+        return padded.index_copy(0, self.index, packed).view(self.batch_size, self.timesteps, packed.size(-1))
 
     def sort_batch(self, per_sequence: torch.Tensor) -> torch.Tensor:
         """Reorders a `(batch_size, ...)` tensor (e.g. a dropout mask) into packing order."""
@@ -58,9 +57,7 @@ def pack_by_length(mask: torch.BoolTensor) -> Optional[SequencePacking]:
     if not prefix:
         return None
     batch_sizes = [size for size in sizes if size > 0]
-    offsets = [0] * len(batch_sizes)
-    for t in range(1, len(batch_sizes)):
-        offsets[t] = offsets[t - 1] + batch_sizes[t - 1]
+    offsets = [0, *itertools.accumulate(batch_sizes[:-1])]
     flat = order.unsqueeze(0) * timesteps + positions.unsqueeze(1)  # (timesteps, batch)
     return SequencePacking(batch_size, timesteps, batch_sizes, offsets, order, flat[running])
 
@@ -135,19 +132,10 @@ def recurrence_forward(
     dropout_mask: Optional[torch.Tensor],
 ) -> Tuple[torch.Tensor, SavedForBackward]:
     """
-    The forward pass of one layer direction (no autograd), gates in the order (input, forget,
-    memory, output): returns the states `(num_rows, P)` and what `recurrence_backward` needs.
-
-    # Parameters
-
-    inputs : `torch.Tensor`
-        Packed rows `(num_rows, input_dim)`.
-    input_weight, gate_bias, state_weight, projection_weight : `torch.Tensor`
-        `(4C, input_dim)`, `(4C,)`, `(4C, P)`, `(P, C)` for C cells, as in `LstmCellWithProjection`.
-    norm_weight, norm_bias : `torch.Tensor`, optional
-        The LayerNorm parameters `(P,)`, or `None` (no LayerNorm).
-    dropout_mask : `torch.Tensor`, optional
-        `(batch_size, P)` in packing order, or `None`.
+    The forward pass of one layer direction (no autograd), gates in the order (input, forget, memory,
+    output), on packed `inputs` `(num_rows, input_dim)`, the weights of `LstmCellWithProjection` (C cells,
+    P projection), LayerNorm parameters `(P,)` or `None`, and a `(batch_size, P)` dropout mask in packing
+    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs.
     """
     num_rows, projection_dim = inputs.size(0), state_weight.size(1)
     C = state_weight.size(0) // 4
@@ -270,15 +258,9 @@ def recurrence_backward(
         grad_cells.mul_(1 - tanh_cells * tanh_cells).add_(grad_cell_carry[:n])
         if config.cell_clip is not None:
             grad_cells.mul_(cells.abs() < config.cell_clip)
-        torch.mul(
-            grad_cell_outputs[:n] * tanh_cells,
-            output_gate * (1 - output_gate),
-            out=step_grad_gates[:, 3 * C :],
-        )
+        torch.mul(grad_cell_outputs[:n] * tanh_cells, output_gate * (1 - output_gate), out=step_grad_gates[:, 3 * C :])
         torch.mul(grad_cells * memory_init, input_gate * (1 - input_gate), out=step_grad_gates[:, :C])
-        torch.mul(
-            grad_cells * input_gate, 1 - memory_init * memory_init, out=step_grad_gates[:, 2 * C : 3 * C]
-        )
+        torch.mul(grad_cells * input_gate, 1 - memory_init * memory_init, out=step_grad_gates[:, 2 * C : 3 * C])
         grad_forget = step_grad_gates[:, C : 2 * C]
         grad_forget[continued:].zero_()
         if continued:
@@ -322,9 +304,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors
-    ):
+    def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
         results = runner.run(
@@ -363,8 +343,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
 
 
 def run_recurrences(
-    runner: "ConcurrentRunner",
-    directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]],
+    runner: "ConcurrentRunner", directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]]
 ) -> List[torch.Tensor]:
     """Runs [`LayerNormLstmRecurrence`](#layernormlstmrecurrence) on `(config, tensors)` pairs."""
     configs = [config for config, _ in directions]

@@ -1,6 +1,6 @@
 import json
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -8,11 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
-from elmoc_allennlp.common.fasttext_vectors import (
-    FastTextVectors,
-    mean_subword_vectors,
-    no_vector_id,
-)
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, mean_subword_vectors, no_vector_id
 from elmoc_allennlp.common.fasttext_location import locate_fasttext
 
 logger = logging.getLogger(__name__)
@@ -28,8 +24,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
     is the mean of its input-matrix rows. Padding and tokens without a vector embed to zeros.
 
     Frozen (the default), the table stays a CPU memory map outside the `state_dict`, which
-    records the `.bin`'s path and fingerprint instead (checked on loading). A frozen embedder
-    uses the indexer's `gather_vectors` as they are.
+    records the `.bin`'s path and fingerprint instead (checked on loading).
 
     Registered as a `TokenEmbedder` with name "elmoc_fasttext".
 
@@ -85,14 +80,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
         destination[prefix + VECTORS_RECORD_KEY] = torch.tensor(list(encoded), dtype=torch.uint8)
 
     def _load_from_state_dict(
-        self,
-        state_dict: Dict[str, Any],
-        prefix: str,
-        local_metadata,
-        strict: bool,
-        missing_keys: List[str],
-        unexpected_keys: List[str],
-        error_msgs: List[str],
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ) -> None:
         key = prefix + VECTORS_RECORD_KEY
         record = state_dict.get(key)
@@ -121,26 +109,13 @@ class FastTextTokenEmbedder(TokenEmbedder):
         logger.warning("%s; going on because allow_different_vectors is set.", message)
 
     def forward(
-        self,
-        subword_ids: torch.LongTensor,
-        mask: torch.BoolTensor = None,
-        vectors: Optional[torch.Tensor] = None,
+        self, subword_ids: torch.LongTensor, mask: torch.BoolTensor = None, vectors: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """
-        # Parameters
-
-        subword_ids : `torch.LongTensor`
-            Shape `(batch_size, num_tokens, num_subwords)` (any leading dimensions), from
-            `FastTextSubwordIndexer`: input-matrix row + 1, 0 for padding.
-        mask : `torch.BoolTensor`, optional
-            Shape `(batch_size, num_tokens)`; masked positions are set to zeros.
-        vectors : `torch.Tensor`, optional
-            Shape `(batch_size, num_tokens, dim)`: the indexer's `gather_vectors`, used as they
-            are by a frozen embedder.
-
-        # Returns
-
-        `torch.Tensor`, shape `(batch_size, num_tokens, dim)`.
+        `subword_ids` `(batch_size, num_tokens, num_subwords)` (any leading dimensions): input-matrix
+        row + 1, 0 for padding; `mask` `(batch_size, num_tokens)` zeroes masked positions; `vectors`
+        `(batch_size, num_tokens, dim)`: the indexer's `gather_vectors`, used as they are by a frozen
+        embedder. Returns `(batch_size, num_tokens, dim)`.
         """
         if vectors is not None and self.weight is None:
             if vectors.size(-1) != self.vectors.dim or vectors.shape[:-1] != subword_ids.shape[:-1]:

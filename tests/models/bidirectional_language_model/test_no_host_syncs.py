@@ -17,7 +17,7 @@ from allennlp.training.metrics import Average
 
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.models.device_average import DeviceAverage
+from elmoc_allennlp.models.bilm_metrics import DeviceAverage
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
 

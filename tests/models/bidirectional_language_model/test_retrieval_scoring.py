@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.retrieval_scoring import full_matrix_accuracy  # the metric as first written
-from elmoc_allennlp.models import bidirectional_language_model as bilm_module
-from elmoc_allennlp.models.bidirectional_language_model import retrieval_accuracy
+from elmoc_allennlp.models import bilm_metrics as bilm_module
+from elmoc_allennlp.models.bilm_metrics import retrieval_accuracy
 from tests.conftest import LM_CORPUS
 from tests.models.bidirectional_language_model.test_no_host_syncs import _NoTableReads, _model_and_batch
 
