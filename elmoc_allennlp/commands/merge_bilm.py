@@ -21,9 +21,10 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
-from elmoc_allennlp.common.atomic_files import atomic_path, same_file
-from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
+from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.threads import plugin_command, set_threads
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import (
     BACKWARD_OUTPUT_LAYER_PREFIX,
@@ -39,46 +40,31 @@ VOCABULARY_NAME = "vocabulary"
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
 @Subcommand.register("elmoc-merge-bilm", exist_ok=True)
-class MergeBidirectionalLanguageModels(Subcommand):
+class MergeBidirectionalLanguageModels(PluginSubcommand):
     """`allennlp elmoc-merge-bilm FORWARD BACKWARD -o OUTPUT`: see `merge_bilm_archives`."""
 
-    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        description = (
-            "Merge a forward-only and a backward-only ELMo-C archive (model.directions = "
-            "'forward' / 'backward') into one biLM archive."
+    description = help = (
+        "Merge a forward-only and a backward-only ELMo-C archive (model.directions = "
+        "'forward' / 'backward') into one biLM archive."
+    )
+
+    def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("forward_archive", help="model.tar.gz of the forward-only run")
+        parser.add_argument("backward_archive", help="model.tar.gz of the backward-only run")
+        parser.add_argument("-o", "--output-file", required=True, help="where to write the merged model.tar.gz")
+        parser.add_argument(
+            "--no-verify",
+            action="store_true",
+            help="do not load the merged archive to check it (loading needs the fastText file)",
         )
-        subparser = parser.add_parser(self.name, description=description, help=description)
-        _add_arguments(subparser)
-        subparser.set_defaults(func=_run)
-        return subparser
 
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("forward_archive", help="model.tar.gz of the forward-only run")
-    parser.add_argument("backward_archive", help="model.tar.gz of the backward-only run")
-    parser.add_argument(
-        "-o", "--output-file", required=True, help="where to write the merged model.tar.gz"
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="do not load the merged archive to check it (loading needs the fastText file)",
-    )
-    add_threads_argument(parser)
-
-
-@plugin_command
-def _run(args: argparse.Namespace) -> None:
-    set_threads(args.threads)
-    path = merge_bilm_archives(
-        args.forward_archive,
-        args.backward_archive,
-        args.output_file,
-        verify=not args.no_verify,
-        force=args.force,
-    )
-    print(f"Merged biLM archive written to {path}")
+    @staticmethod
+    def run(args: argparse.Namespace) -> None:
+        set_threads(args.threads)
+        path = merge_bilm_archives(
+            args.forward_archive, args.backward_archive, args.output_file, verify=not args.no_verify, force=args.force
+        )
+        print(f"Merged biLM archive written to {path}")
 
 
 def _first_difference(forward: Any, backward: Any, path: str) -> Optional[Tuple[str, Any, Any]]:
@@ -349,14 +335,8 @@ def merge_bilm_archives(
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         output_file = os.path.join(output_file, "model.tar.gz")
-    for direction, archive in (("forward", forward_archive), ("backward", backward_archive)):
-        if same_file(output_file, archive):
-            raise ConfigurationError(
-                f"{output_file} (--output-file) is the {direction} archive {archive}: choose "
-                "another output (--force replaces outputs, never an input)"
-            )
-    if os.path.exists(output_file) and not force:
-        raise ConfigurationError(f"{output_file} (--output-file) exists; give --force to overwrite it")
+    inputs = [("the forward archive", forward_archive), ("the backward archive", backward_archive)]
+    check_output(output_file, force, inputs)
     forward, backward = read_archive(forward_archive), read_archive(backward_archive)
     _check_runs(forward, backward)
     forward_state, backward_state = _load_weights(forward), _load_weights(backward)
@@ -376,14 +356,14 @@ def merge_bilm_archives(
 
 def main(argv: Optional[List[str]] = None) -> None:
     """`python -m elmoc_allennlp.commands.merge_bilm FORWARD BACKWARD -o OUTPUT`."""
-    import elmoc_allennlp  # noqa: F401  (registers the model for verification)
+    # What the verification loads besides the model: the reader, indexers and token embedders.
+    import elmoc_allennlp.data  # noqa: F401
+    import elmoc_allennlp.modules  # noqa: F401
 
-    parser = argparse.ArgumentParser(
-        prog="python -m elmoc_allennlp.commands.merge_bilm",
-        description=MergeBidirectionalLanguageModels.__doc__,
-    )
-    _add_arguments(parser)
-    _run(parser.parse_args(argv))
+    command = MergeBidirectionalLanguageModels()
+    parser = argparse.ArgumentParser(prog="python -m elmoc_allennlp.commands.merge_bilm", description=command.help)
+    command.add_arguments(parser)
+    plugin_command(command.run)(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
