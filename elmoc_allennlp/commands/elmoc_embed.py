@@ -199,7 +199,8 @@ def embed_file(
     check_positive(batch_size, "--batch-size")
     # Before the lock, whose file goes next to the output: a bad output is named as such.
     _check_output(output_file, input_file, force, archive_file, vectors_path)
-    with _lock_output(output_file):
+    lock = _lock_output(output_file)
+    try:
         output_path = _check_output(output_file, input_file, force, archive_file, vectors_path)
         check_cuda_device(cuda_device, "--cuda-device")
         # The partial file of a killed run (`kill -9`): this run holds the output's lock.
@@ -249,5 +250,7 @@ def embed_file(
                 # else HDF5 failed on what a failed I/O call left it: that call's error is reported
             raw.check(output_path)  # also the metadata HDF5 wrote when it closed the file
             signals.deliver()
+    finally:
+        lock.release()
     logger.info("Wrote ELMo-C vectors of %d sentences to %s", len(sentences), output_path)
     return output_path

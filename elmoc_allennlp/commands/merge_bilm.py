@@ -68,26 +68,19 @@ class MergeBidirectionalLanguageModels(PluginSubcommand):
 
 
 def _first_difference(forward: Any, backward: Any, path: str) -> Optional[Tuple[str, Any, Any]]:
+    """The first `(key, forward value, backward value)` that differ in two configs (`None`: none)."""
     if isinstance(forward, dict) and isinstance(backward, dict):
-        for key in sorted(set(forward) | set(backward)):
-            found = _first_difference(
-                forward.get(key, "<absent>"), backward.get(key, "<absent>"), f"{path}.{key}"
-            )
-            if found is not None:
-                return found
-        return None
-    if isinstance(forward, list) and isinstance(backward, list) and len(forward) == len(backward):
-        for index, (left, right) in enumerate(zip(forward, backward)):
-            found = _first_difference(left, right, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None
-    return None if forward == backward else (path, forward, backward)
+        keys = sorted(set(forward) | set(backward))
+        pairs = [(f"{path}.{key}", forward.get(key, "<absent>"), backward.get(key, "<absent>")) for key in keys]
+    elif isinstance(forward, list) and isinstance(backward, list) and len(forward) == len(backward):
+        pairs = [(f"{path}[{index}]", left, right) for index, (left, right) in enumerate(zip(forward, backward))]
+    else:
+        return None if forward == backward else (path, forward, backward)
+    return next(filter(None, (_first_difference(left, right, key) for key, left, right in pairs)), None)
 
 
 def _vocabulary_content(directory: Path) -> Dict[str, Any]:
-    """A vocabulary folder's files by name; `non_padded_namespaces.txt` as a set (allennlp
-    writes it in set order, which differs between processes)."""
+    """A vocabulary folder's files by name; `non_padded_namespaces.txt` as a set (written in set order)."""
     if not directory.is_dir():
         return {}
     content: Dict[str, Any] = {}
@@ -102,11 +95,9 @@ def _vocabulary_content(directory: Path) -> Dict[str, Any]:
 
 class _SharedTensors:
     """
-    Whether a tensor of one run equals the same tensor of the other, reading each pair of
-    storages once: two tensors that view equal storages in the same way (offset, size and
-    stride) are equal. Other pairs are compared value by value, but never more values in all than
-    the two runs' storages hold, so that many views of one storage cannot make a merge compare
-    without end (a 14 KB archive of such views kept it busy for minutes: issue #35).
+    Whether a tensor of one run equals the same tensor of the other, reading each pair of equal
+    storages once (same offset, size and stride: equal), and never more values in all than the
+    runs' storages hold (a 14 KB archive of many views kept a merge busy for minutes: issue #35).
     """
 
     def __init__(self, *states: Dict[str, torch.Tensor]) -> None:
@@ -155,10 +146,9 @@ def merge_bilm_state_dicts(
     backward_name: str = "backward archive",
 ) -> Dict[str, torch.Tensor]:
     """
-    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from
-    the job that trained that direction. A run with a single head gives the backward job's head
-    as the merged backward head. Every shared tensor must be identical in both runs (each
-    storage is compared once: `_SharedTensors`).
+    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from the
+    job that trained it (a single head: the backward job's is the backward head). Every shared
+    tensor must be identical in both runs.
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -228,9 +218,8 @@ def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
 
 def _check_finite(state: Dict[str, torch.Tensor], archive: str) -> None:
     """
-    Refuses NaN and infinite weights (a diverged run), naming the parameter and the archive: a
-    merged biLM would hold them, and `torch.equal` finds them unequal to themselves. Each
-    storage is read once; only the views of a storage holding some are read again.
+    Refuses NaN and infinite weights (a diverged run, which `torch.equal` finds unequal to
+    themselves), naming the parameter and the archive; each storage is read once.
     """
     finite_storages: Dict[int, bool] = {}
     for key, value in state.items():
@@ -256,9 +245,8 @@ def _write_archive(
     check: Optional[Callable[[str], None]] = None,
 ) -> None:
     """
-    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically; with
-    `check`, `check(written)` is called on the complete temporary file before it replaces
-    `output_file`: if it raises, nothing is left at `output_file` (or what was there stays).
+    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically, after
+    `check(written)` (if given) passed on the complete temporary file.
     """
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:

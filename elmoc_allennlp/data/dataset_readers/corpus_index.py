@@ -1,25 +1,14 @@
 """
-An index of a corpus file with one sentence per line: where every line starts and how many
-whitespace tokens it has. With it a reader knows the length of an epoch without reading the
-corpus, and reads only the lines of its own share (`docs/scale_and_fault_tolerance.md`).
+An index of a corpus file with one sentence per line: where every line starts, its whitespace
+tokens and line-break bytes, so that a reader knows an epoch's length without reading the corpus
+and reads only its own lines (docs/scale_and_fault_tolerance.md, "The corpus index"). Index files
+are data, possibly from strangers: parsed with `struct` and `numpy`, bounded by their own size
+and checked (a checksum, offsets inside the file, counts no larger than their lines) before use.
 
-The index of `DIR/NAME` is `DIR/.NAME.elmoc-index` (hidden from globs and directory listings),
-or, when `DIR` is read-only, a file in a cache folder (by default allennlp's cache directory,
-`elmoc_corpus_index/`). It is built once, in parallel over files, written atomically (a
-temporary file renamed into place, so concurrent builders never leave a half-written index),
-and rebuilt when the corpus file changed (its size, modification time or a sample of its
-content) or when the index does not check out (a warning names it).
-
-Index files are data, possibly from strangers: they are parsed with `struct` and `numpy`,
-bounded by their own size, and checked (a checksum of the arrays, offsets increasing inside
-the corpus file, token counts no larger than their lines) before they are used; a reader also
-checks every line it tokenizes against the count of the index.
-
-Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size,
-corpus modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then
-`uint64` offsets of the `n + 1` line starts (the last is the file size; the first is 3 after a
-UTF-8 byte order mark), `int32` token counts of the `n` lines (`-1`: not valid UTF-8), and
-`uint8` numbers of line-break bytes (`\r`, `\n`) that end each line.
+Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size and
+modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then `uint64`
+offsets of the `n + 1` line starts (the first is 3 after a UTF-8 BOM), `int32` token counts of
+the `n` lines (`-1`: not UTF-8), and their `uint8` numbers of line-break bytes.
 """
 import codecs
 import hashlib
@@ -228,10 +217,6 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
 _LOADED: Dict[str, Tuple[Tuple[int, int, int, int], CorpusIndex]] = {}
 
 
-def _writable_directory(directory: str) -> bool:
-    return os.access(directory, os.W_OK | os.X_OK)
-
-
 def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIndex]:
     key = _corpus_key(path)
     for index_path in (index_path_beside(path), index_path_in_cache(path, cache_directory)):
@@ -254,7 +239,7 @@ def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIn
 
 def _store(path: str, data: bytes, cache_directory: Optional[str]) -> None:
     candidates = [index_path_beside(path), index_path_in_cache(path, cache_directory)]
-    if not _writable_directory(os.path.dirname(candidates[0])):
+    if not os.access(os.path.dirname(candidates[0]), os.W_OK | os.X_OK):
         candidates = candidates[1:]
     for index_path in candidates:
         try:
@@ -271,17 +256,10 @@ def load_indexes(
     paths: Sequence[str], cache_directory: Optional[str] = None, processes: Optional[int] = None
 ) -> List[CorpusIndex]:
     """
-    The index of every file in `paths`: loaded from where it is cached, or built (in parallel
-    over files, with a progress bar) and cached.
-
-    # Parameters
-
-    paths : `Sequence[str]`
-        The corpus files.
-    cache_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
-        Where indexes go when a corpus file's folder is read-only.
-    processes : `int`, optional (default = the CPUs, when more than 64 MB are to be indexed)
-        The processes that build missing indexes (1: this one).
+    The index of every file in `paths`: loaded from where it is cached, or built (in parallel over
+    files, with a progress bar) and cached. `cache_directory` (default `DEFAULT_CACHE_DIRECTORY`)
+    holds indexes of files in read-only folders; `processes` (default: the CPUs, from 64 MB to
+    index) build missing indexes (1: this one).
     """
     found: Dict[str, CorpusIndex] = {}
     missing: List[str] = []

@@ -1,18 +1,14 @@
 """
-Which lines of a corpus each reader reads in an epoch, and in which order.
+Which lines of a corpus each reader reads in an epoch, and in which order
+(docs/scale_and_fault_tolerance.md, "Contiguous shares").
 
-From the corpus index (`corpus_index.py`) and the reader's settings (`ShareSettings`), the
-corpus's plan says what every line gives: nothing (blank, or skipped), instances (sentence
-mode) or stream tokens (window mode). The epoch's order of files and of the lines within each
-file is drawn from `(seed, epoch)` when shuffling. The epoch's `N` instances are cut into
-`R * W` contiguous, equal shares, one per reader (`R` processes of `W` loader workers); a
-`CorpusShare` reads the lines of one share (and the lines a window needs past its edges), in
-blocks of about `_BLOCK_BYTES`, opening only their files. The reader (`lm_corpus_reader.py`)
-turns the lines into instances (docs/scale_and_fault_tolerance.md).
-
-A share reads exactly the lines its plan names, each once, in the epoch's order: a line
-source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming
-the file and line, and so does a reader whose instances are not the share's (`lost_instances`).
+From the corpus index and the reader's `ShareSettings`, a corpus's plan says what every line
+gives: nothing (blank or skipped), instances (sentence mode) or stream tokens (window mode). The
+epoch's `N` instances, in the order drawn from `(seed, epoch)` when shuffling, are cut into
+`R * W` contiguous, equal shares; a `CorpusShare` reads exactly the lines of one share (and those
+a window needs past its edges), each once, in that order, opening only their files: a line
+source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming the
+file and line, and so does a reader whose instances are not the share's (`lost_instances`).
 """
 import glob
 import logging
@@ -21,7 +17,9 @@ from os import PathLike
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy
+import torch.distributed as dist
 
+from allennlp.common import util
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
@@ -57,9 +55,8 @@ class CorpusDecodingError(ConfigurationError):
 
 class EpochLengthError(ConfigurationError):
     """
-    An epoch that read other lines, or another number of instances or batches, than the corpus
-    index counted: a line lost or read twice (a bug), or a corpus file that changed while it was
-    read. The message names the file and the first line concerned, or the share and its counts.
+    An epoch that read other lines, instances or batches than the corpus index counted (a bug, or
+    a file changed while read), naming the file and first line concerned, or the share and counts.
     """
 
 
@@ -105,10 +102,9 @@ class ReaderSlot(NamedTuple):
 
 class ReadStatistics:
     """
-    The counts of one read of a share (`LanguageModelCorpusReader.last_read_statistics`): the
-    share counts files opened, bytes read and the lines it owns (blank and skipped ones too), the
-    reader the sentences, tokens and instances of those lines. Skipped invalid or long lines and
-    truncated tokens are counted only with the options that produce them.
+    The counts of one read of a share (`last_read_statistics`): files, bytes and the lines it owns
+    (by the share); their sentences, tokens and instances (by the reader). Skipped invalid or long
+    lines and truncated tokens are counted only with the options that produce them.
     """
 
     _ALWAYS = (
@@ -161,6 +157,15 @@ class CorpusPlan(NamedTuple):
     num_instances: int
 
 
+def process_rank(distributed_info) -> Tuple[int, int]:
+    """This process's rank and the number of processes (`distributed_info`: a reader's, if set)."""
+    if distributed_info is not None:
+        return distributed_info.global_rank, distributed_info.world_size
+    if util.is_distributed():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def share_bounds(total: int, slot: int, num_slots: int) -> Tuple[int, int]:
     """The contiguous share `[first, end)` of `total` instances of reader `slot` of `num_slots`."""
     return total * slot // num_slots, total * (slot + 1) // num_slots
@@ -171,8 +176,7 @@ def read_lines(
 ) -> Iterator[Tuple[int, bytes]]:
     """
     `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
-    that order, in blocks of about `_BLOCK_BYTES` (each block's lines sorted by position, close
-    neighbours read with one read): the file is opened only if a line is asked for.
+    that order, read in blocks of about `_BLOCK_BYTES` (close neighbours with one read).
     """
     if not len(line_numbers):
         return
@@ -300,10 +304,7 @@ def _tokenizer_counts(index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Token
 
 
 class CorpusShares:
-    """
-    The plans of the corpora a reader reads (cached) and the shares of their epochs, from the
-    reader's `ShareSettings`.
-    """
+    """The plans of the corpora a reader reads (cached) and the shares of their epochs."""
 
     def __init__(self, settings: ShareSettings) -> None:
         self.settings = settings
@@ -339,8 +340,7 @@ class CorpusShares:
 class CorpusShare:
     """
     One reader's share of one epoch: its instances `first` to `end - 1`, the units (instances, or
-    stream tokens in window mode) it needs (`need`) and those whose lines it owns (`own`), its
-    lines (`lines()`) and its `statistics`.
+    window mode's stream tokens) it needs (`need`) and owns (`own`), its `lines()`, `statistics`.
     """
 
     def __init__(
@@ -348,13 +348,11 @@ class CorpusShare:
     ) -> None:
         self.settings, self.plan, self.slot, self.epoch, self.corpus = settings, plan, slot, epoch, corpus
         self.first, self.end = share_bounds(plan.num_instances, slot.index, slot.count)
-        last_slot = slot.index == slot.count - 1
-        # The units (instances, or stream tokens) it reads, and those whose lines it counts.
         length = 1 if settings.mode == "sentence" else settings.window_length
         self.need = (self.first * length, min(self.end * length + (length > 1), plan.total_units))
         if self.end <= self.first:
             self.need = (0, 0)
-        self.own = (self.first * length, _NO_END if last_slot else self.end * length)
+        self.own = (self.first * length, _NO_END if slot.index == slot.count - 1 else self.end * length)
         self.statistics = ReadStatistics(settings)
 
     def _shuffled(self) -> bool:
@@ -383,9 +381,8 @@ class CorpusShare:
 
     def lines(self) -> Iterator[ShareLine]:
         """
-        Every line this reader needs, in the epoch's order: the lines whose units overlap `need`,
-        and the lines it owns (whose units start in `own`; it counts those in its statistics).
-        Only the files they are in are opened.
+        Every line this reader needs, in the epoch's order: those whose units overlap `need`, and
+        those it owns (whose units start in `own`; counted in its statistics).
         """
         need, own, plan = self.need, self.own, self.plan
         for file_number, start in self._files():
