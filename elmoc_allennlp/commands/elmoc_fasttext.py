@@ -7,13 +7,10 @@ input and output vectors from, on a tokenized corpus (one sentence per line).
 The defaults are those of fastText's published English vectors (Bojanowski et al., 2017: skipgram,
 300-d, character n-grams of 3 to 6, 2M buckets); the biLM config's `embedding_dim` must equal
 `--dim`. Training needs the `fasttext` module (the package's `train` extra). The `.bin` is written
-under a temporary name and renamed when complete, and an existing one is kept unless `--force`.
-
-By default the epochs follow the corpus size (fastText's 5 from a million tokens up, more below:
-`elmoc_allennlp/common/vector_health.py`, `epochs_for`). The vectors written are measured: the mean
-pairwise cosine of the 2,000 most frequent words and the fraction of them with a near-duplicate
-neighbour, printed with the path. Degenerate (nearly collinear) vectors are an error that says how
-many epochs to train, and are not written unless `--allow-degenerate`.
+atomically; an existing one is kept unless `--force`. The epochs follow the corpus size by default
+(`common/vector_health.py`, `epochs_for`). The vectors written are measured (`VectorHealth`,
+printed with the path); degenerate (nearly collinear) ones are an error that says how many epochs
+to train, and are not written unless `--allow-degenerate`.
 """
 import argparse
 from pathlib import Path

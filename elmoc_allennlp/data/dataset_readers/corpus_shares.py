@@ -355,27 +355,19 @@ class CorpusShare:
         self.own = (self.first * length, _NO_END if slot.index == slot.count - 1 else self.end * length)
         self.statistics = ReadStatistics(settings)
 
-    def _shuffled(self) -> bool:
-        return self.settings.shuffle and self.epoch is not None
-
-    def file_order(self) -> numpy.ndarray:
-        if self._shuffled():
-            return numpy.random.default_rng([self.settings.seed % 2**64, self.epoch, 0]).permutation(
-                len(self.plan.indexes)
-            )
-        return numpy.arange(len(self.plan.indexes))
+    def _order(self, count: int, *key: int) -> numpy.ndarray:
+        """The epoch's order of `count` files (`key` 0) or lines (1, file number): drawn when shuffling."""
+        if self.settings.shuffle and self.epoch is not None:
+            return numpy.random.default_rng([self.settings.seed % 2**64, self.epoch, *key]).permutation(count)
+        return numpy.arange(count)
 
     def line_order(self, file_number: int) -> numpy.ndarray:
-        num_lines = self.plan.indexes[file_number].num_lines
-        if self._shuffled():
-            seed = [self.settings.seed % 2**64, self.epoch, 1, file_number]
-            return numpy.random.default_rng(seed).permutation(num_lines)
-        return numpy.arange(num_lines)
+        return self._order(self.plan.indexes[file_number].num_lines, 1, file_number)
 
     def _files(self) -> Iterator[Tuple[int, int]]:
         """`(file number, its first unit)` of the files in the epoch's order."""
         position = 0
-        for file_number in self.file_order().tolist():
+        for file_number in self._order(len(self.plan.indexes), 0).tolist():
             yield file_number, position
             position += int(self.plan.totals[file_number])
 
