@@ -97,9 +97,8 @@ class ElmocEmbed(PluginSubcommand):
 
 def read_sentences(input_file: str) -> List[str]:
     """
-    The lines of `input_file` (UTF-8), without their line ends. Lines end at `\n` only (and
-    `\r\n`): a CR or another Unicode line break inside a line is whitespace between tokens,
-    never a new sentence, so that dataset `i` is always line `i + 1`.
+    The lines of `input_file` (UTF-8) without their line ends, which are `\n` (and `\r\n`) only:
+    another line break inside a line is whitespace, so that dataset `i` is always line `i + 1`.
     """
     try:
         with open(input_file, encoding="utf-8", newline="\n") as lines:
@@ -187,10 +186,9 @@ def embed_file(
     lowercase_tokens: bool = False,
 ) -> Path:
     """
-    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file` (see
-    the module docstring) and returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
-    `archive_file` if not given. Inputs are checked before the model is loaded. The output
-    file is locked (`common.writer_lock`) while it is written: a second run for it is refused.
+    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file` (see the
+    module docstring) and returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
+    `archive_file` if not given, after the inputs are checked; the output is locked while written.
     """
     import h5py
 

@@ -1,7 +1,4 @@
-"""
-The hdf5 file `elmoc-embed` writes, safe from a failed write and from signals inside HDF5
-(docs/trust_and_safety.md, "Nothing written is lost").
-"""
+"""The hdf5 file `elmoc-embed` writes, safe from a failed write and from signals inside HDF5."""
 import io
 import os
 import signal

@@ -297,10 +297,8 @@ def merge_bilm_archives(
     force: bool = False,
 ) -> str:
     """
-    Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config
-    and seeds but `model.directions`) into one biLM archive whose two language models are
-    exactly the runs' (`merge_bilm_state_dicts`). The config is the forward run's without
-    `directions`, with a `backward_output_layer`.
+    Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config and
+    seeds but `model.directions`) into one biLM archive whose language models are exactly the runs'.
 
     # Parameters
 

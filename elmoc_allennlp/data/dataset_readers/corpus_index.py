@@ -185,9 +185,7 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
     magic, version, num_lines, size, mtime_ns, sample, crc = _HEADER.unpack_from(data)
     if magic != _MAGIC:
         raise DamagedIndexError("not an ELMo-C corpus index")
-    if version != INDEX_VERSION:
-        return None
-    if (size, mtime_ns, sample) != key:
+    if version != INDEX_VERSION or (size, mtime_ns, sample) != key:
         return None
     if num_lines > size:
         raise DamagedIndexError(f"{num_lines} lines in a file of {size} bytes")
@@ -217,6 +215,10 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
 _LOADED: Dict[str, Tuple[Tuple[int, int, int, int], CorpusIndex]] = {}
 
 
+def _writable_directory(directory: str) -> bool:
+    return os.access(directory, os.W_OK | os.X_OK)
+
+
 def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIndex]:
     key = _corpus_key(path)
     for index_path in (index_path_beside(path), index_path_in_cache(path, cache_directory)):
@@ -239,7 +241,7 @@ def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIn
 
 def _store(path: str, data: bytes, cache_directory: Optional[str]) -> None:
     candidates = [index_path_beside(path), index_path_in_cache(path, cache_directory)]
-    if not os.access(os.path.dirname(candidates[0]), os.W_OK | os.X_OK):
+    if not _writable_directory(os.path.dirname(candidates[0])):
         candidates = candidates[1:]
     for index_path in candidates:
         try:

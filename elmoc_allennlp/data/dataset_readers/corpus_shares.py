@@ -147,7 +147,6 @@ class ShareLine(NamedTuple):
 class CorpusPlan(NamedTuple):
     """A corpus's indexes and, per file and line, what the line gives in a reader's mode."""
 
-    paths: Tuple[str, ...]
     indexes: List[CorpusIndex]
     kinds: List[numpy.ndarray]  # _BLANK, _TEXT, _INVALID or _LONG
     lengths: List[numpy.ndarray]  # tokens (by the reader's tokenizer)
@@ -292,7 +291,7 @@ def _plan_corpus(file_path: Any, paths: List[str], indexes: List[CorpusIndex], s
         num_instances = total_units
     else:
         num_instances = -(-(total_units - 1) // settings.window_length) if total_units >= 2 else 0
-    return CorpusPlan(tuple(paths), indexes, kinds, lengths, units, totals, total_units, num_instances)
+    return CorpusPlan(indexes, kinds, lengths, units, totals, total_units, num_instances)
 
 
 def _tokenizer_counts(index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Tokenizer) -> numpy.ndarray:

@@ -24,7 +24,7 @@ def _corpus_files(train_data_path: Union[str, Sequence[str]]) -> List[str]:
     try:
         return corpus_files(train_data_path)
     except ConfigurationError as error:
-        raise ConfigurationError(f"tokenizer.train_data_path: {error}") from None
+        raise ConfigurationError(f"tokenizer.train_data_path {train_data_path!r} matches no files ({error})") from None
 
 
 def train_sentencepiece_bpe(
