@@ -23,34 +23,22 @@ from allennlp.common import util
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
-from elmoc_allennlp.data.dataset_readers.corpus_index import INVALID_LINE, CorpusIndex, load_indexes
+from elmoc_allennlp.data.dataset_readers.corpus_index import (
+    INVALID_LINE,
+    CorpusDecodingError,
+    CorpusIndex,
+    decoding_error,
+    load_indexes,
+    read_lines,
+)
 
 logger = logging.getLogger(__name__)
 
 # What a line is, for a reader: blank, text, invalid UTF-8 (skipped) or too long (skipped).
 _BLANK, _TEXT, _INVALID, _LONG = 0, 1, 2, 3
 _NO_END = 1 << 62
-# Lines are read in blocks of about this many bytes (in the epoch's order).
-_BLOCK_BYTES = 1 << 18
-# Lines closer than this are read with one read, with the bytes between them.
-_MAX_GAP_BYTES = 64
 # Skipped lines named individually in the log, per read.
 _MAX_SKIP_WARNINGS = 10
-
-
-class CorpusDecodingError(ConfigurationError):
-    """A corpus line that is not valid UTF-8, naming the file, line and byte offset in the line."""
-
-    def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
-        super().__init__(f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})")
-        self.path = path
-        self.line_number = line_number
-        self.byte_offset = byte_offset
-        self.reason = reason
-
-    def __reduce__(self):
-        # Picklable, as it may be raised in a data-loader worker process.
-        return type(self), (self.path, self.line_number, self.byte_offset, self.reason)
 
 
 class EpochLengthError(ConfigurationError):
@@ -168,64 +156,6 @@ def process_rank(distributed_info) -> Tuple[int, int]:
 def share_bounds(total: int, slot: int, num_slots: int) -> Tuple[int, int]:
     """The contiguous share `[first, end)` of `total` instances of reader `slot` of `num_slots`."""
     return total * slot // num_slots, total * (slot + 1) // num_slots
-
-
-def read_lines(
-    index: CorpusIndex, line_numbers: numpy.ndarray, statistics: Optional[ReadStatistics] = None
-) -> Iterator[Tuple[int, bytes]]:
-    """
-    `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
-    that order, read in blocks of about `_BLOCK_BYTES` (close neighbours with one read).
-    """
-    if not len(line_numbers):
-        return
-    offsets = index.offsets.astype(numpy.int64)
-    sizes = offsets[line_numbers + 1] - offsets[line_numbers]
-    # A block ends after the line at which its bytes reach _BLOCK_BYTES.
-    block_ends = (numpy.flatnonzero(numpy.diff(numpy.cumsum(sizes) // _BLOCK_BYTES)) + 1).tolist()
-    block_ends.append(len(line_numbers))
-    statistics = statistics or ReadStatistics()
-    with open(index.path, "rb", buffering=0) as corpus:
-        descriptor = corpus.fileno()
-        statistics.files += 1
-        block_start = 0
-        for block_end in block_ends:
-            if block_end <= block_start:
-                continue
-            block = line_numbers[block_start:block_end]
-            block_start = block_end
-            ordered = numpy.sort(block)
-            begins, ends = offsets[ordered], offsets[ordered + 1]
-            run_starts = numpy.flatnonzero(begins[1:] - ends[:-1] > _MAX_GAP_BYTES) + 1
-            run_bounds = [0] + run_starts.tolist() + [len(ordered)]
-            # Memory views give Python ints: numpy's scalars would cost more than the line.
-            numbers, text_ends = memoryview(ordered), memoryview(ends - index.breaks[ordered])
-            begins, ends = memoryview(begins), memoryview(ends)
-            raw: Dict[int, bytes] = {}
-            for run_start, run_end in zip(run_bounds, run_bounds[1:]):
-                low, high = begins[run_start], ends[run_end - 1]
-                data = os.pread(descriptor, high - low, low)
-                while len(data) < high - low:
-                    more = os.pread(descriptor, high - low - len(data), low + len(data))
-                    if not more:
-                        raise ConfigurationError(f"{index.path} is shorter than when it was indexed")
-                    data += more
-                statistics.bytes += len(data)
-                for position in range(run_start, run_end):
-                    raw[numbers[position]] = data[begins[position] - low : text_ends[position] - low]
-                del data
-            for line in block.tolist():
-                yield line, raw[line]
-
-
-def decoding_error(index: CorpusIndex, line: int) -> CorpusDecodingError:
-    """The error of line `line` (0-based) of an indexed file, which its index marks not UTF-8."""
-    ((_, raw_line),) = read_lines(index, numpy.array([line]))
-    try:
-        raw_line.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return CorpusDecodingError(index.path, line + 1, error.start, error.reason)
-    return CorpusDecodingError(index.path, line + 1, 0, "the corpus changed after it was indexed")
 
 
 def corpus_files(file_path: Any) -> List[str]:

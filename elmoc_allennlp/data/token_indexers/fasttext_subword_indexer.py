@@ -3,7 +3,6 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
@@ -82,19 +81,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         if isinstance(other, FastTextSubwordIndexer):
             return self.__getstate__() == other.__getstate__()
         return NotImplemented
-
-    @property
-    def boundary_subword_ids(self) -> List[int]:
-        """The indices of a boundary token; a `ConfigurationError` if the boundaries differ."""
-        if self._eos_ids is not None:
-            return list(self._eos_ids)
-        distinct = {tuple(self.token_ids(token)) for token in self.boundary_tokens}
-        if len(distinct) != 1:
-            raise ConfigurationError(
-                f"fastText model {self.vectors.path} has no '</s>' word: the boundary tokens "
-                f"{self.boundary_tokens} have no shared index"
-            )
-        return list(distinct.pop())
 
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self.boundary_tokens:
