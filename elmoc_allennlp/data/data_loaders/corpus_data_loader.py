@@ -10,10 +10,7 @@ from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError, 
 
 
 class _SizedIterator:
-    """
-    The batches of one epoch, with their number (for `tqdm`'s total and ETA); where the number
-    was counted from the corpus index (`checked`), an epoch of another number of batches raises.
-    """
+    """The batches of one epoch with their number (`len`); one counted from the index (`checked`) is checked."""
 
     def __init__(self, batches: Iterator[TensorDict], length: int, checked: Optional[str] = None) -> None:
         self._batches = batches

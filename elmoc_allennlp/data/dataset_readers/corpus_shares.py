@@ -102,11 +102,12 @@ class ReadStatistics:
     _OPTIONAL = ("invalid_lines_skipped", "long_lines_skipped", "tokens_truncated")
     __slots__ = _ALWAYS + _OPTIONAL
 
-    def __init__(self, settings: Optional[ShareSettings] = None) -> None:
+    def __init__(self, settings: ShareSettings) -> None:
         for key in self._ALWAYS:
             setattr(self, key, 0)
-        kept = (False,) * 3 if settings is None else (
-            settings.invalid_lines == "skip", settings.max_line_bytes is not None,
+        kept = (
+            settings.invalid_lines == "skip",
+            settings.max_line_bytes is not None,
             settings.max_token_characters is not None,
         )
         for key, keep in zip(self._OPTIONAL, kept):

@@ -71,8 +71,7 @@ class LanguageModelCorpusReader(DatasetReader):
     seed : `int`, optional (default = `0`)
         The seed of the per-epoch order.
     index_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
-        Where the corpus index of a file goes when the file's folder is read-only (else it is
-        written beside the file, hidden: `corpus_index.py`).
+        Where a file's corpus index goes when the file's folder is read-only (else: beside it, hidden).
     """
 
     def __init__(
