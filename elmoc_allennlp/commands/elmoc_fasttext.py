@@ -63,13 +63,8 @@ class TrainFastText(PluginSubcommand):
 
     @staticmethod
     def run(args: argparse.Namespace) -> None:
-        for value, option in [
-            (args.dim, "--dim"),
-            (args.min_count, "--min-count"),
-            (args.minn, "--minn"),
-            (args.bucket, "--bucket"),
-        ]:
-            check_positive(value, option)
+        for option in ("--dim", "--min-count", "--minn", "--bucket"):
+            check_positive(getattr(args, option[2:].replace("-", "_")), option)
         check_positive(args.epoch, "--epoch", allow_none=True)
         set_threads(args.threads)
         if args.maxn < args.minn:
