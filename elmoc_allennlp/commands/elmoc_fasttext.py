@@ -7,124 +7,90 @@ input and output vectors from, on a tokenized corpus (one sentence per line).
 The defaults are those of fastText's published English vectors (Bojanowski et al., 2017: skipgram,
 300-d, character n-grams of 3 to 6, 2M buckets); the biLM config's `embedding_dim` must equal
 `--dim`. Training needs the `fasttext` module (the package's `train` extra). The `.bin` is written
-under a temporary name and renamed when complete, and an existing one is kept unless `--force`.
-
-allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
-`.allennlp_plugins` file (`--include-package` alone is not enough).
-
-By default the epochs follow the corpus size (fastText's 5 from a million tokens up, more below:
-`elmoc_allennlp/common/vector_health.py`, `epochs_for`). The vectors written are measured: the mean
-pairwise cosine of the 2,000 most frequent words and the fraction of them with a near-duplicate
-neighbour, printed with the path. Degenerate (nearly collinear) vectors are an error that says how
-many epochs to train, and are not written unless `--allow-degenerate`.
+atomically; an existing one is kept unless `--force`. The epochs follow the corpus size by default
+(`common/vector_health.py`, `epochs_for`). The vectors written are measured (`VectorHealth`,
+printed with the path); degenerate (nearly collinear) ones are an error that says how many epochs
+to train, and are not written unless `--allow-degenerate`.
 """
 import argparse
-import logging
 from pathlib import Path
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
-from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.common.threads import set_threads
 from elmoc_allennlp.common.vector_health import measure_vector_health
 
-logger = logging.getLogger(__name__)
-
-
 @Subcommand.register("elmoc-fasttext")
-class TrainFastText(Subcommand):
+class TrainFastText(PluginSubcommand):
     """`allennlp elmoc-fasttext CORPUS OUTPUT_FILE`: see the module docstring."""
 
-    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        description = (
-            "Train the fastText vectors (.bin) of an ELMo-C biLM on a corpus with one "
-            "whitespace-tokenized sentence per line."
-        )
-        subparser = parser.add_parser(
-            self.name, description=description, help="Train fastText vectors for ELMo-C."
-        )
-        subparser.add_argument("corpus", type=str, help="a text file, one tokenized sentence per line")
-        subparser.add_argument("output_file", type=str, help="the .bin to write")
-        subparser.add_argument(
-            "--model", choices=["skipgram", "cbow"], default="skipgram", help="fastText's model"
-        )
-        subparser.add_argument(
-            "--dim", type=int, default=300, help="vector size (the biLM's embedding_dim)"
-        )
-        subparser.add_argument(
-            "--min-count", type=int, default=5, help="words seen fewer times get no word row"
-        )
-        subparser.add_argument("--minn", type=int, default=3, help="shortest character n-gram")
-        subparser.add_argument("--maxn", type=int, default=6, help="longest character n-gram")
-        subparser.add_argument(
+    description = (
+        "Train the fastText vectors (.bin) of an ELMo-C biLM on a corpus with one "
+        "whitespace-tokenized sentence per line."
+    )
+    help = "Train fastText vectors for ELMo-C."
+
+    def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("corpus", help="a text file, one tokenized sentence per line")
+        parser.add_argument("output_file", help="the .bin to write")
+        parser.add_argument("--model", choices=["skipgram", "cbow"], default="skipgram", help="fastText's model")
+        parser.add_argument("--dim", type=int, default=300, help="vector size (the biLM's embedding_dim)")
+        parser.add_argument("--min-count", type=int, default=5, help="words seen fewer times get no word row")
+        parser.add_argument("--minn", type=int, default=3, help="shortest character n-gram")
+        parser.add_argument("--maxn", type=int, default=6, help="longest character n-gram")
+        parser.add_argument(
             "--bucket",
             type=int,
             default=2_000_000,
             help="rows for hashed character n-grams (the .bin holds bucket x dim floats)",
         )
-        subparser.add_argument(
+        parser.add_argument(
             "--epoch",
             type=int,
             default=None,
             help="passes over the corpus (default: 5 from a million tokens up, more below)",
         )
-        add_threads_argument(subparser)
-        subparser.add_argument(
-            "--force", action="store_true", help="replace output_file if it exists"
-        )
-        subparser.add_argument(
+        parser.add_argument(
             "--allow-degenerate",
             action="store_true",
             help="write the vectors even if nearly collinear (useless as ELMo-C targets)",
         )
-        subparser.set_defaults(func=train_fasttext_from_args)
-        return subparser
 
-
-@plugin_command
-def train_fasttext_from_args(args: argparse.Namespace) -> None:
-    for value, option in [
-        (args.dim, "--dim"),
-        (args.min_count, "--min-count"),
-        (args.minn, "--minn"),
-        (args.bucket, "--bucket"),
-    ]:
-        check_positive(value, option)
-    check_positive(args.epoch, "--epoch", allow_none=True)
-    set_threads(args.threads)
-    if args.maxn < args.minn:
-        raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
-    corpus = Path(args.corpus)
-    if not corpus.is_file():
-        raise ConfigurationError(f"corpus {args.corpus} is not a file")
-    output = Path(args.output_file)
-    if output.is_dir():
-        raise ConfigurationError(f"output file {args.output_file} is a directory")
-    if output.resolve() == corpus.resolve():
-        raise ConfigurationError(f"output file {args.output_file} is the corpus")
-    if output.exists() and not args.force:
-        raise ConfigurationError(f"output file {args.output_file} exists; pass --force to replace it")
-    try:
-        import_fasttext()
-    except ImportError as error:
-        raise ConfigurationError(str(error)) from None
-    # fastText prints its own progress line (words/s, loss, ETA) to stderr.
-    path = train_fasttext(
-        corpus,
-        output,
-        model=args.model,
-        dim=args.dim,
-        min_count=args.min_count,
-        minn=args.minn,
-        maxn=args.maxn,
-        bucket=args.bucket,
-        epoch=args.epoch,
-        thread=args.threads or MIN_THREADS,
-        verbose=2,
-        allow_degenerate=args.allow_degenerate,
-    )
-    health = measure_vector_health(FastTextVectors(path))
-    print(f"fastText vectors ({args.dim}-d) written to {path}: {health.summary()}")
+    @staticmethod
+    def run(args: argparse.Namespace) -> None:
+        for option in ("--dim", "--min-count", "--minn", "--bucket"):
+            check_positive(getattr(args, option[2:].replace("-", "_")), option)
+        check_positive(args.epoch, "--epoch", allow_none=True)
+        set_threads(args.threads)
+        if args.maxn < args.minn:
+            raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
+        corpus = Path(args.corpus)
+        if not corpus.is_file():
+            raise ConfigurationError(f"corpus {args.corpus} is not a file")
+        output = check_output(args.output_file, args.force, [("the corpus", args.corpus)])
+        try:
+            import_fasttext()
+        except ImportError as error:
+            raise ConfigurationError(str(error)) from None
+        # fastText prints its own progress line (words/s, loss, ETA) to stderr.
+        path = train_fasttext(
+            corpus,
+            output,
+            model=args.model,
+            dim=args.dim,
+            min_count=args.min_count,
+            minn=args.minn,
+            maxn=args.maxn,
+            bucket=args.bucket,
+            epoch=args.epoch,
+            thread=args.threads or MIN_THREADS,
+            verbose=2,
+            allow_degenerate=args.allow_degenerate,
+        )
+        health = measure_vector_health(FastTextVectors(path))
+        print(f"fastText vectors ({args.dim}-d) written to {path}: {health.summary()}")

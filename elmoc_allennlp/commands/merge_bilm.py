@@ -21,9 +21,10 @@ import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
-from elmoc_allennlp.common.atomic_files import atomic_path, same_file
-from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
+from elmoc_allennlp.common.atomic_files import atomic_path
+from elmoc_allennlp.common.threads import plugin_command, set_threads
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import (
     BACKWARD_OUTPUT_LAYER_PREFIX,
@@ -39,69 +40,47 @@ VOCABULARY_NAME = "vocabulary"
 
 # exist_ok: `python -m elmoc_allennlp.commands.merge_bilm` runs this file as __main__ too.
 @Subcommand.register("elmoc-merge-bilm", exist_ok=True)
-class MergeBidirectionalLanguageModels(Subcommand):
+class MergeBidirectionalLanguageModels(PluginSubcommand):
     """`allennlp elmoc-merge-bilm FORWARD BACKWARD -o OUTPUT`: see `merge_bilm_archives`."""
 
-    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
-        description = (
-            "Merge a forward-only and a backward-only ELMo-C archive (model.directions = "
-            "'forward' / 'backward') into one biLM archive."
+    description = help = (
+        "Merge a forward-only and a backward-only ELMo-C archive (model.directions = "
+        "'forward' / 'backward') into one biLM archive."
+    )
+
+    def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("forward_archive", help="model.tar.gz of the forward-only run")
+        parser.add_argument("backward_archive", help="model.tar.gz of the backward-only run")
+        parser.add_argument("-o", "--output-file", required=True, help="where to write the merged model.tar.gz")
+        parser.add_argument(
+            "--no-verify",
+            action="store_true",
+            help="do not load the merged archive to check it (loading needs the fastText file)",
         )
-        subparser = parser.add_parser(self.name, description=description, help=description)
-        _add_arguments(subparser)
-        subparser.set_defaults(func=_run)
-        return subparser
 
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("forward_archive", help="model.tar.gz of the forward-only run")
-    parser.add_argument("backward_archive", help="model.tar.gz of the backward-only run")
-    parser.add_argument(
-        "-o", "--output-file", required=True, help="where to write the merged model.tar.gz"
-    )
-    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="do not load the merged archive to check it (loading needs the fastText file)",
-    )
-    add_threads_argument(parser)
-
-
-@plugin_command
-def _run(args: argparse.Namespace) -> None:
-    set_threads(args.threads)
-    path = merge_bilm_archives(
-        args.forward_archive,
-        args.backward_archive,
-        args.output_file,
-        verify=not args.no_verify,
-        force=args.force,
-    )
-    print(f"Merged biLM archive written to {path}")
+    @staticmethod
+    def run(args: argparse.Namespace) -> None:
+        set_threads(args.threads)
+        path = merge_bilm_archives(
+            args.forward_archive, args.backward_archive, args.output_file, verify=not args.no_verify, force=args.force
+        )
+        print(f"Merged biLM archive written to {path}")
 
 
 def _first_difference(forward: Any, backward: Any, path: str) -> Optional[Tuple[str, Any, Any]]:
+    """The first `(key, forward value, backward value)` that differ in two configs (`None`: none)."""
     if isinstance(forward, dict) and isinstance(backward, dict):
-        for key in sorted(set(forward) | set(backward)):
-            found = _first_difference(
-                forward.get(key, "<absent>"), backward.get(key, "<absent>"), f"{path}.{key}"
-            )
-            if found is not None:
-                return found
-        return None
-    if isinstance(forward, list) and isinstance(backward, list) and len(forward) == len(backward):
-        for index, (left, right) in enumerate(zip(forward, backward)):
-            found = _first_difference(left, right, f"{path}[{index}]")
-            if found is not None:
-                return found
-        return None
-    return None if forward == backward else (path, forward, backward)
+        keys = sorted(set(forward) | set(backward))
+        pairs = [(f"{path}.{key}", forward.get(key, "<absent>"), backward.get(key, "<absent>")) for key in keys]
+    elif isinstance(forward, list) and isinstance(backward, list) and len(forward) == len(backward):
+        pairs = [(f"{path}[{index}]", left, right) for index, (left, right) in enumerate(zip(forward, backward))]
+    else:
+        return None if forward == backward else (path, forward, backward)
+    return next(filter(None, (_first_difference(left, right, key) for key, left, right in pairs)), None)
 
 
 def _vocabulary_content(directory: Path) -> Dict[str, Any]:
-    """A vocabulary folder's files by name; `non_padded_namespaces.txt` as a set (allennlp
-    writes it in set order, which differs between processes)."""
+    """A vocabulary folder's files by name; `non_padded_namespaces.txt` as a set (written in set order)."""
     if not directory.is_dir():
         return {}
     content: Dict[str, Any] = {}
@@ -116,11 +95,9 @@ def _vocabulary_content(directory: Path) -> Dict[str, Any]:
 
 class _SharedTensors:
     """
-    Whether a tensor of one run equals the same tensor of the other, reading each pair of
-    storages once: two tensors that view equal storages in the same way (offset, size and
-    stride) are equal. Other pairs are compared value by value, but never more values in all than
-    the two runs' storages hold, so that many views of one storage cannot make a merge compare
-    without end (a 14 KB archive of such views kept it busy for minutes: issue #35).
+    Whether a tensor of one run equals the same tensor of the other, reading each pair of equal
+    storages once (same offset, size and stride: equal), and never more values in all than the
+    runs' storages hold (a 14 KB archive of many views kept a merge busy for minutes: issue #35).
     """
 
     def __init__(self, *states: Dict[str, torch.Tensor]) -> None:
@@ -169,10 +146,9 @@ def merge_bilm_state_dicts(
     backward_name: str = "backward archive",
 ) -> Dict[str, torch.Tensor]:
     """
-    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from
-    the job that trained that direction. A run with a single head gives the backward job's head
-    as the merged backward head. Every shared tensor must be identical in both runs (each
-    storage is compared once: `_SharedTensors`).
+    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from the
+    job that trained it (a single head: the backward job's is the backward head). Every shared
+    tensor must be identical in both runs.
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -242,9 +218,8 @@ def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
 
 def _check_finite(state: Dict[str, torch.Tensor], archive: str) -> None:
     """
-    Refuses NaN and infinite weights (a diverged run), naming the parameter and the archive: a
-    merged biLM would hold them, and `torch.equal` finds them unequal to themselves. Each
-    storage is read once; only the views of a storage holding some are read again.
+    Refuses NaN and infinite weights (a diverged run, which `torch.equal` finds unequal to
+    themselves), naming the parameter and the archive; each storage is read once.
     """
     finite_storages: Dict[int, bool] = {}
     for key, value in state.items():
@@ -270,9 +245,8 @@ def _write_archive(
     check: Optional[Callable[[str], None]] = None,
 ) -> None:
     """
-    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically; with
-    `check`, `check(written)` is called on the complete temporary file before it replaces
-    `output_file`: if it raises, nothing is left at `output_file` (or what was there stays).
+    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically, after
+    `check(written)` (if given) passed on the complete temporary file.
     """
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:
@@ -323,10 +297,8 @@ def merge_bilm_archives(
     force: bool = False,
 ) -> str:
     """
-    Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config
-    and seeds but `model.directions`) into one biLM archive whose two language models are
-    exactly the runs' (`merge_bilm_state_dicts`). The config is the forward run's without
-    `directions`, with a `backward_output_layer`.
+    Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config and
+    seeds but `model.directions`) into one biLM archive whose language models are exactly the runs'.
 
     # Parameters
 
@@ -349,14 +321,8 @@ def merge_bilm_archives(
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):
         output_file = os.path.join(output_file, "model.tar.gz")
-    for direction, archive in (("forward", forward_archive), ("backward", backward_archive)):
-        if same_file(output_file, archive):
-            raise ConfigurationError(
-                f"{output_file} (--output-file) is the {direction} archive {archive}: choose "
-                "another output (--force replaces outputs, never an input)"
-            )
-    if os.path.exists(output_file) and not force:
-        raise ConfigurationError(f"{output_file} (--output-file) exists; give --force to overwrite it")
+    inputs = [("the forward archive", forward_archive), ("the backward archive", backward_archive)]
+    check_output(output_file, force, inputs)
     forward, backward = read_archive(forward_archive), read_archive(backward_archive)
     _check_runs(forward, backward)
     forward_state, backward_state = _load_weights(forward), _load_weights(backward)
@@ -376,14 +342,14 @@ def merge_bilm_archives(
 
 def main(argv: Optional[List[str]] = None) -> None:
     """`python -m elmoc_allennlp.commands.merge_bilm FORWARD BACKWARD -o OUTPUT`."""
-    import elmoc_allennlp  # noqa: F401  (registers the model for verification)
+    # What the verification loads besides the model: the reader, indexers and token embedders.
+    import elmoc_allennlp.data  # noqa: F401
+    import elmoc_allennlp.modules  # noqa: F401
 
-    parser = argparse.ArgumentParser(
-        prog="python -m elmoc_allennlp.commands.merge_bilm",
-        description=MergeBidirectionalLanguageModels.__doc__,
-    )
-    _add_arguments(parser)
-    _run(parser.parse_args(argv))
+    command = MergeBidirectionalLanguageModels()
+    parser = argparse.ArgumentParser(prog="python -m elmoc_allennlp.commands.merge_bilm", description=command.help)
+    command.add_arguments(parser)
+    plugin_command(command.run)(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

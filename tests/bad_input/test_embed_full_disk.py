@@ -243,7 +243,7 @@ def test_after_a_failed_write_hdf5_reads_what_it_wrote(tmp_path, monkeypatch):
         return real_pwrite(descriptor, data, offset)
 
     monkeypatch.setattr(os, "pwrite", failing_pwrite)
-    with elmoc_embed._HDF5Output(str(path)) as raw, h5py.File(raw, "w") as hdf5:
+    with elmoc_embed.HDF5Output(str(path)) as raw, h5py.File(raw, "w") as hdf5:
         for index, array in enumerate(arrays):
             hdf5.create_dataset(str(index), data=array)
             if index == 30:
@@ -263,7 +263,7 @@ def test_after_a_failed_write_the_output_still_behaves_as_a_file(tmp_path, monke
     """Writes, truncation and reads after the failure, as HDF5 sees them; the disk untouched."""
     path = tmp_path / "vectors.hdf5.partial"
     path.write_bytes(b"")
-    with elmoc_embed._HDF5Output(str(path)) as raw:
+    with elmoc_embed.HDF5Output(str(path)) as raw:
         raw.seek(0)
         raw.write(b"0123456789")
 

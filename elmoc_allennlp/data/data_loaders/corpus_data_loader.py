@@ -2,21 +2,15 @@
 import math
 from typing import Iterator, Optional
 
-import torch.distributed as dist
-
-from allennlp.common import util
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.data.data_loaders.multiprocess_data_loader import MultiProcessDataLoader
 from allennlp.data.samplers import BucketBatchSampler
 
-from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError
+from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError, process_rank
 
 
 class _SizedIterator:
-    """
-    The batches of one epoch, with their number (for `tqdm`'s total and ETA); where the number
-    was counted from the corpus index (`checked`), an epoch of another number of batches raises.
-    """
+    """The batches of one epoch with their number (`len`); one counted from the index (`checked`) is checked."""
 
     def __init__(self, batches: Iterator[TensorDict], length: int, checked: Optional[str] = None) -> None:
         self._batches = batches
@@ -54,15 +48,11 @@ class CorpusDataLoader(MultiProcessDataLoader):
     """
     allennlp's `MultiProcessDataLoader` (same parameters, same batches), whose `len()` is the
     number of batches of this process's share of an epoch also when it reads lazily
-    (`max_instances_in_memory`, which allennlp's loader cannot count): the reader
-    (`elmoc_lm_corpus`) counts the instances of each loader worker's share from its corpus
-    index, and the batches follow from the batch size or
-    the `bucket` sampler (each worker batches its own instances, `max_instances_in_memory` at a
-    time). So the training and validation progress bars and `allennlp evaluate` show `N/M`, a
-    rate and an ETA from the first epoch, and an epoch that gives another number of batches
-    raises an `EpochLengthError` naming the corpus, the process's rank and both counts. With a
-    reader that cannot count its instances, or a batch sampler whose number of batches depends on
-    the instances (`max_tokens_sampler`), `len()` is allennlp's.
+    (`max_instances_in_memory`): the reader (`elmoc_lm_corpus`) counts each loader worker's
+    instances from its corpus index, and the batches follow from the batch size or the `bucket`
+    sampler. So progress bars show `N/M` and an ETA from the first epoch, and an epoch of another
+    number of batches raises an `EpochLengthError` naming the corpus, the rank and both counts.
+    With another reader, or a sampler whose batches depend on the instances, `len()` is allennlp's.
 
     Registered as a `DataLoader` with name "elmoc_corpus".
     """
@@ -101,14 +91,8 @@ class CorpusDataLoader(MultiProcessDataLoader):
         return num_instances // batch_size if drop_last else math.ceil(num_instances / batch_size)
 
     def _where(self) -> str:
-        info = getattr(self.reader, "_distributed_info", None)
-        if info is not None:
-            rank, world_size = info.global_rank, info.world_size
-        elif util.is_distributed():
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-        else:
-            return str(self.data_path)
-        return f"{self.data_path} on rank {rank} of {world_size}"
+        rank, world_size = process_rank(getattr(self.reader, "_distributed_info", None))
+        return str(self.data_path) if world_size == 1 else f"{self.data_path} on rank {rank} of {world_size}"
 
     def __iter__(self) -> Iterator[TensorDict]:
         batches = super().__iter__()

@@ -1,25 +1,14 @@
 """
-An index of a corpus file with one sentence per line: where every line starts and how many
-whitespace tokens it has. With it a reader knows the length of an epoch without reading the
-corpus, and reads only the lines of its own share (`docs/scale_and_fault_tolerance.md`).
+An index of a corpus file with one sentence per line: where every line starts, its whitespace
+tokens and line-break bytes, so that a reader knows an epoch's length without reading the corpus
+and reads only its own lines (`read_lines`; docs/scale_and_fault_tolerance.md). Index files
+are data, possibly from strangers: parsed with `struct` and `numpy`, bounded by their own size
+and checked (a checksum, offsets inside the file, counts no larger than their lines) before use.
 
-The index of `DIR/NAME` is `DIR/.NAME.elmoc-index` (hidden from globs and directory listings),
-or, when `DIR` is read-only, a file in a cache folder (by default allennlp's cache directory,
-`elmoc_corpus_index/`). It is built once, in parallel over files, written atomically (a
-temporary file renamed into place, so concurrent builders never leave a half-written index),
-and rebuilt when the corpus file changed (its size, modification time or a sample of its
-content) or when the index does not check out (a warning names it).
-
-Index files are data, possibly from strangers: they are parsed with `struct` and `numpy`,
-bounded by their own size, and checked (a checksum of the arrays, offsets increasing inside
-the corpus file, token counts no larger than their lines) before they are used; a reader also
-checks every line it tokenizes against the count of the index.
-
-Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size,
-corpus modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then
-`uint64` offsets of the `n + 1` line starts (the last is the file size; the first is 3 after a
-UTF-8 byte order mark), `int32` token counts of the `n` lines (`-1`: not valid UTF-8), and
-`uint8` numbers of line-break bytes (`\r`, `\n`) that end each line.
+Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size and
+modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then `uint64`
+offsets of the `n + 1` line starts (the first is 3 after a UTF-8 BOM), `int32` token counts of
+the `n` lines (`-1`: not UTF-8), and their `uint8` numbers of line-break bytes.
 """
 import codecs
 import hashlib
@@ -29,10 +18,11 @@ import os
 import struct
 import zlib
 from array import array
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.common.tqdm import Tqdm
 
@@ -53,6 +43,9 @@ _SAMPLE = 4096  # bytes of content sampled at the start, middle and end of a cor
 # Below this many bytes to index, one process is faster than starting others.
 _PARALLEL_MIN_BYTES = 64 << 20
 _BAR_MIN_BYTES = 16 << 20
+# Lines are read in blocks of about this many bytes, and lines closer than _MAX_GAP_BYTES with one read.
+_BLOCK_BYTES = 1 << 18
+_MAX_GAP_BYTES = 64
 
 
 class CorpusIndex(NamedTuple):
@@ -70,6 +63,21 @@ class CorpusIndex(NamedTuple):
     def line_bytes(self) -> numpy.ndarray:
         """The length of each line, without its line break."""
         return numpy.diff(self.offsets.astype(numpy.int64)) - self.breaks
+
+
+class CorpusDecodingError(ConfigurationError):
+    """A corpus line that is not valid UTF-8, naming the file, line and byte offset in the line."""
+
+    def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
+        super().__init__(f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})")
+        self.path = path
+        self.line_number = line_number
+        self.byte_offset = byte_offset
+        self.reason = reason
+
+    def __reduce__(self):
+        # Picklable, as it may be raised in a data-loader worker process.
+        return type(self), (self.path, self.line_number, self.byte_offset, self.reason)
 
 
 class _CorpusKey(NamedTuple):
@@ -196,9 +204,7 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
     magic, version, num_lines, size, mtime_ns, sample, crc = _HEADER.unpack_from(data)
     if magic != _MAGIC:
         raise DamagedIndexError("not an ELMo-C corpus index")
-    if version != INDEX_VERSION:
-        return None
-    if (size, mtime_ns, sample) != key:
+    if version != INDEX_VERSION or (size, mtime_ns, sample) != key:
         return None
     if num_lines > size:
         raise DamagedIndexError(f"{num_lines} lines in a file of {size} bytes")
@@ -271,17 +277,10 @@ def load_indexes(
     paths: Sequence[str], cache_directory: Optional[str] = None, processes: Optional[int] = None
 ) -> List[CorpusIndex]:
     """
-    The index of every file in `paths`: loaded from where it is cached, or built (in parallel
-    over files, with a progress bar) and cached.
-
-    # Parameters
-
-    paths : `Sequence[str]`
-        The corpus files.
-    cache_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
-        Where indexes go when a corpus file's folder is read-only.
-    processes : `int`, optional (default = the CPUs, when more than 64 MB are to be indexed)
-        The processes that build missing indexes (1: this one).
+    The index of every file in `paths`: loaded from where it is cached, or built (in parallel over
+    files, with a progress bar) and cached. `cache_directory` (default `DEFAULT_CACHE_DIRECTORY`)
+    holds indexes of files in read-only folders; `processes` (default: the CPUs, from 64 MB to
+    index) build missing indexes (1: this one).
     """
     found: Dict[str, CorpusIndex] = {}
     missing: List[str] = []
@@ -342,3 +341,60 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
         progress.close()
     return built
 
+
+def read_lines(index: CorpusIndex, line_numbers: numpy.ndarray, statistics=None) -> Iterator[Tuple[int, bytes]]:
+    """
+    `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
+    that order, read in blocks of about `_BLOCK_BYTES` (close neighbours with one read);
+    `statistics` (a `ReadStatistics`), if given, counts the file and the bytes read.
+    """
+    if not len(line_numbers):
+        return
+    offsets = index.offsets.astype(numpy.int64)
+    sizes = offsets[line_numbers + 1] - offsets[line_numbers]
+    # A block ends after the line at which its bytes reach _BLOCK_BYTES.
+    block_ends = (numpy.flatnonzero(numpy.diff(numpy.cumsum(sizes) // _BLOCK_BYTES)) + 1).tolist()
+    block_ends.append(len(line_numbers))
+    with open(index.path, "rb", buffering=0) as corpus:
+        descriptor = corpus.fileno()
+        if statistics is not None:
+            statistics.files += 1
+        block_start = 0
+        for block_end in block_ends:
+            if block_end <= block_start:
+                continue
+            block = line_numbers[block_start:block_end]
+            block_start = block_end
+            ordered = numpy.sort(block)
+            begins, ends = offsets[ordered], offsets[ordered + 1]
+            run_starts = numpy.flatnonzero(begins[1:] - ends[:-1] > _MAX_GAP_BYTES) + 1
+            run_bounds = [0] + run_starts.tolist() + [len(ordered)]
+            # Memory views give Python ints: numpy's scalars would cost more than the line.
+            numbers, text_ends = memoryview(ordered), memoryview(ends - index.breaks[ordered])
+            begins, ends = memoryview(begins), memoryview(ends)
+            raw: Dict[int, bytes] = {}
+            for run_start, run_end in zip(run_bounds, run_bounds[1:]):
+                low, high = begins[run_start], ends[run_end - 1]
+                data = os.pread(descriptor, high - low, low)
+                while len(data) < high - low:
+                    more = os.pread(descriptor, high - low - len(data), low + len(data))
+                    if not more:
+                        raise ConfigurationError(f"{index.path} is shorter than when it was indexed")
+                    data += more
+                if statistics is not None:
+                    statistics.bytes += len(data)
+                for position in range(run_start, run_end):
+                    raw[numbers[position]] = data[begins[position] - low : text_ends[position] - low]
+                del data
+            for line in block.tolist():
+                yield line, raw[line]
+
+
+def decoding_error(index: CorpusIndex, line: int) -> CorpusDecodingError:
+    """The error of line `line` (0-based) of an indexed file, which its index marks not UTF-8."""
+    ((_, raw_line),) = read_lines(index, numpy.array([line]))
+    try:
+        raw_line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return CorpusDecodingError(index.path, line + 1, error.start, error.reason)
+    return CorpusDecodingError(index.path, line + 1, 0, "the corpus changed after it was indexed")

@@ -1,18 +1,14 @@
 """
-Which lines of a corpus each reader reads in an epoch, and in which order.
+Which lines of a corpus each reader reads in an epoch, and in which order
+(docs/scale_and_fault_tolerance.md, "Contiguous shares").
 
-From the corpus index (`corpus_index.py`) and the reader's settings (`ShareSettings`), the
-corpus's plan says what every line gives: nothing (blank, or skipped), instances (sentence
-mode) or stream tokens (window mode). The epoch's order of files and of the lines within each
-file is drawn from `(seed, epoch)` when shuffling. The epoch's `N` instances are cut into
-`R * W` contiguous, equal shares, one per reader (`R` processes of `W` loader workers); a
-`CorpusShare` reads the lines of one share (and the lines a window needs past its edges), in
-blocks of about `_BLOCK_BYTES`, opening only their files. The reader (`lm_corpus_reader.py`)
-turns the lines into instances (docs/scale_and_fault_tolerance.md).
-
-A share reads exactly the lines its plan names, each once, in the epoch's order: a line
-source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming
-the file and line, and so does a reader whose instances are not the share's (`lost_instances`).
+From the corpus index and the reader's `ShareSettings`, a corpus's plan says what every line
+gives: nothing (blank or skipped), instances (sentence mode) or stream tokens (window mode). The
+epoch's `N` instances, in the order drawn from `(seed, epoch)` when shuffling, are cut into
+`R * W` contiguous, equal shares; a `CorpusShare` reads exactly the lines of one share (and those
+a window needs past its edges), each once, in that order, opening only their files: a line
+source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming the
+file and line, and so does a reader whose instances are not the share's (`lost_instances`).
 """
 import glob
 import logging
@@ -21,45 +17,34 @@ from os import PathLike
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy
+import torch.distributed as dist
 
+from allennlp.common import util
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
-from elmoc_allennlp.data.dataset_readers.corpus_index import INVALID_LINE, CorpusIndex, load_indexes
+from elmoc_allennlp.data.dataset_readers.corpus_index import (
+    INVALID_LINE,
+    CorpusDecodingError,
+    CorpusIndex,
+    decoding_error,
+    load_indexes,
+    read_lines,
+)
 
 logger = logging.getLogger(__name__)
 
 # What a line is, for a reader: blank, text, invalid UTF-8 (skipped) or too long (skipped).
 _BLANK, _TEXT, _INVALID, _LONG = 0, 1, 2, 3
 _NO_END = 1 << 62
-# Lines are read in blocks of about this many bytes (in the epoch's order).
-_BLOCK_BYTES = 1 << 18
-# Lines closer than this are read with one read, with the bytes between them.
-_MAX_GAP_BYTES = 64
 # Skipped lines named individually in the log, per read.
 _MAX_SKIP_WARNINGS = 10
 
 
-class CorpusDecodingError(ConfigurationError):
-    """A corpus line that is not valid UTF-8, naming the file, line and byte offset in the line."""
-
-    def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
-        super().__init__(f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})")
-        self.path = path
-        self.line_number = line_number
-        self.byte_offset = byte_offset
-        self.reason = reason
-
-    def __reduce__(self):
-        # Picklable, as it may be raised in a data-loader worker process.
-        return type(self), (self.path, self.line_number, self.byte_offset, self.reason)
-
-
 class EpochLengthError(ConfigurationError):
     """
-    An epoch that read other lines, or another number of instances or batches, than the corpus
-    index counted: a line lost or read twice (a bug), or a corpus file that changed while it was
-    read. The message names the file and the first line concerned, or the share and its counts.
+    An epoch that read other lines, instances or batches than the corpus index counted (a bug, or
+    a file changed while read), naming the file and first line concerned, or the share and counts.
     """
 
 
@@ -105,10 +90,9 @@ class ReaderSlot(NamedTuple):
 
 class ReadStatistics:
     """
-    The counts of one read of a share (`LanguageModelCorpusReader.last_read_statistics`): the
-    share counts files opened, bytes read and the lines it owns (blank and skipped ones too), the
-    reader the sentences, tokens and instances of those lines. Skipped invalid or long lines and
-    truncated tokens are counted only with the options that produce them.
+    The counts of one read of a share (`last_read_statistics`): files, bytes and the lines it owns
+    (by the share); their sentences, tokens and instances (by the reader). Skipped invalid or long
+    lines and truncated tokens are counted only with the options that produce them.
     """
 
     _ALWAYS = (
@@ -118,11 +102,12 @@ class ReadStatistics:
     _OPTIONAL = ("invalid_lines_skipped", "long_lines_skipped", "tokens_truncated")
     __slots__ = _ALWAYS + _OPTIONAL
 
-    def __init__(self, settings: Optional[ShareSettings] = None) -> None:
+    def __init__(self, settings: ShareSettings) -> None:
         for key in self._ALWAYS:
             setattr(self, key, 0)
-        kept = (False,) * 3 if settings is None else (
-            settings.invalid_lines == "skip", settings.max_line_bytes is not None,
+        kept = (
+            settings.invalid_lines == "skip",
+            settings.max_line_bytes is not None,
             settings.max_token_characters is not None,
         )
         for key, keep in zip(self._OPTIONAL, kept):
@@ -151,7 +136,6 @@ class ShareLine(NamedTuple):
 class CorpusPlan(NamedTuple):
     """A corpus's indexes and, per file and line, what the line gives in a reader's mode."""
 
-    paths: Tuple[str, ...]
     indexes: List[CorpusIndex]
     kinds: List[numpy.ndarray]  # _BLANK, _TEXT, _INVALID or _LONG
     lengths: List[numpy.ndarray]  # tokens (by the reader's tokenizer)
@@ -161,68 +145,18 @@ class CorpusPlan(NamedTuple):
     num_instances: int
 
 
+def process_rank(distributed_info) -> Tuple[int, int]:
+    """This process's rank and the number of processes (`distributed_info`: a reader's, if set)."""
+    if distributed_info is not None:
+        return distributed_info.global_rank, distributed_info.world_size
+    if util.is_distributed():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def share_bounds(total: int, slot: int, num_slots: int) -> Tuple[int, int]:
     """The contiguous share `[first, end)` of `total` instances of reader `slot` of `num_slots`."""
     return total * slot // num_slots, total * (slot + 1) // num_slots
-
-
-def read_lines(
-    index: CorpusIndex, line_numbers: numpy.ndarray, statistics: Optional[ReadStatistics] = None
-) -> Iterator[Tuple[int, bytes]]:
-    """
-    `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
-    that order, in blocks of about `_BLOCK_BYTES` (each block's lines sorted by position, close
-    neighbours read with one read): the file is opened only if a line is asked for.
-    """
-    if not len(line_numbers):
-        return
-    offsets = index.offsets.astype(numpy.int64)
-    sizes = offsets[line_numbers + 1] - offsets[line_numbers]
-    # A block ends after the line at which its bytes reach _BLOCK_BYTES.
-    block_ends = (numpy.flatnonzero(numpy.diff(numpy.cumsum(sizes) // _BLOCK_BYTES)) + 1).tolist()
-    block_ends.append(len(line_numbers))
-    statistics = statistics or ReadStatistics()
-    with open(index.path, "rb", buffering=0) as corpus:
-        descriptor = corpus.fileno()
-        statistics.files += 1
-        block_start = 0
-        for block_end in block_ends:
-            if block_end <= block_start:
-                continue
-            block = line_numbers[block_start:block_end]
-            block_start = block_end
-            ordered = numpy.sort(block)
-            begins, ends = offsets[ordered], offsets[ordered + 1]
-            run_starts = numpy.flatnonzero(begins[1:] - ends[:-1] > _MAX_GAP_BYTES) + 1
-            run_bounds = [0] + run_starts.tolist() + [len(ordered)]
-            # Memory views give Python ints: numpy's scalars would cost more than the line.
-            numbers, text_ends = memoryview(ordered), memoryview(ends - index.breaks[ordered])
-            begins, ends = memoryview(begins), memoryview(ends)
-            raw: Dict[int, bytes] = {}
-            for run_start, run_end in zip(run_bounds, run_bounds[1:]):
-                low, high = begins[run_start], ends[run_end - 1]
-                data = os.pread(descriptor, high - low, low)
-                while len(data) < high - low:
-                    more = os.pread(descriptor, high - low - len(data), low + len(data))
-                    if not more:
-                        raise ConfigurationError(f"{index.path} is shorter than when it was indexed")
-                    data += more
-                statistics.bytes += len(data)
-                for position in range(run_start, run_end):
-                    raw[numbers[position]] = data[begins[position] - low : text_ends[position] - low]
-                del data
-            for line in block.tolist():
-                yield line, raw[line]
-
-
-def decoding_error(index: CorpusIndex, line: int) -> CorpusDecodingError:
-    """The error of line `line` (0-based) of an indexed file, which its index marks not UTF-8."""
-    ((_, raw_line),) = read_lines(index, numpy.array([line]))
-    try:
-        raw_line.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return CorpusDecodingError(index.path, line + 1, error.start, error.reason)
-    return CorpusDecodingError(index.path, line + 1, 0, "the corpus changed after it was indexed")
 
 
 def corpus_files(file_path: Any) -> List[str]:
@@ -288,7 +222,7 @@ def _plan_corpus(file_path: Any, paths: List[str], indexes: List[CorpusIndex], s
         num_instances = total_units
     else:
         num_instances = -(-(total_units - 1) // settings.window_length) if total_units >= 2 else 0
-    return CorpusPlan(tuple(paths), indexes, kinds, lengths, units, totals, total_units, num_instances)
+    return CorpusPlan(indexes, kinds, lengths, units, totals, total_units, num_instances)
 
 
 def _tokenizer_counts(index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Tokenizer) -> numpy.ndarray:
@@ -300,10 +234,7 @@ def _tokenizer_counts(index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Token
 
 
 class CorpusShares:
-    """
-    The plans of the corpora a reader reads (cached) and the shares of their epochs, from the
-    reader's `ShareSettings`.
-    """
+    """The plans of the corpora a reader reads (cached) and the shares of their epochs."""
 
     def __init__(self, settings: ShareSettings) -> None:
         self.settings = settings
@@ -339,8 +270,7 @@ class CorpusShares:
 class CorpusShare:
     """
     One reader's share of one epoch: its instances `first` to `end - 1`, the units (instances, or
-    stream tokens in window mode) it needs (`need`) and those whose lines it owns (`own`), its
-    lines (`lines()`) and its `statistics`.
+    window mode's stream tokens) it needs (`need`) and owns (`own`), its `lines()`, `statistics`.
     """
 
     def __init__(
@@ -348,44 +278,33 @@ class CorpusShare:
     ) -> None:
         self.settings, self.plan, self.slot, self.epoch, self.corpus = settings, plan, slot, epoch, corpus
         self.first, self.end = share_bounds(plan.num_instances, slot.index, slot.count)
-        last_slot = slot.index == slot.count - 1
-        # The units (instances, or stream tokens) it reads, and those whose lines it counts.
         length = 1 if settings.mode == "sentence" else settings.window_length
         self.need = (self.first * length, min(self.end * length + (length > 1), plan.total_units))
         if self.end <= self.first:
             self.need = (0, 0)
-        self.own = (self.first * length, _NO_END if last_slot else self.end * length)
+        self.own = (self.first * length, _NO_END if slot.index == slot.count - 1 else self.end * length)
         self.statistics = ReadStatistics(settings)
 
-    def _shuffled(self) -> bool:
-        return self.settings.shuffle and self.epoch is not None
-
-    def file_order(self) -> numpy.ndarray:
-        if self._shuffled():
-            return numpy.random.default_rng([self.settings.seed % 2**64, self.epoch, 0]).permutation(
-                len(self.plan.indexes)
-            )
-        return numpy.arange(len(self.plan.indexes))
+    def _order(self, count: int, *key: int) -> numpy.ndarray:
+        """The epoch's order of `count` files (`key` 0) or lines (1, file number): drawn when shuffling."""
+        if self.settings.shuffle and self.epoch is not None:
+            return numpy.random.default_rng([self.settings.seed % 2**64, self.epoch, *key]).permutation(count)
+        return numpy.arange(count)
 
     def line_order(self, file_number: int) -> numpy.ndarray:
-        num_lines = self.plan.indexes[file_number].num_lines
-        if self._shuffled():
-            seed = [self.settings.seed % 2**64, self.epoch, 1, file_number]
-            return numpy.random.default_rng(seed).permutation(num_lines)
-        return numpy.arange(num_lines)
+        return self._order(self.plan.indexes[file_number].num_lines, 1, file_number)
 
     def _files(self) -> Iterator[Tuple[int, int]]:
         """`(file number, its first unit)` of the files in the epoch's order."""
         position = 0
-        for file_number in self.file_order().tolist():
+        for file_number in self._order(len(self.plan.indexes), 0).tolist():
             yield file_number, position
             position += int(self.plan.totals[file_number])
 
     def lines(self) -> Iterator[ShareLine]:
         """
-        Every line this reader needs, in the epoch's order: the lines whose units overlap `need`,
-        and the lines it owns (whose units start in `own`; it counts those in its statistics).
-        Only the files they are in are opened.
+        Every line this reader needs, in the epoch's order: those whose units overlap `need`, and
+        those it owns (whose units start in `own`; counted in its statistics).
         """
         need, own, plan = self.need, self.own, self.plan
         for file_number, start in self._files():

@@ -2,9 +2,6 @@
 import logging
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
-import torch.distributed as dist
-
-from allennlp.common import util
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.dataset_readers.dataset_reader import DatasetReader, PathOrStr
 from allennlp.data.fields import TextField
@@ -21,6 +18,7 @@ from elmoc_allennlp.data.dataset_readers.corpus_shares import (  # noqa: F401 (C
     ReadStatistics,
     ShareLine,
     ShareSettings,
+    process_rank,
 )
 
 logger = logging.getLogger(__name__)
@@ -29,26 +27,18 @@ logger = logging.getLogger(__name__)
 DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 
 
-
 @DatasetReader.register("elmoc_lm_corpus")
 class LanguageModelCorpusReader(DatasetReader):
     """
     Reads a tokenized corpus, one sentence per line, for biLM pretraining: instances with one
     `TextField` "tokens", each a sentence with its boundary tokens (mode `"sentence"`), or windows
     of `window_length + 1` tokens of the stream of all sentences (mode `"window"`, Li et al. 2019,
-    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them; one
-    that matches no file is an error naming it.
+    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them.
 
-    Each corpus file is indexed once (`corpus_index.py`: the offset and token count of every
-    line, cached beside it). With the index, the epoch's instances (in the order drawn from
-    `(seed, epoch)` with `shuffle` and `set_epoch`, else in corpus order) are cut into `R * W`
-    contiguous, equal shares for the `R * W` readers of `R` processes of `W` loader workers:
-    each reader reads only its own lines, opens only their files, and every instance is read
-    once per epoch (`docs/scale_and_fault_tolerance.md`); which lines a reader reads is
-    `corpus_shares.py`, and a read that loses or repeats a line or an instance raises an
-    `EpochLengthError` naming the file and line, or the share and its counts. The epoch's length
-    is known without reading (`share_sizes`, which the `elmoc_corpus` data loader uses). The
-    counts of the last read (of this reader's share) are in `last_read_statistics`.
+    Each of the `R * W` readers (`R` processes of `W` loader workers) reads its contiguous share
+    of the epoch (`corpus_shares.py`, from the corpus index), every instance once; a lost or
+    repeated line or instance raises an `EpochLengthError` (docs/scale_and_fault_tolerance.md).
+    `share_sizes` counts an epoch without reading it; `last_read_statistics` are the last read's.
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 
@@ -81,8 +71,7 @@ class LanguageModelCorpusReader(DatasetReader):
     seed : `int`, optional (default = `0`)
         The seed of the per-epoch order.
     index_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
-        Where the corpus index of a file goes when the file's folder is read-only (else it is
-        written beside the file, hidden: `corpus_index.py`).
+        Where a file's corpus index goes when the file's folder is read-only (else: beside it, hidden).
     """
 
     def __init__(
@@ -103,9 +92,7 @@ class LanguageModelCorpusReader(DatasetReader):
         index_directory: Optional[str] = None,
         **kwargs,
     ) -> None:
-        super().__init__(
-            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
-        )
+        super().__init__(manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs)
         check_one_of(mode, ("sentence", "window"), "mode")
         if mode == "window" and max_sequence_length is not None:
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
@@ -119,22 +106,16 @@ class LanguageModelCorpusReader(DatasetReader):
         check_positive_int(max_token_characters, "max_token_characters", allow_none=True)
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
         self._tokenizer = tokenizer or WhitespaceTokenizer()
-        self._max_sequence_length = max_sequence_length
-        self._long_sentences = long_sentences
-        self._mode = mode
-        self._window_length = window_length
         self._start_token = start_token or None
         self._end_token = end_token or None
-        self._max_token_characters = max_token_characters
         self._epoch: Optional[int] = None
         boundary_tokens = (self._start_token is not None) + (self._end_token is not None)
-        self._shares = CorpusShares(
-            ShareSettings(
-                mode, max_sequence_length, long_sentences, window_length, boundary_tokens, self._tokenizer,
-                invalid_lines, max_line_bytes, max_token_characters, shuffle, seed, index_directory,
-            )
+        self._settings = ShareSettings(
+            mode, max_sequence_length, long_sentences, window_length, boundary_tokens, self._tokenizer,
+            invalid_lines, max_line_bytes, max_token_characters, shuffle, seed, index_directory,
         )
-        self._statistics = ReadStatistics(self._shares.settings)
+        self._shares = CorpusShares(self._settings)
+        self._statistics = ReadStatistics(self._settings)
 
     @property
     def last_read_statistics(self) -> Dict[str, int]:
@@ -145,21 +126,6 @@ class LanguageModelCorpusReader(DatasetReader):
     def token_indexers(self) -> Dict[str, TokenIndexer]:
         """The indexers of the "tokens" field."""
         return self._token_indexers
-
-    @property
-    def start_token(self) -> Optional[str]:
-        """The token put before every sentence (`None`: none)."""
-        return self._start_token
-
-    @property
-    def end_token(self) -> Optional[str]:
-        """The token put after every sentence (`None`: none)."""
-        return self._end_token
-
-    @property
-    def max_token_characters(self) -> Optional[int]:
-        """The length at which tokens are cut (`None`: not cut)."""
-        return self._max_token_characters
 
     def text_to_instance(self, sentence: Union[str, List[str]]) -> Instance:  # type: ignore
         """One instance of a sentence (a string to tokenize or a list of tokens), not limited."""
@@ -176,18 +142,9 @@ class LanguageModelCorpusReader(DatasetReader):
         """The training epoch the next reads belong to (`None`: corpus order), for `shuffle`."""
         self._epoch = epoch
 
-    def _rank(self) -> Tuple[int, int]:
-        """This process's rank and the number of processes."""
-        # `get_distributed_info()` survives pickling into data-loader workers.
-        if self._distributed_info is not None:
-            return self._distributed_info.global_rank, self._distributed_info.world_size
-        if util.is_distributed():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-
     def _slot(self) -> ReaderSlot:
         """This reader's place among all readers (processes x loader workers)."""
-        rank, world_size = self._rank()
+        rank, world_size = process_rank(self._distributed_info)
         if self._worker_info is None:
             return ReaderSlot(rank, world_size)
         return ReaderSlot(rank, world_size, self._worker_info.id, self._worker_info.num_workers)
@@ -199,17 +156,16 @@ class LanguageModelCorpusReader(DatasetReader):
     def share_sizes(self, file_path: Union[PathOrStr, List[PathOrStr]], num_workers: int = 1) -> List[int]:
         """
         The number of instances each of this process's `num_workers` loader workers reads in an
-        epoch of `file_path` (one number without workers), from the corpus index, without
-        reading the corpus. A `TypeError` when it cannot be known (`max_instances`).
+        epoch of `file_path`, from the corpus index (a `TypeError` with `max_instances`).
         """
         if self.max_instances is not None:
             raise TypeError("the share sizes are not known with max_instances")
-        return self._shares.share_sizes(file_path, *self._rank(), num_workers)
+        return self._shares.share_sizes(file_path, *process_rank(self._distributed_info), num_workers)
 
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterator[Instance]:
         share = self._shares.share(file_path, self._slot(), self._epoch)
         statistics = self._statistics = share.statistics
-        numbered = self._sentences(share) if self._mode == "sentence" else self._windows(share)
+        numbered = self._sentences(share) if self._settings.mode == "sentence" else self._windows(share)
         expected = share.first
         for number, tokens in numbered:
             if number != expected or number >= share.end:
@@ -234,7 +190,7 @@ class LanguageModelCorpusReader(DatasetReader):
                 f"{line.path}, line {line.line_number}: {len(tokens)} tokens where its index counted "
                 f"{line.tokens}: the file changed while it was read, or the index is wrong (delete it to rebuild it)"
             )
-        limit = self._max_token_characters
+        limit = self._settings.max_token_characters
         if line.own:
             statistics.sentences += 1
             statistics.tokens += len(tokens)
@@ -247,12 +203,12 @@ class LanguageModelCorpusReader(DatasetReader):
     def _sentences(self, share: CorpusShare) -> Iterator[Tuple[int, List[Token]]]:
         """Sentence mode: `(number, instance tokens)` of the share's chunks of sentences, in order."""
         first, end, statistics = share.first, share.end, share.statistics
-        max_length = self._max_sequence_length
+        max_length = self._settings.max_sequence_length
         for line in share.lines():
             tokens = self._tokens(line, statistics)
             chunks = [tokens]
             if len(tokens) > max_length:
-                if self._long_sentences == "truncate":
+                if self._settings.long_sentences == "truncate":
                     statistics.sentences_truncated += line.own
                     chunks = [tokens[:max_length]]
                 else:
@@ -263,7 +219,7 @@ class LanguageModelCorpusReader(DatasetReader):
 
     def _windows(self, share: CorpusShare) -> Iterator[Tuple[int, List[Token]]]:
         """Window mode: `(number, window)` of the share's windows of the epoch's token stream."""
-        length, total, end = self._window_length, share.plan.total_units, share.end
+        length, total, end = self._settings.window_length, share.plan.total_units, share.end
         stream: List[Token] = []
         offset = share.need[0]  # stream position of stream[0]
         window = share.first

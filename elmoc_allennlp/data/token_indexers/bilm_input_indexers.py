@@ -27,10 +27,9 @@ def padded_ids(rows: Sequence[Sequence[int]], num_rows: int, width: int) -> torc
 
 class BilmInputIndexer(TokenIndexer):
     """
-    Base of the indexers of a biLM's input ids: `token_ids` cuts a token to
-    `max_token_characters`, then the kind's `_ids_of` gives its ids (lowercased if asked). The
-    output is `elmo_tokens` (ELMo's key, which `bcn` reads), `(num_tokens, width)`, 0 padding and a
-    non-zero id in every real token.
+    Base of the indexers of a biLM's input ids: `token_ids` cuts a token to `max_token_characters`,
+    then the kind's `_ids_of` gives its ids. Output: `elmo_tokens` (ELMo's key, which `bcn` reads),
+    `(num_tokens, width)`, 0 padding and a non-zero id in every real token.
 
     # Parameters
 

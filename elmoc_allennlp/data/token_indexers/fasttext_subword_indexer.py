@@ -3,31 +3,22 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.common.fasttext_vectors import (
-    FastTextVectors,
-    mean_subword_vectors,
-    no_vector_id,
-)
 from elmoc_allennlp.common.fasttext_location import locate_fasttext
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
-    MAX_TOKEN_CHARACTERS,
-    BilmInputIndexer,
-)
+from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, mean_subword_vectors, no_vector_id
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import MAX_TOKEN_CHARACTERS, BilmInputIndexer
+
 
 @TokenIndexer.register("elmoc_fasttext_subwords")
 class FastTextSubwordIndexer(BilmInputIndexer):
     """
-    Represents each token by the fastText rows its vector is the mean of (`subword_ids`), + 1 so
-    that 0 is padding. The boundary tokens are indexed as `</s>` (if the model has it); a token
+    Represents each token by the fastText rows its vector is the mean of, + 1 (0 is padding):
+    `subword_ids` `(num_tokens, num_subwords)`, `mask` and, with `gather_vectors`, the tokens'
+    `vectors` `(num_tokens, dim)`. The boundary tokens are `</s>` (if the model has it); a token
     with no rows gets `no_vector_id` (`num_rows + 1`), which the `elmoc_fasttext` embedder zeros.
-
-    Output: `subword_ids` `(num_tokens, num_subwords)`, `mask` and, with `gather_vectors`, the
-    tokens' fastText `vectors` `(num_tokens, dim)`, read where the batch is made.
 
     Registered as a `TokenIndexer` with name "elmoc_fasttext_subwords".
 
@@ -90,19 +81,6 @@ class FastTextSubwordIndexer(BilmInputIndexer):
         if isinstance(other, FastTextSubwordIndexer):
             return self.__getstate__() == other.__getstate__()
         return NotImplemented
-
-    @property
-    def boundary_subword_ids(self) -> List[int]:
-        """The indices of a boundary token; a `ConfigurationError` if the boundaries differ."""
-        if self._eos_ids is not None:
-            return list(self._eos_ids)
-        distinct = {tuple(self.token_ids(token)) for token in self.boundary_tokens}
-        if len(distinct) != 1:
-            raise ConfigurationError(
-                f"fastText model {self.vectors.path} has no '</s>' word: the boundary tokens "
-                f"{self.boundary_tokens} have no shared index"
-            )
-        return list(distinct.pop())
 
     def _compute_ids(self, text: str) -> Tuple[int, ...]:
         if self._eos_ids is not None and text in self.boundary_tokens:

@@ -1,5 +1,4 @@
 """The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, Li et al. (2019)."""
-import glob
 import hashlib
 import json
 import logging
@@ -12,6 +11,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import CACHE_DIRECTORY
 from allennlp.data.tokenizers import Token, Tokenizer
 
+from elmoc_allennlp.data.dataset_readers.corpus_shares import corpus_files
+
 logger = logging.getLogger(__name__)
 
 # Where BPE models trained from a config are cached.
@@ -19,19 +20,11 @@ DEFAULT_BPE_CACHE = os.path.join(CACHE_DIRECTORY, "elmoc_sentencepiece")
 
 
 def _corpus_files(train_data_path: Union[str, Sequence[str]]) -> List[str]:
-    patterns = [train_data_path] if isinstance(train_data_path, str) else list(train_data_path)
-    files: List[str] = []
-    for pattern in patterns:
-        pattern = os.path.expanduser(str(pattern))
-        if os.path.isdir(pattern):
-            matches = [os.path.join(pattern, name) for name in os.listdir(pattern)]
-            matches = [path for path in matches if os.path.isfile(path)]
-        else:
-            matches = [path for path in glob.glob(pattern) if os.path.isfile(path)]
-        files.extend(sorted(matches))
-    if not files:
-        raise ConfigurationError(f"tokenizer.train_data_path {train_data_path!r} matches no files")
-    return files
+    """The reader's files of `train_data_path` (its hidden corpus indexes left out)."""
+    try:
+        return corpus_files(train_data_path)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"tokenizer.train_data_path {train_data_path!r} matches no files ({error})") from None
 
 
 def train_sentencepiece_bpe(

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from allennlp.data.dataset_readers.dataset_reader import DistributedInfo, WorkerInfo
 
-from elmoc_allennlp.data.dataset_readers import corpus_shares
+from elmoc_allennlp.data.dataset_readers import corpus_index, corpus_shares
 from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError, ReaderSlot
 from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCorpusReader
 
@@ -143,7 +143,7 @@ def test_slices_of_lines_ranks_and_workers_many_shards(tmp_path, lines_per_share
 @pytest.mark.parametrize("d", [-1, 0, 1])
 @pytest.mark.parametrize("mode, shuffle", [("sentence", False), ("window", True)])
 def test_blocks_of_bytes(tmp_path, d, mode, shuffle):
-    block = corpus_shares._BLOCK_BYTES
+    block = corpus_index._BLOCK_BYTES
     assert block == 1 << 18
     corpus = tmp_path / "corpus"
     _write_shards(corpus, [2 * block // 64 + 1], line_bytes=64)
@@ -157,7 +157,7 @@ def test_blocks_of_bytes(tmp_path, d, mode, shuffle):
 
 @pytest.mark.parametrize("gap", [63, 64, 65, 127, 128, 129])
 def test_reads_merged_across_small_gaps(tmp_path, gap):
-    assert corpus_shares._MAX_GAP_BYTES == 64
+    assert corpus_index._MAX_GAP_BYTES == 64
     corpus = tmp_path / "gaps.txt"
     # Two sentences around a blank line of `gap` bytes (which no reader reads).
     corpus.write_bytes(b"a b\n" + b" " * (gap - 1) + b"\n" + b"c\n")
@@ -186,8 +186,8 @@ def test_skipped_lines_named_up_to_the_budget(tmp_path, caplog, num_invalid):
 
 @contextmanager
 def _small_constants(block_bytes: int, gap_bytes: int) -> Iterator[None]:
-    with mock.patch.object(corpus_shares, "_BLOCK_BYTES", block_bytes), mock.patch.object(
-        corpus_shares, "_MAX_GAP_BYTES", gap_bytes
+    with mock.patch.object(corpus_index, "_BLOCK_BYTES", block_bytes), mock.patch.object(
+        corpus_index, "_MAX_GAP_BYTES", gap_bytes
     ):
         yield
 

@@ -49,7 +49,6 @@ class TestFastTextSubwordIndexer:
         indexed = indexer.tokens_to_indices(_tokens("<S>", "the", "</S>", "</s>"), Vocabulary())
         assert indexed["subword_ids"][0] == indexed["subword_ids"][2] == eos
         assert indexed["subword_ids"][3] == eos  # fastText's own EOS word, no n-grams
-        assert indexer.boundary_subword_ids == eos
         assert indexer.token_ids("<S>") == eos
 
         custom = FastTextSubwordIndexer(str(tiny_fasttext_path), boundary_tokens=["@@"])
@@ -89,10 +88,6 @@ class TestFastTextSubwordIndexer:
             [i + 1 for i in vectors.subword_ids("<S>")],
             [i + 1 for i in vectors.subword_ids("</S>")],
         ]
-        with pytest.raises(ConfigurationError, match="has no '</s>' word"):
-            indexer.boundary_subword_ids
-        single = FastTextSubwordIndexer(path, boundary_tokens=["<S>"])
-        assert single.boundary_subword_ids == indexed["subword_ids"][0]
 
     def test_tokens_without_any_vector_get_the_reserved_id(self, tmp_path):
         path = _model(tmp_path, ["</s>", "the"], minn=0, maxn=0, bucket=0)
