@@ -1,22 +1,25 @@
 """
 `install_shim`: the one way the plugin replaces an allennlp object (the shims of
 `elmoc_allennlp.compat` and the guards of `elmoc_allennlp.hardening` use it), once per process
-and shim, keeping the original.
+and shim, keeping the original. `installer` builds a module's `install()` from its guards.
 """
+import functools
+import importlib
 import inspect
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 # (owner, attribute, shim) -> the object the shim replaced.
 _ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
 
 
-def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], shim: Optional[Callable] = None) -> None:
     """
     Replaces `owner.name` (a module's or a class's attribute) by `make(original)`, once per
-    process and shim (a second call does nothing). A classmethod stays one: `make` gets and
-    returns its function.
+    process and shim (`shim`, default `make`: a second call does nothing). A classmethod stays
+    one: `make` gets and returns its function.
     """
-    key = (owner, name, f"{make.__module__}.{make.__qualname__}")
+    shim = shim or make
+    key = (owner, name, f"{shim.__module__}.{shim.__qualname__}")
     if key in _ORIGINALS:
         return
     is_classmethod = isinstance(owner, type) and isinstance(
@@ -27,3 +30,42 @@ def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable]) ->
     replacement = make(original)
     _ORIGINALS[key] = original
     setattr(owner, name, classmethod(replacement) if is_classmethod else replacement)
+
+
+def _owner(dotted: str) -> Tuple[Any, str]:
+    """The module or class holding the object `dotted` names, and the object's name there."""
+    path, _, name = dotted.rpartition(".")
+    parts = path.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        return functools.reduce(getattr, parts[end:], owner), name
+    raise ImportError(f"no module for {dotted}")
+
+
+def _wrapping(guard: Callable) -> Callable[[Callable], Callable]:
+    def make(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def replacement(*args, **kwargs):
+            return guard(original, *args, **kwargs)
+
+        return replacement
+
+    return make
+
+
+def installer(guards: Dict[str, Callable]) -> Callable[[], bool]:
+    """
+    A shim module's `install()`: replaces each allennlp object named (dotted) in `guards` by a
+    function with its name and signature that returns `guard(original, *args, **kwargs)`.
+    """
+
+    def install() -> bool:
+        for target, guard in guards.items():
+            owner, name = _owner(target)
+            install_shim(owner, name, _wrapping(guard), shim=guard)
+        return True
+
+    return install

@@ -1,14 +1,10 @@
 """
-The changes to allennlp 2.10.1 that the plugin's components need in order to work on it and on
-current torch, and that cannot be scoped to them (each module's docstring says why, and when it
-can go; `docs/compat.md` lists them). Each module has `REPLACES` (a phrase for the log line),
-`TARGETS` (the dotted names of the allennlp objects it replaces; a test checks that importing
-the plugin replaces exactly the declared ones) and an idempotent `install() -> bool` (`False`:
-this environment does not need it). Every replacement goes through `elmoc_allennlp.common.shims.install_shim`.
-
-`install_shims()`, run when `elmoc_allennlp` is imported, installs these and the guards of
-`elmoc_allennlp.hardening` (which act on the plugin's own archives, configs and models only,
-unless the user turns them on for every archive), and logs one short line (the list at DEBUG).
+The changes to allennlp 2.10.1 that the plugin's components need on it and on current torch, and
+that cannot be scoped to them (`docs/compat.md` says why for each). Each module has `REPLACES` (a
+phrase for the log line), `TARGETS` (the dotted names of what it replaces; `tests/test_plugin_import.py`
+checks that exactly those are replaced) and an idempotent `install() -> bool` (`False`: not needed
+here), through `elmoc_allennlp.common.shims`. `install_shims()` installs these and the guards of
+`elmoc_allennlp.hardening`, once, when `elmoc_allennlp` is imported.
 
 One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
 `tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module

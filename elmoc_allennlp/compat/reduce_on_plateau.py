@@ -1,18 +1,15 @@
 """
 allennlp's `reduce_on_plateau` scheduler works with current PyTorch.
 
-**Problem (allennlp 2.10.1).** Its `reduce_on_plateau` scheduler passes `verbose` to PyTorch's
-`ReduceLROnPlateau`, which current PyTorch removed: every config using it (allennlp-models' ESIM
-and coreference recipes, the downstream configs here) fails with a `TypeError`.
+**Problem (allennlp 2.10.1).** It passes `verbose` to PyTorch's `ReduceLROnPlateau`, which current
+PyTorch removed: every config using it (allennlp-models' ESIM and coreference recipes, the
+downstream configs here) fails with a `TypeError`.
 
-**Workaround.** `install()` registers a replacement under the same name and parameters that
-passes `verbose` only to a PyTorch that accepts it (and replaces nothing under such a PyTorch).
-Why process-wide: a scheduler is chosen by its registered name, which the downstream configs
-here (and allennlp-models' recipes they follow) use; under a PyTorch that still has `verbose`
-nothing is replaced, and under one without it the stock scheduler cannot be built at all.
+**Workaround.** A replacement registered under the same name and parameters passes `verbose` only
+to a PyTorch that accepts it (under such a PyTorch nothing is replaced). Why process-wide: a
+scheduler is chosen by its registered name, and the stock one cannot be built at all.
 
-**To drop it**: when the installed PyTorch or allennlp is fixed, remove this module and its entry
-in `elmoc_allennlp.compat.SHIMS`.
+**To drop it**: when the installed PyTorch or allennlp is fixed.
 """
 import inspect
 from typing import List, Union

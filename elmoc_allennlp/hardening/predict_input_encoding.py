@@ -10,15 +10,15 @@ import sys
 from typing import Iterable, Iterator
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import cached_path, open_compressed
 
-from elmoc_allennlp.common.shims import install_shim
+from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import plugin_model
 
 REPLACES = "`allennlp predict` of the plugin's models names the input line that is not UTF-8"
-TARGETS = ("allennlp.commands.predict._PredictManager._get_json_data",)
 
 
-def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
+def _decoded(lines: Iterable[bytes], name: str) -> Iterator[str]:
     """The lines of `name` decoded from UTF-8, or a `ConfigurationError` naming the first that is not."""
     for number, line in enumerate(lines, start=1):
         try:
@@ -30,34 +30,24 @@ def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
             ) from None
 
 
-def _by_line(original):
-    def _get_json_data(self) -> Iterator:
-        if not plugin_model(getattr(self._predictor, "_model", None)):
-            yield from original(self)
-            return
-        if self._input_file == "-":
-            if not hasattr(sys.stdin, "buffer"):  # a text stream that is not a file (tests)
-                lines: Iterator[str] = iter(sys.stdin)
-            else:
-                lines = decoded_lines(sys.stdin.buffer, "standard input")
-            yield from _json_lines(self, lines)
-            return
-        from allennlp.common.file_utils import cached_path, open_compressed
-
+def _get_json_data(original, self) -> Iterator:
+    if not plugin_model(getattr(self._predictor, "_model", None)):
+        yield from original(self)
+    elif self._input_file == "-":
+        # A text stream that is not a file (tests) has no `buffer`.
+        lines = _decoded(sys.stdin.buffer, "standard input") if hasattr(sys.stdin, "buffer") else sys.stdin
+        yield from _json_lines(self, lines)
+    else:
         with open_compressed(cached_path(self._input_file), "rb", encoding=None) as file_input:
-            yield from _json_lines(self, decoded_lines(file_input, self._input_file))
-
-    return _get_json_data
-
-
-def install() -> bool:
-    from allennlp.commands.predict import _PredictManager
-
-    install_shim(_PredictManager, "_get_json_data", _by_line)
-    return True
+            yield from _json_lines(self, _decoded(file_input, self._input_file))
 
 
 def _json_lines(manager, lines: Iterable[str]) -> Iterator:
     for line in lines:
         if not line.isspace():
             yield manager._predictor.load_line(line)
+
+
+_GUARDS = {"allennlp.commands.predict._PredictManager._get_json_data": _get_json_data}
+TARGETS = tuple(_GUARDS)
+install = installer(_GUARDS)

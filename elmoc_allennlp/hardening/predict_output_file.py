@@ -4,34 +4,24 @@ Problem (allennlp 2.10.1): `_PredictManager.__init__` opens the output before re
 which is truncated to nothing; it exits 0. Workaround: a `ConfigurationError` naming both, before
 anything is opened (the same path or a link to it). To drop it: when allennlp checks this.
 """
-import functools
 import os
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.shims import install_shim
+from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import plugin_model
 
 REPLACES = "`allennlp predict` of the plugin's models refuses an --output-file that is its input file"
-TARGETS = ("allennlp.commands.predict._PredictManager.__init__",)
 
 
-def _checked(original):
-    @functools.wraps(original)
-    def __init__(self, predictor, input_file, output_file, *args, **kwargs):
-        if output_file is not None and input_file != "-" and os.path.exists(output_file):
-            same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
-            if same and plugin_model(getattr(predictor, "_model", None)):
-                raise ConfigurationError(
-                    f"--output-file {output_file} is the input file {input_file}: choose another"
-                )
-        original(self, predictor, input_file, output_file, *args, **kwargs)
-
-    return __init__
+def _init(original, self, predictor, input_file, output_file, *args, **kwargs):
+    if output_file is not None and input_file != "-" and os.path.exists(output_file):
+        same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
+        if same and plugin_model(getattr(predictor, "_model", None)):
+            raise ConfigurationError(f"--output-file {output_file} is the input file {input_file}: choose another")
+    original(self, predictor, input_file, output_file, *args, **kwargs)
 
 
-def install() -> bool:
-    from allennlp.commands.predict import _PredictManager
-
-    install_shim(_PredictManager, "__init__", _checked)
-    return True
+_GUARDS = {"allennlp.commands.predict._PredictManager.__init__": _init}
+TARGETS = tuple(_GUARDS)
+install = installer(_GUARDS)

@@ -7,22 +7,18 @@ runs) send an archive of the plugin (`scope.plugin_archive`) to `common.archives
 (or a plugin serialization folder's) to `read_config`; others go to allennlp's, untouched.
 To drop it: when allennlp extracts with a filter and reads archived configs as JSON.
 """
-import contextlib
-import functools
 import json
 import os
 
+import allennlp.models.archival as archival
 from allennlp.common.params import Params, parse_overrides, with_overrides
 
 from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
-from elmoc_allennlp.common.shims import install_shim
+from elmoc_allennlp.common.shims import install_shim, installer
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
 REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
-TARGETS = (
-    "allennlp.models.archival.extracted_archive",
-    "allennlp.models.archival.Params",
-)
+TARGETS = ("allennlp.models.archival.extracted_archive", "allennlp.models.archival.Params")
 
 
 class ArchiveParams(Params):
@@ -42,25 +38,12 @@ class ArchiveParams(Params):
         return cls(with_overrides(config, overrides) if overrides else config)
 
 
-def _checked_extraction(original):
-    @functools.wraps(original)
-    @contextlib.contextmanager
-    def checked(resolved_archive_file, cleanup: bool = True):
-        chosen = extracted_archive if plugin_archive(resolved_archive_file) else original
-        with chosen(resolved_archive_file, cleanup=cleanup) as directory:
-            yield directory
-
-    return checked
-
-
-def _archive_params(original):
-    return ArchiveParams
+def _extracted_archive(original, resolved_archive_file, cleanup: bool = True):
+    chosen = extracted_archive if plugin_archive(resolved_archive_file) else original
+    return chosen(resolved_archive_file, cleanup=cleanup)
 
 
 def install() -> bool:
-    import allennlp.models.archival as archival
-
-    # `load_archive` looks both names up in this module when it runs.
-    install_shim(archival, "extracted_archive", _checked_extraction)
-    install_shim(archival, "Params", _archive_params)
+    installer({TARGETS[0]: _extracted_archive})()
+    install_shim(archival, "Params", lambda original: ArchiveParams, shim=ArchiveParams)
     return True

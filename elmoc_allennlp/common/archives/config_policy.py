@@ -8,31 +8,27 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.archives.limits import (
-    CONFIG_NAME,
-    MAX_JSON_DEPTH,
-    _regular_file,
-    archive_limit,
-)
+from elmoc_allennlp.common.archives.limits import CONFIG_NAME, MAX_JSON_DEPTH, _regular_file, archive_limit, find_keys, walk
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 
+# The sections of a config that loading an archive builds (the data paths are never read, the
+# vocabulary comes from the archive's files).
+_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
+# Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
+_DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
+# Registered constructors that open another archive.
+_OTHER_ARCHIVE_TYPES = ("from_archive", "elmoc_bilm_from_archive")
 
-def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
-    if isinstance(config, dict):
-        for name, value in config.items():
-            path = f"{prefix}.{name}" if prefix else str(name)
-            if name == key and not isinstance(value, (dict, list)):
-                yield path, value
-            else:
-                yield from find_keys(value, key, path)
-    elif isinstance(config, list):
-        for index, value in enumerate(config):
-            yield from find_keys(value, key, f"{prefix}.{index}")
+
+class _NotJson:
+    """Python's `json` reads `NaN`, `Infinity` and `-Infinity`, which JSON has not: as this."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def read_config(
@@ -47,6 +43,7 @@ def read_config(
         raise ConfigurationError(
             f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
         )
+    source = f"{archive} ({member})"
     try:
         config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_NotJson)
     except (UnicodeDecodeError, ValueError, RecursionError) as error:
@@ -54,91 +51,34 @@ def read_config(
             f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
             f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
         ) from None
-    if _json_depth(config) > MAX_JSON_DEPTH:
+    if max(depth for *_, depth in walk(config)) > MAX_JSON_DEPTH:
         raise ConfigurationError(
             f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels"
         )
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
-    for key, value in _leaves(config):
+    for key, _, value, _ in walk(config):
         if isinstance(value, _NotJson):
             raise ConfigurationError(
-                f"{archive} ({member}): {key} is {value.name}, which strict JSON does not have "
-                "(archived configs are strict JSON)"
+                f"{source}: {key} is {value.name}, which strict JSON does not have (archived configs are strict JSON)"
             )
     if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
         raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
-    check_config_types(config, f"{archive} ({member})")
+    check_config_types(config, source)
     if member.endswith(CONFIG_NAME):
-        check_self_contained(config, directory, f"{archive} ({member})")
+        check_self_contained(config, directory, source)
         limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
         bound, key = config_parameter_bound(config["model"], "model")
         if bound > limit:
             raise ConfigurationError(
-                f"{archive} ({member}): {key} makes the model at least {bound:,} parameters, past "
+                f"{source}: {key} makes the model at least {bound:,} parameters, past "
                 f"ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); nothing was built"
             )
     return config
 
 
-class _NotJson:
-    """Python's `json` reads `NaN`, `Infinity` and `-Infinity`, which JSON has not: as this."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-def _leaves(config: Any) -> Iterator[Tuple[str, Any]]:
-    """`(dotted key, value)` of every value that is neither an object nor a list."""
-    stack = [("", config)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, (dict, list)):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((f"{where}.{name}" if where else str(name), item) for name, item in items)
-        else:
-            yield where, value
-
-
-def _json_depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        value, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(value, dict):
-            stack.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-    return deepest
-
-
-# The sections of a config that loading an archive builds (the data paths are never read, the
-# vocabulary comes from the archive's files).
-_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
-# Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
-_DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
-# Registered constructors that open another archive.
-_OTHER_ARCHIVE_TYPES = ("from_archive", "elmoc_bilm_from_archive")
-
-
-def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
-    stack = [(prefix, config)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, str):
-            yield where, value
-        elif isinstance(value, dict):
-            stack.extend(
-                (f"{where}.{name}", item) for name, item in value.items()
-                if name not in _DROPPED_AT_LOADING
-            )
-        elif isinstance(value, list):
-            stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
-
-
 # Where a downstream archive carries the copy of the biLM an `archive_file` names: set by
-# `downstream/archive.py`, which writes the copies (`register_carried_copies`). Until it is set,
-# every `archive_file` in a loaded config is refused.
+# `downstream/archive.py`, which writes the copies. Until it is set, every `archive_file` is refused.
 _carried_copy: Optional[Callable[[Union[str, os.PathLike], str], Path]] = None
 
 
@@ -151,18 +91,17 @@ def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Pat
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
     """
     Loading an archive reads that archive only (and, by the documented rules, its fastText
-    `.bin`): the sections loading builds (not the `pretrained_file` and `initializer` keys
-    allennlp drops first) may name no URL and no other archive (allennlp's `from_archive` model, a
-    fine-tuning `elmoc_bilm_from_archive`, or a biLM `archive_file` whose copy it does not carry
-    in `elmoc_bilm/`).
+    `.bin`): the sections loading builds (not the keys allennlp drops first) may name no URL and
+    no other archive (a `from_archive` model, `elmoc_bilm_from_archive`, or a biLM `archive_file`
+    whose copy it does not carry in `elmoc_bilm/`).
     """
     for section in _LOADED_SECTIONS:
-        for key, value in _strings(config.get(section), section):
-            name = key.rpartition(".")[2]
+        for key, name, value, _ in walk(config.get(section), section, skip=_DROPPED_AT_LOADING):
+            if not isinstance(value, str):
+                continue
             if "://" in value:
                 raise ConfigurationError(
-                    f"{source}: {key} is the URL {value[:200]!r}; loading an archive reads "
-                    "nothing outside it"
+                    f"{source}: {key} is the URL {value[:200]!r}; loading an archive reads nothing outside it"
                 )
             if name == "type" and value in _OTHER_ARCHIVE_TYPES:
                 raise ConfigurationError(

@@ -1,9 +1,7 @@
 """
 Extraction with limits: `extract_archive` writes only regular files and folders inside its
 folder, each member checked from its header before it is written and counted against the limits
-`ELMOC_ARCHIVE_MAX_MEMBERS`, `ELMOC_ARCHIVE_MAX_BYTES`, `ELMOC_ARCHIVE_MAX_RATIO` (times the
-archive's size, past 1 GiB), `ELMOC_ARCHIVE_MAX_JSON_BYTES`, `ELMOC_ARCHIVE_MAX_FOLDERS` and
-`ELMOC_ARCHIVE_MAX_DEPTH`; then its `weights.th` (`weights_header.py`), its configs
+(`extraction_limits`); then its `weights.th` (`weights_header.py`), its configs
 (`config_policy.py`) and their parameter bound against the weights. `read_archive` shares one
 extraction per archive while it is in use.
 """
@@ -33,6 +31,7 @@ from elmoc_allennlp.common.archives.limits import (
     _damage_named,
     _regular_file,
     archive_limit,
+    extraction_limits,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 from elmoc_allennlp.common.archives.vocabulary import (
@@ -72,7 +71,7 @@ def _check_member(
     """
     The member's normalised name, or `UnsafeArchiveError`. `names` maps every name seen (members
     and their parent folders) to whether it is a folder; `totals` counts members, bytes and
-    folders; `limits` are those of `_extraction_limits`.
+    folders; `limits` are those of `extraction_limits`.
     """
     name = member.name
     if not name or "\0" in name:
@@ -134,18 +133,6 @@ def _check_member(
     return normalised
 
 
-def _extraction_limits(archive: str) -> Tuple[int, ...]:
-    # Weights hardly compress: a far larger expansion is a decompression bomb.
-    ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * os.path.getsize(archive))
-    return (
-        archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
-        min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
-        archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
-        archive_limit("ELMOC_ARCHIVE_MAX_DEPTH"),
-        archive_limit("ELMOC_ARCHIVE_MAX_FOLDERS"),
-    )
-
-
 @contextlib.contextmanager
 def _writing_named(archive: str, member: str, target: str) -> Iterator[None]:
     """Names the archive and the member in the file system's errors (a full disk, ...)."""
@@ -166,7 +153,7 @@ def _writing_named(archive: str, member: str, target: str) -> Iterator[None]:
 def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None:
     names: Dict[str, bool] = {}
     totals = [0, 0, 0]
-    limits = _extraction_limits(archive)
+    limits = extraction_limits(os.path.getsize(archive))
     vocabulary = _VocabularyCount(
         archive,
         archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"),

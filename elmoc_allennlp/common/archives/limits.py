@@ -1,6 +1,6 @@
 """
 What every part of archive reading shares: the names of an archive's members, the limits
-(`ELMOC_ARCHIVE_MAX_*` environment variables) and the errors that name the archive.
+(`ELMOC_ARCHIVE_MAX_*` environment variables), the errors that name the archive, and `walk`.
 """
 import contextlib
 import os
@@ -8,7 +8,7 @@ import stat
 import tarfile
 import zlib
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Tuple, Union
 
 from allennlp.common.checks import ConfigurationError
 
@@ -97,6 +97,19 @@ def archive_limit(variable: str) -> int:
     return limit_variable(variable, _DEFAULT_LIMITS[variable])
 
 
+def extraction_limits(archive_size: int) -> Tuple[int, ...]:
+    """Members, bytes, bytes of one JSON member, components of a name, folders (`_LIMIT_NAMES` order)."""
+    # Weights hardly compress: a far larger expansion is a decompression bomb.
+    ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * archive_size)
+    return (
+        archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
+        min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
+        archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
+        archive_limit("ELMOC_ARCHIVE_MAX_DEPTH"),
+        archive_limit("ELMOC_ARCHIVE_MAX_FOLDERS"),
+    )
+
+
 def limit_variable(variable: str, default: int) -> int:
     """The positive integer environment variable `variable`, else `default`."""
     value = os.environ.get(variable) or str(default)
@@ -118,3 +131,33 @@ def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -
     if not stat.S_ISREG(mode):
         raise ConfigurationError(f"Model archive {archive}: {name} is not a regular file")
     return path
+
+
+def walk(value: Any, prefix: str = "", skip: frozenset = frozenset()) -> Iterator[Tuple[str, Any, Any, int]]:
+    """
+    `(dotted path, key, value, depth)` of every value of a nested config or state dict, objects
+    and lists included, in order and without recursion; the subtrees of keys in `skip` are left out.
+    """
+    stack = [(prefix, None, value, 1)]
+    while stack:
+        node = stack.pop()
+        yield node
+        path, _, value, depth = node
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, (list, tuple)):
+            items = list(enumerate(value))
+        else:
+            continue
+        stack.extend(
+            (f"{path}.{key}" if path else str(key), key, item, depth + 1)
+            for key, item in reversed(items)
+            if key not in skip
+        )
+
+
+def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
+    for path, name, value, _ in walk(config, prefix):
+        if name == key and not isinstance(value, (dict, list)):
+            yield path, value

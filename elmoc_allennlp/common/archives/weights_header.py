@@ -8,9 +8,9 @@ import math
 import os
 import pickle
 import zipfile
-from typing import Any, Dict, Iterator, Tuple, Union
+from typing import Any, Dict, Union
 
-from elmoc_allennlp.common.archives.limits import UnsafeArchiveError
+from elmoc_allennlp.common.archives.limits import UnsafeArchiveError, walk
 
 # Bytes per element of the storage classes torch names in a weights file.
 _STORAGE_BYTES = {
@@ -79,19 +79,6 @@ class _HeaderUnpickler(pickle.Unpickler):
         return _Storage(kind, str(key), numel)
 
 
-def _tensors(value: Any) -> Iterator[Tuple[str, Any]]:
-    """`(key, _Tensor)` for every tensor in an unpickled state dict (iteratively)."""
-    stack = [("", value)]
-    while stack:
-        key, value = stack.pop()
-        if isinstance(value, _Tensor):
-            yield key, value
-        elif isinstance(value, dict):
-            stack.extend((f"{key}.{name}" if key else str(name), item) for name, item in value.items())
-        elif isinstance(value, (list, tuple)):
-            stack.extend((f"{key}.{index}" if key else str(index), item) for index, item in enumerate(value))
-
-
 def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str) -> int:
     """
     Checks a torch weights file from its headers before torch reads it, and returns how many
@@ -137,7 +124,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
                 IndexError, KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as error:
             raise refuse(f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})") from None
     storages: Dict[str, int] = {}
-    for key, tensor in _tensors(state):
+    for key, _, tensor, _ in walk(state):
+        if not isinstance(tensor, _Tensor):
+            continue
         storage = tensor.storage
         if not isinstance(storage, _Storage):
             raise refuse(f"has a tensor {key!r} without a storage")
