@@ -121,7 +121,10 @@ def train_fasttext(
             break
         logger.warning(
             "fastText training on %s left %d row(s) of the input matrix uninitialised (a bug of the "
-            "fasttext package); training again (attempt %d of %d)", corpus_path, bad_rows, attempt + 1,
+            "fasttext package); training again (attempt %d of %d)",
+            corpus_path,
+            bad_rows,
+            attempt + 1,
             _ATTEMPTS,
         )
     else:
@@ -131,14 +134,10 @@ def train_fasttext(
         )
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
-        health = dataclasses.replace(
-            measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path)
-        )
+        health = dataclasses.replace(measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path))
         logger.info("fastText vectors %s: %s", output_path, health.summary())
         if health.degenerate:
-            remedy = (
-                f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
-            )
+            remedy = f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
             if not allow_degenerate:
                 # Raised inside atomic_path: nothing is written, an existing file is kept.
                 raise degenerate_vectors_error(health, remedy + " Nothing was written.")

@@ -22,9 +22,7 @@ def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], sh
     key = (owner, name, f"{shim.__module__}.{shim.__qualname__}")
     if key in _ORIGINALS:
         return
-    is_classmethod = isinstance(owner, type) and isinstance(
-        inspect.getattr_static(owner, name), classmethod
-    )
+    is_classmethod = isinstance(owner, type) and isinstance(inspect.getattr_static(owner, name), classmethod)
     original = getattr(owner, name)
     original = original.__func__ if is_classmethod else original
     replacement = make(original)

@@ -34,9 +34,8 @@ def _allowed_globals() -> Dict[Tuple[str, str], Any]:
         ("torch", "Tensor"): torch.Tensor,
         ("torch.nn.parameter", "Parameter"): torch.nn.Parameter,
     }
-    for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter",
-                 "_rebuild_parameter_with_state", "_rebuild_sparse_tensor",
-                 "_rebuild_sparse_csr_tensor", "_rebuild_qtensor", "_rebuild_meta_tensor_no_storage"):
+    rebuilt = "tensor tensor_v2 parameter parameter_with_state sparse_tensor sparse_csr_tensor qtensor"
+    for name in (f"_rebuild_{kind}" for kind in rebuilt.split() + ["meta_tensor_no_storage"]):
         if hasattr(torch._utils, name):
             allowed[("torch._utils", name)] = getattr(torch._utils, name)
     for name in dir(torch):

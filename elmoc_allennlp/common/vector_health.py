@@ -51,6 +51,7 @@ DEFAULT_EPOCHS = 5
 # corpus of 359 tokens measured 0.63 at 100 epochs, 0.72 at 1,000 and 0.36 at 14,000 (20 s).
 TOKEN_PASSES = 5_000_000
 
+
 class DegenerateVectorsError(ConfigurationError):
     """fastText vectors nearly collinear: a biLM predicting their mean direction would look good."""
 
@@ -80,8 +81,7 @@ class VectorHealth:
     @property
     def degenerate(self) -> bool:
         return self.words >= MIN_WORDS_JUDGED and (
-            self.mean_cosine >= DEGENERATE_MEAN_COSINE
-            or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
+            self.mean_cosine >= DEGENERATE_MEAN_COSINE or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
         )
 
     def summary(self) -> str:
@@ -115,9 +115,7 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
     return matrix
 
 
-def measure_vector_health(
-    vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS
-) -> VectorHealth:
+def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS) -> VectorHealth:
     """
     Measures the `count` most frequent words of a fastText model (a `.bin` path or one already
     open): their mean pairwise cosine, and how many have a near-duplicate nearest neighbour.

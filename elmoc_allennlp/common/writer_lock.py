@@ -118,8 +118,10 @@ class WriterLock:
         except OSError:
             pass
         logger.warning(
-            "Cannot lock %s %s: its file system does not support flock (%s); a second writer "
-            "would not be refused", self.what, self.output, os.strerror(error.errno),
+            "Cannot lock %s %s: its file system does not support flock (%s); a second writer would not be refused",
+            self.what,
+            self.output,
+            os.strerror(error.errno),
         )
         return self
 

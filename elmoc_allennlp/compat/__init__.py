@@ -33,9 +33,7 @@ def install_shims() -> List[str]:
     _installed = []
     descriptions = []
     # The guards first: `carried_files` adds its members to what the atomic archiving writes.
-    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [
-        f"{__name__}.{name}" for name in SHIMS
-    ]:
+    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [f"{__name__}.{name}" for name in SHIMS]:
         shim = importlib.import_module(module)
         if shim.install():
             _installed.append(module)

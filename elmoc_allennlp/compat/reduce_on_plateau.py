@@ -25,14 +25,9 @@ from allennlp.training.optimizers import Optimizer
 
 REPLACES = "LearningRateScheduler 'reduce_on_plateau' without PyTorch's removed `verbose`"
 NAME = "reduce_on_plateau"
-TARGETS = (
-    "allennlp.training.learning_rate_schedulers.learning_rate_scheduler."
-    f"LearningRateScheduler['{NAME}']",
-)
+TARGETS = (f"allennlp.training.learning_rate_schedulers.learning_rate_scheduler.LearningRateScheduler['{NAME}']",)
 
-_ACCEPTS_VERBOSE = (
-    "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
-)
+_ACCEPTS_VERBOSE = "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
 
 
 class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetricsWrapper):

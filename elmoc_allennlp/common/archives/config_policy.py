@@ -12,7 +12,14 @@ from typing import Any, Callable, Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.archives.limits import CONFIG_NAME, MAX_JSON_DEPTH, _regular_file, archive_limit, find_keys, walk
+from elmoc_allennlp.common.archives.limits import (
+    CONFIG_NAME,
+    MAX_JSON_DEPTH,
+    _regular_file,
+    archive_limit,
+    find_keys,
+    walk,
+)
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 
 # The sections of a config that loading an archive builds (the data paths are never read, the
@@ -31,9 +38,7 @@ class _NotJson:
         self.name = name
 
 
-def read_config(
-    directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
-) -> Dict[str, Any]:
+def read_config(directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME) -> Dict[str, Any]:
     """The strict-JSON config `member` of an extracted archive, its types checked."""
     path = _regular_file(directory, member, archive)
     if path is None:
@@ -52,9 +57,7 @@ def read_config(
             f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
         ) from None
     if max(depth for *_, depth in walk(config)) > MAX_JSON_DEPTH:
-        raise ConfigurationError(
-            f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels"
-        )
+        raise ConfigurationError(f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
     for key, _, value, _ in walk(config):

@@ -97,9 +97,7 @@ def _check_member(
         )
     parts = name.split("/")
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts):
-        raise UnsafeArchiveError(
-            archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
-        )
+        raise UnsafeArchiveError(archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes")
     normalised = posixpath.normpath(name)
     if normalised == "." and member.isdir():
         return normalised
@@ -182,9 +180,7 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
-            raise CorruptArchiveError(
-                archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data"
-            )
+            raise CorruptArchiveError(archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data")
         while tar.fileobj.read(1 << 20):
             pass
     for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
@@ -212,12 +208,11 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         )
     check_carried_vocabularies(archive, names)
 
+
 _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
-def extract_archive(
-    archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
-) -> str:
+def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None) -> str:
     """
     Extracts `archive_path` into `directory` (which must not exist) or a new temporary folder,
     checking every member before it is written, and returns the folder.
@@ -245,9 +240,7 @@ def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def extracted_archive(
-    resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
-) -> Iterator[str]:
+def extracted_archive(resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True) -> Iterator[str]:
     """allennlp's `allennlp.models.archival.extracted_archive`, with `extract_archive`'s checks."""
     directory = extract_archive(resolved_archive_file)
     try:

@@ -64,8 +64,7 @@ class UnsafeArchiveError(ConfigurationError):
         self.archive = archive
         self.member = member
         super().__init__(
-            f"Refusing to extract model archive {archive}: member {member!r} {reason}. "
-            "Nothing was extracted."
+            f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing was extracted."
         )
 
 
@@ -74,9 +73,7 @@ class CorruptArchiveError(ConfigurationError):
 
     def __init__(self, archive: str, problem: str) -> None:
         self.archive = archive
-        super().__init__(
-            f"{archive} is not a readable model archive: {problem}; download or copy it again"
-        )
+        super().__init__(f"{archive} is not a readable model archive: {problem}; download or copy it again")
 
 
 @contextlib.contextmanager
@@ -116,9 +113,7 @@ def limit_variable(variable: str, default: int) -> int:
     # ASCII digits only (`"²".isdigit()` is true), and few enough that `int` is cheap.
     if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) == 0:
         shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value):,} characters)"
-        raise ConfigurationError(
-            f"{variable} must be a positive integer of at most 30 digits, got {shown!r}"
-        )
+        raise ConfigurationError(f"{variable} must be a positive integer of at most 30 digits, got {shown!r}")
     return int(value)
 
 

@@ -8,11 +8,10 @@ from typing import Any, Tuple
 from elmoc_allennlp.common.archives.limits import walk
 
 # Keys of sizes that make a layer's weight matrices.
-_DIMENSION_KEYS = frozenset((
-    "input_dim", "hidden_dim", "cell_dim", "projection_dim", "embedding_dim", "output_dim",
-    "input_size", "hidden_size", "feedforward_hidden_dim", "num_filters", "hidden_dims",
-    "output_dims",
-))
+_DIMENSION_KEYS = frozenset(
+    "input_dim hidden_dim cell_dim projection_dim embedding_dim output_dim input_size hidden_size "
+    "feedforward_hidden_dim num_filters hidden_dims output_dims".split()
+)
 
 
 def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str]:
@@ -27,7 +26,8 @@ def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str
         if not isinstance(value, dict):
             continue
         sizes = {
-            name: item for name, item in value.items()
+            name: item
+            for name, item in value.items()
             if isinstance(item, int) and not isinstance(item, bool) and item > 0
         }
         dimensions = {name: size for name, size in sizes.items() if name in _DIMENSION_KEYS}

@@ -73,9 +73,7 @@ class _HeaderUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"holds an unknown persistent record {str(pid)[:80]}")
         _, kind, key, _, numel = pid
         if kind not in _STORAGE_BYTES or not isinstance(numel, int) or numel < 0:
-            raise pickle.UnpicklingError(
-                f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}"
-            )
+            raise pickle.UnpicklingError(f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}")
         return _Storage(kind, str(key), numel)
 
 
@@ -87,6 +85,7 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
     storage (a tiny record cannot rebuild a huge tensor). Raises `UnsafeArchiveError` naming the
     member and the record or tensor key.
     """
+
     def refuse(reason: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(archive, member, reason)
 
@@ -98,9 +97,7 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         records = {}
         for info in zipped.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
-                raise refuse(
-                    f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)"
-                )
+                raise refuse(f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)")
             records[info.filename] = info
         # Stored records are parts of the file: together no larger than it, whatever a header
         # says (torch would allocate what the header declares before reading it).
@@ -134,9 +131,7 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         expected = storage.numel * _STORAGE_BYTES[storage.kind]
         if record is None or record.file_size != expected:
             size = "no record" if record is None else f"a record of {record.file_size:,} bytes"
-            raise refuse(
-                f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}"
-            )
+            raise refuse(f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}")
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
