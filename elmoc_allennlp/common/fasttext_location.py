@@ -73,23 +73,16 @@ def write_locations(serialization_dir: PathLike) -> Optional[str]:
     return LOCATIONS_NAME
 
 
-def _located(recorded: str, location: Optional[Dict[str, str]]) -> Optional[Path]:
-    """Where `recorded` really was, if that file is still there with the same fingerprint."""
-    path = Path(str((location or {}).get("path", "")))
-    if not path.is_absolute() or not path.is_file():
-        return None
-    if FastTextVectors.from_path(path).fingerprint != location.get("fingerprint"):
-        return None
-    return path
-
-
 def fasttext_candidates(
     recorded: str, directories: List[Path], location: Optional[Dict[str, str]] = None
 ) -> List[Path]:
     """The paths tried for the fastText file `recorded` in a config, in order."""
     recorded_path = Path(recorded).expanduser()
-    located = _located(recorded, location)
-    candidates = [located] if located is not None else []
+    # Where `recorded` really was, if that file is still there with the same fingerprint.
+    located = Path(str((location or {}).get("path", "")))
+    candidates = [located] if located.is_absolute() and located.is_file() else []
+    if candidates and FastTextVectors.from_path(located).fingerprint != location.get("fingerprint"):
+        candidates = []
     candidates.append(recorded_path)
     parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
     if not recorded_path.is_absolute():

@@ -29,9 +29,7 @@ def import_fasttext():
 
 # Training runs at most this many times while the package leaves rows uninitialised.
 _ATTEMPTS = 3
-
-# The fewest threads with which fastText initialises every value of the input matrix (its blocks
-# are m*n/10 values whatever the thread count; the 11th covers the remainder): see train_fasttext.
+# The fewest threads with which fastText initialises every value of the input matrix (`thread` below).
 MIN_THREADS = 11
 
 
@@ -60,11 +58,9 @@ def train_fasttext(
 ) -> Path:
     """
     Trains an unsupervised fastText model on a tokenized corpus (one sentence per line), measures
-    its vectors (`measure_vector_health`: mean pairwise cosine of the 2,000 most frequent words,
-    near-duplicate neighbours) and saves its `.bin` to `output_path` atomically. Degenerate
-    vectors (nearly collinear: a biLM trained to predict them would learn their mean direction)
-    are a `DegenerateVectorsError` naming the figures and the remedy, and nothing is written,
-    unless `allow_degenerate`. The figures are logged at INFO.
+    its vectors (`measure_vector_health`, logged) and saves its `.bin` to `output_path` atomically.
+    Degenerate vectors are a `DegenerateVectorsError` naming the figures and the remedy, and nothing
+    is written, unless `allow_degenerate`.
 
     # Parameters
 
@@ -73,21 +69,15 @@ def train_fasttext(
     output_path : `Union[str, Path]`
         Where to write the `.bin`.
     epoch : `int`, optional (default = `None`)
-        Passes over the corpus; by default chosen from its token count (`epochs_for`: fastText's
-        5 from a million tokens up, more below: 5 epochs of 211k tokens gave degenerate vectors,
-        measured in `benchmarks/fasttext_epochs.py`).
+        Passes over the corpus; by default chosen from its token count (`epochs_for`).
     allow_degenerate : `bool`, optional (default = `False`)
         Save degenerate vectors with a warning instead of raising.
     model, dim, min_count, minn, maxn, bucket, thread, verbose
         Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
-        vectors (Bojanowski et al., 2017). `thread` is at least `MIN_THREADS` (11): fastText
-        initialises the input matrix of m x n values in blocks of m*n/10 values, one block per
-        thread (`DenseMatrix::uniform`), so with t threads only the first t blocks are set, and
-        with 10 the last m*n mod 10 values keep whatever memory held (seen: 3.5e17, in the last
-        row, in 64 of 300 trainings of a 20,144 x 16 matrix under load; 0 of 300 with 11). The
-        matrix is still checked before saving (no all-zero row, no value that is not finite or
-        of magnitude `MAX_ABS_VALUE` or more, the reader's bound) and training is run again, up
-        to `_ATTEMPTS` times in all.
+        vectors (Bojanowski et al., 2017). `thread` is at least `MIN_THREADS`: fastText's
+        `DenseMatrix::uniform` sets m*n/10 values per thread, so with 10 the last m*n mod 10 keep
+        whatever memory held (ours: 64 of 300 trainings of a 20,144 x 16 matrix under load, 0 of
+        300 with 11). The matrix is still checked (`_uninitialised_rows`), and trained again.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)

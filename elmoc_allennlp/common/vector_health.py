@@ -1,17 +1,14 @@
 """
-Whether fastText vectors can serve as an ELMo-C biLM's targets: measured where `elmoc-fasttext`
-writes them and where the biLM is built on them.
-
-Too few training passes over a small corpus leave fastText's word vectors close to one shared
-direction (mean pairwise cosine 0.96 on a 211k-token corpus at 5 epochs; healthy vectors of PTB
-0.3, `docs/pretraining.md#fasttext-vectors-on-your-own-corpus`). A continuous-output biLM then
-reaches a tiny cosine loss by predicting that direction, and looks excellent while it has learned
-nothing.
+Whether fastText vectors can serve as an ELMo-C biLM's targets, measured where `elmoc-fasttext`
+writes them and where the biLM is built on them: nearly collinear vectors let a continuous-output
+biLM reach a tiny cosine loss by predicting their mean direction, having learned nothing.
+The thresholds were measured with `benchmarks/fasttext_epochs.py`
+(`docs/pretraining.md#fasttext-vectors-on-your-own-corpus`).
 """
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -27,28 +24,19 @@ logger = logging.getLogger(__name__)
 
 # The most frequent words measured (fastText's dictionary is sorted by count, most frequent first).
 FREQUENT_WORDS = 2000
-# Mean pairwise cosine of the frequent words' vectors at or above which vectors are degenerate.
-# Measured (benchmarks/fasttext_epochs.py, docs/pretraining.md): vectors of 100k to 887k PTB
-# tokens measure 0.19-0.26 with the default epochs and 0.997 and 0.907 at 5 epochs of 100k and
-# 200k tokens (0.960 for the 211k corpus of the issue); 0.49-0.51 only at half the default passes.
+# Degenerate at this mean pairwise cosine or more (healthy PTB vectors: 0.19-0.26; 5 epochs of
+# 100k and 200k tokens: 0.997 and 0.907; half the default passes: 0.49-0.51).
 DEGENERATE_MEAN_COSINE = 0.5
-# A nearest neighbour this close is a copy in all but rounding: "bank"'s neighbours in the
-# degenerate vectors of the issue were at 0.9999; measured, 99.9% of the words of 100k PTB tokens
-# at 5 epochs have one, 0.0% of the healthy vectors' (benchmarks/fasttext_epochs.py).
+# A copy in all but rounding (99.9% of the words of 100k PTB tokens at 5 epochs have one, 0.0%
+# of healthy vectors'); degenerate too when this fraction of the words has such a neighbour.
 NEAR_DUPLICATE_COSINE = 0.999
-# Degenerate too when this fraction of the frequent words has a near-duplicate neighbour.
 DEGENERATE_NEAR_DUPLICATES = 0.5
-# Fewer frequent words than this are not judged (ours): the mean cosine of a pair or three is
-# noise (the 2 words of a 16-d test model measured 0.59; 5 words give 10 pairs), and no corpus
-# worth pretraining on has so few.
+# Fewer words are not judged (ours): the mean cosine of a few pairs is noise (2 words of a 16-d
+# test model: 0.59), and no corpus worth pretraining on has so few.
 MIN_WORDS_JUDGED = 5
-# fastText's default epochs, for a corpus of this many tokens or more.
+# fastText's default epochs from this many token passes up (5 epochs of a million tokens); smaller
+# corpora get more epochs, with no upper bound (359 tokens: 0.72 at 1,000 epochs, 0.36 at 14,000).
 DEFAULT_EPOCHS = 5
-# Smaller corpora get epochs for at least this many token passes: 5 epochs of a million tokens,
-# fastText's default at the size its default suits. Measured on PTB (benchmarks/fasttext_epochs.py):
-# vectors start random (cosine about 0), gather towards one direction, then spread again; 100k and
-# 200k tokens are degenerate at 5 epochs and healthy at 20 (2M and 4M passes). No upper bound: a
-# corpus of 359 tokens measured 0.63 at 100 epochs, 0.72 at 1,000 and 0.36 at 14,000 (20 s).
 TOKEN_PASSES = 5_000_000
 
 
@@ -111,15 +99,13 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
     matrix = np.add.reduceat(rows.astype(np.float64), starts, axis=0)
     matrix /= np.array([len(word_ids) for word_ids in ids], dtype=np.float64)[:, None]
     norms = np.linalg.norm(matrix, axis=1)
-    matrix = matrix[norms > 0] / norms[norms > 0, None]
-    return matrix
+    return matrix[norms > 0] / norms[norms > 0, None]
 
 
 def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS) -> VectorHealth:
     """
-    Measures the `count` most frequent words of a fastText model (a `.bin` path or one already
-    open): their mean pairwise cosine, and how many have a near-duplicate nearest neighbour.
-    About a second for 2,000 words.
+    The mean pairwise cosine of the `count` most frequent words of a fastText model (a `.bin` path
+    or one open), and how many have a near-duplicate nearest neighbour (a second for 2,000 words).
     """
     if not isinstance(vectors, FastTextVectors):
         vectors = FastTextVectors.from_path(vectors)
@@ -137,23 +123,16 @@ def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int
 
 
 def epochs_for(tokens: int) -> int:
-    """
-    fastText epochs for a corpus of `tokens` tokens: `DEFAULT_EPOCHS` (fastText's) from a million
-    tokens up, otherwise enough for `TOKEN_PASSES` token passes. Measured in
-    `benchmarks/fasttext_epochs.py`.
-    """
+    """fastText epochs for a corpus of `tokens` tokens: `DEFAULT_EPOCHS`, or enough for `TOKEN_PASSES` passes."""
     if tokens <= 0:
         return DEFAULT_EPOCHS
     return max(DEFAULT_EPOCHS, -(-TOKEN_PASSES // tokens))
 
 
 def count_tokens(corpus: Union[str, Path]) -> int:
-    """The whitespace-separated tokens of a text file (read as bytes, in blocks of lines)."""
-    tokens = 0
+    """The whitespace-separated tokens of a text file (read as bytes)."""
     with open(corpus, "rb") as handle:
-        for line in handle:
-            tokens += len(line.split())
-    return tokens
+        return sum(len(line.split()) for line in handle)
 
 
 def degenerate_vectors_error(health: VectorHealth, remedy: str) -> DegenerateVectorsError:
@@ -169,9 +148,8 @@ _CHECKED: Dict[str, VectorHealth] = {}
 
 def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
     """
-    Measures the fastText vectors a biLM predicts, once per file and process (keyed by its
-    fingerprint), logs the figures, and raises `DegenerateVectorsError` naming the file, the
-    figures and the remedy if they are degenerate.
+    Measures the fastText vectors a biLM predicts (once per file and process), logs the figures,
+    and raises `DegenerateVectorsError` naming the file, the figures and the remedy if degenerate.
     """
     key = f"{vectors.path.absolute()}:{vectors.fingerprint}"
     health = _CHECKED.get(key)

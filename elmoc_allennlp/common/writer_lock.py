@@ -1,16 +1,11 @@
 """
-One writer per output: an exclusive `fcntl.flock` on a lock file, which the kernel releases when
-the process ends however it ends (`kill -9` included), so that no lock is ever stale. A second
-writer is refused at once with a `WriterLockError` naming the output; nothing waits.
-
-The lock file of an output is `.NAME.lock` next to it: `allennlp train` takes that of its
-serialization folder (see `compat/serialization_lock.py`) before the folder exists or `--force`
-removes it, and `elmoc-embed` that of its output file. Only where the folder holding a
-serialization folder is not writable (a mount point) is the lock `.elmoc-writer.lock` inside it.
-The lock works across PID namespaces (containers) and, where the file system supports `flock`
-(local disks; NFS v4 through POSIX locks), across machines. On a file system without `flock`
-nothing is locked, with a warning naming the output.
+One writer per output (`docs/trust_and_safety.md`): an exclusive `fcntl.flock` on `.NAME.lock`
+next to the output (or, where a serialization folder's parent is not writable, inside it), which
+the kernel releases when the process ends however it ends, so no lock is ever stale. A second
+writer is refused at once with a `WriterLockError` naming the output. On a file system without
+`flock` nothing is locked, with a warning naming the output.
 """
+import contextlib
 import errno
 import fcntl
 import logging
@@ -21,8 +16,7 @@ from allennlp.common.checks import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-# `flock` errors: another process holds the lock; the file system has no `flock` (then nothing
-# is locked, with a warning).
+# `flock` errors: another process holds the lock; the file system has no `flock`.
 _HELD_ELSEWHERE = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
 _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
@@ -43,10 +37,7 @@ class WriterLockError(ConfigurationError):
 
 
 def lock_path_of(output: str, inside: bool = False) -> str:
-    """
-    The lock file of a file or folder: `.NAME.lock` next to it, or with `inside`,
-    `FOLDER_LOCK_NAME` in the folder.
-    """
+    """The lock file of a file or folder: `.NAME.lock` next to it, or with `inside`, `FOLDER_LOCK_NAME` in it."""
     if inside:
         return os.path.join(output, FOLDER_LOCK_NAME)
     directory, name = os.path.split(output)
@@ -59,8 +50,8 @@ FILE = "the output file"
 
 class WriterLock:
     """
-    The exclusive lock of `output` (a folder, or a file whose folder exists), held from
-    `acquire()` to `release()` (or the end of the process).
+    The exclusive lock of `output` (a folder, or a file whose folder exists), from `acquire()` to
+    `release()` or the end of the process.
 
     # Parameters
 
@@ -113,10 +104,8 @@ class WriterLock:
 
     def _unlocked(self, error: OSError) -> "WriterLock":
         """No lock where the file system has no `flock`: a warning naming the output, and on."""
-        try:
+        with contextlib.suppress(OSError):
             os.remove(self.path)
-        except OSError:
-            pass
         logger.warning(
             "Cannot lock %s %s: its file system does not support flock (%s); a second writer would not be refused",
             self.what,
@@ -129,12 +118,10 @@ class WriterLock:
         """Removes the lock file and releases the lock (the removal first: see `acquire`)."""
         if self._descriptor is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             # Not a newer lock file of the same name (`--force` removes the folder it was in).
             if os.stat(self.path).st_ino == os.fstat(self._descriptor).st_ino:
                 os.remove(self.path)
-        except OSError:
-            pass
         os.close(self._descriptor)
         self._descriptor = None
 

@@ -1,18 +1,9 @@
 """
-A run's model archive carries what its ELMo-C components need elsewhere.
-
-**Problem (allennlp 2.10.1).** `allennlp train` archives `config.json`, the weights, the vocabulary
-and `include_in_archive`; nothing lets a component add files: a downstream model's copy of its
-biLM (`elmoc_bilm/`, `downstream/archive.py`) and where each fastText file of the config really
-is (`elmoc_fasttext.json`, `common/fasttext_location.py`) would stay behind.
-
-**Workaround.** For a run whose config uses the plugin's components (`hardening.scope.plugin_run`),
-the `archive_model` that `allennlp.commands.train` calls adds both to `include_in_archive`; other
-runs are archived by allennlp's function, untouched. Why process-wide: the `train` command
-archives after the model is gone, from the serialization folder only (in the parent process of a
-distributed run too).
-
-**To drop it**: when allennlp lets components name files for the archive.
+A run's model archive carries what its ELMo-C components need elsewhere: a downstream model's
+copies of its biLMs (`elmoc_bilm/`) and where each fastText file really is (`elmoc_fasttext.json`),
+added to `include_in_archive` for a run of the plugin (`scope.plugin_run`). Problem (allennlp
+2.10.1): nothing lets a component add files to the archive. Why process-wide, and when it can go:
+`docs/compat.md`.
 """
 from elmoc_allennlp.common.shims import installer
 

@@ -1,15 +1,8 @@
 """
-A model-level `elmo` block with an ELMo-C `archive_file` builds `ElmocElmo`.
-
-**Problem (allennlp 2.10.1).** `Elmo` is not `Registrable`, so a model-level `elmo` block
-(allennlp-models' `bcn`) can only be built from ELMo's options and weight files.
-
-**Workaround.** `Elmo.from_params` builds `ElmocElmo` when the block has an `archive_file`
-(`options_file` / `weight_file` beside it are an error); other blocks are built by allennlp's.
-Why process-wide: the block names no type, so only `Elmo.from_params` sees it; a stock block
-(no `archive_file`, which `Elmo` does not take) is built exactly as before.
-
-**To drop it**: when `Elmo` is `Registrable`, register `ElmocElmo` instead.
+A model-level `elmo` block (allennlp-models' `bcn`) with an ELMo-C `archive_file` builds
+`ElmocElmo` (`options_file` / `weight_file` beside it are an error); other blocks are built by
+allennlp's. Problem (allennlp 2.10.1): `Elmo` is not `Registrable`. Why process-wide, and when it
+can go: `docs/compat.md`.
 """
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo

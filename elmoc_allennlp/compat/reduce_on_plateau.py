@@ -1,15 +1,8 @@
 """
-allennlp's `reduce_on_plateau` scheduler works with current PyTorch.
-
-**Problem (allennlp 2.10.1).** It passes `verbose` to PyTorch's `ReduceLROnPlateau`, which current
-PyTorch removed: every config using it (allennlp-models' ESIM and coreference recipes, the
-downstream configs here) fails with a `TypeError`.
-
-**Workaround.** A replacement registered under the same name and parameters passes `verbose` only
-to a PyTorch that accepts it (under such a PyTorch nothing is replaced). Why process-wide: a
-scheduler is chosen by its registered name, and the stock one cannot be built at all.
-
-**To drop it**: when the installed PyTorch or allennlp is fixed.
+allennlp's `reduce_on_plateau` scheduler, registered again under its name and parameters, passes
+`verbose` only to a PyTorch that has it (under such a PyTorch nothing is replaced). Problem
+(allennlp 2.10.1): current PyTorch removed `verbose`, so every config using it fails with a
+`TypeError`. Why process-wide, and when it can go: `docs/compat.md`.
 """
 import inspect
 from typing import List, Union

@@ -1,10 +1,7 @@
 """
-`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically.
-Problem (allennlp 2.10.1): both are written in place (`archive_model`, `Params.to_file`): a kill
-mid-write leaves a truncated archive, or a `config.json` that `--recover` cannot read. In a
-distributed run the parent process, which builds no component, writes both. Workaround: allennlp's
-functions write a temporary file renamed into place (`atomic_path`), for a run or config of the
-plugin (`scope.plugin_run`, `plugin_config`). To drop it: when allennlp writes them atomically.
+`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically
+(`atomic_path`). Problem (allennlp 2.10.1): both are written in place, so a kill mid-write leaves a
+truncated archive, or a `config.json` that `--recover` cannot read. To drop: when allennlp does it.
 """
 import os
 

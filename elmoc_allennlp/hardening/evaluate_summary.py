@@ -1,10 +1,7 @@
 """
-`allennlp evaluate` of the plugin's archives refuses an empty input and prints its final metrics.
-Problem (allennlp 2.10.1): its metrics are only in its progress bar (two decimals) or
-`--output-file`, and an empty input (an unset shell variable) evaluates nothing and exits 0.
-Workaround: for an archive of the plugin, an input naming no dataset (or an empty one in a
-comma-separated list) is a `ConfigurationError`; the metrics are printed under "Final metrics:",
-one per line, to four decimals (`.4g` below 0.001). To drop it: when allennlp prints them.
+`allennlp evaluate` of the plugin's archives refuses an input naming no dataset (an unset shell
+variable: stock evaluates nothing and exits 0) and prints "Final metrics:", one per line, to four
+decimals (stock shows them in its progress bar only). To drop: when allennlp does both.
 """
 import math
 from typing import Any, Dict

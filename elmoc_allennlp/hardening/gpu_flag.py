@@ -1,9 +1,7 @@
 """
-Loading a plugin's archive onto a GPU this machine lacks fails in one line.
-Problem (allennlp 2.10.1): `load_archive(..., cuda_device=0)` without that GPU builds the model,
-then fails in `model.cuda()` with torch's traceback. Workaround: `archival._load_model` checks the
-device first (`common.checks.check_cuda_device`, as every entry point of the plugin) for a config
-of the plugin. To drop it: when allennlp checks the device before building.
+Loading a plugin's archive onto a GPU this machine lacks fails in one line (`check_cuda_device`,
+as every entry point of the plugin), before the model is built. Problem (allennlp 2.10.1): it fails
+in `model.cuda()` with torch's traceback. To drop: when allennlp checks the device first.
 """
 from elmoc_allennlp.common.checks import check_cuda_device
 from elmoc_allennlp.common.shims import installer

@@ -1,10 +1,8 @@
 """
-`allennlp predict` input that is not UTF-8 is an error naming the file and the line.
-Problem (allennlp 2.10.1): `_PredictManager._get_json_data` reads text: a bad line ends it in a
-bare `UnicodeDecodeError` naming neither. Workaround: for the plugin's models, the same loop over
-the input's lines (`-` for standard input; compressed files as allennlp opens them) read as bytes
-and decoded one at a time; lines end at `\n` only, blank ones are skipped, the others go to the
-predictor's `load_line`. To drop it: when allennlp names the line it cannot decode.
+`allennlp predict` input of the plugin's models that is not UTF-8 is an error naming the file and
+the line. Problem (allennlp 2.10.1): a bare `UnicodeDecodeError`. Workaround: the same loop over the
+input's lines (`-`: standard input; compressed files as allennlp opens them), read as bytes and
+decoded one at a time. To drop: when allennlp names the line it cannot decode.
 """
 import sys
 from typing import Iterable, Iterator

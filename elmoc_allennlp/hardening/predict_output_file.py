@@ -1,8 +1,7 @@
 """
-`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file.
-Problem (allennlp 2.10.1): `_PredictManager.__init__` opens the output before reading the input,
-which is truncated to nothing; it exits 0. Workaround: a `ConfigurationError` naming both, before
-anything is opened (the same path or a link to it). To drop it: when allennlp checks this.
+`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file (the
+same path or a link to it). Problem (allennlp 2.10.1): the output is opened first, truncating the
+input, and it exits 0. To drop: when allennlp checks this.
 """
 import os
 

@@ -1,9 +1,7 @@
 """
-Opt-in: a full disk is reported once per log file.
-Problem (allennlp 2.10.1): on a full disk every record of `out.log` fails and prints a traceback.
-Workaround: with the switch, each `FileHandler` of `prepare_global_logging` reports a failed write
-once on stderr, naming the file, and drops later records (the console keeps them). To drop it:
-when allennlp's log files handle write errors.
+Opt-in: with the switch, each log file of `prepare_global_logging` reports a failed write once on
+stderr, naming the file, and drops later records. Problem (allennlp 2.10.1): on a full disk every
+record prints a traceback. To drop: when allennlp's log files handle write errors.
 """
 import functools
 import logging

@@ -1,11 +1,8 @@
 """
-`load_archive` extracts the plugin's archives checked and bounded, their config strict JSON.
-Problem (allennlp 2.10.1): it extracts with no filter (members may land anywhere, a small archive
-may fill the disk) and reads `config.json` as jsonnet, importing any dotted `"type"`.
-Workaround: `archival.extracted_archive` and `archival.Params` (looked up when `load_archive`
-runs) send an archive of the plugin (`scope.plugin_archive`) to `common.archives` and its config
-(or a plugin serialization folder's) to `read_config`; others go to allennlp's, untouched.
-To drop it: when allennlp extracts with a filter and reads archived configs as JSON.
+`load_archive` sends the plugin's archives (`scope.plugin_archive`) to `common.archives`, extracted
+checked and bounded, and their config (or a plugin serialization folder's) to `read_config`.
+Problem (allennlp 2.10.1): it extracts unfiltered and unbounded, and reads `config.json` as jsonnet,
+importing any dotted `"type"`. To drop: when allennlp extracts with a filter and reads JSON.
 """
 import json
 import os

@@ -1,9 +1,7 @@
 """
-Opt-in: a dotted config `"type"` must name a class of the kind asked for.
-Problem (allennlp 2.10.1): `Registrable.resolve_class_name` imports a dotted `"type"` and calls it
-unchecked (`{"type": "subprocess.Popen", ...}` runs a command). Workaround: with the switch, it
-must resolve to a subclass of the base asked for, or a class registered under it (the plugin's
-archived configs have `common.archives.check_config_types`). To drop it: when allennlp checks it.
+Opt-in: with the switch, a dotted config `"type"` must resolve to a subclass of the base asked for,
+or a class registered under it. Problem (allennlp 2.10.1): `resolve_class_name` imports and calls
+it unchecked (`{"type": "subprocess.Popen", ...}` runs a command). To drop: when allennlp checks it.
 """
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable

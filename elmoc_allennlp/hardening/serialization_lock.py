@@ -1,12 +1,8 @@
 """
-A serialization folder of the plugin's runs has one writer at a time.
-Problem (allennlp 2.10.1): nothing stops two `allennlp train` runs writing one folder (`--force`
-while another writes it packs one run's config with the other's weights; two `--recover` runs).
-Workaround: `create_serialization_dir` takes the folder's `common.writer_lock.WriterLock` (an
-`flock` on `.NAME.lock` next to it, released by the kernel when the process dies) before the
-folder is made, reused or removed, for a config of the plugin; `train_model` releases it. A second
-run is refused naming the folder. Where the parent is not writable (a mount point) the lock is
-inside the folder, taken once it exists. To drop it: when allennlp locks the folder itself.
+A serialization folder of the plugin's runs has one `allennlp train` writer at a time: its
+`WriterLock` is taken before the folder is made, reused or removed (inside it where the parent is
+not writable) and released by `train_model`. Problem (allennlp 2.10.1): nothing stops two runs
+writing one folder. To drop: when allennlp locks the folder itself.
 """
 import errno
 import os

@@ -1,11 +1,8 @@
 """
-Opt-in: allennlp loads weights and checkpoints as tensors only.
-Problem (allennlp 2.10.1): `read_state_dict` (`load_archive`), `Checkpointer.load_checkpoint` and
-the `pretrained` initializer call `torch.load` without `weights_only`: with
-`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's file can run code. Workaround:
-with the switch, they load through `common.torch_versions.load_tensors` (the plugin's archives
-have `weights.th` checked from its headers, and its checkpointer uses `load_tensors`). To drop it:
-when allennlp passes `weights_only=True` itself.
+Opt-in: with the switch, `read_state_dict`, `Checkpointer.load_checkpoint` and the `pretrained`
+initializer load tensors only (`load_tensors`). Problem (allennlp 2.10.1): they call `torch.load`
+without `weights_only`, so under `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's
+file can run code. To drop: when allennlp passes `weights_only=True` itself.
 """
 import collections
 import os

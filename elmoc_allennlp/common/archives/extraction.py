@@ -89,11 +89,9 @@ def _check_member(
     if member.issparse():
         raise UnsafeArchiveError(archive, name, "is a sparse file")
     components = name.count("/") + 1
-    if components > limits[3]:
+    if components > limits[4]:
         raise UnsafeArchiveError(
-            archive,
-            name[:200],
-            f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[3]:,})",
+            archive, name[:200], f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[4]:,})"
         )
     parts = name.split("/")
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts):
@@ -121,13 +119,9 @@ def _check_member(
     totals[0] += 1
     totals[1] += member.size if member.isfile() else 0
     json_bytes = member.size if normalised.endswith(".json") else 0
-    for value, limit, what in zip((totals[0], totals[1], json_bytes), limits, _LIMIT_NAMES):
+    for value, limit, what in zip((totals[0], totals[1], json_bytes, totals[2]), limits, _LIMIT_NAMES):
         if value > limit:
             raise UnsafeArchiveError(archive, name, f"makes {value:,} {what} ({limit:,})")
-    if totals[2] > limits[4]:
-        raise UnsafeArchiveError(
-            archive, name, f"makes {totals[2]:,} folders, past ELMOC_ARCHIVE_MAX_FOLDERS ({limits[4]:,})"
-        )
     return normalised
 
 

@@ -40,6 +40,7 @@ _LIMIT_NAMES = (
     "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
     "bytes extracted, past ELMOC_ARCHIVE_MAX_BYTES or ELMOC_ARCHIVE_MAX_RATIO times the archive",
     "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
+    "folders, past ELMOC_ARCHIVE_MAX_FOLDERS",
 )
 _SPECIAL_FILES = {
     tarfile.CHRTYPE: "a character device",
@@ -95,15 +96,15 @@ def archive_limit(variable: str) -> int:
 
 
 def extraction_limits(archive_size: int) -> Tuple[int, ...]:
-    """Members, bytes, bytes of one JSON member, components of a name, folders (`_LIMIT_NAMES` order)."""
+    """Members, bytes, bytes of one JSON member, folders (as `_LIMIT_NAMES`), components of a name."""
     # Weights hardly compress: a far larger expansion is a decompression bomb.
     ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * archive_size)
     return (
         archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
         min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
         archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
-        archive_limit("ELMOC_ARCHIVE_MAX_DEPTH"),
         archive_limit("ELMOC_ARCHIVE_MAX_FOLDERS"),
+        archive_limit("ELMOC_ARCHIVE_MAX_DEPTH"),
     )
 
 
@@ -151,8 +152,8 @@ def walk(value: Any, prefix: str = "", skip: frozenset = frozenset()) -> Iterato
         )
 
 
-def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
+def find_keys(config: Any, key: str) -> Iterator[Tuple[str, Any]]:
     """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
-    for path, name, value, _ in walk(config, prefix):
+    for path, name, value, _ in walk(config):
         if name == key and not isinstance(value, (dict, list)):
             yield path, value
