@@ -57,12 +57,6 @@ class FastTextBinFile:
         self.path = Path(path).expanduser()
         self._mmap: Optional[mmap.mmap] = None
         self._fingerprint: Optional[str] = None
-        self._load()
-
-    def _error(self, problem: str) -> FastTextFormatError:
-        return FastTextFormatError(f"fastText model {self.path}: {problem}")
-
-    def _load(self) -> None:
         if not self.path.exists():
             raise self._error("file not found")
         if self.path.is_dir():
@@ -84,23 +78,21 @@ class FastTextBinFile:
         except BaseException:
             buffer.close()
             raise
-        self._mmap = buffer
-        self._file_size = stat.st_size
-        self._file_identity = _file_identity(stat)
+        self._mmap, self._file_size, self._file_identity = buffer, stat.st_size, _file_identity(stat)
+
+    def _error(self, problem: str) -> FastTextFormatError:
+        return FastTextFormatError(f"fastText model {self.path}: {problem}")
 
     def _parse(self, buffer: mmap.mmap, file_size: int) -> None:
-        nwords = self._read_header(buffer, file_size)
+        self.num_words = self._read_header(buffer, file_size)
         # The dictionary in id order (do not modify it); later duplicates win, as in fastText.
-        self.words, dictionary_end = self._read_dictionary(buffer, file_size, nwords)
-        self.num_words = nwords
+        self.words, dictionary_end = self._read_dictionary(buffer, file_size, self.num_words)
         self._word_to_id: Dict[str, int] = {word: index for index, word in enumerate(self.words)}
-        self.num_rows = nwords + self.bucket
+        self.num_rows = self.num_words + self.bucket
         self._matrix_offset = self._read_matrices(buffer, file_size, dictionary_end)
         # The table as bytes: a uint8 view is valid at any address.
-        byte_array = np.frombuffer(
-            buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset
-        )
-        self._matrix_bytes = torch.from_numpy(byte_array.reshape(self.num_rows, self.dim * 4))
+        values = np.frombuffer(buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset)
+        self._matrix_bytes = torch.from_numpy(values.reshape(self.num_rows, self.dim * 4))
 
     def _read_header(self, buffer: mmap.mmap, file_size: int) -> int:
         """Checks the header and sets `dim`, `bucket`, `minn` and `maxn`; returns `nwords`."""

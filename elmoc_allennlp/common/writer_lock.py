@@ -132,25 +132,5 @@ class WriterLock:
         self.release()
 
 
-def is_locked(output: Union[str, os.PathLike], what: str = FILE) -> bool:
-    """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
-    output = os.path.abspath(os.fspath(output))
-    return any(_is_locked(lock_path_of(output, inside)) for inside in (False, what == FOLDER))
-
-
-def _is_locked(path: str) -> bool:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        return error.errno in _HELD_ELSEWHERE
-    finally:
-        os.close(descriptor)
-    return False
-
-
 # Serialization folders whose lock this process holds (absolute path -> lock).
 HELD_FOLDERS: Dict[str, WriterLock] = {}

@@ -25,9 +25,8 @@ _ACCEPTS_VERBOSE = "verbose" in inspect.signature(torch.optim.lr_scheduler.Reduc
 
 class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetricsWrapper):
     """
-    allennlp's `reduce_on_plateau`; `verbose` is ignored by a PyTorch that no longer has it.
-
-    Registered as a `LearningRateScheduler` with name "reduce_on_plateau" by `install()`.
+    allennlp's `reduce_on_plateau` (registered under that name by `install()`); `verbose` is
+    ignored by a PyTorch that no longer has it.
 
     # Parameters
 
@@ -76,8 +75,5 @@ def install() -> bool:
     if _ACCEPTS_VERBOSE:
         return False
     # Not `register(..., exist_ok=True)`, which logs an "overwriting" line of its own.
-    Registrable._registry[LearningRateScheduler][NAME] = (
-        ReduceOnPlateauLearningRateScheduler,
-        None,
-    )
+    Registrable._registry[LearningRateScheduler][NAME] = (ReduceOnPlateauLearningRateScheduler, None)
     return True

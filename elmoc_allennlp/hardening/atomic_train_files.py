@@ -1,8 +1,5 @@
-"""
-`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically
-(`atomic_path`). Problem (allennlp 2.10.1): both are written in place, so a kill mid-write leaves a
-truncated archive, or a `config.json` that `--recover` cannot read. To drop: when allennlp does it.
-"""
+"""`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically
+(allennlp 2.10.1 writes them in place: a kill leaves a truncated archive or config)."""
 import os
 
 from allennlp.models.archival import _DEFAULT_WEIGHTS

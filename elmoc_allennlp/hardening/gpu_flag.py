@@ -1,8 +1,5 @@
-"""
-Loading a plugin's archive onto a GPU this machine lacks fails in one line (`check_cuda_device`,
-as every entry point of the plugin), before the model is built. Problem (allennlp 2.10.1): it fails
-in `model.cuda()` with torch's traceback. To drop: when allennlp checks the device first.
-"""
+"""Loading a plugin's archive onto a GPU this machine lacks fails in one line, before the model is
+built (allennlp 2.10.1 fails in `model.cuda()` with torch's traceback)."""
 from elmoc_allennlp.common.checks import check_cuda_device
 from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import plugin_config

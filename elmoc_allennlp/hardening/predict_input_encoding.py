@@ -1,9 +1,5 @@
-"""
-`allennlp predict` input of the plugin's models that is not UTF-8 is an error naming the file and
-the line. Problem (allennlp 2.10.1): a bare `UnicodeDecodeError`. Workaround: the same loop over the
-input's lines (`-`: standard input; compressed files as allennlp opens them), read as bytes and
-decoded one at a time. To drop: when allennlp names the line it cannot decode.
-"""
+"""`allennlp predict` input of the plugin's models that is not UTF-8 is an error naming the file and
+the line (allennlp 2.10.1: a bare `UnicodeDecodeError`): lines read as bytes, decoded one at a time."""
 import sys
 from typing import Iterable, Iterator
 

@@ -1,8 +1,5 @@
-"""
-`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file (the
-same path or a link to it). Problem (allennlp 2.10.1): the output is opened first, truncating the
-input, and it exits 0. To drop: when allennlp checks this.
-"""
+"""`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file (allennlp
+2.10.1 opens the output first, truncating the input, and exits 0)."""
 import os
 
 from allennlp.common.checks import ConfigurationError

@@ -1,8 +1,5 @@
-"""
-Opt-in: with the switch, each log file of `prepare_global_logging` reports a failed write once on
-stderr, naming the file, and drops later records. Problem (allennlp 2.10.1): on a full disk every
-record prints a traceback. To drop: when allennlp's log files handle write errors.
-"""
+"""Opt-in: each log file of `prepare_global_logging` reports a failed write once, naming the file
+(allennlp 2.10.1 prints a traceback per record on a full disk)."""
 import functools
 import logging
 import sys

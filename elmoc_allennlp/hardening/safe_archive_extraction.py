@@ -1,9 +1,5 @@
-"""
-`load_archive` sends the plugin's archives (`scope.plugin_archive`) to `common.archives`, extracted
-checked and bounded, and their config (or a plugin serialization folder's) to `read_config`.
-Problem (allennlp 2.10.1): it extracts unfiltered and unbounded, and reads `config.json` as jsonnet,
-importing any dotted `"type"`. To drop: when allennlp extracts with a filter and reads JSON.
-"""
+"""`load_archive` extracts the plugin's archives with `common.archives` and reads their config with
+`read_config` (allennlp 2.10.1 extracts unfiltered and reads jsonnet, importing any dotted type)."""
 import json
 import os
 

@@ -1,8 +1,5 @@
-"""
-Opt-in: with the switch, a dotted config `"type"` must resolve to a subclass of the base asked for,
-or a class registered under it. Problem (allennlp 2.10.1): `resolve_class_name` imports and calls
-it unchecked (`{"type": "subprocess.Popen", ...}` runs a command). To drop: when allennlp checks it.
-"""
+"""Opt-in: a dotted config `"type"` must resolve to a subclass of the base asked for, or a class
+registered under it (allennlp 2.10.1 imports and calls it unchecked: `subprocess.Popen` runs)."""
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 

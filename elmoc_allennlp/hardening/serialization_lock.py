@@ -1,9 +1,5 @@
-"""
-A serialization folder of the plugin's runs has one `allennlp train` writer at a time: its
-`WriterLock` is taken before the folder is made, reused or removed (inside it where the parent is
-not writable) and released by `train_model`. Problem (allennlp 2.10.1): nothing stops two runs
-writing one folder. To drop: when allennlp locks the folder itself.
-"""
+"""A serialization folder of the plugin's runs has one `allennlp train` writer at a time: its
+`WriterLock`, from before the folder is made, reused or removed to the end of `train_model`."""
 import errno
 import os
 

@@ -1,9 +1,5 @@
-"""
-Opt-in: with the switch, `read_state_dict`, `Checkpointer.load_checkpoint` and the `pretrained`
-initializer load tensors only (`load_tensors`). Problem (allennlp 2.10.1): they call `torch.load`
-without `weights_only`, so under `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1` (or torch < 1.13) a stranger's
-file can run code. To drop: when allennlp passes `weights_only=True` itself.
-"""
+"""Opt-in: `read_state_dict`, `Checkpointer.load_checkpoint` and the `pretrained` initializer load
+tensors only (allennlp 2.10.1 calls `torch.load` without `weights_only`)."""
 import collections
 import os
 import tarfile

@@ -3,6 +3,7 @@ The pickle-header reader: what a torch weights file's tensors are (storages, off
 strides), read from its `data.pkl` and its zip directory before torch reads anything, building
 no tensor and calling nothing but stand-ins.
 """
+import collections
 import io
 import math
 import os
@@ -22,35 +23,16 @@ _STORAGE_BYTES = {
 _MAX_PICKLE_BYTES = 64 << 20
 
 
-class _Storage:
-    def __init__(self, kind: str, key: str, numel: int) -> None:
-        self.kind, self.key, self.numel = kind, key, numel
-
-
-class _Tensor:
-    def __init__(self, storage: Any, offset: Any, size: Any, stride: Any) -> None:
-        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
-
-
-def _rebuild_tensor(storage, offset, size, stride, *rest):
-    return _Tensor(storage, offset, size, stride)
-
-
-def _rebuild_parameter(data, *rest):
-    return data
-
-
-def _rebuild_from_type(function, new_type, args, state):
-    return function(*args)
-
-
+_Storage = collections.namedtuple("_Storage", "kind key numel")
+_Tensor = collections.namedtuple("_Tensor", "storage offset size stride")
+# What the unpickler calls instead of torch's functions: records of what would be built.
 _STANDINS = {
-    "_rebuild_tensor": _rebuild_tensor,
-    "_rebuild_tensor_v2": _rebuild_tensor,
-    "_rebuild_parameter": _rebuild_parameter,
-    "_rebuild_parameter_with_state": _rebuild_parameter,
-    "_rebuild_from_type_v2": _rebuild_from_type,
+    "_rebuild_tensor": lambda storage, offset, size, stride, *rest: _Tensor(storage, offset, size, stride),
+    "_rebuild_parameter": lambda data, *rest: data,
+    "_rebuild_from_type_v2": lambda function, new_type, args, state: function(*args),
 }
+_STANDINS["_rebuild_tensor_v2"] = _STANDINS["_rebuild_tensor"]
+_STANDINS["_rebuild_parameter_with_state"] = _STANDINS["_rebuild_parameter"]
 
 
 class _HeaderUnpickler(pickle.Unpickler):
