@@ -1,7 +1,6 @@
 """
-Crash-safe file writing: written under a temporary name in its folder, synced and renamed into
-place (`os.replace`, atomic on POSIX); a kill leaves the old file or the new one, at worst a hidden
-`.NAME.partial-*` file, which `remove_stale_partial_files` deletes.
+Crash-safe writing: under a temporary name in the file's folder, synced, renamed into place; a
+kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes).
 """
 import contextlib
 import glob
@@ -38,10 +37,8 @@ def _fsync_directory(directory: str) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
-    """
-    A temporary path next to `path` (`.NAME.partial-PID-XXXXXXXX`), renamed to `path` when the
-    block ends without an exception, else deleted; a write failed for lack of space is a `DiskFullError`.
-    """
+    """A temporary path next to `path`, renamed to it if the block ends without an exception, else
+    deleted; a write failed for lack of space is a `DiskFullError`."""
     path = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(path)
     temporary = None
@@ -109,9 +106,8 @@ def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None, locked: bool = False
 ) -> List[str]:
     """
-    Deletes the temporary files of killed writers in `directory` (all, or only `for_file`'s) and
-    returns their paths. One whose writer (the pid in its name) runs is kept, unless `locked`: the
-    caller holds `for_file`'s `WriterLock` (a pid from another PID namespace proves nothing).
+    Deletes the temporary files of killed writers in `directory` (only `for_file`'s if given); one
+    whose writer (the pid in its name) runs is kept unless `locked` (the caller holds its lock).
     """
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"

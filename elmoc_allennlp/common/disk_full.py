@@ -4,8 +4,7 @@ import os
 import shutil
 from typing import Optional, Union
 
-# No room for the write: the file system is full, the user's quota is used up, or the file
-# would be larger than the file system or the process's file-size limit (`ulimit -f`) allows.
+# No room: a full file system, a used-up quota, or a file past the size limit (`ulimit -f`).
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
 
 

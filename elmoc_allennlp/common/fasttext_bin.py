@@ -1,8 +1,4 @@
-"""
-A fastText `.bin` model file (format 11 or 12) read without the fastText library: its header,
-dictionary and matrices checked and memory-mapped copy-on-write, and its identity (`check_unchanged`,
-`fingerprint`). `FastTextVectors` reads its vectors.
-"""
+"""A fastText `.bin` file (format 11 or 12) read without the fastText library."""
 import hashlib
 import mmap
 import os
@@ -40,8 +36,8 @@ class FastTextFormatError(ConfigurationError):
 
 class FastTextBinFile:
     """
-    The checked layout of a fastText `.bin` (`dim`, `bucket`, `minn`, `maxn`, `words` in id order),
-    its input matrix mapped as bytes. Models with labels, quantized and pruned models are refused.
+    A fastText `.bin`, its header, dictionary and matrices checked (models with labels, quantized and
+    pruned ones refused) and mapped copy-on-write; its identity (`check_unchanged`, `fingerprint`).
 
     # Parameters
 

@@ -1,11 +1,8 @@
 """
-Where a fastText `.bin` named in a config is on this machine: one rule for every component.
-
-In this order: where the file really was when the archive was written (`elmoc_fasttext.json`,
-kept if its fingerprint still matches), the recorded path, a relative recorded path under the
-archive's folder and its parent, and the last one to three components of the recorded path under
-those folders (an archive moved together with its vectors). `ELMOC_VECTORS_PATH` overrides the
-file of a biLM's input.
+Where a fastText `.bin` named in a config is on this machine, one rule for every component, in this
+order: where it really was when the archive was written (`elmoc_fasttext.json`, if its fingerprint
+still matches), the recorded path, a relative one under the archive's folder and its parent, the
+last one to three components of the recorded path under those; `ELMOC_VECTORS_PATH` for a biLM's input.
 """
 import json
 import logging
@@ -53,10 +50,8 @@ def read_locations(directory: Optional[PathLike]) -> Dict[str, Dict[str, str]]:
 
 
 def write_locations(serialization_dir: PathLike) -> Optional[str]:
-    """
-    Records in `<serialization_dir>/elmoc_fasttext.json` where every existing `vectors_path` of the
-    run's `config.json` really is, with its fingerprint; returns the file name, or `None`.
-    """
+    """Records in `elmoc_fasttext.json` where each existing `vectors_path` of the run's config is, with
+    its fingerprint; returns the file's name, or `None`."""
     config_path = Path(serialization_dir, "config.json")
     if not config_path.is_file():
         return None
@@ -110,11 +105,8 @@ def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
 
 
 def locate_fasttext(vectors_path: str, serialization_dir: Optional[PathLike] = None) -> str:
-    """
-    The fastText `.bin` of a fastText component (`elmoc_fasttext`, `elmoc_fasttext_subwords`): in a
-    loaded archive (`serialization_dir` given) by the rule above, `ELMOC_VECTORS_PATH` last;
-    else `vectors_path` itself.
-    """
+    """The `.bin` of a fastText component: in a loaded archive (`serialization_dir`) by the rule above,
+    `ELMOC_VECTORS_PATH` last; else `vectors_path`."""
     if serialization_dir is None:
         return vectors_path
     location = read_locations(serialization_dir).get(vectors_path)

@@ -48,9 +48,8 @@ def _encode(word: str) -> bytes:
 
 class FastTextVectors(FastTextBinFile):
     """
-    The word and character n-gram vectors of a fastText `.bin` model (`FastTextBinFile`), loaded
-    once per process by `from_path`; `rows()` checks its rows for NaN, inf and magnitudes of
-    `MAX_ABS_VALUE` or more.
+    The word and character n-gram vectors of a fastText `.bin`, loaded once per process by `from_path`;
+    `rows()` refuses NaN, inf and magnitudes of `MAX_ABS_VALUE` or more.
 
     # Parameters
 
@@ -146,9 +145,7 @@ class FastTextVectors(FastTextBinFile):
         return ids
 
     def rows(
-        self,
-        ids: Union[torch.Tensor, Sequence[int], np.ndarray],
-        out: Optional[torch.Tensor] = None,
+        self, ids: Union[torch.Tensor, Sequence[int], np.ndarray], out: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """Rows `ids`, `(len(ids), dim)` (into `out`); a `FastTextFormatError` on NaN, inf or huge values."""
         index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)

@@ -1,7 +1,6 @@
 """
-`install_shim`: the one way the plugin replaces an allennlp object (the shims of
-`elmoc_allennlp.compat` and the guards of `elmoc_allennlp.hardening` use it), once per process
-and shim, keeping the original. `installer` builds a module's `install()` from its guards.
+`install_shim`, the one way the plugin replaces an allennlp object (its compat shims and guards),
+once per process and shim; `installer` builds a module's `install()` from its guards.
 """
 import functools
 import importlib
@@ -14,9 +13,8 @@ _ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
 
 def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], shim: Optional[Callable] = None) -> None:
     """
-    Replaces `owner.name` (a module's or a class's attribute) by `make(original)`, once per
-    process and shim (`shim`, default `make`: a second call does nothing). A classmethod stays
-    one: `make` gets and returns its function.
+    Replaces `owner.name` by `make(original)`, once per process and `shim` (default `make`); a
+    classmethod stays one (`make` gets and returns its function).
     """
     shim = shim or make
     key = (owner, name, f"{shim.__module__}.{shim.__qualname__}")
@@ -56,8 +54,8 @@ def _wrapping(guard: Callable) -> Callable[[Callable], Callable]:
 
 def installer(guards: Dict[str, Callable]) -> Callable[[], bool]:
     """
-    A shim module's `install()`: replaces each allennlp object named (dotted) in `guards` by a
-    function with its name and signature that returns `guard(original, *args, **kwargs)`.
+    A shim module's `install()`: each allennlp object named (dotted) in `guards` becomes a function of
+    its name and signature returning `guard(original, *args, **kwargs)`.
     """
 
     def install() -> bool:

@@ -33,10 +33,8 @@ def set_threads(threads: Optional[int]) -> None:
     torch.set_num_threads(threads)
 
 
-# Warnings of other packages that a user of the plugin's commands cannot act on (ours: seen in
-# both environments): google.api_core's Python-version notice and setuptools' pkg_resources
-# notice (both at import, through allennlp's dependencies), nltk's, and torch's about a CUDA that
-# is absent or unusable when the command runs on the CPU.
+# Warnings a user of the plugin's commands cannot act on (ours: seen in both environments): at
+# import through allennlp's dependencies, nltk's, and torch's about an absent CUDA on the CPU.
 THIRD_PARTY_WARNINGS = (
     (FutureWarning, r"You are using a non-supported Python version", r""),
     (UserWarning, r"pkg_resources is deprecated", r""),

@@ -1,9 +1,7 @@
 """
-Whether fastText vectors can serve as an ELMo-C biLM's targets, measured where `elmoc-fasttext`
-writes them and where the biLM is built on them: nearly collinear vectors let a continuous-output
-biLM reach a tiny cosine loss by predicting their mean direction, having learned nothing.
-The thresholds were measured with `benchmarks/fasttext_epochs.py`
-(`docs/pretraining.md#fasttext-vectors-on-your-own-corpus`).
+Whether fastText vectors can serve as an ELMo-C biLM's targets: nearly collinear ones let a biLM
+reach a tiny cosine loss by predicting their mean direction (thresholds measured with
+`benchmarks/fasttext_epochs.py`, `docs/pretraining.md#fasttext-vectors-on-your-own-corpus`).
 """
 import logging
 from dataclasses import dataclass
@@ -82,10 +80,7 @@ class VectorHealth:
 
 
 def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) -> np.ndarray:
-    """
-    `(n, dim)` float64: the unit vectors (as `get_word_vector`, n-grams included) of the first
-    `count` dictionary words other than `</s>` whose vector is not zero.
-    """
+    """`(n, dim)` float64 unit vectors (as `get_word_vector`) of the first `count` words but `</s>`, not zero."""
     words = [word for word in vectors.words[: count + 1] if word != vectors.eos_word][:count]
     ids = [vectors.subword_ids_tuple(word) for word in words]
     ids = [word_ids for word_ids in ids if word_ids]
@@ -103,10 +98,7 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
 
 
 def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS) -> VectorHealth:
-    """
-    The mean pairwise cosine of the `count` most frequent words of a fastText model (a `.bin` path
-    or one open), and how many have a near-duplicate nearest neighbour (a second for 2,000 words).
-    """
+    """The mean pairwise cosine of a model's `count` most frequent words, and their near duplicates."""
     if not isinstance(vectors, FastTextVectors):
         vectors = FastTextVectors.from_path(vectors)
     units = frequent_word_matrix(vectors, count)
@@ -147,10 +139,7 @@ _CHECKED: Dict[str, VectorHealth] = {}
 
 
 def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
-    """
-    Measures the fastText vectors a biLM predicts (once per file and process), logs the figures,
-    and raises `DegenerateVectorsError` naming the file, the figures and the remedy if degenerate.
-    """
+    """Measures a biLM's target vectors once per file and process; a `DegenerateVectorsError` if degenerate."""
     key = f"{vectors.path.absolute()}:{vectors.fingerprint}"
     health = _CHECKED.get(key)
     if health is None:
@@ -168,10 +157,8 @@ def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
 
 class ConstantBaseline(Metric):
     """
-    The cosine loss of the best constant prediction: `1 - |mean of the unit targets|`, the loss of
-    a model that always predicts the targets' mean direction (the best constant `c` maximises
-    `sum_i cos(c, t_i) = c . sum_i t_i/|t_i|`). Summed on the device, so adding targets never
-    syncs; `get_metric` all-reduces the sums.
+    The cosine loss of the best constant prediction, the targets' mean direction: `1 - |mean of the
+    unit targets|`. Summed on the device (adding targets never syncs); `get_metric` all-reduces.
     """
 
     def __init__(self, dim: int) -> None:

@@ -1,9 +1,7 @@
 """
-One writer per output (`docs/trust_and_safety.md`): an exclusive `fcntl.flock` on `.NAME.lock`
-next to the output (or, where a serialization folder's parent is not writable, inside it), which
-the kernel releases when the process ends however it ends, so no lock is ever stale. A second
-writer is refused at once with a `WriterLockError` naming the output. On a file system without
-`flock` nothing is locked, with a warning naming the output.
+One writer per output: an exclusive `flock` on `.NAME.lock` next to it (or inside a serialization
+folder whose parent is not writable), released by the kernel however the process ends; a second
+writer is a `WriterLockError` naming the output. Without `flock`, a warning and no lock.
 """
 import contextlib
 import errno
@@ -50,13 +48,12 @@ FILE = "the output file"
 
 class WriterLock:
     """
-    The exclusive lock of `output` (a folder, or a file whose folder exists), from `acquire()` to
-    `release()` or the end of the process.
+    The exclusive lock of `output` from `acquire()` to `release()` or the end of the process.
 
     # Parameters
 
     output : `str`
-        The folder or file written.
+        The folder or file written (its folder must exist).
     what : `str`
         How errors call it: `FOLDER` or `FILE`.
     inside : `bool`, optional (default = `False`)
@@ -88,8 +85,7 @@ class WriterLock:
                 if error.errno in _NO_FLOCK:
                     return self._unlocked(error)
                 raise
-            # The holder before us may have removed the file as it released it: the lock is ours
-            # only if the name still leads to the file locked.
+            # Ours only if the name still leads to the file locked (the last holder removes it).
             try:
                 same = os.stat(self.path).st_ino == os.fstat(descriptor).st_ino
             except FileNotFoundError:

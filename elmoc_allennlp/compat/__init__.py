@@ -1,14 +1,10 @@
 """
-The changes to allennlp 2.10.1 that the plugin's components need on it and on current torch, and
-that cannot be scoped to them (`docs/compat.md` says why for each). Each module has `REPLACES` (a
-phrase for the log line), `TARGETS` (the dotted names of what it replaces; `tests/test_plugin_import.py`
-checks that exactly those are replaced) and an idempotent `install() -> bool` (`False`: not needed
-here), through `elmoc_allennlp.common.shims`. `install_shims()` installs these and the guards of
-`elmoc_allennlp.hardening`, once, when `elmoc_allennlp` is imported.
-
-One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
-`tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module
-where no real torchvision is importable. To drop it: once allennlp imports torchvision lazily.
+The changes to allennlp 2.10.1 that the plugin's components need and that cannot be scoped to them
+(`docs/compat.md`). Each module has `REPLACES` (for the log line), `TARGETS` (dotted names of what
+it replaces) and an idempotent `install() -> bool` (`False`: not needed here). `install_shims()`
+installs these and the guards of `elmoc_allennlp.hardening` when `elmoc_allennlp` is imported.
+`tools/torchvision_placeholder` (a `.pth` file) stands in for a missing torchvision, which allennlp
+imports before any plugin; it goes once allennlp imports torchvision lazily.
 """
 import importlib
 import logging

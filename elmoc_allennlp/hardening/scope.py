@@ -1,9 +1,8 @@
 """
-What is the plugin's own, for the guards installed with it: a config naming one of its registered
-components (an `elmoc*` name, an older alias of such a class, a dotted `elmoc_allennlp.` class) or
-a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or serialization folder
-whose `config.json` is such a config (or, not being JSON, says `elmoc`), or an archive with an
-`elmoc_*` member; a model with a module of this package. With the switch, everything is.
+What is the plugin's own, for its guards: a config naming one of its registered components (or a
+dotted `elmoc_allennlp.` class) or a model-level `elmo` block with an ELMo-C `archive_file`; a run,
+archive or folder with such a `config.json` (not JSON: saying `elmoc`) or an `elmoc_*` member; a
+model with a module of this package. With the switch, everything is.
 """
 import json
 import os
@@ -73,9 +72,8 @@ def plugin_run(serialization_dir: Any) -> bool:
 
 def plugin_archive(archive_file: Any) -> bool:
     """
-    Whether the archive (a `.tar.gz` or a folder) at `archive_file` is the plugin's, from its
-    members' headers and `config.json` members, extracting nothing (once per archive and process).
-    One whose headers pass the extraction limits counts as the plugin's (to be refused within
+    Whether the archive (a `.tar.gz` or a folder) is the plugin's, from its members' headers and
+    `config.json` members, once per archive; one past the extraction limits is (to be refused within
     them); a file that is no readable tar archive is allennlp's to report.
     """
     path = os.fspath(archive_file)

@@ -1,8 +1,7 @@
 """
-The one reader of model archives, which may come from strangers (every loader opens them here;
-the rules: `docs/trust_and_safety.md`). By concern: `extraction.py` (with its limits),
-`vocabulary.py` (counting), `weights_header.py` (the pickle-header reader), `parameter_bound.py`,
-`config_policy.py` (strict JSON, the self-contained policy); `limits.py` holds what they share.
+The one reader of model archives, which may come from strangers (the rules: `docs/trust_and_safety.md`),
+by concern: extraction (with limits), vocabulary counting, the weights header, the parameter bound,
+the config policy; `limits.py` holds what they share.
 """
 from elmoc_allennlp.common.archives.config_policy import (  # noqa: F401
     check_config_types,

@@ -1,8 +1,6 @@
 """
-The self-contained policy of archived configs: `read_config` reads a config as strict JSON (no
-jsonnet, no `NaN` or `Infinity`), whose dotted types are never imported, that names no URL and no
-other archive in the sections loading builds, and whose sizes imply at most
-`ELMOC_ARCHIVE_MAX_PARAMETERS` parameters.
+The self-contained policy of archived configs: strict JSON, dotted types never imported, no URL
+and no other archive in the sections loading builds, at most `ELMOC_ARCHIVE_MAX_PARAMETERS`.
 """
 import json
 import os
@@ -22,8 +20,7 @@ from elmoc_allennlp.common.archives.limits import (
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 
-# The sections of a config that loading an archive builds (the data paths are never read, the
-# vocabulary comes from the archive's files).
+# The sections of a config that loading an archive builds (not the data paths, not the vocabulary).
 _LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
 # Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
 _DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
@@ -80,8 +77,7 @@ def read_config(directory: Union[str, os.PathLike], archive: str, member: str = 
     return config
 
 
-# Where a downstream archive carries the copy of the biLM an `archive_file` names: set by
-# `downstream/archive.py`, which writes the copies. Until it is set, every `archive_file` is refused.
+# Where a downstream archive carries the biLM an `archive_file` names (set by `downstream/archive.py`).
 _carried_copy: Optional[Callable[[Union[str, os.PathLike], str], Path]] = None
 
 
@@ -93,10 +89,8 @@ def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Pat
 
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
     """
-    Loading an archive reads that archive only (and, by the documented rules, its fastText
-    `.bin`): the sections loading builds (not the keys allennlp drops first) may name no URL and
-    no other archive (a `from_archive` model, `elmoc_bilm_from_archive`, or a biLM `archive_file`
-    whose copy it does not carry in `elmoc_bilm/`).
+    The sections loading builds (less the keys allennlp drops first) name no URL and no other archive:
+    no `from_archive` or `elmoc_bilm_from_archive`, no biLM `archive_file` not carried in `elmoc_bilm/`.
     """
     for section in _LOADED_SECTIONS:
         for key, name, value, _ in walk(config.get(section), section, skip=_DROPPED_AT_LOADING):
@@ -122,10 +116,7 @@ def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLi
 
 
 def check_config_types(config: Dict[str, Any], source: str) -> None:
-    """
-    Every dotted `"type"` of an archived config must be a registered name, or a `FromParams` or
-    registered class of a module already imported; nothing is imported.
-    """
+    """Every dotted `"type"` is a registered name, or a component class of a module already imported."""
     from allennlp.common.from_params import FromParams
     from allennlp.common.registrable import Registrable
 

@@ -1,9 +1,7 @@
 """
-Extraction with limits: `extract_archive` writes only regular files and folders inside its
-folder, each member checked from its header before it is written and counted against the limits
-(`extraction_limits`); then its `weights.th` (`weights_header.py`), its configs
-(`config_policy.py`) and their parameter bound against the weights. `read_archive` shares one
-extraction per archive while it is in use.
+Extraction with limits: `extract_archive` writes only regular files and folders, each member
+checked from its header (`extraction_limits`), then checks the weights header, the configs and
+their parameter bound; `read_archive` shares one extraction per archive while it is in use.
 """
 import atexit
 import contextlib
@@ -34,11 +32,7 @@ from elmoc_allennlp.common.archives.limits import (
     extraction_limits,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
-from elmoc_allennlp.common.archives.vocabulary import (
-    _is_vocabulary,
-    _VocabularyCount,
-    check_carried_vocabularies,
-)
+from elmoc_allennlp.common.archives.vocabulary import _is_vocabulary, _VocabularyCount, check_carried_vocabularies
 from elmoc_allennlp.common.archives.weights_header import check_weights_file
 from elmoc_allennlp.common.disk_full import DiskFullError, find_disk_full
 
@@ -62,16 +56,11 @@ def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
 
 
 def _check_member(
-    archive: str,
-    member: tarfile.TarInfo,
-    names: Dict[str, bool],
-    totals: List[int],
-    limits: Tuple[int, ...],
+    archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int], limits: Tuple[int, ...]
 ) -> str:
     """
-    The member's normalised name, or `UnsafeArchiveError`. `names` maps every name seen (members
-    and their parent folders) to whether it is a folder; `totals` counts members, bytes and
-    folders; `limits` are those of `extraction_limits`.
+    The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and their
+    folders) -> is a folder; `totals`: members, bytes and folders; `limits`: `extraction_limits`.
     """
     name = member.name
     if not name or "\0" in name:
@@ -168,8 +157,8 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
                         vocabulary.copy(source, out, member.name)
                     else:
                         shutil.copyfileobj(source, out, 1 << 20)
-    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks
-    # (and a compressed one with its checksum, checked by reading to the end).
+    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks (and a
+    # compressed one with its checksum, read to the end).
     with _damage_named(archive):
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
@@ -183,9 +172,7 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
     held = check_weights_file(os.path.join(directory, "weights.th"), archive, "weights.th")
-    # Every config of the archive (its own, and those of the biLMs a downstream model carries)
-    # builds layers whose parameters the weights hold: a config implying more is refused before
-    # any layer is built.
+    # Every config (its own, and each carried biLM's) builds layers whose parameters the weights hold.
     implied, largest = 0, (0, "")
     for name in sorted(names):
         if names[name] or posixpath.basename(name) != CONFIG_NAME:
@@ -207,10 +194,7 @@ _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
 def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None) -> str:
-    """
-    Extracts `archive_path` into `directory` (which must not exist) or a new temporary folder,
-    checking every member before it is written, and returns the folder.
-    """
+    """Extracts `archive_path`, checked, into `directory` (which must not exist) or a new temporary folder."""
     archive = os.fspath(archive_path)
     with open_archive(archive) as tar:
         if directory is None:
@@ -246,9 +230,8 @@ def extracted_archive(resolved_archive_file: Union[str, os.PathLike], cleanup: b
 
 class ExtractedArchive:
     """
-    An archive (or a serialization directory) opened by `read_archive`, and its config. Used as a
-    context manager (`with read_archive(path) as extracted:`), it is released when the block
-    ends, however it ends: the folder of a `.tar.gz` goes when no block uses it any more.
+    An archive (or a serialization directory) opened by `read_archive`, and its config; as a context
+    manager it is released when the block ends (the last user of a `.tar.gz` removes its folder).
     """
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
@@ -282,9 +265,8 @@ _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
     """
-    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once
-    while it is in use (shared by path, inode, size and modification time; see
-    `ExtractedArchive`). `name` is how errors call it.
+    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
+    use (keyed by path, inode, size and mtime). `name` is how errors call it.
     """
     path = os.fspath(archive_path)
     name = name or path

@@ -1,7 +1,4 @@
-"""
-What every part of archive reading shares: the names of an archive's members, the limits
-(`ELMOC_ARCHIVE_MAX_*` environment variables), the errors that name the archive, and `walk`.
-"""
+"""What every part of archive reading shares: member names, limits, errors naming the archive, `walk`."""
 import contextlib
 import os
 import stat
@@ -33,8 +30,7 @@ MAX_NAME_COMPONENT_BYTES = 255
 VOCABULARY_NAME = "vocabulary"
 # allennlp's `Vocabulary.from_files` opens this file of the vocabulary folder first, always.
 VOCABULARY_NAMESPACES = "non_padded_namespaces.txt"
-# The folder of a downstream archive holding the copies of its biLMs (`downstream/archive.py`),
-# each `<key>/` with its own config.json and vocabulary/.
+# Where a downstream archive carries its biLMs, each `<key>/` with its config.json and vocabulary/.
 CARRIED_DIRECTORY = "elmoc_bilm"
 _LIMIT_NAMES = (
     "members, past ELMOC_ARCHIVE_MAX_MEMBERS",
@@ -42,11 +38,7 @@ _LIMIT_NAMES = (
     "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
     "folders, past ELMOC_ARCHIVE_MAX_FOLDERS",
 )
-_SPECIAL_FILES = {
-    tarfile.CHRTYPE: "a character device",
-    tarfile.BLKTYPE: "a block device",
-    tarfile.FIFOTYPE: "a FIFO",
-}
+_SPECIAL_FILES = {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO"}
 
 # Errors of truncated or damaged compressed streams.
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
@@ -130,10 +122,8 @@ def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -
 
 
 def walk(value: Any, prefix: str = "", skip: frozenset = frozenset()) -> Iterator[Tuple[str, Any, Any, int]]:
-    """
-    `(dotted path, key, value, depth)` of every value of a nested config or state dict, objects
-    and lists included, in order and without recursion; the subtrees of keys in `skip` are left out.
-    """
+    """`(dotted path, key, value, depth)` of every value of a nested config or state dict, in order and
+    iteratively; the subtrees of keys in `skip` are left out."""
     stack = [(prefix, None, value, 1)]
     while stack:
         node = stack.pop()

@@ -1,7 +1,6 @@
 """
-The parameter bound: how many parameters a model config builds at least, from its sizes alone,
-so that a config implying more than `ELMOC_ARCHIVE_MAX_PARAMETERS` (or more than its weights
-hold) is refused before any layer is built.
+The parameter bound: the parameters a model config builds at least, from its sizes alone, so that
+a config implying more than `ELMOC_ARCHIVE_MAX_PARAMETERS` (or its weights) is refused unbuilt.
 """
 from typing import Any, Tuple
 
@@ -16,10 +15,9 @@ _DIMENSION_KEYS = frozenset(
 
 def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str]:
     """
-    A lower bound of the parameters a model config builds, and the dotted key that adds most to
-    it. Each object with two or more sizes (`input_dim`, `cell_dim`, ...) holds at least a
-    (smallest x largest) matrix, and each of its `num_layers` past the first a (smallest x
-    smallest) one (as in LSTMs, transformers, feedforward and maxout stacks).
+    A lower bound of the parameters a model config builds, and the dotted key adding most: each object
+    with two or more sizes holds a (smallest x largest) matrix, and each of its `num_layers` past the
+    first a (smallest x smallest) one (as in LSTMs, transformers, feedforward and maxout stacks).
     """
     total, largest = 0, (0, prefix)
     for where, _, value, _ in walk(config, prefix):

@@ -1,8 +1,6 @@
 """
-The vocabulary folders of an archive (its own `vocabulary/`, and that of each biLM copy a
-downstream archive carries in `elmoc_bilm/<key>/`): their namespace files counted
-(`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`, all of them together) and checked as UTF-8 as
-they are extracted, and each copy's folder required.
+The vocabulary folders of an archive (its own, and each carried biLM's in `elmoc_bilm/<key>/`):
+counted together (`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`), UTF-8, each copy's required.
 """
 import codecs
 import posixpath

@@ -1,7 +1,6 @@
 """
-The pickle-header reader: what a torch weights file's tensors are (storages, offsets, sizes,
-strides), read from its `data.pkl` and its zip directory before torch reads anything, building
-no tensor and calling nothing but stand-ins.
+The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
+directory, before torch reads anything, building no tensor and calling nothing but stand-ins.
 """
 import collections
 import io
@@ -61,11 +60,9 @@ class _HeaderUnpickler(pickle.Unpickler):
 
 def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str) -> int:
     """
-    Checks a torch weights file from its headers before torch reads it, and returns how many
-    values it holds: a zip of uncompressed records (a compressed one would inflate unbounded),
-    each storage's record exactly the size its header declares, and each tensor inside its
-    storage (a tiny record cannot rebuild a huge tensor). Raises `UnsafeArchiveError` naming the
-    member and the record or tensor key.
+    Checks a torch weights file from its headers and returns how many values it holds: a zip of
+    uncompressed records, each storage's record the size its header declares, each tensor inside its
+    storage. Raises `UnsafeArchiveError` naming the member and the record or tensor key.
     """
 
     def refuse(reason: str) -> UnsafeArchiveError:
