@@ -1,7 +1,5 @@
-"""
-Crash-safe writing: under a temporary name in the file's folder, synced, renamed into place; a
-kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes).
-"""
+"""Crash-safe writing: under a temporary name in the file's folder, synced, renamed into place; a
+kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes)."""
 import contextlib
 import glob
 import logging
@@ -97,18 +95,16 @@ def _writer_runs(partial: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except OSError:  # e.g. another user's process
-        return True
+    except OSError:  # e.g. another user's process: it runs
+        pass
     return True
 
 
 def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None, locked: bool = False
 ) -> List[str]:
-    """
-    Deletes the temporary files of killed writers in `directory` (only `for_file`'s if given); one
-    whose writer (the pid in its name) runs is kept unless `locked` (the caller holds its lock).
-    """
+    """Deletes the temporary files of killed writers in `directory` (only `for_file`'s if given); one whose
+    writer (the pid in its name) runs is kept unless `locked` (the caller holds its lock)."""
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):

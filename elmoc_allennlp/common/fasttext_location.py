@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
+from allennlp.common.checks import ConfigurationError
+
 from elmoc_allennlp.common.archives import extracted_from, find_keys
 from elmoc_allennlp.common.atomic_files import atomic_write
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
@@ -36,10 +38,10 @@ def archive_directories(serialization_dir: PathLike) -> List[Path]:
     return folder_and_parent(Path(origin).parent if origin else serialization_dir)
 
 
-def read_locations(directory: Optional[PathLike]) -> Dict[str, Dict[str, str]]:
+def read_locations(directory: PathLike) -> Dict[str, Dict[str, str]]:
     """The recorded path -> `{"path", "fingerprint"}` of an archive's `elmoc_fasttext.json` ({} without one)."""
-    path = Path(directory, LOCATIONS_NAME) if directory is not None else None
-    if path is None or not path.is_file():
+    path = Path(directory, LOCATIONS_NAME)
+    if not path.is_file():
         return {}
     try:
         locations = json.loads(path.read_bytes()[: 1 << 20].decode("utf-8"))
@@ -92,8 +94,6 @@ def fasttext_candidates(
 
 def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
     """`ELMOC_VECTORS_PATH` if set (it must exist), else `vectors_path`."""
-    from allennlp.common.checks import ConfigurationError
-
     variable = os.environ.get(VECTORS_PATH_VARIABLE)
     if not variable:
         return vectors_path

@@ -73,11 +73,9 @@ def train_fasttext(
     allow_degenerate : `bool`, optional (default = `False`)
         Save degenerate vectors with a warning instead of raising.
     model, dim, min_count, minn, maxn, bucket, thread, verbose
-        Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
-        vectors (Bojanowski et al., 2017). `thread` is at least `MIN_THREADS`: fastText's
-        `DenseMatrix::uniform` sets m*n/10 values per thread, so with 10 the last m*n mod 10 keep
-        whatever memory held (ours: 64 of 300 trainings of a 20,144 x 16 matrix under load, 0 of
-        300 with 11). The matrix is still checked (`_uninitialised_rows`), and trained again.
+        Passed to `fasttext.train_unsupervised` (defaults: fastText's English vectors, Bojanowski
+        et al., 2017). `thread` is at least `MIN_THREADS`: with fewer, `DenseMatrix::uniform` leaves
+        values unset (ours: 64 of 300 trainings with 10, 0 with 11); rows are checked anyway.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)

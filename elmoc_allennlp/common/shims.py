@@ -1,10 +1,8 @@
-"""
-`install_shim`, the one way the plugin replaces an allennlp object (its compat shims and guards),
-once per process and shim; `installer` builds a module's `install()` from its guards.
-"""
+"""`install_shim`, the one way the plugin replaces an allennlp object, once per process and shim;
+`installer` builds a shim module's `TARGETS` and `install()` from its guards."""
 import functools
-import importlib
 import inspect
+import pkgutil
 from typing import Any, Callable, Dict, Optional, Tuple
 
 # (owner, attribute, shim) -> the object the shim replaced.
@@ -12,10 +10,8 @@ _ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
 
 
 def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], shim: Optional[Callable] = None) -> None:
-    """
-    Replaces `owner.name` by `make(original)`, once per process and `shim` (default `make`); a
-    classmethod stays one (`make` gets and returns its function).
-    """
+    """Replaces `owner.name` by `make(original)`, once per process and `shim` (default `make`); a
+    classmethod stays one (`make` gets and returns its function)."""
     shim = shim or make
     key = (owner, name, f"{shim.__module__}.{shim.__qualname__}")
     if key in _ORIGINALS:
@@ -26,19 +22,6 @@ def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], sh
     replacement = make(original)
     _ORIGINALS[key] = original
     setattr(owner, name, classmethod(replacement) if is_classmethod else replacement)
-
-
-def _owner(dotted: str) -> Tuple[Any, str]:
-    """The module or class holding the object `dotted` names, and the object's name there."""
-    path, _, name = dotted.rpartition(".")
-    parts = path.split(".")
-    for end in range(len(parts), 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:end]))
-        except ImportError:
-            continue
-        return functools.reduce(getattr, parts[end:], owner), name
-    raise ImportError(f"no module for {dotted}")
 
 
 def _wrapping(guard: Callable) -> Callable[[Callable], Callable]:
@@ -52,16 +35,14 @@ def _wrapping(guard: Callable) -> Callable[[Callable], Callable]:
     return make
 
 
-def installer(guards: Dict[str, Callable]) -> Callable[[], bool]:
-    """
-    A shim module's `install()`: each allennlp object named (dotted) in `guards` becomes a function of
-    its name and signature returning `guard(original, *args, **kwargs)`.
-    """
+def installer(guards: Dict[str, Callable]) -> Tuple[Tuple[str, ...], Callable[[], bool]]:
+    """A shim module's `TARGETS` and `install()`: each allennlp object named (dotted) in `guards` becomes
+    a function of its name and signature returning `guard(original, *args, **kwargs)`."""
 
     def install() -> bool:
         for target, guard in guards.items():
-            owner, name = _owner(target)
-            install_shim(owner, name, _wrapping(guard), shim=guard)
+            owner, _, name = target.rpartition(".")
+            install_shim(pkgutil.resolve_name(owner), name, _wrapping(guard), shim=guard)
         return True
 
-    return install
+    return tuple(guards), install

@@ -1,7 +1,6 @@
 """
-Where the plugin's commands and scripts run: the one threads knob (`--threads`: on a shared machine
-torch's default, one thread per core, measured 4-20x slower; docs/install.md, "Threads"), and
-third-party warnings a user cannot act on filtered while they run (never process-wide on import).
+The one threads knob of the plugin's commands (`--threads`; torch's default measured 4-20x slower on
+a shared machine: docs/install.md, "Threads"), and third-party warnings filtered while they run.
 """
 import argparse
 import contextlib

@@ -1,7 +1,6 @@
 """
-Whether fastText vectors can serve as an ELMo-C biLM's targets: nearly collinear ones let a biLM
-reach a tiny cosine loss by predicting their mean direction (thresholds measured with
-`benchmarks/fasttext_epochs.py`, `docs/pretraining.md#fasttext-vectors-on-your-own-corpus`).
+Whether fastText vectors can serve as an ELMo-C biLM's targets: nearly collinear ones let it reach
+a tiny cosine loss by predicting their mean direction (`docs/pretraining.md`, measured there).
 """
 import logging
 from dataclasses import dataclass
@@ -23,17 +22,14 @@ logger = logging.getLogger(__name__)
 # The most frequent words measured (fastText's dictionary is sorted by count, most frequent first).
 FREQUENT_WORDS = 2000
 # Degenerate at this mean pairwise cosine or more (healthy PTB vectors: 0.19-0.26; 5 epochs of
-# 100k and 200k tokens: 0.997 and 0.907; half the default passes: 0.49-0.51).
+# 100k and 200k tokens: 0.997 and 0.907), or with this many near duplicates (a copy in all but
+# rounding: 99.9% of the words of 100k PTB tokens at 5 epochs have one, 0.0% of healthy vectors').
 DEGENERATE_MEAN_COSINE = 0.5
-# A copy in all but rounding (99.9% of the words of 100k PTB tokens at 5 epochs have one, 0.0%
-# of healthy vectors'); degenerate too when this fraction of the words has such a neighbour.
 NEAR_DUPLICATE_COSINE = 0.999
 DEGENERATE_NEAR_DUPLICATES = 0.5
-# Fewer words are not judged (ours): the mean cosine of a few pairs is noise (2 words of a 16-d
-# test model: 0.59), and no corpus worth pretraining on has so few.
+# Fewer words are not judged (ours: the mean cosine of a few pairs is noise).
 MIN_WORDS_JUDGED = 5
-# fastText's default epochs from this many token passes up (5 epochs of a million tokens); smaller
-# corpora get more epochs, with no upper bound (359 tokens: 0.72 at 1,000 epochs, 0.36 at 14,000).
+# fastText's 5 epochs from 5 million token passes up; more, unbounded, below (359 tokens: 0.36 at 14,000).
 DEFAULT_EPOCHS = 5
 TOKEN_PASSES = 5_000_000
 
@@ -156,10 +152,8 @@ def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
 
 
 class ConstantBaseline(Metric):
-    """
-    The cosine loss of the best constant prediction, the targets' mean direction: `1 - |mean of the
-    unit targets|`. Summed on the device (adding targets never syncs); `get_metric` all-reduces.
-    """
+    """The cosine loss of the best constant prediction, `1 - |mean of the unit targets|`, summed on the
+    device (adding targets never syncs); `get_metric` all-reduces."""
 
     def __init__(self, dim: int) -> None:
         self._dim = dim

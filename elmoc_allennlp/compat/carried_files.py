@@ -1,9 +1,7 @@
 """
 A run's model archive carries what its ELMo-C components need elsewhere: a downstream model's
-copies of its biLMs (`elmoc_bilm/`) and where each fastText file really is (`elmoc_fasttext.json`),
-added to `include_in_archive` for a run of the plugin (`scope.plugin_run`). Problem (allennlp
-2.10.1): nothing lets a component add files to the archive. Why process-wide, and when it can go:
-`docs/compat.md`.
+copies of its biLMs (`elmoc_bilm/`) and where each fastText file really is (`elmoc_fasttext.json`).
+Problem (allennlp 2.10.1): nothing lets a component add files. Why process-wide: `docs/compat.md`.
 """
 from elmoc_allennlp.common.shims import installer
 
@@ -23,6 +21,4 @@ def _archive_model(original, serialization_dir, *args, include_in_archive=None, 
     return original(serialization_dir, *args, include_in_archive=include_in_archive, **kwargs)
 
 
-_GUARDS = {"allennlp.commands.train.archive_model": _archive_model}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.commands.train.archive_model": _archive_model})

@@ -1,8 +1,7 @@
 """
-A model-level `elmo` block (allennlp-models' `bcn`) with an ELMo-C `archive_file` builds
-`ElmocElmo` (`options_file` / `weight_file` beside it are an error); other blocks are built by
-allennlp's. Problem (allennlp 2.10.1): `Elmo` is not `Registrable`. Why process-wide, and when it
-can go: `docs/compat.md`.
+A model-level `elmo` block (allennlp-models' `bcn`) with an ELMo-C `archive_file` builds `ElmocElmo`;
+others are built by allennlp's. Problem (allennlp 2.10.1): `Elmo` is not `Registrable`. Why
+process-wide: `docs/compat.md`.
 """
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo
@@ -26,6 +25,4 @@ def _from_params(original, cls, params, constructor_to_call=None, constructor_to
     )
 
 
-_GUARDS = {"allennlp.modules.elmo.Elmo.from_params": _from_params}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.modules.elmo.Elmo.from_params": _from_params})

@@ -1,8 +1,7 @@
 """
-Guards against bad input around allennlp 2.10.1 (`docs/trust_and_safety.md`). `GUARDS`, installed
-when `elmoc_allennlp` is imported, act only on the plugin's own archives, configs, runs and models
-(`scope.py`); `OPT_IN`, and the guards for everything, only with the switch (the plugin line
-`elmoc_allennlp_hardening`). Each module is a shim like those of `elmoc_allennlp.compat`.
+Guards against bad input around allennlp 2.10.1 (`docs/trust_and_safety.md`): `GUARDS` act on the
+plugin's own archives, configs, runs and models (`scope.py`); `OPT_IN`, and the guards for
+everything, only with the switch (the plugin line `elmoc_allennlp_hardening`).
 """
 import contextlib
 import importlib
@@ -12,8 +11,7 @@ from elmoc_allennlp.hardening import scope
 
 GUARDS = (
     "safe_archive_extraction",
-    "predict_output_file",
-    "predict_input_encoding",
+    "predict_files",
     "atomic_train_files",
     "gpu_flag",
     "serialization_lock",

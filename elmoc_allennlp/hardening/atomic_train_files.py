@@ -30,6 +30,6 @@ def _to_file(original, self, params_file: str, preference_orders=None) -> None:
         original(self, temporary, preference_orders)
 
 
-_GUARDS = {"allennlp.commands.train.archive_model": _archive_model, "allennlp.common.params.Params.to_file": _to_file}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer(
+    {"allennlp.commands.train.archive_model": _archive_model, "allennlp.common.params.Params.to_file": _to_file}
+)

@@ -36,6 +36,4 @@ def _format(value: Any) -> str:
     return f"{value:.4f}"
 
 
-_GUARDS = {"allennlp.commands.evaluate.evaluate_from_archive": _evaluate_from_archive}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.commands.evaluate.evaluate_from_archive": _evaluate_from_archive})

@@ -13,6 +13,4 @@ def _load_model(original, config, weights_path, serialization_dir, cuda_device):
     return original(config, weights_path, serialization_dir, cuda_device)
 
 
-_GUARDS = {"allennlp.models.archival._load_model": _load_model}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.models.archival._load_model": _load_model})

@@ -35,6 +35,4 @@ def _handle_error(handler: logging.FileHandler, original, record: logging.LogRec
         sys.stderr.write(f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n")
 
 
-_GUARDS = {"allennlp.common.logging.prepare_global_logging": _prepare_global_logging}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.common.logging.prepare_global_logging": _prepare_global_logging})

@@ -11,7 +11,6 @@ from elmoc_allennlp.common.shims import install_shim, installer
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
 REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
-TARGETS = ("allennlp.models.archival.extracted_archive", "allennlp.models.archival.Params")
 
 
 class ArchiveParams(Params):
@@ -36,7 +35,11 @@ def _extracted_archive(original, resolved_archive_file, cleanup: bool = True):
     return chosen(resolved_archive_file, cleanup=cleanup)
 
 
+_EXTRACTION, _install_extraction = installer({"allennlp.models.archival.extracted_archive": _extracted_archive})
+TARGETS = _EXTRACTION + ("allennlp.models.archival.Params",)
+
+
 def install() -> bool:
-    installer({TARGETS[0]: _extracted_archive})()
+    _install_extraction()
     install_shim(archival, "Params", lambda original: ArchiveParams, shim=ArchiveParams)
     return True

@@ -22,6 +22,4 @@ def _resolve_class_name(original, cls, name: str):
     return subclass, constructor
 
 
-_GUARDS = {"allennlp.common.registrable.Registrable.resolve_class_name": _resolve_class_name}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer({"allennlp.common.registrable.Registrable.resolve_class_name": _resolve_class_name})

@@ -1,8 +1,7 @@
 """
-What is the plugin's own, for its guards: a config naming one of its registered components (or a
-dotted `elmoc_allennlp.` class) or a model-level `elmo` block with an ELMo-C `archive_file`; a run,
-archive or folder with such a `config.json` (not JSON: saying `elmoc`) or an `elmoc_*` member; a
-model with a module of this package. With the switch, everything is.
+What is the plugin's own, for its guards (with the switch, everything): a config naming one of its
+components or a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or folder
+with such a `config.json` or an `elmoc_*` member; a model with a module of this package.
 """
 import json
 import os
@@ -71,11 +70,8 @@ def plugin_run(serialization_dir: Any) -> bool:
 
 
 def plugin_archive(archive_file: Any) -> bool:
-    """
-    Whether the archive (a `.tar.gz` or a folder) is the plugin's, from its members' headers and
-    `config.json` members, once per archive; one past the extraction limits is (to be refused within
-    them); a file that is no readable tar archive is allennlp's to report.
-    """
+    """Whether the archive (a `.tar.gz` or a folder) is the plugin's, from its headers and `config.json`
+    members, once per archive; one past the extraction limits is (to be refused within them)."""
     path = os.fspath(archive_file)
     if _EVERYWHERE or os.path.isdir(path):
         return _EVERYWHERE or plugin_run(path)

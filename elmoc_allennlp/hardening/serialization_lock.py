@@ -42,9 +42,9 @@ def _train_model(original, params, serialization_dir, *args, **kwargs):
             HELD_FOLDERS.pop(folder).release()
 
 
-_GUARDS = {
-    "allennlp.training.util.create_serialization_dir": _create_serialization_dir,
-    "allennlp.commands.train.train_model": _train_model,
-}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer(
+    {
+        "allennlp.training.util.create_serialization_dir": _create_serialization_dir,
+        "allennlp.commands.train.train_model": _train_model,
+    }
+)

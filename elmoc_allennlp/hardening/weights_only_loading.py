@@ -42,10 +42,10 @@ def _init(original, self, weights_file_path: str, parameter_name_overrides=None)
     self.parameter_name_overrides = parameter_name_overrides or {}
 
 
-_GUARDS = {
-    "allennlp.nn.util.read_state_dict": _read_state_dict,
-    "allennlp.training.checkpointer.Checkpointer.load_checkpoint": _load_checkpoint,
-    "allennlp.nn.initializers.PretrainedModelInitializer.__init__": _init,
-}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer(
+    {
+        "allennlp.nn.util.read_state_dict": _read_state_dict,
+        "allennlp.training.checkpointer.Checkpointer.load_checkpoint": _load_checkpoint,
+        "allennlp.nn.initializers.PretrainedModelInitializer.__init__": _init,
+    }
+)

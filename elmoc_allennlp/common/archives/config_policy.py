@@ -1,7 +1,5 @@
-"""
-The self-contained policy of archived configs: strict JSON, dotted types never imported, no URL
-and no other archive in the sections loading builds, at most `ELMOC_ARCHIVE_MAX_PARAMETERS`.
-"""
+"""The self-contained policy of archived configs: strict JSON, dotted types never imported, no URL
+and no other archive in the sections loading builds, at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
 import json
 import os
 import sys
@@ -53,11 +51,13 @@ def read_config(directory: Union[str, os.PathLike], archive: str, member: str = 
             f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
             f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
         ) from None
-    if max(depth for *_, depth in walk(config)) > MAX_JSON_DEPTH:
-        raise ConfigurationError(f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(config, dict):
         raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
-    for key, _, value, _ in walk(config):
+    for key, _, value, depth in walk(config):
+        if depth > MAX_JSON_DEPTH:
+            raise ConfigurationError(
+                f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels"
+            )
         if isinstance(value, _NotJson):
             raise ConfigurationError(
                 f"{source}: {key} is {value.name}, which strict JSON does not have (archived configs are strict JSON)"
@@ -88,10 +88,8 @@ def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Pat
 
 
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
-    """
-    The sections loading builds (less the keys allennlp drops first) name no URL and no other archive:
-    no `from_archive` or `elmoc_bilm_from_archive`, no biLM `archive_file` not carried in `elmoc_bilm/`.
-    """
+    """The sections loading builds (less the keys allennlp drops) name no URL and no other archive: no
+    `from_archive`, `elmoc_bilm_from_archive` or biLM `archive_file` not carried in `elmoc_bilm/`."""
     for section in _LOADED_SECTIONS:
         for key, name, value, _ in walk(config.get(section), section, skip=_DROPPED_AT_LOADING):
             if not isinstance(value, str):

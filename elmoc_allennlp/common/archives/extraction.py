@@ -39,29 +39,11 @@ from elmoc_allennlp.common.disk_full import DiskFullError, find_disk_full
 logger = logging.getLogger(__name__)
 
 
-def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
-    """`tarfile.open(archive_path, "r:*")`, naming the file if it is not a tar archive."""
-    archive = os.fspath(archive_path)
-    try:
-        status = os.stat(archive)
-    except OSError:
-        raise ConfigurationError(f"Model archive {archive} does not exist") from None
-    if not stat.S_ISREG(status.st_mode):
-        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
-        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
-    if status.st_size == 0:
-        raise CorruptArchiveError(archive, "the file is empty")
-    with _damage_named(archive, "not a tar archive, or "):
-        return tarfile.open(archive, "r:*")
-
-
 def _check_member(
     archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int], limits: Tuple[int, ...]
 ) -> str:
-    """
-    The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen (members and their
-    folders) -> is a folder; `totals`: members, bytes and folders; `limits`: `extraction_limits`.
-    """
+    """The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen -> is a folder;
+    `totals`: members, bytes and folders; `limits`: `extraction_limits`."""
     name = member.name
     if not name or "\0" in name:
         raise UnsafeArchiveError(archive, name, "has an empty or invalid name")
@@ -196,7 +178,18 @@ _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None) -> str:
     """Extracts `archive_path`, checked, into `directory` (which must not exist) or a new temporary folder."""
     archive = os.fspath(archive_path)
-    with open_archive(archive) as tar:
+    try:
+        status = os.stat(archive)
+    except OSError:
+        raise ConfigurationError(f"Model archive {archive} does not exist") from None
+    if not stat.S_ISREG(status.st_mode):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
+    if status.st_size == 0:
+        raise CorruptArchiveError(archive, "the file is empty")
+    with _damage_named(archive, "not a tar archive, or "):
+        tar = tarfile.open(archive, "r:*")
+    with tar:
         if directory is None:
             directory = tempfile.mkdtemp(prefix="elmoc-archive-")
         else:
@@ -228,11 +221,9 @@ def extracted_archive(resolved_archive_file: Union[str, os.PathLike], cleanup: b
             shutil.rmtree(directory, ignore_errors=True)
 
 
-class ExtractedArchive:
-    """
-    An archive (or a serialization directory) opened by `read_archive`, and its config; as a context
-    manager it is released when the block ends (the last user of a `.tar.gz` removes its folder).
-    """
+class ExtractedArchive(contextlib.AbstractContextManager):
+    """An archive (or a serialization directory) opened by `read_archive`, and its config; as a context
+    manager released when the block ends (the last user of a `.tar.gz` removes its folder)."""
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
@@ -241,9 +232,6 @@ class ExtractedArchive:
         self._key = key
         self._users = 0
         self.pid = os.getpid()
-
-    def __enter__(self) -> "ExtractedArchive":
-        return self
 
     def __exit__(self, *exc_info) -> None:
         self.release()
@@ -264,10 +252,8 @@ _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 
 def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
-    """
-    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
-    use (keyed by path, inode, size and mtime). `name` is how errors call it.
-    """
+    """The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
+    use (keyed by path, inode, size and mtime). `name` is how errors call it."""
     path = os.fspath(archive_path)
     name = name or path
     if os.path.isdir(path):

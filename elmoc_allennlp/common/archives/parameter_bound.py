@@ -1,7 +1,5 @@
-"""
-The parameter bound: the parameters a model config builds at least, from its sizes alone, so that
-a config implying more than `ELMOC_ARCHIVE_MAX_PARAMETERS` (or its weights) is refused unbuilt.
-"""
+"""The parameters a model config builds at least, from its sizes alone, so that a config implying more
+than `ELMOC_ARCHIVE_MAX_PARAMETERS` (or its weights hold) is refused before any layer is built."""
 from typing import Any, Tuple
 
 from elmoc_allennlp.common.archives.limits import walk

@@ -1,7 +1,5 @@
-"""
-The vocabulary folders of an archive (its own, and each carried biLM's in `elmoc_bilm/<key>/`):
-counted together (`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`), UTF-8, each copy's required.
-"""
+"""The vocabulary folders of an archive (its own, each carried biLM's in `elmoc_bilm/<key>/`): counted
+together (`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`), UTF-8, each copy's required."""
 import codecs
 import posixpath
 from typing import Dict

@@ -1,7 +1,5 @@
-"""
-The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
-directory, before torch reads anything, building no tensor and calling nothing but stand-ins.
-"""
+"""The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
+directory, before torch reads anything, building no tensor and calling nothing but stand-ins."""
 import collections
 import io
 import math

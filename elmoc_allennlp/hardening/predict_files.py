@@ -1,5 +1,9 @@
-"""`allennlp predict` input of the plugin's models that is not UTF-8 is an error naming the file and
-the line (allennlp 2.10.1: a bare `UnicodeDecodeError`): lines read as bytes, decoded one at a time."""
+"""
+`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file (allennlp
+2.10.1 opens the output first, truncating the input, and exits 0), and names the input line that
+is not UTF-8 (allennlp 2.10.1: a bare `UnicodeDecodeError`): lines read as bytes, decoded one by one.
+"""
+import os
 import sys
 from typing import Iterable, Iterator
 
@@ -9,7 +13,15 @@ from allennlp.common.file_utils import cached_path, open_compressed
 from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import plugin_model
 
-REPLACES = "`allennlp predict` of the plugin's models names the input line that is not UTF-8"
+REPLACES = "`allennlp predict` of the plugin's models refuses its input as --output-file, names a line not UTF-8"
+
+
+def _init(original, self, predictor, input_file, output_file, *args, **kwargs):
+    if output_file is not None and input_file != "-" and os.path.exists(output_file):
+        same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
+        if same and plugin_model(getattr(predictor, "_model", None)):
+            raise ConfigurationError(f"--output-file {output_file} is the input file {input_file}: choose another")
+    original(self, predictor, input_file, output_file, *args, **kwargs)
 
 
 def _decoded(lines: Iterable[bytes], name: str) -> Iterator[str]:
@@ -42,6 +54,9 @@ def _json_lines(manager, lines: Iterable[str]) -> Iterator:
             yield manager._predictor.load_line(line)
 
 
-_GUARDS = {"allennlp.commands.predict._PredictManager._get_json_data": _get_json_data}
-TARGETS = tuple(_GUARDS)
-install = installer(_GUARDS)
+TARGETS, install = installer(
+    {
+        "allennlp.commands.predict._PredictManager.__init__": _init,
+        "allennlp.commands.predict._PredictManager._get_json_data": _get_json_data,
+    }
+)
