@@ -1,9 +1,5 @@
-"""
-Crash-safe file writing: a file is written under a temporary name in its folder, synced and
-renamed into place (`os.replace`, atomic on POSIX). A kill at any point leaves the old file or the
-complete new one; at worst a hidden `.NAME.partial-*` file, which `remove_stale_partial_files`
-deletes. `atomic_write` gives an open file, `atomic_path` a path (for writers taking a name).
-"""
+"""Crash-safe writing: under a temporary name in the file's folder, synced, renamed into place; a
+kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes)."""
 import contextlib
 import glob
 import logging
@@ -21,35 +17,26 @@ logger = logging.getLogger(__name__)
 PARTIAL_MARKER = ".partial-"
 
 
-def _current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 # mkstemp creates files readable by their owner only; the final files get the usual mode.
-_FILE_MODE = 0o666 & ~_current_umask()
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
 
 
 def _fsync_directory(directory: str) -> None:
     # Makes the rename itself durable; not supported on every file system.
-    try:
+    with contextlib.suppress(OSError):
         descriptor = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
-    except OSError:
-        pass
 
 
 @contextlib.contextmanager
 def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
-    """
-    A temporary path next to `path` (`.NAME.partial-PID-XXXXXXXX`, hidden from globs), renamed to
-    `path` when the block ends without an exception, else deleted. A write that failed for lack
-    of space becomes a `DiskFullError`.
-    """
+    """A temporary path next to `path`, renamed to it if the block ends without an exception, else
+    deleted; a write failed for lack of space is a `DiskFullError`."""
     path = os.path.abspath(os.fspath(path))
     directory, name = os.path.split(path)
     temporary = None
@@ -75,16 +62,7 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
 
 @contextlib.contextmanager
 def atomic_write(path: Union[str, PathLike], mode: str = "wb") -> Iterator[IO[Any]]:
-    """
-    A file open for writing that replaces `path` when the block ends without an exception.
-
-    # Parameters
-
-    path : `Union[str, PathLike]`
-        The destination.
-    mode : `str`, optional (default = `"wb"`)
-        `"wb"` or `"w"` (text, UTF-8).
-    """
+    """A file open for writing (`mode` `"wb"`, or `"w"`: UTF-8 text) that replaces `path` as `atomic_path`."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write supports modes 'w' and 'wb', got {mode!r}")
     encoding = None if "b" in mode else "utf-8"
@@ -99,10 +77,7 @@ def atomic_torch_save(obj: Any, path: Union[str, PathLike]) -> None:
 
 
 def same_file(first: Union[str, PathLike], second: Union[str, PathLike]) -> bool:
-    """
-    Whether two paths name one file: the same resolved path (symbolic links followed), or the same
-    inode (a hard link, another mount of it). A path that does not exist is the same only by name.
-    """
+    """Whether two paths name one file: the same resolved path, or the same inode (a hard link, a mount)."""
     first, second = os.path.expanduser(os.fspath(first)), os.path.expanduser(os.fspath(second))
     if os.path.realpath(first) == os.path.realpath(second):
         return True
@@ -120,30 +95,24 @@ def _writer_runs(partial: str) -> bool:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except OSError:  # e.g. another user's process
-        return True
+    except OSError:  # e.g. another user's process: it runs
+        pass
     return True
 
 
 def remove_stale_partial_files(
     directory: Union[str, PathLike], for_file: Optional[str] = None, locked: bool = False
 ) -> List[str]:
-    """
-    Deletes the temporary files of killed writers in `directory` (all, or only `for_file`'s) and
-    returns their paths. A file whose writer (the pid in its name) still runs is left alone,
-    unless `locked`: the caller holds `for_file`'s `WriterLock`, so no other writer of it runs
-    (a pid from another PID namespace or machine proves nothing).
-    """
+    """Deletes the temporary files of killed writers in `directory` (only `for_file`'s if given); one whose
+    writer (the pid in its name) runs is kept unless `locked` (the caller holds its lock)."""
     removed = []
     pattern = f".{glob.escape(for_file)}{PARTIAL_MARKER}*" if for_file else f".*{PARTIAL_MARKER}*"
     for path in glob.glob(os.path.join(glob.escape(os.fspath(directory)), pattern)):
         if not (locked and for_file) and _writer_runs(path):
             continue
-        try:
+        with contextlib.suppress(OSError):
             os.remove(path)
             removed.append(path)
-        except OSError:
-            pass
     if removed:
         logger.info("Removed %d partially written file(s) in %s", len(removed), directory)
     return removed

@@ -48,10 +48,7 @@ def check_cuda_device(cuda_device: int, option: str) -> None:
 
 
 def check_known_keys(keys: Iterable[str], known: Iterable[str], owner: str, prefix: str = "") -> None:
-    """
-    Every key of `keys` is in `known`; otherwise a `ConfigurationError` from `owner` naming each
-    unknown key (`prefix + key`) and the known key it most probably meant.
-    """
+    """A `ConfigurationError` from `owner` naming each key not in `known` and the known one it probably meant."""
     known = sorted(set(known))
     unknown = [key for key in keys if key not in known]
     if not unknown:

@@ -1,22 +1,15 @@
-"""
-A full disk, reported once: `atomic_files` turns a write that fails for lack of space into a
-`DiskFullError` naming the file, its folder and the free space; the previous file is kept.
-"""
+"""A full disk, reported once: a `DiskFullError` naming the file, its folder and the free space."""
 import errno
 import os
 import shutil
 from typing import Optional, Union
 
-# No room for the write: the file system is full, the user's quota is used up, or the file
-# would be larger than the file system or the process's file-size limit (`ulimit -f`) allows.
+# No room: a full file system, a used-up quota, or a file past the size limit (`ulimit -f`).
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
 
 
 class DiskFullError(OSError):
-    """
-    Writing a file failed for lack of room: its file system is full, the user's quota is used
-    up, or the file is larger than allowed (EFBIG).
-    """
+    """Writing a file failed for lack of room (a full file system, a used-up quota, or EFBIG)."""
 
 
 def find_disk_full(error: Optional[BaseException]) -> Optional[OSError]:

@@ -1,17 +1,16 @@
 """
-Where a fastText `.bin` named in a config is on this machine: one rule for every component.
-
-In this order: where the file really was when the archive was written (`elmoc_fasttext.json`,
-kept if its fingerprint still matches), the recorded path, a relative recorded path under the
-archive's folder and its parent, and the last one to three components of the recorded path under
-those folders (an archive moved together with its vectors). `ELMOC_VECTORS_PATH` overrides the
-file of a biLM's input.
+Where a fastText `.bin` named in a config is on this machine, one rule for every component, in this
+order: where it really was when the archive was written (`elmoc_fasttext.json`, if its fingerprint
+still matches), the recorded path, a relative one under the archive's folder and its parent, the
+last one to three components of the recorded path under those; `ELMOC_VECTORS_PATH` for a biLM's input.
 """
 import json
 import logging
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Union
+
+from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import extracted_from, find_keys
 from elmoc_allennlp.common.atomic_files import atomic_write
@@ -39,10 +38,10 @@ def archive_directories(serialization_dir: PathLike) -> List[Path]:
     return folder_and_parent(Path(origin).parent if origin else serialization_dir)
 
 
-def read_locations(directory: Optional[PathLike]) -> Dict[str, Dict[str, str]]:
+def read_locations(directory: PathLike) -> Dict[str, Dict[str, str]]:
     """The recorded path -> `{"path", "fingerprint"}` of an archive's `elmoc_fasttext.json` ({} without one)."""
-    path = Path(directory, LOCATIONS_NAME) if directory is not None else None
-    if path is None or not path.is_file():
+    path = Path(directory, LOCATIONS_NAME)
+    if not path.is_file():
         return {}
     try:
         locations = json.loads(path.read_bytes()[: 1 << 20].decode("utf-8"))
@@ -53,10 +52,8 @@ def read_locations(directory: Optional[PathLike]) -> Dict[str, Dict[str, str]]:
 
 
 def write_locations(serialization_dir: PathLike) -> Optional[str]:
-    """
-    Records in `<serialization_dir>/elmoc_fasttext.json` where every existing `vectors_path` of the
-    run's `config.json` really is, with its fingerprint; returns the file name, or `None`.
-    """
+    """Records in `elmoc_fasttext.json` where each existing `vectors_path` of the run's config is, with
+    its fingerprint; returns the file's name, or `None`."""
     config_path = Path(serialization_dir, "config.json")
     if not config_path.is_file():
         return None
@@ -73,23 +70,16 @@ def write_locations(serialization_dir: PathLike) -> Optional[str]:
     return LOCATIONS_NAME
 
 
-def _located(recorded: str, location: Optional[Dict[str, str]]) -> Optional[Path]:
-    """Where `recorded` really was, if that file is still there with the same fingerprint."""
-    path = Path(str((location or {}).get("path", "")))
-    if not path.is_absolute() or not path.is_file():
-        return None
-    if FastTextVectors.from_path(path).fingerprint != location.get("fingerprint"):
-        return None
-    return path
-
-
 def fasttext_candidates(
     recorded: str, directories: List[Path], location: Optional[Dict[str, str]] = None
 ) -> List[Path]:
     """The paths tried for the fastText file `recorded` in a config, in order."""
     recorded_path = Path(recorded).expanduser()
-    located = _located(recorded, location)
-    candidates = [located] if located is not None else []
+    # Where `recorded` really was, if that file is still there with the same fingerprint.
+    located = Path(str((location or {}).get("path", "")))
+    candidates = [located] if located.is_absolute() and located.is_file() else []
+    if candidates and FastTextVectors.from_path(located).fingerprint != location.get("fingerprint"):
+        candidates = []
     candidates.append(recorded_path)
     parts = recorded_path.parts[1:] if recorded_path.is_absolute() else recorded_path.parts
     if not recorded_path.is_absolute():
@@ -104,8 +94,6 @@ def fasttext_candidates(
 
 def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
     """`ELMOC_VECTORS_PATH` if set (it must exist), else `vectors_path`."""
-    from allennlp.common.checks import ConfigurationError
-
     variable = os.environ.get(VECTORS_PATH_VARIABLE)
     if not variable:
         return vectors_path
@@ -117,11 +105,8 @@ def vectors_path_override(vectors_path: Optional[str]) -> Optional[str]:
 
 
 def locate_fasttext(vectors_path: str, serialization_dir: Optional[PathLike] = None) -> str:
-    """
-    The fastText `.bin` of a fastText component (`elmoc_fasttext`, `elmoc_fasttext_subwords`): in a
-    loaded archive (`serialization_dir` given) by the rule above, `ELMOC_VECTORS_PATH` last;
-    else `vectors_path` itself.
-    """
+    """The `.bin` of a fastText component: in a loaded archive (`serialization_dir`) by the rule above,
+    `ELMOC_VECTORS_PATH` last; else `vectors_path`."""
     if serialization_dir is None:
         return vectors_path
     location = read_locations(serialization_dir).get(vectors_path)

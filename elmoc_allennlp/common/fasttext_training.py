@@ -29,9 +29,7 @@ def import_fasttext():
 
 # Training runs at most this many times while the package leaves rows uninitialised.
 _ATTEMPTS = 3
-
-# The fewest threads with which fastText initialises every value of the input matrix (its blocks
-# are m*n/10 values whatever the thread count; the 11th covers the remainder): see train_fasttext.
+# The fewest threads with which fastText initialises every value of the input matrix (`thread` below).
 MIN_THREADS = 11
 
 
@@ -60,11 +58,9 @@ def train_fasttext(
 ) -> Path:
     """
     Trains an unsupervised fastText model on a tokenized corpus (one sentence per line), measures
-    its vectors (`measure_vector_health`: mean pairwise cosine of the 2,000 most frequent words,
-    near-duplicate neighbours) and saves its `.bin` to `output_path` atomically. Degenerate
-    vectors (nearly collinear: a biLM trained to predict them would learn their mean direction)
-    are a `DegenerateVectorsError` naming the figures and the remedy, and nothing is written,
-    unless `allow_degenerate`. The figures are logged at INFO.
+    its vectors (`measure_vector_health`, logged) and saves its `.bin` to `output_path` atomically.
+    Degenerate vectors are a `DegenerateVectorsError` naming the figures and the remedy, and nothing
+    is written, unless `allow_degenerate`.
 
     # Parameters
 
@@ -73,21 +69,13 @@ def train_fasttext(
     output_path : `Union[str, Path]`
         Where to write the `.bin`.
     epoch : `int`, optional (default = `None`)
-        Passes over the corpus; by default chosen from its token count (`epochs_for`: fastText's
-        5 from a million tokens up, more below: 5 epochs of 211k tokens gave degenerate vectors,
-        measured in `benchmarks/fasttext_epochs.py`).
+        Passes over the corpus; by default chosen from its token count (`epochs_for`).
     allow_degenerate : `bool`, optional (default = `False`)
         Save degenerate vectors with a warning instead of raising.
     model, dim, min_count, minn, maxn, bucket, thread, verbose
-        Passed to `fasttext.train_unsupervised`; the defaults are those of fastText's English
-        vectors (Bojanowski et al., 2017). `thread` is at least `MIN_THREADS` (11): fastText
-        initialises the input matrix of m x n values in blocks of m*n/10 values, one block per
-        thread (`DenseMatrix::uniform`), so with t threads only the first t blocks are set, and
-        with 10 the last m*n mod 10 values keep whatever memory held (seen: 3.5e17, in the last
-        row, in 64 of 300 trainings of a 20,144 x 16 matrix under load; 0 of 300 with 11). The
-        matrix is still checked before saving (no all-zero row, no value that is not finite or
-        of magnitude `MAX_ABS_VALUE` or more, the reader's bound) and training is run again, up
-        to `_ATTEMPTS` times in all.
+        Passed to `fasttext.train_unsupervised` (defaults: fastText's English vectors, Bojanowski
+        et al., 2017). `thread` is at least `MIN_THREADS`: with fewer, `DenseMatrix::uniform` leaves
+        values unset (ours: 64 of 300 trainings with 10, 0 with 11); rows are checked anyway.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)
@@ -121,7 +109,10 @@ def train_fasttext(
             break
         logger.warning(
             "fastText training on %s left %d row(s) of the input matrix uninitialised (a bug of the "
-            "fasttext package); training again (attempt %d of %d)", corpus_path, bad_rows, attempt + 1,
+            "fasttext package); training again (attempt %d of %d)",
+            corpus_path,
+            bad_rows,
+            attempt + 1,
             _ATTEMPTS,
         )
     else:
@@ -131,14 +122,10 @@ def train_fasttext(
         )
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
-        health = dataclasses.replace(
-            measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path)
-        )
+        health = dataclasses.replace(measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path))
         logger.info("fastText vectors %s: %s", output_path, health.summary())
         if health.degenerate:
-            remedy = (
-                f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
-            )
+            remedy = f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
             if not allow_degenerate:
                 # Raised inside atomic_path: nothing is written, an existing file is kept.
                 raise degenerate_vectors_error(health, remedy + " Nothing was written.")

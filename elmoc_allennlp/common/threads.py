@@ -1,12 +1,6 @@
 """
-Where the plugin's commands and scripts run: the one threads knob (`--threads`: torch's intra-op
-threads, `torch.set_num_threads`, and, where fastText trains, fastText's), and third-party
-warnings a user cannot act on filtered while they run (never process-wide on import).
-
-On a machine that other jobs share, torch's default (one thread per core) makes every thread wait
-for the slowest: measured 4-20x slower with identical results (docs/install.md, "Threads"). For
-`allennlp train` and other stock commands, which have no such option, the environment sets it:
-`OMP_NUM_THREADS=1 allennlp train ...` (torch reads it when it starts).
+The one threads knob of the plugin's commands (`--threads`; torch's default measured 4-20x slower on
+a shared machine: docs/install.md, "Threads"), and third-party warnings filtered while they run.
 """
 import argparse
 import contextlib
@@ -30,21 +24,16 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help=HELP)
 
 
-def set_threads(threads: Optional[int], option: str = "--threads") -> None:
-    """
-    Sets torch's intra-op threads of this process to `threads` (`None` leaves torch's default).
-    Inter-op threads are left alone: torch allows setting them only before any parallel work.
-    """
+def set_threads(threads: Optional[int]) -> None:
+    """Sets torch's intra-op threads to `threads` (`None`: torch's default); inter-op ones cannot be, late."""
     if threads is None:
         return
-    check_positive(threads, option)
+    check_positive(threads, "--threads")
     torch.set_num_threads(threads)
 
 
-# Warnings of other packages that a user of the plugin's commands cannot act on (ours: seen in
-# both environments): google.api_core's Python-version notice and setuptools' pkg_resources
-# notice (both at import, through allennlp's dependencies), nltk's, and torch's about a CUDA that
-# is absent or unusable when the command runs on the CPU.
+# Warnings a user of the plugin's commands cannot act on (ours: seen in both environments): at
+# import through allennlp's dependencies, nltk's, and torch's about an absent CUDA on the CPU.
 THIRD_PARTY_WARNINGS = (
     (FutureWarning, r"You are using a non-supported Python version", r""),
     (UserWarning, r"pkg_resources is deprecated", r""),
@@ -56,10 +45,7 @@ THIRD_PARTY_WARNINGS = (
 
 @contextlib.contextmanager
 def quiet_third_party_warnings() -> Iterator[None]:
-    """
-    While inside, `THIRD_PARTY_WARNINGS` are not shown; on leaving, the process's warning filters
-    are as they were (nothing changes for code that runs outside: the plugin is a guest).
-    """
+    """`THIRD_PARTY_WARNINGS` are not shown inside; on leaving, the process's warning filters are as they were."""
     with warnings.catch_warnings():
         for category, message, module in THIRD_PARTY_WARNINGS:
             warnings.filterwarnings("ignore", message=message, category=category, module=module)

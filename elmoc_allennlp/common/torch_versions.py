@@ -1,7 +1,4 @@
-"""
-The differences between the supported torch releases (1.10-1.12 with allennlp 2.10.1, and 2.x),
-one function each, so that no other code branches on the torch version.
-"""
+"""The differences between the supported torch releases (1.10-1.12 and 2.x), one function each."""
 import collections
 import functools
 import pickle
@@ -21,8 +18,7 @@ def require_torch(version: Tuple[int, int], feature: str) -> None:
         )
 
 
-# torch 1.10-1.12 has no `torch.load(weights_only=True)`: there a pickle module whose unpickler
-# resolves only the names a file of tensors uses refuses anything else, as `weights_only` does.
+# torch < 1.13 has no `weights_only`: a pickle module resolving only the names of tensor files does it.
 
 
 @functools.lru_cache(maxsize=None)
@@ -34,9 +30,8 @@ def _allowed_globals() -> Dict[Tuple[str, str], Any]:
         ("torch", "Tensor"): torch.Tensor,
         ("torch.nn.parameter", "Parameter"): torch.nn.Parameter,
     }
-    for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_parameter",
-                 "_rebuild_parameter_with_state", "_rebuild_sparse_tensor",
-                 "_rebuild_sparse_csr_tensor", "_rebuild_qtensor", "_rebuild_meta_tensor_no_storage"):
+    rebuilt = "tensor tensor_v2 parameter parameter_with_state sparse_tensor sparse_csr_tensor qtensor"
+    for name in (f"_rebuild_{kind}" for kind in rebuilt.split() + ["meta_tensor_no_storage"]):
         if hasattr(torch._utils, name):
             allowed[("torch._utils", name)] = getattr(torch._utils, name)
     for name in dir(torch):
@@ -69,10 +64,7 @@ class _TensorsOnlyPickle:
 
 
 def load_tensors(source: Union[str, BinaryIO], map_location: Any = "cpu") -> Any:
-    """
-    `torch.load` of a file that may come from elsewhere: tensors and plain containers only, even
-    with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`; anything else raises `pickle.UnpicklingError`.
-    """
+    """`torch.load` of tensors and plain containers only, even with `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`."""
     if TORCH_VERSION >= (1, 13):
         return torch.load(source, map_location=map_location, weights_only=True)
     return torch.load(source, map_location=map_location, pickle_module=_TensorsOnlyPickle)
@@ -102,10 +94,7 @@ def functional_call(module: torch.nn.Module, parameters: Dict[str, torch.Tensor]
 
 
 def whole_storage(tensor: torch.Tensor) -> Tuple[int, torch.Tensor]:
-    """
-    The storage `tensor` views: its address, and all of it as one flat tensor of `tensor`'s dtype
-    (`untyped_storage` from torch 2.0; a typed `storage()` before).
-    """
+    """The address of the storage `tensor` views, and all of it as one flat tensor of `tensor`'s dtype."""
     if TORCH_VERSION >= (2, 0):
         storage = tensor.untyped_storage()
         numel = storage.nbytes() // tensor.element_size()

@@ -1,17 +1,11 @@
 """
-Whether fastText vectors can serve as an ELMo-C biLM's targets: measured where `elmoc-fasttext`
-writes them and where the biLM is built on them.
-
-Too few training passes over a small corpus leave fastText's word vectors close to one shared
-direction (mean pairwise cosine 0.96 on a 211k-token corpus at 5 epochs; healthy vectors of PTB
-0.3, `docs/pretraining.md#fasttext-vectors-on-your-own-corpus`). A continuous-output biLM then
-reaches a tiny cosine loss by predicting that direction, and looks excellent while it has learned
-nothing.
+Whether fastText vectors can serve as an ELMo-C biLM's targets: nearly collinear ones let it reach
+a tiny cosine loss by predicting their mean direction (`docs/pretraining.md`, measured there).
 """
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -27,29 +21,18 @@ logger = logging.getLogger(__name__)
 
 # The most frequent words measured (fastText's dictionary is sorted by count, most frequent first).
 FREQUENT_WORDS = 2000
-# Mean pairwise cosine of the frequent words' vectors at or above which vectors are degenerate.
-# Measured (benchmarks/fasttext_epochs.py, docs/pretraining.md): vectors of 100k to 887k PTB
-# tokens measure 0.19-0.26 with the default epochs and 0.997 and 0.907 at 5 epochs of 100k and
-# 200k tokens (0.960 for the 211k corpus of the issue); 0.49-0.51 only at half the default passes.
+# Degenerate at this mean pairwise cosine or more (healthy PTB vectors: 0.19-0.26; 5 epochs of
+# 100k and 200k tokens: 0.997 and 0.907), or with this many near duplicates (a copy in all but
+# rounding: 99.9% of the words of 100k PTB tokens at 5 epochs have one, 0.0% of healthy vectors').
 DEGENERATE_MEAN_COSINE = 0.5
-# A nearest neighbour this close is a copy in all but rounding: "bank"'s neighbours in the
-# degenerate vectors of the issue were at 0.9999; measured, 99.9% of the words of 100k PTB tokens
-# at 5 epochs have one, 0.0% of the healthy vectors' (benchmarks/fasttext_epochs.py).
 NEAR_DUPLICATE_COSINE = 0.999
-# Degenerate too when this fraction of the frequent words has a near-duplicate neighbour.
 DEGENERATE_NEAR_DUPLICATES = 0.5
-# Fewer frequent words than this are not judged (ours): the mean cosine of a pair or three is
-# noise (the 2 words of a 16-d test model measured 0.59; 5 words give 10 pairs), and no corpus
-# worth pretraining on has so few.
+# Fewer words are not judged (ours: the mean cosine of a few pairs is noise).
 MIN_WORDS_JUDGED = 5
-# fastText's default epochs, for a corpus of this many tokens or more.
+# fastText's 5 epochs from 5 million token passes up; more, unbounded, below (359 tokens: 0.36 at 14,000).
 DEFAULT_EPOCHS = 5
-# Smaller corpora get epochs for at least this many token passes: 5 epochs of a million tokens,
-# fastText's default at the size its default suits. Measured on PTB (benchmarks/fasttext_epochs.py):
-# vectors start random (cosine about 0), gather towards one direction, then spread again; 100k and
-# 200k tokens are degenerate at 5 epochs and healthy at 20 (2M and 4M passes). No upper bound: a
-# corpus of 359 tokens measured 0.63 at 100 epochs, 0.72 at 1,000 and 0.36 at 14,000 (20 s).
 TOKEN_PASSES = 5_000_000
+
 
 class DegenerateVectorsError(ConfigurationError):
     """fastText vectors nearly collinear: a biLM predicting their mean direction would look good."""
@@ -80,8 +63,7 @@ class VectorHealth:
     @property
     def degenerate(self) -> bool:
         return self.words >= MIN_WORDS_JUDGED and (
-            self.mean_cosine >= DEGENERATE_MEAN_COSINE
-            or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
+            self.mean_cosine >= DEGENERATE_MEAN_COSINE or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
         )
 
     def summary(self) -> str:
@@ -94,10 +76,7 @@ class VectorHealth:
 
 
 def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) -> np.ndarray:
-    """
-    `(n, dim)` float64: the unit vectors (as `get_word_vector`, n-grams included) of the first
-    `count` dictionary words other than `</s>` whose vector is not zero.
-    """
+    """`(n, dim)` float64 unit vectors (as `get_word_vector`) of the first `count` words but `</s>`, not zero."""
     words = [word for word in vectors.words[: count + 1] if word != vectors.eos_word][:count]
     ids = [vectors.subword_ids_tuple(word) for word in words]
     ids = [word_ids for word_ids in ids if word_ids]
@@ -111,18 +90,11 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
     matrix = np.add.reduceat(rows.astype(np.float64), starts, axis=0)
     matrix /= np.array([len(word_ids) for word_ids in ids], dtype=np.float64)[:, None]
     norms = np.linalg.norm(matrix, axis=1)
-    matrix = matrix[norms > 0] / norms[norms > 0, None]
-    return matrix
+    return matrix[norms > 0] / norms[norms > 0, None]
 
 
-def measure_vector_health(
-    vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS
-) -> VectorHealth:
-    """
-    Measures the `count` most frequent words of a fastText model (a `.bin` path or one already
-    open): their mean pairwise cosine, and how many have a near-duplicate nearest neighbour.
-    About a second for 2,000 words.
-    """
+def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS) -> VectorHealth:
+    """The mean pairwise cosine of a model's `count` most frequent words, and their near duplicates."""
     if not isinstance(vectors, FastTextVectors):
         vectors = FastTextVectors.from_path(vectors)
     units = frequent_word_matrix(vectors, count)
@@ -139,23 +111,16 @@ def measure_vector_health(
 
 
 def epochs_for(tokens: int) -> int:
-    """
-    fastText epochs for a corpus of `tokens` tokens: `DEFAULT_EPOCHS` (fastText's) from a million
-    tokens up, otherwise enough for `TOKEN_PASSES` token passes. Measured in
-    `benchmarks/fasttext_epochs.py`.
-    """
+    """fastText epochs for a corpus of `tokens` tokens: `DEFAULT_EPOCHS`, or enough for `TOKEN_PASSES` passes."""
     if tokens <= 0:
         return DEFAULT_EPOCHS
     return max(DEFAULT_EPOCHS, -(-TOKEN_PASSES // tokens))
 
 
 def count_tokens(corpus: Union[str, Path]) -> int:
-    """The whitespace-separated tokens of a text file (read as bytes, in blocks of lines)."""
-    tokens = 0
+    """The whitespace-separated tokens of a text file (read as bytes)."""
     with open(corpus, "rb") as handle:
-        for line in handle:
-            tokens += len(line.split())
-    return tokens
+        return sum(len(line.split()) for line in handle)
 
 
 def degenerate_vectors_error(health: VectorHealth, remedy: str) -> DegenerateVectorsError:
@@ -170,11 +135,7 @@ _CHECKED: Dict[str, VectorHealth] = {}
 
 
 def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
-    """
-    Measures the fastText vectors a biLM predicts, once per file and process (keyed by its
-    fingerprint), logs the figures, and raises `DegenerateVectorsError` naming the file, the
-    figures and the remedy if they are degenerate.
-    """
+    """Measures a biLM's target vectors once per file and process; a `DegenerateVectorsError` if degenerate."""
     key = f"{vectors.path.absolute()}:{vectors.fingerprint}"
     health = _CHECKED.get(key)
     if health is None:
@@ -191,12 +152,8 @@ def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
 
 
 class ConstantBaseline(Metric):
-    """
-    The cosine loss of the best constant prediction: `1 - |mean of the unit targets|`, the loss of
-    a model that always predicts the targets' mean direction (the best constant `c` maximises
-    `sum_i cos(c, t_i) = c . sum_i t_i/|t_i|`). Summed on the device, so adding targets never
-    syncs; `get_metric` all-reduces the sums.
-    """
+    """The cosine loss of the best constant prediction, `1 - |mean of the unit targets|`, summed on the
+    device (adding targets never syncs); `get_metric` all-reduces."""
 
     def __init__(self, dim: int) -> None:
         self._dim = dim

@@ -1,16 +1,9 @@
 """
-One writer per output: an exclusive `fcntl.flock` on a lock file, which the kernel releases when
-the process ends however it ends (`kill -9` included), so that no lock is ever stale. A second
-writer is refused at once with a `WriterLockError` naming the output; nothing waits.
-
-The lock file of an output is `.NAME.lock` next to it: `allennlp train` takes that of its
-serialization folder (see `compat/serialization_lock.py`) before the folder exists or `--force`
-removes it, and `elmoc-embed` that of its output file. Only where the folder holding a
-serialization folder is not writable (a mount point) is the lock `.elmoc-writer.lock` inside it.
-The lock works across PID namespaces (containers) and, where the file system supports `flock`
-(local disks; NFS v4 through POSIX locks), across machines. On a file system without `flock`
-nothing is locked, with a warning naming the output.
+One writer per output: an exclusive `flock` on `.NAME.lock` next to it (or inside a serialization
+folder whose parent is not writable), released by the kernel however the process ends; a second
+writer is a `WriterLockError` naming the output. Without `flock`, a warning and no lock.
 """
+import contextlib
 import errno
 import fcntl
 import logging
@@ -21,8 +14,7 @@ from allennlp.common.checks import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-# `flock` errors: another process holds the lock; the file system has no `flock` (then nothing
-# is locked, with a warning).
+# `flock` errors: another process holds the lock; the file system has no `flock`.
 _HELD_ELSEWHERE = {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
 _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
@@ -43,10 +35,7 @@ class WriterLockError(ConfigurationError):
 
 
 def lock_path_of(output: str, inside: bool = False) -> str:
-    """
-    The lock file of a file or folder: `.NAME.lock` next to it, or with `inside`,
-    `FOLDER_LOCK_NAME` in the folder.
-    """
+    """The lock file of a file or folder: `.NAME.lock` next to it, or with `inside`, `FOLDER_LOCK_NAME` in it."""
     if inside:
         return os.path.join(output, FOLDER_LOCK_NAME)
     directory, name = os.path.split(output)
@@ -59,13 +48,12 @@ FILE = "the output file"
 
 class WriterLock:
     """
-    The exclusive lock of `output` (a folder, or a file whose folder exists), held from
-    `acquire()` to `release()` (or the end of the process).
+    The exclusive lock of `output` from `acquire()` to `release()` or the end of the process.
 
     # Parameters
 
     output : `str`
-        The folder or file written.
+        The folder or file written (its folder must exist).
     what : `str`
         How errors call it: `FOLDER` or `FILE`.
     inside : `bool`, optional (default = `False`)
@@ -97,8 +85,7 @@ class WriterLock:
                 if error.errno in _NO_FLOCK:
                     return self._unlocked(error)
                 raise
-            # The holder before us may have removed the file as it released it: the lock is ours
-            # only if the name still leads to the file locked.
+            # Ours only if the name still leads to the file locked (the last holder removes it).
             try:
                 same = os.stat(self.path).st_ino == os.fstat(descriptor).st_ino
             except FileNotFoundError:
@@ -113,13 +100,13 @@ class WriterLock:
 
     def _unlocked(self, error: OSError) -> "WriterLock":
         """No lock where the file system has no `flock`: a warning naming the output, and on."""
-        try:
+        with contextlib.suppress(OSError):
             os.remove(self.path)
-        except OSError:
-            pass
         logger.warning(
-            "Cannot lock %s %s: its file system does not support flock (%s); a second writer "
-            "would not be refused", self.what, self.output, os.strerror(error.errno),
+            "Cannot lock %s %s: its file system does not support flock (%s); a second writer would not be refused",
+            self.what,
+            self.output,
+            os.strerror(error.errno),
         )
         return self
 
@@ -127,12 +114,10 @@ class WriterLock:
         """Removes the lock file and releases the lock (the removal first: see `acquire`)."""
         if self._descriptor is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             # Not a newer lock file of the same name (`--force` removes the folder it was in).
             if os.stat(self.path).st_ino == os.fstat(self._descriptor).st_ino:
                 os.remove(self.path)
-        except OSError:
-            pass
         os.close(self._descriptor)
         self._descriptor = None
 
@@ -141,26 +126,6 @@ class WriterLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
-
-
-def is_locked(output: Union[str, os.PathLike], what: str = FILE) -> bool:
-    """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
-    output = os.path.abspath(os.fspath(output))
-    return any(_is_locked(lock_path_of(output, inside)) for inside in (False, what == FOLDER))
-
-
-def _is_locked(path: str) -> bool:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        return error.errno in _HELD_ELSEWHERE
-    finally:
-        os.close(descriptor)
-    return False
 
 
 # Serialization folders whose lock this process holds (absolute path -> lock).

@@ -1,48 +1,36 @@
 """
-The changes to allennlp 2.10.1 that the plugin's components need in order to work on it and on
-current torch, and that cannot be scoped to them (each module's docstring says why, and when it
-can go; `docs/compat.md` lists them). Each module has `REPLACES` (a phrase for the log line),
-`TARGETS` (the dotted names of the allennlp objects it replaces; a test checks that importing
-the plugin replaces exactly the declared ones) and an idempotent `install() -> bool` (`False`:
-this environment does not need it). Every replacement goes through `elmoc_allennlp.common.shims.install_shim`.
-
-`install_shims()`, run when `elmoc_allennlp` is imported, installs these and the guards of
-`elmoc_allennlp.hardening` (which act on the plugin's own archives, configs and models only,
-unless the user turns them on for every archive), and logs one short line (the list at DEBUG).
-
-One stand-in cannot wait for the plugin: allennlp imports torchvision before any plugin, so
-`tools/torchvision_placeholder` (a `.pth` file run at start-up) registers a placeholder module
-where no real torchvision is importable. To drop it: once allennlp imports torchvision lazily.
+The changes to allennlp 2.10.1 that the plugin's components need and that cannot be scoped to them
+(`docs/compat.md`). Each module has `REPLACES` (for the log line), `TARGETS` (what it replaces) and an
+idempotent `install() -> bool` (`False`: not needed here). `tools/torchvision_placeholder` (a `.pth`
+file) stands in for a missing torchvision, which allennlp imports before any plugin.
 """
+import functools
 import importlib
 import logging
-from typing import List, Optional
+from typing import List, Tuple
 
 logger = logging.getLogger(__name__)
 
 # Modules of this package, in the order they are installed.
 SHIMS = ("reduce_on_plateau", "elmoc_as_elmo", "carried_files")
 
-_installed: Optional[List[str]] = None
-
 
 def install_shims() -> List[str]:
     """Installs the guards of `hardening.GUARDS` and the shims of `SHIMS` (once per process);
     returns the dotted module names of those applied."""
-    global _installed
-    if _installed is not None:
-        return list(_installed)
+    return list(_install())
+
+
+@functools.lru_cache(maxsize=None)
+def _install() -> Tuple[str, ...]:
     from elmoc_allennlp.hardening import GUARDS
 
-    _installed = []
-    descriptions = []
+    installed, descriptions = [], []
     # The guards first: `carried_files` adds its members to what the atomic archiving writes.
-    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [
-        f"{__name__}.{name}" for name in SHIMS
-    ]:
+    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [f"{__name__}.{name}" for name in SHIMS]:
         shim = importlib.import_module(module)
         if shim.install():
-            _installed.append(module)
+            installed.append(module)
             descriptions.append(f"{module.rsplit('.', 1)[1]} ({shim.REPLACES})")
     logger.info(
         "elmoc_allennlp: %d patches of allennlp 2.10.1 installed, of which %d act on the plugin's "
@@ -51,4 +39,4 @@ def install_shims() -> List[str]:
         len(GUARDS),
     )
     logger.debug("elmoc_allennlp replaces in this process: %s", "; ".join(descriptions))
-    return list(_installed)
+    return tuple(installed)

@@ -1,18 +1,7 @@
 """
-allennlp's `reduce_on_plateau` scheduler works with current PyTorch.
-
-**Problem (allennlp 2.10.1).** Its `reduce_on_plateau` scheduler passes `verbose` to PyTorch's
-`ReduceLROnPlateau`, which current PyTorch removed: every config using it (allennlp-models' ESIM
-and coreference recipes, the downstream configs here) fails with a `TypeError`.
-
-**Workaround.** `install()` registers a replacement under the same name and parameters that
-passes `verbose` only to a PyTorch that accepts it (and replaces nothing under such a PyTorch).
-Why process-wide: a scheduler is chosen by its registered name, which the downstream configs
-here (and allennlp-models' recipes they follow) use; under a PyTorch that still has `verbose`
-nothing is replaced, and under one without it the stock scheduler cannot be built at all.
-
-**To drop it**: when the installed PyTorch or allennlp is fixed, remove this module and its entry
-in `elmoc_allennlp.compat.SHIMS`.
+allennlp's `reduce_on_plateau`, registered again, passes `verbose` only to a PyTorch that has it.
+Problem (allennlp 2.10.1): current PyTorch removed `verbose`, so every config using it fails with a
+`TypeError`. Why process-wide: `docs/compat.md`.
 """
 import inspect
 from typing import List, Union
@@ -28,21 +17,15 @@ from allennlp.training.optimizers import Optimizer
 
 REPLACES = "LearningRateScheduler 'reduce_on_plateau' without PyTorch's removed `verbose`"
 NAME = "reduce_on_plateau"
-TARGETS = (
-    "allennlp.training.learning_rate_schedulers.learning_rate_scheduler."
-    f"LearningRateScheduler['{NAME}']",
-)
+TARGETS = (f"allennlp.training.learning_rate_schedulers.learning_rate_scheduler.LearningRateScheduler['{NAME}']",)
 
-_ACCEPTS_VERBOSE = (
-    "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
-)
+_ACCEPTS_VERBOSE = "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
 
 
 class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetricsWrapper):
     """
-    allennlp's `reduce_on_plateau`; `verbose` is ignored by a PyTorch that no longer has it.
-
-    Registered as a `LearningRateScheduler` with name "reduce_on_plateau" by `install()`.
+    allennlp's `reduce_on_plateau` (registered under that name by `install()`); `verbose` is
+    ignored by a PyTorch that no longer has it.
 
     # Parameters
 
@@ -91,8 +74,5 @@ def install() -> bool:
     if _ACCEPTS_VERBOSE:
         return False
     # Not `register(..., exist_ok=True)`, which logs an "overwriting" line of its own.
-    Registrable._registry[LearningRateScheduler][NAME] = (
-        ReduceOnPlateauLearningRateScheduler,
-        None,
-    )
+    Registrable._registry[LearningRateScheduler][NAME] = (ReduceOnPlateauLearningRateScheduler, None)
     return True

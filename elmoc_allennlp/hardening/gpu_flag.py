@@ -1,33 +1,16 @@
-"""
-Loading a plugin's archive onto a GPU this machine lacks fails in one line.
-Problem (allennlp 2.10.1): `load_archive(..., cuda_device=0)` without that GPU builds the model,
-then fails in `model.cuda()` with torch's traceback. Workaround: `archival._load_model` checks the
-device first (`common.checks.check_cuda_device`, as every entry point of the plugin) for a config
-of the plugin. To drop it: when allennlp checks the device before building.
-"""
-import functools
+"""Loading a plugin's archive onto a GPU this machine lacks fails in one line, before the model is
+built (allennlp 2.10.1 fails in `model.cuda()` with torch's traceback)."""
+from elmoc_allennlp.common.checks import check_cuda_device
+from elmoc_allennlp.common.shims import installer
+from elmoc_allennlp.hardening.scope import plugin_config
 
 REPLACES = "loading a plugin's archive onto a missing GPU fails in one line"
-TARGETS = ("allennlp.models.archival._load_model",)
 
 
-def _checking_device(original):
-    from elmoc_allennlp.common.checks import check_cuda_device
-    from elmoc_allennlp.hardening.scope import plugin_config
-
-    @functools.wraps(original)
-    def _load_model(config, weights_path, serialization_dir, cuda_device):
-        if plugin_config(config):
-            check_cuda_device(cuda_device, "--cuda-device (cuda_device)")
-        return original(config, weights_path, serialization_dir, cuda_device)
-
-    return _load_model
+def _load_model(original, config, weights_path, serialization_dir, cuda_device):
+    if plugin_config(config):
+        check_cuda_device(cuda_device, "--cuda-device (cuda_device)")
+    return original(config, weights_path, serialization_dir, cuda_device)
 
 
-def install() -> bool:
-    import allennlp.models.archival as archival
-
-    from elmoc_allennlp.common.shims import install_shim
-
-    install_shim(archival, "_load_model", _checking_device)
-    return True
+TARGETS, install = installer({"allennlp.models.archival._load_model": _load_model})

@@ -1,28 +1,16 @@
-"""
-`load_archive` extracts the plugin's archives checked and bounded, their config strict JSON.
-Problem (allennlp 2.10.1): it extracts with no filter (members may land anywhere, a small archive
-may fill the disk) and reads `config.json` as jsonnet, importing any dotted `"type"`.
-Workaround: `archival.extracted_archive` and `archival.Params` (looked up when `load_archive`
-runs) send an archive of the plugin (`scope.plugin_archive`) to `common.archives` and its config
-(or a plugin serialization folder's) to `read_config`; others go to allennlp's, untouched.
-To drop it: when allennlp extracts with a filter and reads archived configs as JSON.
-"""
-import contextlib
-import functools
+"""`load_archive` extracts the plugin's archives with `common.archives` and reads their config with
+`read_config` (allennlp 2.10.1 extracts unfiltered and reads jsonnet, importing any dotted type)."""
 import json
 import os
 
+import allennlp.models.archival as archival
 from allennlp.common.params import Params, parse_overrides, with_overrides
 
 from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
-from elmoc_allennlp.common.shims import install_shim
+from elmoc_allennlp.common.shims import install_shim, installer
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
 REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
-TARGETS = (
-    "allennlp.models.archival.extracted_archive",
-    "allennlp.models.archival.Params",
-)
 
 
 class ArchiveParams(Params):
@@ -42,25 +30,16 @@ class ArchiveParams(Params):
         return cls(with_overrides(config, overrides) if overrides else config)
 
 
-def _checked_extraction(original):
-    @functools.wraps(original)
-    @contextlib.contextmanager
-    def checked(resolved_archive_file, cleanup: bool = True):
-        chosen = extracted_archive if plugin_archive(resolved_archive_file) else original
-        with chosen(resolved_archive_file, cleanup=cleanup) as directory:
-            yield directory
-
-    return checked
+def _extracted_archive(original, resolved_archive_file, cleanup: bool = True):
+    chosen = extracted_archive if plugin_archive(resolved_archive_file) else original
+    return chosen(resolved_archive_file, cleanup=cleanup)
 
 
-def _archive_params(original):
-    return ArchiveParams
+_EXTRACTION, _install_extraction = installer({"allennlp.models.archival.extracted_archive": _extracted_archive})
+TARGETS = _EXTRACTION + ("allennlp.models.archival.Params",)
 
 
 def install() -> bool:
-    import allennlp.models.archival as archival
-
-    # `load_archive` looks both names up in this module when it runs.
-    install_shim(archival, "extracted_archive", _checked_extraction)
-    install_shim(archival, "Params", _archive_params)
+    _install_extraction()
+    install_shim(archival, "Params", lambda original: ArchiveParams, shim=ArchiveParams)
     return True

@@ -1,40 +1,25 @@
-"""
-Opt-in: a dotted config `"type"` must name a class of the kind asked for.
-Problem (allennlp 2.10.1): `Registrable.resolve_class_name` imports a dotted `"type"` and calls it
-unchecked (`{"type": "subprocess.Popen", ...}` runs a command). Workaround: with the switch, it
-must resolve to a subclass of the base asked for, or a class registered under it (the plugin's
-archived configs have `common.archives.check_config_types`). To drop it: when allennlp checks it.
-"""
-import functools
-
+"""Opt-in: a dotted config `"type"` must resolve to a subclass of the base asked for, or a class
+registered under it (allennlp 2.10.1 imports and calls it unchecked: `subprocess.Popen` runs)."""
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
 
-from elmoc_allennlp.common.shims import install_shim
+from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import everywhere
 
 REPLACES = "a dotted config type must name a subclass of the requested kind"
-TARGETS = ("allennlp.common.registrable.Registrable.resolve_class_name",)
 
 
-def _checked(original):
-    @functools.wraps(original)
-    def resolve_class_name(cls, name: str):
-        subclass, constructor = original(cls, name)
-        if name in Registrable._registry[cls] or not everywhere():
-            return subclass, constructor
-        registered = {entry[0] for entry in Registrable._registry[cls].values()}
-        is_subclass = isinstance(subclass, type) and issubclass(subclass, cls)
-        if not is_subclass and subclass not in registered:
-            raise ConfigurationError(
-                f'"type": "{name}" is not a {cls.__name__}: a dotted type name must name a '
-                f"subclass of {cls.__module__}.{cls.__name__}"
-            )
+def _resolve_class_name(original, cls, name: str):
+    subclass, constructor = original(cls, name)
+    if name in Registrable._registry[cls] or not everywhere():
         return subclass, constructor
+    registered = {entry[0] for entry in Registrable._registry[cls].values()}
+    if not (isinstance(subclass, type) and issubclass(subclass, cls)) and subclass not in registered:
+        raise ConfigurationError(
+            f'"type": "{name}" is not a {cls.__name__}: a dotted type name must name a '
+            f"subclass of {cls.__module__}.{cls.__name__}"
+        )
+    return subclass, constructor
 
-    return resolve_class_name
 
-
-def install() -> bool:
-    install_shim(Registrable, "resolve_class_name", _checked)
-    return True
+TARGETS, install = installer({"allennlp.common.registrable.Registrable.resolve_class_name": _resolve_class_name})

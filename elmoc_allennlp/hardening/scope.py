@@ -1,10 +1,7 @@
 """
-What is the plugin's own, for the guards installed with it: a config naming one of its registered
-components (an `elmoc*` name, an older alias of such a class, a dotted `elmoc_allennlp.` class) or
-a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or serialization folder
-whose `config.json` is such a config (or, not being JSON, says `elmoc`), or an archive with an
-`elmoc_*` member; a model with a module of this package. With the switch
-(`elmoc_allennlp_hardening`), everything is.
+What is the plugin's own, for its guards (with the switch, everything): a config naming one of its
+components or a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or folder
+with such a `config.json` or an `elmoc_*` member; a model with a module of this package.
 """
 import json
 import os
@@ -13,7 +10,7 @@ import stat
 import tarfile
 from typing import Any, Dict, Tuple
 
-from elmoc_allennlp.common.archives import CONFIG_NAME, archive_limit, find_keys
+from elmoc_allennlp.common.archives import CONFIG_NAME, archive_limit, extraction_limits, walk
 
 _EVERYWHERE = False
 _PACKAGE = "elmoc_allennlp."
@@ -37,25 +34,18 @@ def plugin_config(config: Any) -> bool:
         return True
     from allennlp.common.registrable import Registrable
 
-    config = getattr(config, "params", config)  # `Params` hold their dict there
     names = {
         name
         for entries in Registrable._registry.values()
         for name, (cls, _) in entries.items()
         if cls.__module__.startswith(_PACKAGE) and not cls.__module__.startswith(_STANDINS)
     }
-    for _, value in find_keys(config, "type"):
-        if isinstance(value, str) and (value in names or value.startswith(_PACKAGE)):
+    for _, key, value, _ in walk(getattr(config, "params", config)):  # `Params` hold their dict there
+        if key == "type" and isinstance(value, str) and (value in names or value.startswith(_PACKAGE)):
             return True
-    stack = [config]  # a model-level `elmo` block with an `archive_file` (compat/elmoc_as_elmo.py)
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            if isinstance(value.get("elmo"), dict) and "archive_file" in value["elmo"]:
-                return True
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
+        # A model-level `elmo` block with an `archive_file` (compat/elmoc_as_elmo.py).
+        if key == "elmo" and isinstance(value, dict) and "archive_file" in value:
+            return True
     return False
 
 
@@ -80,12 +70,8 @@ def plugin_run(serialization_dir: Any) -> bool:
 
 
 def plugin_archive(archive_file: Any) -> bool:
-    """
-    Whether the archive (a `.tar.gz` or a folder) at `archive_file` is the plugin's, from its
-    members' headers and `config.json` members, extracting nothing (once per archive and process).
-    One whose headers pass the extraction limits first counts as the plugin's (so that it is
-    refused within them); a file that is no readable tar archive is allennlp's to report.
-    """
+    """Whether the archive (a `.tar.gz` or a folder) is the plugin's, from its headers and `config.json`
+    members, once per archive; one past the extraction limits is (to be refused within them)."""
     path = os.fspath(archive_file)
     if _EVERYWHERE or os.path.isdir(path):
         return _EVERYWHERE or plugin_run(path)
@@ -102,18 +88,14 @@ def plugin_archive(archive_file: Any) -> bool:
 
 
 def _scan(path: str, size: int) -> bool:
-    json_limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
-    byte_limit = min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"),
-                     max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * size))
+    member_limit, byte_limit, json_limit, *_ = extraction_limits(size)
     members, total = 0, 0
     try:
         with tarfile.open(path, "r:*") as tar:
             for member in tar:
                 members, total = members + 1, total + member.size
                 name = posixpath.normpath(member.name)
-                if name.split("/")[0].startswith("elmoc_") or members > archive_limit(
-                    "ELMOC_ARCHIVE_MAX_MEMBERS"
-                ) or total > byte_limit:
+                if name.split("/")[0].startswith("elmoc_") or members > member_limit or total > byte_limit:
                     return True
                 if posixpath.basename(name) == CONFIG_NAME and member.isfile():
                     if member.size > json_limit or plugin_text(tar.extractfile(member).read()):

@@ -4,6 +4,8 @@ and 4): a serialization folder and an `elmoc-embed` output have one writer at a 
 the kernel releases when its process dies), a CR inside a line is whitespace, non-finite vectors
 and a disk too small are refused before anything is written.
 """
+import errno
+import fcntl
 import io
 import json
 import os
@@ -27,11 +29,29 @@ from elmoc_allennlp.common.writer_lock import (
     FOLDER_LOCK_NAME,
     WriterLock,
     WriterLockError,
-    is_locked,
     lock_path_of,
 )
 from tests.bad_input.conftest import write_archive
 from tests.conftest import FIXTURES_ROOT
+
+
+def is_locked(output, what: str = FILE) -> bool:
+    """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
+    return any(_is_locked(lock_path_of(os.path.abspath(output), inside)) for inside in (False, what == FOLDER))
+
+
+def _is_locked(path: str) -> bool:
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        return error.errno in {errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES}
+    finally:
+        os.close(descriptor)
+    return False
 
 # Another process holding the lock: a bare `flock` on the lock file (no plugin import), as a run
 # in another container or on another machine sharing the disk would. It holds it until it is

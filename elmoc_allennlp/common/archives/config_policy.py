@@ -1,14 +1,10 @@
-"""
-The self-contained policy of archived configs: `read_config` reads a config as strict JSON (no
-jsonnet, no `NaN` or `Infinity`), whose dotted types are never imported, that names no URL and no
-other archive in the sections loading builds, and whose sizes imply at most
-`ELMOC_ARCHIVE_MAX_PARAMETERS` parameters.
-"""
+"""The self-contained policy of archived configs: strict JSON, dotted types never imported, no URL
+and no other archive in the sections loading builds, at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
@@ -17,68 +13,17 @@ from elmoc_allennlp.common.archives.limits import (
     MAX_JSON_DEPTH,
     _regular_file,
     archive_limit,
+    find_keys,
+    walk,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 
-
-def find_keys(config: Any, key: str, prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """Yields `(dotted path, value)` for every scalar under `key` in a nested config."""
-    if isinstance(config, dict):
-        for name, value in config.items():
-            path = f"{prefix}.{name}" if prefix else str(name)
-            if name == key and not isinstance(value, (dict, list)):
-                yield path, value
-            else:
-                yield from find_keys(value, key, path)
-    elif isinstance(config, list):
-        for index, value in enumerate(config):
-            yield from find_keys(value, key, f"{prefix}.{index}")
-
-
-def read_config(
-    directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
-) -> Dict[str, Any]:
-    """The strict-JSON config `member` of an extracted archive, its types checked."""
-    path = _regular_file(directory, member, archive)
-    if path is None:
-        raise ConfigurationError(f"Model archive {archive} has no {member}")
-    limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
-    if os.path.getsize(path) > limit:
-        raise ConfigurationError(
-            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
-        )
-    try:
-        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_NotJson)
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:
-        raise ConfigurationError(
-            f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
-            f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
-        ) from None
-    if _json_depth(config) > MAX_JSON_DEPTH:
-        raise ConfigurationError(
-            f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels"
-        )
-    if not isinstance(config, dict):
-        raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
-    for key, value in _leaves(config):
-        if isinstance(value, _NotJson):
-            raise ConfigurationError(
-                f"{archive} ({member}): {key} is {value.name}, which strict JSON does not have "
-                "(archived configs are strict JSON)"
-            )
-    if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
-        raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
-    check_config_types(config, f"{archive} ({member})")
-    if member.endswith(CONFIG_NAME):
-        check_self_contained(config, directory, f"{archive} ({member})")
-        limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
-        bound, key = config_parameter_bound(config["model"], "model")
-        if bound > limit:
-            raise ConfigurationError(
-                f"{archive} ({member}): {key} makes the model at least {bound:,} parameters, past "
-                f"ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); nothing was built"
-            )
-    return config
+# The sections of a config that loading an archive builds (not the data paths, not the vocabulary).
+_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
+# Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
+_DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
+# Registered constructors that open another archive.
+_OTHER_ARCHIVE_TYPES = ("from_archive", "elmoc_bilm_from_archive")
 
 
 class _NotJson:
@@ -88,57 +33,51 @@ class _NotJson:
         self.name = name
 
 
-def _leaves(config: Any) -> Iterator[Tuple[str, Any]]:
-    """`(dotted key, value)` of every value that is neither an object nor a list."""
-    stack = [("", config)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, (dict, list)):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((f"{where}.{name}" if where else str(name), item) for name, item in items)
-        else:
-            yield where, value
-
-
-def _json_depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        value, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(value, dict):
-            stack.extend((item, depth + 1) for item in value.values())
-        elif isinstance(value, list):
-            stack.extend((item, depth + 1) for item in value)
-    return deepest
-
-
-# The sections of a config that loading an archive builds (the data paths are never read, the
-# vocabulary comes from the archive's files).
-_LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
-# Keys whose subtrees allennlp's `load_archive` drops before building (`remove_keys_from_params`).
-_DROPPED_AT_LOADING = frozenset(("pretrained_file", "initializer"))
-# Registered constructors that open another archive.
-_OTHER_ARCHIVE_TYPES = ("from_archive", "elmoc_bilm_from_archive")
-
-
-def _strings(config: Any, prefix: str) -> Iterator[Tuple[str, str]]:
-    stack = [(prefix, config)]
-    while stack:
-        where, value = stack.pop()
-        if isinstance(value, str):
-            yield where, value
-        elif isinstance(value, dict):
-            stack.extend(
-                (f"{where}.{name}", item) for name, item in value.items()
-                if name not in _DROPPED_AT_LOADING
+def read_config(directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME) -> Dict[str, Any]:
+    """The strict-JSON config `member` of an extracted archive, its types checked."""
+    path = _regular_file(directory, member, archive)
+    if path is None:
+        raise ConfigurationError(f"Model archive {archive} has no {member}")
+    limit = archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES")
+    if os.path.getsize(path) > limit:
+        raise ConfigurationError(
+            f"Model archive {archive}: {member} is larger than ELMOC_ARCHIVE_MAX_JSON_BYTES ({limit:,})"
+        )
+    source = f"{archive} ({member})"
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_NotJson)
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise ConfigurationError(
+            f"The {member} of model archive {archive} is not JSON ({type(error).__name__}: "
+            f"{str(error)[:200]}); archived configs are strict JSON, never jsonnet"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} is not a JSON object")
+    for key, _, value, depth in walk(config):
+        if depth > MAX_JSON_DEPTH:
+            raise ConfigurationError(
+                f"The {member} of model archive {archive} nests deeper than {MAX_JSON_DEPTH} levels"
             )
-        elif isinstance(value, list):
-            stack.extend((f"{where}.{index}", item) for index, item in enumerate(value))
+        if isinstance(value, _NotJson):
+            raise ConfigurationError(
+                f"{source}: {key} is {value.name}, which strict JSON does not have (archived configs are strict JSON)"
+            )
+    if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
+        raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
+    check_config_types(config, source)
+    if member.endswith(CONFIG_NAME):
+        check_self_contained(config, directory, source)
+        limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
+        bound, key = config_parameter_bound(config["model"], "model")
+        if bound > limit:
+            raise ConfigurationError(
+                f"{source}: {key} makes the model at least {bound:,} parameters, past "
+                f"ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); nothing was built"
+            )
+    return config
 
 
-# Where a downstream archive carries the copy of the biLM an `archive_file` names: set by
-# `downstream/archive.py`, which writes the copies (`register_carried_copies`). Until it is set,
-# every `archive_file` in a loaded config is refused.
+# Where a downstream archive carries the biLM an `archive_file` names (set by `downstream/archive.py`).
 _carried_copy: Optional[Callable[[Union[str, os.PathLike], str], Path]] = None
 
 
@@ -149,20 +88,15 @@ def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Pat
 
 
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
-    """
-    Loading an archive reads that archive only (and, by the documented rules, its fastText
-    `.bin`): the sections loading builds (not the `pretrained_file` and `initializer` keys
-    allennlp drops first) may name no URL and no other archive (allennlp's `from_archive` model, a
-    fine-tuning `elmoc_bilm_from_archive`, or a biLM `archive_file` whose copy it does not carry
-    in `elmoc_bilm/`).
-    """
+    """The sections loading builds (less the keys allennlp drops) name no URL and no other archive: no
+    `from_archive`, `elmoc_bilm_from_archive` or biLM `archive_file` not carried in `elmoc_bilm/`."""
     for section in _LOADED_SECTIONS:
-        for key, value in _strings(config.get(section), section):
-            name = key.rpartition(".")[2]
+        for key, name, value, _ in walk(config.get(section), section, skip=_DROPPED_AT_LOADING):
+            if not isinstance(value, str):
+                continue
             if "://" in value:
                 raise ConfigurationError(
-                    f"{source}: {key} is the URL {value[:200]!r}; loading an archive reads "
-                    "nothing outside it"
+                    f"{source}: {key} is the URL {value[:200]!r}; loading an archive reads nothing outside it"
                 )
             if name == "type" and value in _OTHER_ARCHIVE_TYPES:
                 raise ConfigurationError(
@@ -180,10 +114,7 @@ def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLi
 
 
 def check_config_types(config: Dict[str, Any], source: str) -> None:
-    """
-    Every dotted `"type"` of an archived config must be a registered name, or a `FromParams` or
-    registered class of a module already imported; nothing is imported.
-    """
+    """Every dotted `"type"` is a registered name, or a component class of a module already imported."""
     from allennlp.common.from_params import FromParams
     from allennlp.common.registrable import Registrable
 

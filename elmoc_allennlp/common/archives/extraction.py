@@ -1,11 +1,7 @@
 """
-Extraction with limits: `extract_archive` writes only regular files and folders inside its
-folder, each member checked from its header before it is written and counted against the limits
-`ELMOC_ARCHIVE_MAX_MEMBERS`, `ELMOC_ARCHIVE_MAX_BYTES`, `ELMOC_ARCHIVE_MAX_RATIO` (times the
-archive's size, past 1 GiB), `ELMOC_ARCHIVE_MAX_JSON_BYTES`, `ELMOC_ARCHIVE_MAX_FOLDERS` and
-`ELMOC_ARCHIVE_MAX_DEPTH`; then its `weights.th` (`weights_header.py`), its configs
-(`config_policy.py`) and their parameter bound against the weights. `read_archive` shares one
-extraction per archive while it is in use.
+Extraction with limits: `extract_archive` writes only regular files and folders, each member
+checked from its header (`extraction_limits`), then checks the weights header, the configs and
+their parameter bound; `read_archive` shares one extraction per archive while it is in use.
 """
 import atexit
 import contextlib
@@ -33,47 +29,21 @@ from elmoc_allennlp.common.archives.limits import (
     _damage_named,
     _regular_file,
     archive_limit,
+    extraction_limits,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
-from elmoc_allennlp.common.archives.vocabulary import (
-    _is_vocabulary,
-    _VocabularyCount,
-    check_carried_vocabularies,
-)
+from elmoc_allennlp.common.archives.vocabulary import _is_vocabulary, _VocabularyCount, check_carried_vocabularies
 from elmoc_allennlp.common.archives.weights_header import check_weights_file
 from elmoc_allennlp.common.disk_full import DiskFullError, find_disk_full
 
 logger = logging.getLogger(__name__)
 
 
-def open_archive(archive_path: Union[str, os.PathLike]) -> tarfile.TarFile:
-    """`tarfile.open(archive_path, "r:*")`, naming the file if it is not a tar archive."""
-    archive = os.fspath(archive_path)
-    try:
-        status = os.stat(archive)
-    except OSError:
-        raise ConfigurationError(f"Model archive {archive} does not exist") from None
-    if not stat.S_ISREG(status.st_mode):
-        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
-        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
-    if status.st_size == 0:
-        raise CorruptArchiveError(archive, "the file is empty")
-    with _damage_named(archive, "not a tar archive, or "):
-        return tarfile.open(archive, "r:*")
-
-
 def _check_member(
-    archive: str,
-    member: tarfile.TarInfo,
-    names: Dict[str, bool],
-    totals: List[int],
-    limits: Tuple[int, ...],
+    archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int], limits: Tuple[int, ...]
 ) -> str:
-    """
-    The member's normalised name, or `UnsafeArchiveError`. `names` maps every name seen (members
-    and their parent folders) to whether it is a folder; `totals` counts members, bytes and
-    folders; `limits` are those of `_extraction_limits`.
-    """
+    """The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen -> is a folder;
+    `totals`: members, bytes and folders; `limits`: `extraction_limits`."""
     name = member.name
     if not name or "\0" in name:
         raise UnsafeArchiveError(archive, name, "has an empty or invalid name")
@@ -90,17 +60,13 @@ def _check_member(
     if member.issparse():
         raise UnsafeArchiveError(archive, name, "is a sparse file")
     components = name.count("/") + 1
-    if components > limits[3]:
+    if components > limits[4]:
         raise UnsafeArchiveError(
-            archive,
-            name[:200],
-            f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[3]:,})",
+            archive, name[:200], f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[4]:,})"
         )
     parts = name.split("/")
     if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts):
-        raise UnsafeArchiveError(
-            archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
-        )
+        raise UnsafeArchiveError(archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes")
     normalised = posixpath.normpath(name)
     if normalised == "." and member.isdir():
         return normalised
@@ -124,26 +90,10 @@ def _check_member(
     totals[0] += 1
     totals[1] += member.size if member.isfile() else 0
     json_bytes = member.size if normalised.endswith(".json") else 0
-    for value, limit, what in zip((totals[0], totals[1], json_bytes), limits, _LIMIT_NAMES):
+    for value, limit, what in zip((totals[0], totals[1], json_bytes, totals[2]), limits, _LIMIT_NAMES):
         if value > limit:
             raise UnsafeArchiveError(archive, name, f"makes {value:,} {what} ({limit:,})")
-    if totals[2] > limits[4]:
-        raise UnsafeArchiveError(
-            archive, name, f"makes {totals[2]:,} folders, past ELMOC_ARCHIVE_MAX_FOLDERS ({limits[4]:,})"
-        )
     return normalised
-
-
-def _extraction_limits(archive: str) -> Tuple[int, ...]:
-    # Weights hardly compress: a far larger expansion is a decompression bomb.
-    ratio_bytes = max(1 << 30, archive_limit("ELMOC_ARCHIVE_MAX_RATIO") * os.path.getsize(archive))
-    return (
-        archive_limit("ELMOC_ARCHIVE_MAX_MEMBERS"),
-        min(archive_limit("ELMOC_ARCHIVE_MAX_BYTES"), ratio_bytes),
-        archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"),
-        archive_limit("ELMOC_ARCHIVE_MAX_DEPTH"),
-        archive_limit("ELMOC_ARCHIVE_MAX_FOLDERS"),
-    )
 
 
 @contextlib.contextmanager
@@ -166,7 +116,7 @@ def _writing_named(archive: str, member: str, target: str) -> Iterator[None]:
 def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None:
     names: Dict[str, bool] = {}
     totals = [0, 0, 0]
-    limits = _extraction_limits(archive)
+    limits = extraction_limits(os.path.getsize(archive))
     vocabulary = _VocabularyCount(
         archive,
         archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"),
@@ -189,15 +139,13 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
                         vocabulary.copy(source, out, member.name)
                     else:
                         shutil.copyfileobj(source, out, 1 << 20)
-    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks
-    # (and a compressed one with its checksum, checked by reading to the end).
+    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks (and a
+    # compressed one with its checksum, read to the end).
     with _damage_named(archive):
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
-            raise CorruptArchiveError(
-                archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data"
-            )
+            raise CorruptArchiveError(archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data")
         while tar.fileobj.read(1 << 20):
             pass
     for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
@@ -206,9 +154,7 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
     held = check_weights_file(os.path.join(directory, "weights.th"), archive, "weights.th")
-    # Every config of the archive (its own, and those of the biLMs a downstream model carries)
-    # builds layers whose parameters the weights hold: a config implying more is refused before
-    # any layer is built.
+    # Every config (its own, and each carried biLM's) builds layers whose parameters the weights hold.
     implied, largest = 0, (0, "")
     for name in sorted(names):
         if names[name] or posixpath.basename(name) != CONFIG_NAME:
@@ -225,18 +171,25 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         )
     check_carried_vocabularies(archive, names)
 
+
 _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
-def extract_archive(
-    archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
-) -> str:
-    """
-    Extracts `archive_path` into `directory` (which must not exist) or a new temporary folder,
-    checking every member before it is written, and returns the folder.
-    """
+def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None) -> str:
+    """Extracts `archive_path`, checked, into `directory` (which must not exist) or a new temporary folder."""
     archive = os.fspath(archive_path)
-    with open_archive(archive) as tar:
+    try:
+        status = os.stat(archive)
+    except OSError:
+        raise ConfigurationError(f"Model archive {archive} does not exist") from None
+    if not stat.S_ISREG(status.st_mode):
+        kind = "a directory" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+        raise ConfigurationError(f"Model archive {archive} is {kind}, not a .tar.gz file")
+    if status.st_size == 0:
+        raise CorruptArchiveError(archive, "the file is empty")
+    with _damage_named(archive, "not a tar archive, or "):
+        tar = tarfile.open(archive, "r:*")
+    with tar:
         if directory is None:
             directory = tempfile.mkdtemp(prefix="elmoc-archive-")
         else:
@@ -258,9 +211,7 @@ def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def extracted_archive(
-    resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
-) -> Iterator[str]:
+def extracted_archive(resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True) -> Iterator[str]:
     """allennlp's `allennlp.models.archival.extracted_archive`, with `extract_archive`'s checks."""
     directory = extract_archive(resolved_archive_file)
     try:
@@ -270,12 +221,9 @@ def extracted_archive(
             shutil.rmtree(directory, ignore_errors=True)
 
 
-class ExtractedArchive:
-    """
-    An archive (or a serialization directory) opened by `read_archive`, and its config. Used as a
-    context manager (`with read_archive(path) as extracted:`), it is released when the block
-    ends, however it ends: the folder of a `.tar.gz` goes when no block uses it any more.
-    """
+class ExtractedArchive(contextlib.AbstractContextManager):
+    """An archive (or a serialization directory) opened by `read_archive`, and its config; as a context
+    manager released when the block ends (the last user of a `.tar.gz` removes its folder)."""
 
     def __init__(self, archive: str, directory: Path, key: Optional[Tuple] = None) -> None:
         self.archive = archive
@@ -284,9 +232,6 @@ class ExtractedArchive:
         self._key = key
         self._users = 0
         self.pid = os.getpid()
-
-    def __enter__(self) -> "ExtractedArchive":
-        return self
 
     def __exit__(self, *exc_info) -> None:
         self.release()
@@ -307,11 +252,8 @@ _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 
 def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
-    """
-    The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once
-    while it is in use (shared by path, inode, size and modification time; see
-    `ExtractedArchive`). `name` is how errors call it.
-    """
+    """The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
+    use (keyed by path, inode, size and mtime). `name` is how errors call it."""
     path = os.fspath(archive_path)
     name = name or path
     if os.path.isdir(path):

@@ -1,9 +1,5 @@
-"""
-The vocabulary folders of an archive (its own `vocabulary/`, and that of each biLM copy a
-downstream archive carries in `elmoc_bilm/<key>/`): their namespace files counted
-(`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`, all of them together) and checked as UTF-8 as
-they are extracted, and each copy's folder required.
-"""
+"""The vocabulary folders of an archive (its own, each carried biLM's in `elmoc_bilm/<key>/`): counted
+together (`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`), UTF-8, each copy's required."""
 import codecs
 import posixpath
 from typing import Dict
@@ -45,16 +41,12 @@ class _VocabularyCount:
                 (self.bytes, self.byte_limit, "bytes, past ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES"),
             ):
                 if value > limit:
-                    raise UnsafeArchiveError(
-                        self.archive, name, f"makes the vocabulary {value:,} {what} ({limit:,})"
-                    )
+                    raise UnsafeArchiveError(self.archive, name, f"makes the vocabulary {value:,} {what} ({limit:,})")
             out.write(chunk)
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as error:
-            raise UnsafeArchiveError(
-                self.archive, name, f"is not UTF-8 text ({error.reason} at its end)"
-            ) from None
+            raise UnsafeArchiveError(self.archive, name, f"is not UTF-8 text ({error.reason} at its end)") from None
 
 
 def _is_vocabulary(folder: str) -> bool:
@@ -72,10 +64,12 @@ def check_carried_vocabularies(archive: str, names: Dict[str, bool]) -> None:
         folder = posixpath.dirname(name)
         if posixpath.basename(name) == CONFIG_NAME and folder.startswith(CARRIED_DIRECTORY + "/"):
             vocabulary = posixpath.join(folder, VOCABULARY_NAME)
-            if names.get(vocabulary) is not True or names.get(
-                posixpath.join(vocabulary, VOCABULARY_NAMESPACES)
-            ) is not False:
+            if (
+                names.get(vocabulary) is not True
+                or names.get(posixpath.join(vocabulary, VOCABULARY_NAMESPACES)) is not False
+            ):
                 raise UnsafeArchiveError(
-                    archive, vocabulary + "/", f"(of the carried biLM {name}) is missing or has no "
-                    f"{VOCABULARY_NAMESPACES}"
+                    archive,
+                    vocabulary + "/",
+                    f"(of the carried biLM {name}) is missing or has no {VOCABULARY_NAMESPACES}",
                 )

@@ -1,16 +1,14 @@
-"""
-The pickle-header reader: what a torch weights file's tensors are (storages, offsets, sizes,
-strides), read from its `data.pkl` and its zip directory before torch reads anything, building
-no tensor and calling nothing but stand-ins.
-"""
+"""The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
+directory, before torch reads anything, building no tensor and calling nothing but stand-ins."""
+import collections
 import io
 import math
 import os
 import pickle
 import zipfile
-from typing import Any, Dict, Iterator, Tuple, Union
+from typing import Any, Dict, Union
 
-from elmoc_allennlp.common.archives.limits import UnsafeArchiveError
+from elmoc_allennlp.common.archives.limits import UnsafeArchiveError, walk
 
 # Bytes per element of the storage classes torch names in a weights file.
 _STORAGE_BYTES = {
@@ -22,35 +20,16 @@ _STORAGE_BYTES = {
 _MAX_PICKLE_BYTES = 64 << 20
 
 
-class _Storage:
-    def __init__(self, kind: str, key: str, numel: int) -> None:
-        self.kind, self.key, self.numel = kind, key, numel
-
-
-class _Tensor:
-    def __init__(self, storage: Any, offset: Any, size: Any, stride: Any) -> None:
-        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
-
-
-def _rebuild_tensor(storage, offset, size, stride, *rest):
-    return _Tensor(storage, offset, size, stride)
-
-
-def _rebuild_parameter(data, *rest):
-    return data
-
-
-def _rebuild_from_type(function, new_type, args, state):
-    return function(*args)
-
-
+_Storage = collections.namedtuple("_Storage", "kind key numel")
+_Tensor = collections.namedtuple("_Tensor", "storage offset size stride")
+# What the unpickler calls instead of torch's functions: records of what would be built.
 _STANDINS = {
-    "_rebuild_tensor": _rebuild_tensor,
-    "_rebuild_tensor_v2": _rebuild_tensor,
-    "_rebuild_parameter": _rebuild_parameter,
-    "_rebuild_parameter_with_state": _rebuild_parameter,
-    "_rebuild_from_type_v2": _rebuild_from_type,
+    "_rebuild_tensor": lambda storage, offset, size, stride, *rest: _Tensor(storage, offset, size, stride),
+    "_rebuild_parameter": lambda data, *rest: data,
+    "_rebuild_from_type_v2": lambda function, new_type, args, state: function(*args),
 }
+_STANDINS["_rebuild_tensor_v2"] = _STANDINS["_rebuild_tensor"]
+_STANDINS["_rebuild_parameter_with_state"] = _STANDINS["_rebuild_parameter"]
 
 
 class _HeaderUnpickler(pickle.Unpickler):
@@ -73,33 +52,17 @@ class _HeaderUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"holds an unknown persistent record {str(pid)[:80]}")
         _, kind, key, _, numel = pid
         if kind not in _STORAGE_BYTES or not isinstance(numel, int) or numel < 0:
-            raise pickle.UnpicklingError(
-                f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}"
-            )
+            raise pickle.UnpicklingError(f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}")
         return _Storage(kind, str(key), numel)
-
-
-def _tensors(value: Any) -> Iterator[Tuple[str, Any]]:
-    """`(key, _Tensor)` for every tensor in an unpickled state dict (iteratively)."""
-    stack = [("", value)]
-    while stack:
-        key, value = stack.pop()
-        if isinstance(value, _Tensor):
-            yield key, value
-        elif isinstance(value, dict):
-            stack.extend((f"{key}.{name}" if key else str(name), item) for name, item in value.items())
-        elif isinstance(value, (list, tuple)):
-            stack.extend((f"{key}.{index}" if key else str(index), item) for index, item in enumerate(value))
 
 
 def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str) -> int:
     """
-    Checks a torch weights file from its headers before torch reads it, and returns how many
-    values it holds: a zip of uncompressed records (a compressed one would inflate unbounded),
-    each storage's record exactly the size its header declares, and each tensor inside its
-    storage (a tiny record cannot rebuild a huge tensor). Raises `UnsafeArchiveError` naming the
-    member and the record or tensor key.
+    Checks a torch weights file from its headers and returns how many values it holds: a zip of
+    uncompressed records, each storage's record the size its header declares, each tensor inside its
+    storage. Raises `UnsafeArchiveError` naming the member and the record or tensor key.
     """
+
     def refuse(reason: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(archive, member, reason)
 
@@ -111,9 +74,7 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         records = {}
         for info in zipped.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
-                raise refuse(
-                    f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)"
-                )
+                raise refuse(f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)")
             records[info.filename] = info
         # Stored records are parts of the file: together no larger than it, whatever a header
         # says (torch would allocate what the header declares before reading it).
@@ -137,7 +98,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
                 IndexError, KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as error:
             raise refuse(f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})") from None
     storages: Dict[str, int] = {}
-    for key, tensor in _tensors(state):
+    for key, _, tensor, _ in walk(state):
+        if not isinstance(tensor, _Tensor):
+            continue
         storage = tensor.storage
         if not isinstance(storage, _Storage):
             raise refuse(f"has a tensor {key!r} without a storage")
@@ -145,9 +108,7 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         expected = storage.numel * _STORAGE_BYTES[storage.kind]
         if record is None or record.file_size != expected:
             size = "no record" if record is None else f"a record of {record.file_size:,} bytes"
-            raise refuse(
-                f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}"
-            )
+            raise refuse(f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}")
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
