@@ -1,8 +1,4 @@
-"""
-Fine-tuning a trained biLM on new text (`training_configs/pretrain/finetune_domain.jsonnet`): the
-biLM from its archive, its own fastText indexer, layer-wise parameter groups, the resumable
-slanted triangular schedule and the callback that makes the result an ordinary biLM archive.
-"""
+"""Fine-tuning a trained biLM on new text: every piece of `finetune_domain.jsonnet` that is not stock allennlp."""
 from elmoc_allennlp.finetune.archive_fasttext import ArchiveFastTextIndexer
 from elmoc_allennlp.finetune.bilm_from_archive import BilmFromArchive
 from elmoc_allennlp.finetune.callback import FineTuneCallback

@@ -1,8 +1,4 @@
-"""
-A biLM archive's own fastText model, for fine-tuning: the archive opened with the fastText model
-it was pretrained with (another model is refused: the biLM lives in the vector space of its own),
-and `elmoc_archive_fasttext`, the indexer that indexes as pretraining did.
-"""
+"""A biLM archive with the fastText model it was pretrained with (no other), and `elmoc_archive_fasttext`."""
 import logging
 import os
 from typing import Optional
@@ -41,9 +37,8 @@ def archive_with_its_fasttext(
     archive_file: PathLike, vectors_path: Optional[str] = None, config_key: str = "vectors_path"
 ) -> BilmArchive:
     """
-    The `BilmArchive` of a fastText-input biLM with the fastText model it was pretrained with.
-    `vectors_path`, if given, must be that model (or a copy); if the archive's own model is not
-    on this machine, it is accepted with a warning.
+    The `BilmArchive` of a fastText-input biLM with its own fastText model: `vectors_path` must be
+    that model (or a copy), accepted with a warning where the archive's own is not on this machine.
     """
     archive_file = os.fspath(archive_file)
     given = BilmArchive.open(archive_file, vectors_path)
@@ -67,8 +62,7 @@ def archive_with_its_fasttext(
 @TokenIndexer.register("elmoc_archive_fasttext")
 class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
-    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (fastText model,
-    boundary tokens, lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`).
+    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with, for fine-tuning it.
 
     Registered as a `TokenIndexer` with name "elmoc_archive_fasttext".
 
@@ -83,10 +77,7 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
 
     def __init__(
-        self,
-        archive_file: str,
-        vectors_path: Optional[str] = None,
-        token_min_padding_length: int = 0,
+        self, archive_file: str, vectors_path: Optional[str] = None, token_min_padding_length: int = 0
     ) -> None:
         archive = archive_with_its_fasttext(
             archive_file, vectors_path, "dataset_reader.token_indexers.<key>.vectors_path"

@@ -1,9 +1,4 @@
-"""
-Fine-tuning a trained ELMo-C biLM on new text (as in ULMFiT's target-task LM fine-tuning): the
-biLM of an archive as the `model` of an `allennlp train` config, with the archive's own fastText
-model. The `elmoc_finetune` callback turns the run's config into a self-contained `elmoc_bilm`
-config, so that the new `model.tar.gz` is an ordinary biLM archive.
-"""
+"""The biLM of an archive as the `model` of a fine-tuning run (ULMFiT's target-task LM fine-tuning)."""
 import logging
 from typing import Optional
 
@@ -20,11 +15,10 @@ logger = logging.getLogger(__name__)
 @Model.register("elmoc_bilm_from_archive", constructor="from_archive")
 class BilmFromArchive(Model):
     """
-    `from_archive` returns the trained `BidirectionalLanguageModel` of an ELMo-C biLM archive, to
-    be fine-tuned by `allennlp train` (`training_configs/pretrain/finetune_domain.jsonnet`).
-    Unlike allennlp's `from_archive` model, it accepts only the archives the downstream tools
-    accept (`BilmArchive`), uses the archive's own fastText model and refuses softmax-family
-    output layers, whose vocabulary the run would not carry over.
+    `from_archive` returns the `BidirectionalLanguageModel` of an ELMo-C biLM archive, to be
+    fine-tuned (`finetune_domain.jsonnet`): unlike allennlp's `from_archive`, only archives
+    `BilmArchive` accepts, with their own fastText model, and no softmax-family output layer
+    (whose vocabulary the run would not carry over).
 
     Registered as a `Model` with name "elmoc_bilm_from_archive".
 
@@ -33,18 +27,14 @@ class BilmFromArchive(Model):
     archive_file : `str`
         The biLM's `model.tar.gz` (or its serialization directory).
     vectors_path : `str`, optional (default = `None`)
-        The fastText `.bin` the biLM was pretrained with, if the archive cannot find it; it must
-        be that same model (a copy of the file).
+        The fastText `.bin` the biLM was pretrained with (a copy), if the archive cannot find it.
     vocab : `Vocabulary`, optional
         The run's vocabulary; not used.
     """
 
     @classmethod
     def from_archive(  # type: ignore[override]
-        cls,
-        archive_file: str,
-        vectors_path: Optional[str] = None,
-        vocab: Optional[Vocabulary] = None,
+        cls, archive_file: str, vectors_path: Optional[str] = None, vocab: Optional[Vocabulary] = None
     ) -> BidirectionalLanguageModel:
         archive = archive_with_its_fasttext(archive_file, vectors_path, "model.vectors_path")
         model, _ = archive.load()
