@@ -1,9 +1,7 @@
 """
-`BilmArchive`: a trained biLM archive as the downstream components use it, read from its
-`config.json` without the weights and opened once per process; `load()` builds the biLM from a
-`model.tar.gz` or from the copy a downstream archive carries in `elmoc_bilm/<key>/` (its config,
-fastText paths made absolute, and vocabulary), so that the downstream archive loads without the
-biLM archive. The fastText `.bin` is found by the rule of `common/fasttext_location.py`.
+`BilmArchive`: a trained biLM archive as downstream components use it; `load()` builds the biLM
+from a `model.tar.gz` or from the copy (config, vocabulary) a downstream archive carries in
+`elmoc_bilm/<key>/`, so that it loads without the biLM archive.
 """
 import contextlib
 import hashlib
@@ -13,7 +11,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from allennlp.common import Params
 from allennlp.common.params import with_overrides
@@ -31,6 +29,7 @@ from elmoc_allennlp.common.archives import (
 from elmoc_allennlp.common.fasttext_vectors import _file_identity
 from elmoc_allennlp.common.fasttext_location import (
     VECTORS_PATH_VARIABLE,
+    PathLike,
     archive_directories,
     fasttext_candidates,
     folder_and_parent,
@@ -43,11 +42,7 @@ from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_
 
 logger = logging.getLogger(__name__)
 
-# The registered name of the biLM `Model` (`BidirectionalLanguageModel`).
-BILM_MODEL_TYPE = "elmoc_bilm"
 _VOCABULARY_NAME = "vocabulary"
-
-PathLike = Union[str, os.PathLike]
 
 
 def carried_bilm_directory(serialization_dir: PathLike, archive_file: PathLike) -> Path:
@@ -140,7 +135,7 @@ class BilmArchive:
 
         model = self.config["model"]
         model_class = registered_class(Model, model.get("type"))
-        bilm_class = Model.resolve_class_name(BILM_MODEL_TYPE)[0]
+        bilm_class = Model.resolve_class_name("elmoc_bilm")[0]
         if not (isinstance(model_class, type) and issubclass(model_class, bilm_class)):
             raise self._error(f"(archive_file) is not an ELMo-C biLM archive: model.type is {model.get('type')!r}")
         directions = model.get("directions", "both")

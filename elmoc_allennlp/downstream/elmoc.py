@@ -18,16 +18,12 @@ class ElmocBiLm(torch.nn.Module):
 
     # Parameters
 
-    archive_file : `str`
-        An ELMo-C biLM `model.tar.gz` (see `BilmArchive`).
+    archive_file, vectors_path, serialization_dir
+        As for `BilmArchive` (`serialization_dir` is given by allennlp).
     requires_grad : `bool`, optional (default = `False`)
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
-    vectors_path : `str`, optional (default = `None`)
-        The fastText `.bin` of the biLM, if not where the archive says.
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a fastText `.bin` other than the biLM's training one, with a warning.
-    serialization_dir : `str`, optional (default = `None`)
-        The downstream run's folder (given by allennlp), which carries the biLM's config.
     """
 
     def __init__(
@@ -111,12 +107,10 @@ class ElmocElmo(Elmo):
 
     # Parameters
 
-    archive_file : `str`
-        An ELMo-C biLM `model.tar.gz`.
+    archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
+        As for `ElmocBiLm`.
     num_output_representations : `int`
         How many differently weighted mixes (`gamma * sum_j softmax(s)_j * h_j`) to return.
-    requires_grad : `bool`, optional (default = `False`)
-        If `True`, fine-tune the biLM's parameters.
     do_layer_norm : `bool`, optional (default = `False`)
         Layer-normalize every layer before mixing.
     dropout : `float`, optional (default = `0.5`)
@@ -127,14 +121,8 @@ class ElmocElmo(Elmo):
         Fixed pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]` for the top layer.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
         `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), in their gradient only.
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if not where the archive says.
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM to use instead of loading `archive_file`.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
-    serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp; see `ElmocBiLm`.
     projection_dim : `int`, optional (default = `None`)
         Project each representation to this size (its own trained linear layer): `1024` fits any
         biLM into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).

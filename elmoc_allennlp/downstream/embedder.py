@@ -11,8 +11,6 @@ from allennlp.nn.util import remove_sentence_boundaries
 from elmoc_allennlp.common.checks import check_cuda_device, check_one_of, check_positive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm
-
-OUTPUT_MODES = ("all", "top", "average")
 Output = Union[str, Sequence[float]]
 
 
@@ -24,14 +22,10 @@ class ElmocEmbedder:
 
     # Parameters
 
-    archive_file : `str`
-        The ELMo-C biLM `model.tar.gz`.
+    archive_file, vectors_path, allow_different_vectors
+        As for `ElmocBiLm`.
     cuda_device : `int`, optional (default = `-1`)
         The GPU to run on; -1 for the CPU.
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if it is not where the archive says.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a `.bin` other than the one the biLM was trained with, with a warning.
     lowercase_tokens : `bool`, optional (default = `False`)
         Lowercase every token (otherwise as in pretraining).
     """
@@ -108,7 +102,7 @@ class ElmocEmbedder:
 
     def _mix_weights(self, output: Output) -> Optional[torch.Tensor]:
         if isinstance(output, str):
-            check_one_of(output, OUTPUT_MODES, "output")
+            check_one_of(output, ("all", "top", "average"), "output")
             return None
         weights = torch.as_tensor(list(output), dtype=torch.float32)
         if weights.dim() != 1 or len(weights) != self.num_layers:

@@ -18,16 +18,12 @@ class BilmArchiveIndexer(NamingTheConfigKey, TokenIndexer):
 
     # Parameters
 
-    archive_file : `str`
-        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_token_embedder`'s).
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if it is not where the archive says.
+    archive_file, vectors_path, serialization_dir
+        As for `BilmArchive` (`archive_file`: the `elmoc_token_embedder`'s; `serialization_dir`: given by allennlp).
     lowercase_tokens : `bool`, optional (default = `None`)
         Whether to lowercase tokens; `None` means as in pretraining.
     token_min_padding_length : `int`, optional (default = `0`)
         See :class:`TokenIndexer`.
-    serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp: a downstream archive's carried biLM config is read instead of `archive_file`.
     """
 
     @classmethod

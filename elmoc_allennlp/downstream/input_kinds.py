@@ -321,7 +321,7 @@ def find_input_kind(config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
     kinds = [kind for kind in KINDS if registered_as(TokenEmbedder, embedder_type, kind.types[0])]
     if not kinds:
         raise ConfigurationError(
-            f"model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, " f"not one of {supported}"
+            f"model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, not one of {supported}"
         )
     _, indexer, tokenizer = kinds[0].types
     reader = config.get("dataset_reader", {})

@@ -37,14 +37,6 @@ _METADATA_KEY = b"__elmoc_layer_cache__"
 _NO_SPACE = tuple(os.strerror(code) for code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)))
 
 
-def check_cache_dtype(cache_dtype: str) -> None:
-    """An unknown storage dtype is an error naming the nearest one."""
-    if cache_dtype not in CACHE_DTYPES:
-        close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigurationError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}")
-
-
 def _without_paths(config: Any) -> Any:
     """`config` without its `vectors_path` values (machine-specific; the vectors are hashed)."""
     if isinstance(config, dict):
@@ -176,23 +168,18 @@ class LayerStore(TensorCache):
 
 class LayerCache:
     """
-    The layers of one frozen `ElmocBiLm` per sentence: read where stored, else computed and stored.
+    The layers of one frozen `ElmocBiLm` per sentence in `directory` (created if missing), stored as
+    `cache_dtype`: read where stored, else computed and stored, until the file reaches `map_size`.
     Opened at the first batch, when a loaded archive's weights are set.
-
-    # Parameters
-
-    directory : `str`
-        The cache folder (created if missing); one file per biLM fingerprint and storage dtype.
-    cache_dtype : `str`, optional (default = `"float32"`)
-        `"float32"` (exact) or `"float16"` (half the disk, layers rounded to float16).
-    map_size : `int`, optional (default = `1 TiB`)
-        The most bytes the file may grow to (LMDB's map size); full, it stops filling with a warning.
     """
 
     def __init__(
         self, directory: Union[str, os.PathLike], cache_dtype: str = "float32", map_size: int = 1 << 40
     ) -> None:
-        check_cache_dtype(cache_dtype)
+        if cache_dtype not in CACHE_DTYPES:
+            close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}")
         self.directory = Path(directory).expanduser()
         self.cache_dtype = cache_dtype
         self.map_size = map_size

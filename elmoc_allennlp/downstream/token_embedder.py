@@ -36,37 +36,17 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
 
     # Parameters
 
-    archive_file : `str`
-        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_bilm_inputs` indexer's).
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if it is not where the archive says (see `BilmArchive`).
-    do_layer_norm : `bool`, optional (default = `False`)
-        Layer-normalize each layer before mixing.
-    dropout : `float`, optional (default = `0.5`)
-        Dropout on the representation.
-    requires_grad : `bool`, optional (default = `False`)
-        If `True`, fine-tune the biLM.
+    archive_file, vectors_path, do_layer_norm, dropout, requires_grad, scalar_mix_parameters,
+    scalar_mix_l2_penalty, allow_different_vectors, serialization_dir, cache_directory, cache_dtype
+        As for `ElmocElmo` (`archive_file`: the same as the `elmoc_bilm_inputs` indexer's).
     projection_dim : `int`, optional (default = `None`)
-        If given, the representation is projected to this dimension by a trained linear layer:
-        `1024` fits a biLM of any size into a recipe sized for ELMo's 1024-d output.
-    scalar_mix_parameters : `List[float]`, optional (default = `None`)
-        Fixed pre-softmax mixing weights, one per layer, not trained.
-    scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
-        `lambda` of the penalty `lambda * ||s||^2` on the mixing weights; see `ElmocElmo`.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a fastText `.bin` other than the one the biLM was trained with (see `ElmocBiLm`).
+        Project the representation to this size by a trained linear layer (`1024`: ELMo's size).
     bilm_dim : `int`, optional (default = `None`)
         The biLM size the config expects (`ELMOC_DIM` in downstream configs); checked against the archive.
     bos_eos_tokens : `Tuple[str, str]`, optional (default = `None`)
         As in `bidirectional_lm_token_embedder`: must be the biLM's own boundary tokens.
     remove_bos_eos : `bool`, optional (default = `True`)
         As in `bidirectional_lm_token_embedder`: `False` keeps the boundaries' representations.
-    serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp; see `ElmocBiLm`.
-    cache_directory : `str`, optional (default = `None`)
-        Store the frozen biLM's layers there and read them on later epochs (see `ElmocElmo`).
-    cache_dtype : `str`, optional (default = `"float32"`)
-        The cache's storage: `"float32"` (exact) or `"float16"` (half the disk).
     """
 
     def __init__(
