@@ -1,8 +1,7 @@
 """
-A frozen biLM's layers, computed once per sentence and read back on later epochs (bilm-tf's "dump
-the layers once" as a cache; docs/layer_cache.md): one LMDB file (allennlp's `TensorCache`) per
-biLM fingerprint and storage dtype, keyed by a hash of each sentence's ids. A value is raw bytes
-behind a header (dtype, shape, CRC-32): nothing in a cache is unpickled.
+A frozen biLM's layers, computed once per sentence and read back later (docs/layer_cache.md): an
+LMDB file per biLM fingerprint and dtype, keyed by a hash of each sentence's ids; values are raw
+bytes behind a header (dtype, shape, CRC-32), never unpickled.
 """
 import difflib
 import errno
@@ -20,6 +19,7 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import TensorCache
+from allennlp.nn.util import get_mask_from_sequence_lengths
 
 logger = logging.getLogger(__name__)
 
@@ -287,6 +287,5 @@ class LayerCache:
                     store.write_many(items)
                 except lmdb.Error as error:
                     self._stop_filling(error)
-        lengths_tensor = torch.tensor(lengths, device=inputs.device)
-        mask = torch.arange(timesteps + 2, device=inputs.device) < (lengths_tensor + 2).unsqueeze(-1)
+        mask = get_mask_from_sequence_lengths(torch.tensor(lengths, device=inputs.device) + 2, timesteps + 2)
         return {"activations": list(layers.unbind(0)), "mask": mask}
