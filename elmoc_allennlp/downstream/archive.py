@@ -1,7 +1,8 @@
 """
 `BilmArchive`: a trained biLM archive as downstream components use it; `load()` builds the biLM
 from a `model.tar.gz` or from the copy (config, vocabulary) a downstream archive carries in
-`elmoc_bilm/<key>/`, so that it loads without the biLM archive.
+`elmoc_bilm/<key>/`, so that it loads without the biLM archive. The fastText `.bin` is found by the
+rule of `common/fasttext_location.py`; `vectors_path` and `ELMOC_VECTORS_PATH` override it.
 """
 import contextlib
 import hashlib
@@ -26,7 +27,6 @@ from elmoc_allennlp.common.archives import (
     read_archive,
     register_carried_copies,
 )
-from elmoc_allennlp.common.fasttext_vectors import _file_identity
 from elmoc_allennlp.common.fasttext_location import (
     VECTORS_PATH_VARIABLE,
     PathLike,
@@ -272,9 +272,13 @@ class BilmArchive:
         if serialization_dir is not None:
             carried = carried_bilm_directory(serialization_dir, archive_file) / CONFIG_NAME
             source = carried if carried.is_file() else source
+        try:
+            status = os.stat(source)
+            identity: Tuple = (os.path.realpath(source), status.st_ino, status.st_size, status.st_mtime_ns)
+        except OSError:
+            identity = (os.fspath(source),)
         key = (
-            os.path.realpath(source),
-            _file_identity(os.stat(source)) if os.path.exists(source) else None,
+            identity,
             os.fspath(archive_file),
             vectors_path,
             os.fspath(serialization_dir) if serialization_dir is not None else None,
