@@ -263,20 +263,11 @@ def pieces_to_words(
     timesteps = word_mask.size(1)
     counts = word_mask.sum(-1)
     rows = torch.arange(batch_size, device=layers.device)
-    forward_index = last.new_zeros(batch_size, timesteps + 2)
-    backward_index = last.new_zeros(batch_size, timesteps + 2)
-    forward_index[:, 1 : timesteps + 1] = last
-    backward_index[:, 1 : timesteps + 1] = first
-    end_positions = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
-    forward_index[rows, counts + 1] = end_positions
-    backward_index[rows, counts + 1] = end_positions
-    half = dim // 2
-
-    def gather(index: torch.LongTensor) -> torch.Tensor:
-        expanded = index.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)
-        return layers.gather(2, expanded)
-
-    words = torch.cat([gather(forward_index)[..., :half], gather(backward_index)[..., half:]], -1)
+    # Forward, backward: the piece position of <S> (0), of each word and of </S> (after the last piece).
+    index = torch.nn.functional.pad(torch.stack([last, first]), (1, 1))
+    index[:, rows, counts + 1] = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
+    forward, backward = (layers.gather(2, i.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)) for i in index)
+    words = torch.cat([forward[..., : dim // 2], backward[..., dim // 2 :]], -1)
     mask = word_mask.new_zeros(batch_size, timesteps + 2)
     mask[:, 0] = True
     mask[:, 1 : timesteps + 1] = word_mask
