@@ -54,6 +54,10 @@ class ElmocEmbedder:
     def output_dim(self) -> int:
         return self._bilm.get_output_dim()
 
+    @property
+    def bilm(self) -> ElmocBiLm:
+        return self._bilm
+
     def batch_to_ids(self, sentences: List[List[str]]) -> torch.LongTensor:
         """The `elmo_tokens` tensor of a batch, as the `elmoc_bilm_inputs` indexer makes it."""
         return indexed_batch(self._indexer, sentences, self._device)

@@ -145,6 +145,7 @@ def pretraining_token_cap(archive) -> int:
 class FastTextInput(BilmInputKind):
     name = FASTTEXT_INPUT
     types = ("elmoc_fasttext", "elmoc_fasttext_subwords", None)
+    ids_key = "subword_ids"
     # Where the input's indexer and embedder are configured, each with the fastText model.
     _configs = ("dataset_reader.token_indexers", "model.text_field_embedder.token_embedders")
 
@@ -193,7 +194,7 @@ class FastTextInput(BilmInputKind):
         return pretraining_indexer.token_ids(token)
 
     def tensors(self, ids, mask):
-        return {"subword_ids": ids, "mask": mask}
+        return {self.ids_key: ids, "mask": mask}
 
 
 class CharactersInput(BilmInputKind):
