@@ -18,16 +18,12 @@ class ElmocBiLm(torch.nn.Module):
 
     # Parameters
 
-    archive_file : `str`
-        An ELMo-C biLM `model.tar.gz` (see `BilmArchive`).
+    archive_file, vectors_path, serialization_dir
+        As for `BilmArchive` (`serialization_dir` is given by allennlp).
     requires_grad : `bool`, optional (default = `False`)
         If `True`, the biLM's parameters are fine-tuned with the downstream model.
-    vectors_path : `str`, optional (default = `None`)
-        The fastText `.bin` of the biLM, if not where the archive says.
     allow_different_vectors : `bool`, optional (default = `False`)
         Accept a fastText `.bin` other than the biLM's training one, with a warning.
-    serialization_dir : `str`, optional (default = `None`)
-        The downstream run's folder (given by allennlp), which carries the biLM's config.
     """
 
     def __init__(
@@ -41,15 +37,12 @@ class ElmocBiLm(torch.nn.Module):
         super().__init__()
         self.archive = BilmArchive.open(archive_file, vectors_path, serialization_dir)
         model, reader = self.archive.open_for_training(serialization_dir, allow_different_vectors)
-        contextualizer = model.contextualizer  # one returning all layers (checked by `BilmArchive`)
         self._bilm = model
         self._bilm.eval()
         for parameter in self._bilm.parameters():
             parameter.requires_grad_(requires_grad)
         self.requires_grad = requires_grad
-
-        # The biLM's own (pretraining) indexer.
-        self.indexer = reader.token_indexers[self.archive.input_key]
+        self.indexer = reader.token_indexers[self.archive.input_key]  # the pretraining indexer
         self.input_kind = self.archive.input_kind
         boundaries = [
             torch.tensor(self.input_kind.boundary_ids(self.indexer, model.vocab, token))
@@ -58,7 +51,7 @@ class ElmocBiLm(torch.nn.Module):
         self.register_buffer("_boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
 
         self.num_layers = self.archive.num_layers
-        self._output_dim = contextualizer.get_output_dim()
+        self._output_dim = model.contextualizer.get_output_dim()
         # One dummy sentence: the encoder must return what the config promises.
         with torch.no_grad():
             layers = self(self._boundary_ids.new_ones(1, 1, 1))["activations"]
@@ -66,7 +59,7 @@ class ElmocBiLm(torch.nn.Module):
         expected = (self.num_layers, 1, 3, self._output_dim)
         check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
 
-    # The layer cache (`downstream.layer_cache`), set by `ElmocElmo` from `cache_directory`.
+    # Set by `ElmocElmo` from `cache_directory`.
     layer_cache: Optional[LayerCache] = None
 
     def train(self, mode: bool = True) -> "ElmocBiLm":
@@ -91,21 +84,12 @@ class ElmocBiLm(torch.nn.Module):
         self, inputs: torch.Tensor, word_inputs: torch.Tensor = None
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         """
-        # Parameters
-
-        inputs : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`, 0 padding.
-        word_inputs : `torch.Tensor`, optional
-            Not supported (ELMo's cached vocabulary); must be `None`.
-
-        # Returns
-
-        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`.
+        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`,
+        of `inputs` `(batch_size, timesteps, num_subwords)` (0 padding); `word_inputs` must be `None`.
         """
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
         check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
-        # Sentences seen before: their stored layers (`cache_directory`); the others live.
         if self.layer_cache is not None:
             return self.layer_cache.activations(self, inputs, self.live_layers)
         return self.live_layers(inputs)
@@ -123,36 +107,27 @@ class ElmocElmo(Elmo):
 
     # Parameters
 
-    archive_file : `str`
-        An ELMo-C biLM `model.tar.gz`.
+    archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
+        As for `ElmocBiLm`.
     num_output_representations : `int`
         How many differently weighted mixes (`gamma * sum_j softmax(s)_j * h_j`) to return.
-    requires_grad : `bool`, optional (default = `False`)
-        If `True`, fine-tune the biLM's parameters.
     do_layer_norm : `bool`, optional (default = `False`)
         Layer-normalize every layer before mixing.
     dropout : `float`, optional (default = `0.5`)
         Dropout on the mixed representations.
     keep_sentence_boundaries : `bool`, optional (default = `False`)
-        If `True`, the representations of `<S>` and `</S>` are kept.
+        Keep the representations of `<S>` and `</S>`.
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
         Fixed pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]` for the top layer.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
         `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), in their gradient only.
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if not where the archive says.
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM to use instead of loading `archive_file`.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a `.bin` other than the biLM's training vectors (see `ElmocBiLm`).
-    serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp; see `ElmocBiLm`.
     projection_dim : `int`, optional (default = `None`)
-        If given, each representation is projected to this size by its own trained linear layer:
-        `1024` fits a biLM of any size into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
+        Project each representation to this size (its own trained linear layer): `1024` fits any
+        biLM into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
     cache_directory : `str`, optional (default = `None`)
-        If given, the frozen biLM's layers are stored there per sentence the first time it is
-        seen and read after that (see `downstream.layer_cache`); not with `requires_grad`.
+        Store the frozen biLM's layers there per sentence and read them after that (`layer_cache`).
     cache_dtype : `str`, optional (default = `"float32"`)
         How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk).
     """
@@ -183,9 +158,7 @@ class ElmocElmo(Elmo):
             raise ConfigurationError("set only one of scalar_mix_parameters and scalar_mix_l2_penalty")
         bilm = module
         if bilm is None:
-            bilm = ElmocBiLm(
-                archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
-            )
+            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir)
         if cache_directory is not None:
             if bilm.requires_grad:
                 raise ConfigurationError(
@@ -211,21 +184,14 @@ class ElmocElmo(Elmo):
         self._projections = None
         if projection_dim is not None:
             self._projections = torch.nn.ModuleList(
-                torch.nn.Linear(bilm.get_output_dim(), projection_dim)
-                for _ in range(num_output_representations)
+                torch.nn.Linear(bilm.get_output_dim(), projection_dim) for _ in range(num_output_representations)
             )
         self.scalar_mix_l2_penalty = scalar_mix_l2_penalty
-        if scalar_mix_l2_penalty > 0:
-            for scalar_mix in self._scalar_mixes:
-                for parameter in scalar_mix.scalar_parameters:
-                    parameter.register_hook(self._penalty_hook(parameter, scalar_mix_l2_penalty))
-
-    @staticmethod
-    def _penalty_hook(parameter: torch.nn.Parameter, penalty: float):
-        def add_penalty_gradient(gradient: torch.Tensor) -> torch.Tensor:
-            return gradient + 2.0 * penalty * parameter.detach()
-
-        return add_penalty_gradient
+        penalty = scalar_mix_l2_penalty
+        for scalar_mix in self._scalar_mixes if penalty > 0 else []:
+            for parameter in scalar_mix.scalar_parameters:
+                # The gradient of `penalty * s^2`, added to the parameter's own.
+                parameter.register_hook(lambda gradient, s=parameter: gradient + 2.0 * penalty * s.detach())
 
     @property
     def bilm(self) -> ElmocBiLm:

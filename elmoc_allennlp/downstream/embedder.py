@@ -1,7 +1,4 @@
-"""
-A Python API for ELMo-C vectors (the role of allennlp 0.x's `ElmoEmbedder`): e.g.
-`ElmocEmbedder("model.tar.gz").embed_sentence(["The", "bank", "raised", "rates", "."])`.
-"""
+"""A Python API for ELMo-C vectors, in the role of allennlp 0.x's `ElmoEmbedder`."""
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy
@@ -14,32 +11,23 @@ from allennlp.nn.util import remove_sentence_boundaries
 from elmoc_allennlp.common.checks import check_cuda_device, check_one_of, check_positive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm
-
-
-OUTPUT_MODES = ("all", "top", "average")
 Output = Union[str, Sequence[float]]
 
 
 class ElmocEmbedder:
     """
-    Computes ELMo-C representations of tokenized sentences with a trained biLM, one `float32`
-    numpy array per sentence. With `output="all"` it has shape `(num_layers, num_tokens, dim)`,
-    otherwise `(num_tokens, dim)`: `"top"` is the last layer, `"average"` the mean of the
-    layers, and a list of `num_layers` pre-softmax weights (as `scalar_mix_parameters`) gives
-    their mix. A sentence's vectors do not depend on its batch. Tokens are indexed as in pretraining.
+    ELMo-C representations of tokenized sentences, one `float32` array per sentence: with
+    `output="all"` `(num_layers, num_tokens, dim)`, else `(num_tokens, dim)` of the `"top"` layer,
+    the `"average"`, or the mix of `num_layers` pre-softmax weights. Independent of the batch.
 
     # Parameters
 
-    archive_file : `str`
-        The ELMo-C biLM `model.tar.gz`.
+    archive_file, vectors_path, allow_different_vectors
+        As for `ElmocBiLm`.
     cuda_device : `int`, optional (default = `-1`)
         The GPU to run on; -1 for the CPU.
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if it is not where the archive says.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a `.bin` other than the one the biLM was trained with, with a warning.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase every token (a fastText-input biLM records whether it lowercased).
+        Lowercase every token (otherwise as in pretraining).
     """
 
     def __init__(
@@ -51,9 +39,7 @@ class ElmocEmbedder:
         lowercase_tokens: bool = False,
     ) -> None:
         check_cuda_device(cuda_device, "cuda_device")
-        self._bilm = ElmocBiLm(
-            archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
-        )
+        self._bilm = ElmocBiLm(archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors)
         self._bilm.eval()
         archive = self._bilm.archive
         self._indexer = archive.input_kind.indexer(archive, lowercase_tokens or None, 0)
@@ -116,7 +102,7 @@ class ElmocEmbedder:
 
     def _mix_weights(self, output: Output) -> Optional[torch.Tensor]:
         if isinstance(output, str):
-            check_one_of(output, OUTPUT_MODES, "output")
+            check_one_of(output, ("all", "top", "average"), "output")
             return None
         weights = torch.as_tensor(list(output), dtype=torch.float32)
         if weights.dim() != 1 or len(weights) != self.num_layers:

@@ -1,10 +1,10 @@
 """
-The input kinds of the biLMs of training_configs/pretrain/, each one class that knows how its
-archive's config names it, its downstream indexer, the ids of its boundary tokens, the tensors its
-input embedder reads and how its positions map to words: `fasttext` (ELMo-C and its ablations),
-`characters` (ELMo) and `pieces` (ELMo-Sub, after the `elmoc_sentencepiece_bpe` tokenizer).
+The input kinds of the biLMs of training_configs/pretrain/: `fasttext` (ELMo-C), `characters`
+(ELMo) and `pieces` (ELMo-Sub), each a class knowing its config types, downstream indexer,
+boundary ids, input tensors and how its positions map to words.
 """
-from typing import Any, Dict, List, Optional, Set, Tuple, Type
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 import torch
 
@@ -52,18 +52,8 @@ class ElmocCharacterIndexer(BilmInputIndexer):
 
 class ElmocPieceIndexer(BilmInputIndexer):
     """
-    The ids of each token's BPE pieces, for a subword-input biLM (ELMo-Sub).
-
-    # Parameters
-
-    piece_tokenizer : `SentencePieceBpeTokenizer`
-        The archive's tokenizer.
-    piece_ids : `Dict[str, int]`
-        The archive's `subwords` namespace (piece -> id).
-    unknown_id : `int`
-        The id of an unknown piece.
-    lowercase_tokens, max_token_characters, token_min_padding_length
-        As for `BilmInputIndexer`.
+    The ids of each token's BPE pieces (ELMo-Sub): `piece_tokenizer` (the archive's), its
+    `piece_ids` namespace and `unknown_id`; the other parameters as for `BilmInputIndexer`.
     """
 
     def __init__(
@@ -88,27 +78,29 @@ class ElmocPieceIndexer(BilmInputIndexer):
 
 
 class BilmInputKind:
-    """
-    One input kind. A biLM archive has it when its one token embedder, its indexer and (if the
-    kind has one) its tokenizer are of the kind's registered types. `archive` below is a
-    `BilmArchive` of this kind.
-    """
+    """An input kind: a biLM archive's, when its token embedder, indexer and tokenizer are of its `types`."""
 
     name = ""
     # (embedder type, indexer type, tokenizer type or None)
     types: Tuple[str, str, Optional[str]] = ("", "", None)
-    # The key of the ids in the tensors the biLM's input embedder reads.
-    ids_key = ""
+    ids_key = ""  # of the ids in the tensors the biLM's input embedder reads
 
-    def indexer(
-        self, archive, lowercase_tokens: Optional[bool], token_min_padding_length: int
-    ) -> BilmInputIndexer:
+    def indexer(self, archive, lowercase_tokens: Optional[bool], token_min_padding_length: int) -> BilmInputIndexer:
         """The downstream indexer (`elmo_tokens`); `lowercase_tokens=None`: as in pretraining."""
         raise NotImplementedError
 
-    def vectors_keys(self, input_key: str) -> Set[str]:
-        """The config keys of the fastText model the biLM's input is read with (none but for fastText input)."""
-        return set()
+    def given_vectors(self, archive, recorded: Dict[str, Any], vectors_path: Optional[str]) -> Dict[str, str]:
+        """The config keys (of `recorded`, key -> path) the option `vectors_path` replaces, each with it."""
+        if vectors_path is not None:
+            raise ConfigurationError(
+                f"ELMo-C archive {archive.archive_file} has {self.name} input (model.text_field_embedder."
+                f"token_embedders.{archive.input_key}): vectors_path does not apply"
+            )
+        return {}
+
+    def load_overrides(self, archive, allow_different_vectors: bool) -> Dict[str, Any]:
+        """Config overrides for loading the biLM, besides the fastText files found on this machine."""
+        return {}
 
     def input_vectors(self, archive) -> Optional[str]:
         """The fastText model the biLM's input is read with, found on this machine (`None`: not fastText input)."""
@@ -127,10 +119,7 @@ class BilmInputKind:
     def contextual_layers(
         self, bilm, input_key: str, inputs: torch.LongTensor, boundary_ids: torch.LongTensor
     ) -> Tuple[torch.Tensor, torch.BoolTensor]:
-        """
-        `(layers, mask)` of words with boundaries: `(num_layers, batch, timesteps + 2, dim)`, from
-        `inputs` `(batch, timesteps, width)` of this kind's indexer.
-        """
+        """`(layers, mask)` of words with boundaries, `(num_layers, batch, timesteps + 2, dim)`."""
         ids, mask = add_boundaries(inputs, boundary_ids)
         layers, _ = bilm.contextual_layers({input_key: self.tensors(ids, mask)})
         return layers, mask
@@ -169,8 +158,25 @@ class FastTextInput(BilmInputKind):
             max_token_characters=pretraining_token_cap(archive),
         )
 
-    def vectors_keys(self, input_key):
-        return {f"{config}.{input_key}.{VECTORS_PATH_KEY}" for config in self._configs}
+    def given_vectors(self, archive, recorded, vectors_path):
+        """`vectors_path` replaces the input's fastText model, wherever the config names that file."""
+        keys = {f"{config}.{archive.input_key}.{VECTORS_PATH_KEY}" for config in self._configs}
+        missing = sorted(keys - set(recorded))
+        if missing:
+            raise ConfigurationError(f"ELMo-C archive {archive.archive_file} has no {missing}")
+        if vectors_path is None:
+            return {}
+        path = Path(vectors_path).expanduser()
+        if not path.is_file():
+            raise ConfigurationError(f"fastText model {vectors_path} (vectors_path) does not exist")
+        input_recorded = recorded[f"{self._configs[1]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
+        return {key: str(path) for key, value in recorded.items() if key in keys or value == input_recorded}
+
+    def load_overrides(self, archive, allow_different_vectors):
+        """The embedder takes other vectors than the biLM's own with `allow_different_vectors`."""
+        if not allow_different_vectors:
+            return {}
+        return {f"{self._configs[1]}.{archive.input_key}.allow_different_vectors": True}
 
     def input_vectors(self, archive):
         """The embedder's fastText model; its dimension must be the contextualizer's `input_dim`."""
@@ -188,7 +194,7 @@ class FastTextInput(BilmInputKind):
         return pretraining_indexer.token_ids(token)
 
     def tensors(self, ids, mask):
-        return {"subword_ids": ids, "mask": mask}
+        return {self.ids_key: ids, "mask": mask}
 
 
 class CharactersInput(BilmInputKind):
@@ -258,20 +264,11 @@ def pieces_to_words(
     timesteps = word_mask.size(1)
     counts = word_mask.sum(-1)
     rows = torch.arange(batch_size, device=layers.device)
-    forward_index = last.new_zeros(batch_size, timesteps + 2)
-    backward_index = last.new_zeros(batch_size, timesteps + 2)
-    forward_index[:, 1 : timesteps + 1] = last
-    backward_index[:, 1 : timesteps + 1] = first
-    end_positions = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
-    forward_index[rows, counts + 1] = end_positions
-    backward_index[rows, counts + 1] = end_positions
-    half = dim // 2
-
-    def gather(index: torch.LongTensor) -> torch.Tensor:
-        expanded = index.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)
-        return layers.gather(2, expanded)
-
-    words = torch.cat([gather(forward_index)[..., :half], gather(backward_index)[..., half:]], -1)
+    # Forward, backward: the piece position of <S> (0), of each word and of </S> (after the last piece).
+    index = torch.nn.functional.pad(torch.stack([last, first]), (1, 1))
+    index[:, rows, counts + 1] = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
+    forward, backward = (layers.gather(2, i.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)) for i in index)
+    words = torch.cat([forward[..., : dim // 2], backward[..., dim // 2 :]], -1)
     mask = word_mask.new_zeros(batch_size, timesteps + 2)
     mask[:, 0] = True
     mask[:, 1 : timesteps + 1] = word_mask
@@ -279,14 +276,19 @@ def pieces_to_words(
     return words * mask.view(1, batch_size, -1, 1), mask
 
 
-def registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
-    """Whether the config type `name` (a registered or dotted name) means `registered_name`."""
+def registered_class(base: Type[Registrable], name: Any) -> Any:
+    """What the config type `name` (a registered or dotted name) resolves to under `base`, or `None`."""
     if not isinstance(name, str):
-        return False
+        return None
     try:
-        return base.resolve_class_name(name)[0] is base.resolve_class_name(registered_name)[0]
+        return base.resolve_class_name(name)[0]
     except ConfigurationError:
-        return False
+        return None
+
+
+def registered_as(base: Type[Registrable], name: Any, registered_name: str) -> bool:
+    """Whether the config type `name` means `registered_name`."""
+    return registered_class(base, name) is base.resolve_class_name(registered_name)[0]
 
 
 def _type_of(spec: Any) -> Any:
@@ -294,10 +296,7 @@ def _type_of(spec: Any) -> Any:
 
 
 def find_input_kind(config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
-    """
-    `(text field key, input kind)` of a biLM archive's config: its one token embedder that is not
-    `empty`, and its kind. Anything else is a `ConfigurationError` naming the config key.
-    """
+    """`(text field key, input kind)` of a biLM config's one token embedder (not `empty`)."""
     from allennlp.data import TokenIndexer
     from allennlp.modules.token_embedders import TokenEmbedder
 
@@ -313,19 +312,14 @@ def find_input_kind(config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
     kinds = [kind for kind in KINDS if registered_as(TokenEmbedder, embedder_type, kind.types[0])]
     if not kinds:
         raise ConfigurationError(
-            f"model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, "
-            f"not one of {supported}"
+            f"model.text_field_embedder.token_embedders.{key} is {embedder_type!r}, not one of {supported}"
         )
     _, indexer, tokenizer = kinds[0].types
     reader = config.get("dataset_reader", {})
     indexer_type = _type_of(reader.get("token_indexers", {}).get(key))
     if not registered_as(TokenIndexer, indexer_type, indexer):
-        raise ConfigurationError(
-            f"dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'"
-        )
+        raise ConfigurationError(f"dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'")
     tokenizer_type = _type_of(reader.get("tokenizer"))
     if tokenizer is not None and not registered_as(Tokenizer, tokenizer_type, tokenizer):
-        raise ConfigurationError(
-            f"dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'"
-        )
+        raise ConfigurationError(f"dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'")
     return key, kinds[0]

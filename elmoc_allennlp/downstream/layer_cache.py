@@ -1,14 +1,7 @@
 """
-A frozen biLM's layers, computed once per sentence and read back on later epochs (bilm-tf's "dump
-the layers once" as a cache): `cache_directory` on `elmoc_token_embedder` / `ElmocElmo`.
-
-Downstream, the biLM runs frozen and in evaluation mode, so its layers for a sentence depend only on
-the biLM (its weights, config and fastText vectors: the *fingerprint*), its input kind and the
-sentence's input ids. The cache is one LMDB file per fingerprint and storage dtype in the cache
-directory (allennlp's `TensorCache`, safe for several processes: DDP ranks, concurrent runs),
-keyed by a hash of each sentence's ids. A value is raw bytes behind a fixed header (dtype, shape,
-CRC-32): nothing in a cache is unpickled, so a cache from elsewhere is data only. The learned
-parts (scalar mix, gamma, dropout, projection) run every step on what the cache returns.
+A frozen biLM's layers, computed once per sentence and read back later (docs/layer_cache.md): an
+LMDB file per biLM fingerprint and dtype, keyed by a hash of each sentence's ids; values are raw
+bytes behind a header (dtype, shape, CRC-32), never unpickled.
 """
 import difflib
 import errno
@@ -26,10 +19,11 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import TensorCache
+from allennlp.nn.util import get_mask_from_sequence_lengths
 
 logger = logging.getLogger(__name__)
 
-# Storage dtypes, by config name; their codes in a value's header.
+# Storage dtypes by config name, their codes in a value's header.
 CACHE_DTYPES: Dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
 _DTYPE_CODES = {"float32": 1, "float16": 2}
 _NUMPY_DTYPES = {"float32": numpy.dtype("<f4"), "float16": numpy.dtype("<f2")}
@@ -43,17 +37,6 @@ _METADATA_KEY = b"__elmoc_layer_cache__"
 _NO_SPACE = tuple(os.strerror(code) for code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)))
 
 
-def check_cache_dtype(cache_dtype: str) -> torch.dtype:
-    """The storage dtype named `cache_dtype`; an unknown name is an error with the nearest one."""
-    if cache_dtype not in CACHE_DTYPES:
-        close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigurationError(
-            f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}"
-        )
-    return CACHE_DTYPES[cache_dtype]
-
-
 def _without_paths(config: Any) -> Any:
     """`config` without its `vectors_path` values (machine-specific; the vectors are hashed)."""
     if isinstance(config, dict):
@@ -65,9 +48,8 @@ def _without_paths(config: Any) -> Any:
 
 def bilm_fingerprint(bilm: torch.nn.Module) -> str:
     """
-    A SHA-256 of everything an `ElmocBiLm`'s layers depend on besides the input ids: its input
-    kind, boundary ids, model config (without paths), every weight, and the fingerprint of each
-    fastText model it reads (the vectors record, in place of its path).
+    A SHA-256 of what an `ElmocBiLm`'s layers depend on besides the input ids: input kind,
+    boundary ids, model config without paths, weights, and each fastText model's fingerprint.
     """
     model = bilm.bilm
     digest = hashlib.sha256()
@@ -78,8 +60,7 @@ def bilm_fingerprint(bilm: torch.nn.Module) -> str:
         "model": _without_paths(bilm.archive.config.get("model", {})),
     }
     digest.update(json.dumps(described, sort_keys=True).encode("utf-8"))
-    # The weights: parameters (a tied one under each name) and buffers, not the extra state
-    # entries (a fastText embedder's vectors record holds its path).
+    # Parameters and buffers, not the extra state (a fastText embedder's record holds its path).
     buffers = {name for name, _ in model.named_buffers()}
     for name, value in sorted(model.state_dict(keep_vars=True).items()):
         if not isinstance(value, torch.nn.Parameter) and name not in buffers:
@@ -96,10 +77,7 @@ def bilm_fingerprint(bilm: torch.nn.Module) -> str:
 
 
 def sentence_keys(inputs: torch.Tensor) -> Tuple[List[bytes], List[int]]:
-    """
-    Each sentence's key (a SHA-256 of its ids without padding, so the same for any batch) and its
-    number of words, from the biLM's inputs `(batch, timesteps, width)` (0 is padding).
-    """
+    """Each sentence's key (a SHA-256 of its ids without padding) and word count; 0 is padding."""
     ids = inputs.detach().cpu().numpy()
     present = ids != 0
     lengths = present.any(-1).sum(-1).tolist()
@@ -115,10 +93,7 @@ def sentence_keys(inputs: torch.Tensor) -> Tuple[List[bytes], List[int]]:
 
 
 class LayerStore(TensorCache):
-    """
-    allennlp's LMDB `TensorCache` with values stored as raw bytes behind a header (no pickle), and
-    batched reads and writes (one transaction each). Values are `(layers, timesteps, dim)`.
-    """
+    """allennlp's `TensorCache` with `(layers, timesteps, dim)` values as raw bytes behind a header, batched I/O."""
 
     cache_dtype = "float32"
 
@@ -130,16 +105,13 @@ class LayerStore(TensorCache):
         return _HEADER.pack(_VALUE_MAGIC, code, layers, timesteps, dim, zlib.crc32(payload)) + payload
 
     def decode(self, key: bytes, buffer: Any, expected: Optional[Tuple[int, int, int]] = None) -> numpy.ndarray:
-        """
-        The array in `buffer` (a view of it); a value of another layout, shape, size or checksum is
-        refused, naming the file and the entry.
-        """
+        """The array viewing `buffer`; another layout, shape, size or checksum is refused, naming the entry."""
         problem = None
         if len(buffer) < _HEADER.size:
             problem = "is shorter than its header"
         else:
             magic, code, layers, timesteps, dim, crc = _HEADER.unpack_from(buffer)
-            payload = memoryview(buffer)[_HEADER.size:]
+            payload = memoryview(buffer)[_HEADER.size :]
             itemsize = _NUMPY_DTYPES[self.cache_dtype].itemsize
             if magic != _VALUE_MAGIC or code != _DTYPE_CODES[self.cache_dtype]:
                 problem = f"is not a {self.cache_dtype} layer value"
@@ -158,9 +130,8 @@ class LayerStore(TensorCache):
 
     def read_into(self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray) -> List[int]:
         """
-        Copies the stored value of each sentence `row` into `layers[:, row, :lengths[row] + 2]`
-        (`layers` is `(num_layers, batch, timesteps + 2, dim)`), in one read transaction without
-        copying values out of the file first; returns the rows not in the cache.
+        Copies each stored sentence `row` into `layers[:, row, :lengths[row] + 2]` (`layers` is
+        `(num_layers, batch, timesteps + 2, dim)`) in one transaction; returns the rows not stored.
         """
         num_layers, _, _, dim = layers.shape
         missing = []
@@ -190,14 +161,6 @@ class LayerStore(TensorCache):
             raise KeyError(key)
         return torch.from_numpy(self.decode(key.encode(), buffer).astype(numpy.float32))
 
-    def __setitem__(self, key: str, tensor: torch.Tensor) -> None:
-        if self.read_only:
-            raise ValueError("cannot write to a read-only cache")
-        self.write_many({key.encode(): self.encode(tensor)})
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.read_many([key.encode()])[0] is not None
-
     def __del__(self):
         if getattr(self, "lmdb_env", None) is not None:  # not if opening the file failed
             super().__del__()
@@ -205,25 +168,18 @@ class LayerStore(TensorCache):
 
 class LayerCache:
     """
-    The layers of one frozen `ElmocBiLm`, per sentence, in `directory`: read where stored, computed
-    (and stored) where not. Opened at the first batch, when the biLM's weights are final (a loaded
-    downstream archive sets them after construction).
-
-    # Parameters
-
-    directory : `str`
-        The cache folder (created if missing); one file per biLM fingerprint and storage dtype.
-    cache_dtype : `str`, optional (default = `"float32"`)
-        `"float32"` (exact) or `"float16"` (half the disk, layers rounded to float16).
-    map_size : `int`, optional (default = `1 TiB`)
-        The most bytes the cache file may grow to (LMDB's map size; not allocated ahead). A full
-        cache, like a full disk, stops filling with one warning; the run goes on live.
+    The layers of one frozen `ElmocBiLm` per sentence in `directory` (created if missing), stored as
+    `cache_dtype`: read where stored, else computed and stored, until the file reaches `map_size`.
+    Opened at the first batch, when a loaded archive's weights are set.
     """
 
     def __init__(
         self, directory: Union[str, os.PathLike], cache_dtype: str = "float32", map_size: int = 1 << 40
     ) -> None:
-        check_cache_dtype(cache_dtype)
+        if cache_dtype not in CACHE_DTYPES:
+            close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}")
         self.directory = Path(directory).expanduser()
         self.cache_dtype = cache_dtype
         self.map_size = map_size
@@ -249,8 +205,10 @@ class LayerCache:
         try:
             store = LayerStore(self.path, map_size=self.map_size)
         except lmdb.Error as error:
-            advice = "damaged? Delete the file (and its -lock) to rebuild it" if self.path.exists() else (
-                "set cache_directory to a folder this user can write"
+            advice = (
+                "damaged? Delete the file (and its -lock) to rebuild it"
+                if self.path.exists()
+                else ("set cache_directory to a folder this user can write")
             )
             raise ConfigurationError(f"Layer cache {self.path} cannot be opened ({error}): {advice}.") from None
         store.cache_dtype = self.cache_dtype
@@ -282,8 +240,7 @@ class LayerCache:
             raise ConfigurationError(f"Layer cache {self.path} could not be written: {error}") from error
         if self.filling:
             logger.warning(
-                "Layer cache %s is full (%s): it stops filling; sentences not in it are computed live",
-                self.path, error,
+                "Layer cache %s is full (%s): it stops filling; sentences not in it are computed live", self.path, error
             )
         self.filling = False
 
@@ -302,15 +259,9 @@ class LayerCache:
             )
 
     def activations(
-        self,
-        bilm: torch.nn.Module,
-        inputs: torch.Tensor,
-        live: Callable[[torch.Tensor], Dict[str, Any]],
+        self, bilm: torch.nn.Module, inputs: torch.Tensor, live: Callable[[torch.Tensor], Dict[str, Any]]
     ) -> Dict[str, Any]:
-        """
-        What `ElmocBiLm.forward(inputs)` returns (`{"activations": [...], "mask": ...}`): stored
-        layers for the sentences in the cache, `live(sub-batch)` for the others (then stored).
-        """
+        """What `ElmocBiLm.forward(inputs)` returns: stored layers, `live(sub-batch)` for the others (then stored)."""
         self.check_frozen(bilm)
         if self._store is None:
             self._store = self.open(bilm)
@@ -318,7 +269,7 @@ class LayerCache:
         keys, lengths = sentence_keys(inputs)
         num_layers, dim = bilm.num_layers, bilm.get_output_dim()
         batch_size, timesteps = inputs.shape[:2]
-        # Assembled on the CPU (the values are copied once, from the file), then moved at once.
+        # Assembled on the CPU (copied once, from the file), then moved at once.
         stored = torch.zeros((num_layers, batch_size, timesteps + 2, dim), dtype=torch.float)
         missing = store.read_into(keys, lengths, stored.numpy())
         layers = stored.to(inputs.device)
@@ -336,6 +287,5 @@ class LayerCache:
                     store.write_many(items)
                 except lmdb.Error as error:
                     self._stop_filling(error)
-        lengths_tensor = torch.tensor(lengths, device=inputs.device)
-        mask = torch.arange(timesteps + 2, device=inputs.device) < (lengths_tensor + 2).unsqueeze(-1)
+        mask = get_mask_from_sequence_lengths(torch.tensor(lengths, device=inputs.device) + 2, timesteps + 2)
         return {"activations": list(layers.unbind(0)), "mask": mask}

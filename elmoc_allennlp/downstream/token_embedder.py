@@ -1,4 +1,5 @@
-from typing import List, Optional, Sequence, Tuple
+"""`elmoc_token_embedder`: one ELMo representation of a trained biLM, in place of ELMo's blocks."""
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -7,17 +8,14 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.downstream.archive import naming_the_config_key
+from elmoc_allennlp.downstream.archive import NamingTheConfigKey
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
 
 
-# Options of the allennlp blocks that ELMo-C replaces (`elmo_token_embedder`, `bcn`'s `elmo`,
-# `bidirectional_lm_token_embedder`) that have no ELMo-C meaning: a swapped config fails saying
-# what to change instead of allennlp's bare "Extra parameters passed to ...".
 def reject_elmo_only_options(params: Params) -> None:
     """
-    Raises a `ConfigurationError` naming the key for ELMo's `options_file`, `weight_file` and
-    `vocab_to_cache` (no word cache: the fastText input is a lookup); removes a `vocab_to_cache: null`.
+    ELMo's `options_file`, `weight_file` and `vocab_to_cache` in a swapped block are an error naming the
+    key (not allennlp's bare "Extra parameters"); a `vocab_to_cache: null` is removed.
     """
     present = [f"{params.history}{key}" for key in ("options_file", "weight_file") if key in params]
     if present:
@@ -28,22 +26,8 @@ def reject_elmo_only_options(params: Params) -> None:
         raise ConfigurationError(f"{params.history}vocab_to_cache: ELMo-C has no word cache; remove it")
 
 
-def check_boundary_tokens(
-    bos_eos_tokens: Optional[Sequence[str]], start_token: str, end_token: str, archive_file: str
-) -> None:
-    """
-    `bos_eos_tokens` (of `bidirectional_lm_token_embedder`) must be the boundaries the biLM was
-    trained with (its `dataset_reader.start_token` / `end_token`), which ELMo-C adds itself.
-    """
-    if bos_eos_tokens is not None and list(bos_eos_tokens) != [start_token, end_token]:
-        raise ConfigurationError(
-            f"bos_eos_tokens is {list(bos_eos_tokens)}, but the ELMo-C biLM {archive_file} was "
-            f"pretrained with [{start_token!r}, {end_token!r}]: leave bos_eos_tokens out"
-        )
-
-
 @TokenEmbedder.register("elmoc_token_embedder")
-class ElmocTokenEmbedder(TokenEmbedder):
+class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
     """
     One ELMo representation from a trained ELMo-C biLM, in place of `elmo_token_embedder` (or
     `bidirectional_lm_token_embedder`) in allennlp-models configs, with an `elmoc_bilm_inputs` indexer.
@@ -52,37 +36,17 @@ class ElmocTokenEmbedder(TokenEmbedder):
 
     # Parameters
 
-    archive_file : `str`
-        The ELMo-C biLM `model.tar.gz` (the same as the `elmoc_bilm_inputs` indexer's).
-    vectors_path : `str`, optional (default = `None`)
-        The biLM's fastText `.bin`, if it is not where the archive says (see `BilmArchive`).
-    do_layer_norm : `bool`, optional (default = `False`)
-        Layer-normalize each layer before mixing.
-    dropout : `float`, optional (default = `0.5`)
-        Dropout on the representation.
-    requires_grad : `bool`, optional (default = `False`)
-        If `True`, fine-tune the biLM.
+    archive_file, vectors_path, do_layer_norm, dropout, requires_grad, scalar_mix_parameters,
+    scalar_mix_l2_penalty, allow_different_vectors, serialization_dir, cache_directory, cache_dtype
+        As for `ElmocElmo` (`archive_file`: the same as the `elmoc_bilm_inputs` indexer's).
     projection_dim : `int`, optional (default = `None`)
-        If given, the representation is projected to this dimension by a trained linear layer:
-        `1024` fits a biLM of any size into a recipe sized for ELMo's 1024-d output.
-    scalar_mix_parameters : `List[float]`, optional (default = `None`)
-        Fixed pre-softmax mixing weights, one per layer, not trained.
-    scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
-        `lambda` of the penalty `lambda * ||s||^2` on the mixing weights; see `ElmocElmo`.
-    allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a fastText `.bin` other than the one the biLM was trained with (see `ElmocBiLm`).
+        Project the representation to this size by a trained linear layer (`1024`: ELMo's size).
     bilm_dim : `int`, optional (default = `None`)
         The biLM size the config expects (`ELMOC_DIM` in downstream configs); checked against the archive.
     bos_eos_tokens : `Tuple[str, str]`, optional (default = `None`)
         As in `bidirectional_lm_token_embedder`: must be the biLM's own boundary tokens.
     remove_bos_eos : `bool`, optional (default = `True`)
         As in `bidirectional_lm_token_embedder`: `False` keeps the boundaries' representations.
-    serialization_dir : `str`, optional (default = `None`)
-        Given by allennlp; see `ElmocBiLm`.
-    cache_directory : `str`, optional (default = `None`)
-        Store the frozen biLM's layers there and read them on later epochs (see `ElmocElmo`).
-    cache_dtype : `str`, optional (default = `"float32"`)
-        The cache's storage: `"float32"` (exact) or `"float16"` (half the disk).
     """
 
     def __init__(
@@ -121,7 +85,12 @@ class ElmocTokenEmbedder(TokenEmbedder):
             cache_dtype=cache_dtype,
         )
         archive = self._elmo.bilm.archive
-        check_boundary_tokens(bos_eos_tokens, archive.start_token, archive.end_token, str(archive_file))
+        boundaries = [archive.start_token, archive.end_token]
+        if bos_eos_tokens is not None and list(bos_eos_tokens) != boundaries:
+            raise ConfigurationError(
+                f"bos_eos_tokens is {list(bos_eos_tokens)}, but the ELMo-C biLM {archive_file} was "
+                f"pretrained with {boundaries}: leave bos_eos_tokens out"
+            )
         elmo_dim = self._elmo.get_output_dim()
         if bilm_dim is not None and bilm_dim != elmo_dim:
             raise ConfigurationError(
@@ -134,17 +103,9 @@ class ElmocTokenEmbedder(TokenEmbedder):
         self.output_dim = projection_dim or elmo_dim
 
     @classmethod
-    def from_params(
-        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
-    ):
+    def from_params(cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras):
         reject_elmo_only_options(params)
-        with naming_the_config_key(params):
-            return super().from_params(
-                params,
-                constructor_to_call=constructor_to_call,
-                constructor_to_inspect=constructor_to_inspect,
-                **extras,
-            )
+        return super().from_params(params, constructor_to_call, constructor_to_inspect, **extras)
 
     def get_output_dim(self) -> int:
         return self.output_dim
@@ -154,16 +115,7 @@ class ElmocTokenEmbedder(TokenEmbedder):
         return self._elmo
 
     def forward(self, elmo_tokens: torch.Tensor = None, **unexpected) -> torch.Tensor:
-        """
-        # Parameters
-
-        elmo_tokens : `torch.Tensor`
-            Shape `(batch_size, timesteps, num_subwords)`, from the `elmoc_bilm_inputs` indexer.
-
-        # Returns
-
-        Shape `(batch_size, timesteps, output_dim)`, zero at padding.
-        """
+        """`(batch_size, timesteps, output_dim)`, zero at padding, of the `elmoc_bilm_inputs` indexer's ids."""
         if elmo_tokens is None or unexpected:
             raise ConfigurationError(
                 "The elmoc_token_embedder reads the elmo_tokens of an 'elmoc_bilm_inputs' indexer "

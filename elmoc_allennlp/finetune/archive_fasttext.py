@@ -1,29 +1,29 @@
 """
-A biLM archive's own fastText model, for fine-tuning: the archive opened with the fastText model
-it was pretrained with (another model is refused: the biLM lives in the vector space of its own),
-and `elmoc_archive_fasttext`, the indexer that indexes as pretraining did.
+A biLM archive with the fastText model it was pretrained with (no other): the biLM to fine-tune
+(`elmoc_bilm_from_archive`) and its indexer (`elmoc_archive_fasttext`).
 """
 import logging
 import os
 from typing import Optional
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
 from allennlp.data.token_indexers.token_indexer import TokenIndexer
+from allennlp.models.model import Model
 
+from elmoc_allennlp.common.atomic_files import same_file
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.downstream.archive import VECTORS_PATH_KEY, BilmArchive, PathLike
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 
 logger = logging.getLogger(__name__)
 
 
 def same_fasttext_model(first: PathLike, second: PathLike) -> bool:
     """Whether two paths hold the same fastText model (the same file, or identical copies)."""
-    try:
-        if os.path.samefile(first, second):
-            return True
-    except OSError:
-        return False
+    if same_file(first, second):
+        return True
     return FastTextVectors.from_path(first).fingerprint == FastTextVectors.from_path(second).fingerprint
 
 
@@ -41,9 +41,8 @@ def archive_with_its_fasttext(
     archive_file: PathLike, vectors_path: Optional[str] = None, config_key: str = "vectors_path"
 ) -> BilmArchive:
     """
-    The `BilmArchive` of a fastText-input biLM with the fastText model it was pretrained with.
-    `vectors_path`, if given, must be that model (or a copy); if the archive's own model is not
-    on this machine, it is accepted with a warning.
+    The `BilmArchive` of a fastText-input biLM with its own fastText model: `vectors_path` must be
+    that model (or a copy), accepted with a warning where the archive's own is not on this machine.
     """
     archive_file = os.fspath(archive_file)
     given = BilmArchive.open(archive_file, vectors_path)
@@ -67,8 +66,7 @@ def archive_with_its_fasttext(
 @TokenIndexer.register("elmoc_archive_fasttext")
 class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
-    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with (fastText model,
-    boundary tokens, lowercasing), for fine-tuning the biLM (`elmoc_bilm_from_archive`).
+    The `elmoc_fasttext_subwords` indexer a biLM archive was pretrained with, for fine-tuning it.
 
     Registered as a `TokenIndexer` with name "elmoc_archive_fasttext".
 
@@ -83,10 +81,7 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
 
     def __init__(
-        self,
-        archive_file: str,
-        vectors_path: Optional[str] = None,
-        token_min_padding_length: int = 0,
+        self, archive_file: str, vectors_path: Optional[str] = None, token_min_padding_length: int = 0
     ) -> None:
         archive = archive_with_its_fasttext(
             archive_file, vectors_path, "dataset_reader.token_indexers.<key>.vectors_path"
@@ -98,3 +93,44 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
             lowercase_tokens=archive.lowercase_tokens,
             token_min_padding_length=token_min_padding_length,
         )
+
+
+@Model.register("elmoc_bilm_from_archive", constructor="from_archive")
+class BilmFromArchive(Model):
+    """
+    `from_archive` returns the `BidirectionalLanguageModel` of an ELMo-C biLM archive, to be
+    fine-tuned (`finetune_domain.jsonnet`): unlike allennlp's `from_archive`, only archives
+    `BilmArchive` accepts, with their own fastText model, and no softmax-family output layer
+    (whose vocabulary the run would not carry over).
+
+    Registered as a `Model` with name "elmoc_bilm_from_archive".
+
+    # Parameters
+
+    archive_file : `str`
+        The biLM's `model.tar.gz` (or its serialization directory).
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with (a copy), if the archive cannot find it.
+    vocab : `Vocabulary`, optional
+        The run's vocabulary; not used.
+    """
+
+    @classmethod
+    def from_archive(  # type: ignore[override]
+        cls, archive_file: str, vectors_path: Optional[str] = None, vocab: Optional[Vocabulary] = None
+    ) -> BidirectionalLanguageModel:
+        archive = archive_with_its_fasttext(archive_file, vectors_path, "model.vectors_path")
+        model, _ = archive.load()
+        if not isinstance(model, BidirectionalLanguageModel):
+            raise ConfigurationError(
+                f"ELMo-C archive {archive_file} (model.archive_file) holds a "
+                f"{type(model).__name__}, not a BidirectionalLanguageModel"
+            )
+        if model.output_layer().requires_target_ids:
+            raise ConfigurationError(
+                f"ELMo-C archive {archive_file} (model.archive_file) has a softmax-family output "
+                f"layer ({type(model.output_layer()).__name__}); fine-tuning supports "
+                "continuous-output biLMs (model.output_layer.type 'continuous')"
+            )
+        logger.info("Fine-tuning the biLM of %s (fastText model %s)", archive_file, archive.input_vectors_path)
+        return model

@@ -1,4 +1,4 @@
-"""The `elmoc_finetune` callback: checks a fine-tuning run's indexing, and makes its archive an ordinary biLM archive."""
+"""`elmoc_finetune`: checks a fine-tuning run's indexing, and makes its archive an ordinary biLM archive."""
 import copy
 import json
 import logging
@@ -11,7 +11,7 @@ from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmoc_allennlp.common.atomic_files import atomic_write
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.downstream.archive import BilmArchive, set_dotted
+from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.input_kinds import registered_as
 from elmoc_allennlp.finetune.archive_fasttext import (
     archive_with_its_fasttext,
@@ -26,16 +26,9 @@ FINETUNE_CONFIG_NAME = "config_finetune.json"
 ARCHIVE_INDEXER_TYPE = "elmoc_archive_fasttext"
 
 
-def self_contained_config(
-    finetune_config: Dict[str, Any], archive: BilmArchive
-) -> Dict[str, Any]:
-    """
-    The config of a fine-tuning run as an ordinary biLM config: the base archive's `model`, its
-    own indexer for `elmoc_archive_fasttext` ones, and the fastText files the run used.
-    """
-    base = copy.deepcopy(archive.config)
-    for dotted_key, path in archive.vectors_overrides.items():
-        set_dotted(base, dotted_key, path)
+def self_contained_config(finetune_config: Dict[str, Any], archive: BilmArchive) -> Dict[str, Any]:
+    """The run's config as a biLM config: the archive's `model` and indexer, the fastText files used."""
+    base = archive.resolved_config()
     config = copy.deepcopy(finetune_config)
     config["model"] = base["model"]
     pretraining_indexer = base["dataset_reader"]["token_indexers"][archive.input_key]
@@ -50,12 +43,10 @@ def self_contained_config(
 @TrainerCallback.register("elmoc_finetune")
 class FineTuneCallback(TrainerCallback):
     """
-    For fine-tuning a biLM archive (`elmoc_bilm_from_archive`). At the start it checks that every
-    data loader's reader indexes the biLM's input as in pretraining: the archive's fastText model
-    (the file or a copy), lowercasing, sentence boundaries. At the end of a successful run it
-    rewrites `config.json` (packed into `model.tar.gz`) as a self-contained `elmoc_bilm` config
-    (`self_contained_config`) and keeps the original as `config_finetune.json`; a finished run
-    can therefore not be resumed with `--recover`.
+    For `elmoc_bilm_from_archive`: at the start, checks that every data loader's reader indexes as
+    in pretraining (fastText model or a copy, lowercasing, boundaries); at the end of a successful
+    run, rewrites `config.json` as a self-contained `elmoc_bilm` config, keeping the original as
+    `config_finetune.json` (a finished run cannot be resumed with `--recover`).
 
     Registered as a `TrainerCallback` with name "elmoc_finetune".
 
@@ -75,10 +66,7 @@ class FineTuneCallback(TrainerCallback):
         with open(os.path.join(self.serialization_dir, CONFIG_NAME), encoding="utf-8") as handle:
             model = json.load(handle).get("model", {})
         if not registered_as(Model, model.get("type"), "elmoc_bilm_from_archive"):
-            raise ConfigurationError(
-                "model.type must be 'elmoc_bilm_from_archive' with the 'elmoc_finetune' callback"
-            )
-        # The archive the model was built from (opened once per process).
+            raise ConfigurationError("model.type must be 'elmoc_bilm_from_archive' with the 'elmoc_finetune' callback")
         archive = archive_with_its_fasttext(model["archive_file"], model.get("vectors_path"), "model.vectors_path")
         self._archive = archive
         # allennlp's trainer has no public accessor of its validation data loader.
@@ -106,10 +94,7 @@ class FineTuneCallback(TrainerCallback):
             )
         if not same_fasttext_model(indexer.vectors.path, archive.input_vectors_path):
             raise different_fasttext_error(
-                archive.archive_file,
-                archive.input_vectors_path,
-                str(indexer.vectors.path),
-                f"{where}.vectors_path",
+                archive.archive_file, archive.input_vectors_path, str(indexer.vectors.path), f"{where}.vectors_path"
             )
         checks = [
             (f"{where}.lowercase_tokens", indexer.lowercase_tokens, archive.lowercase_tokens),
@@ -122,17 +107,11 @@ class FineTuneCallback(TrainerCallback):
         for option, actual, expected in checks:
             if actual != expected:
                 raise ConfigurationError(
-                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained "
-                    f"with {expected!r}"
+                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained " f"with {expected!r}"
                 )
 
     def on_end(
-        self,
-        trainer,
-        metrics: Dict[str, Any] = None,
-        epoch: int = None,
-        is_primary: bool = True,
-        **kwargs,
+        self, trainer, metrics: Dict[str, Any] = None, epoch: int = None, is_primary: bool = True, **kwargs
     ) -> None:
         # `metrics` is None when training raised.
         if not is_primary or metrics is None or self._archive is None:
@@ -148,4 +127,3 @@ class FineTuneCallback(TrainerCallback):
         with atomic_write(config_path, "w") as out:
             json.dump(config, out, indent=4)
         logger.info("Wrote a self-contained biLM config to %s", config_path)
-

@@ -14,21 +14,16 @@ logger = logging.getLogger(__name__)
 @LearningRateScheduler.register("elmoc_slanted_triangular")
 class RecoverableSlantedTriangular(SlantedTriangular):
     """
-    allennlp's `slanted_triangular` schedule (Howard & Ruder 2018, sections 3.2-3.3), with the same
-    parameters and learning rates, except that `load_state_dict` (`--recover`) freezes the groups
-    that the restored epoch freezes (allennlp's trains every layer after a resume). Gradual
-    unfreezing and discriminative fine-tuning without one parameter group per layer and an empty
-    default group (`elmoc_bilm_layerwise`) are a `ConfigurationError`; layers that `num_epochs`
-    leaves frozen and an unknown number of batches per epoch are warned about. Each epoch logs
-    the groups it trains.
+    allennlp's `slanted_triangular` (Howard & Ruder 2018, sections 3.2-3.3), but `load_state_dict`
+    (`--recover`) freezes what the restored epoch freezes (allennlp's trains every layer after a
+    resume). Per-layer options need the `elmoc_bilm_layerwise` groups; each epoch logs its groups.
 
     Registered as a `LearningRateScheduler` with name "elmoc_slanted_triangular".
 
     # Parameters
 
-    See allennlp's `SlantedTriangular`: `num_epochs` and `num_steps_per_epoch` are given by the
-    trainer; `cut_frac` (default 0.1), `ratio` (32), `gradual_unfreezing` (false),
-    `discriminative_fine_tuning` (false), `decay_factor` (0.38, i.e. 1 / 2.6).
+    As allennlp's `SlantedTriangular`: `num_epochs` and `num_steps_per_epoch` (given by the trainer),
+    `cut_frac` (0.1), `ratio` (32), `gradual_unfreezing`, `discriminative_fine_tuning`, `decay_factor` (0.38).
     """
 
     def __init__(
@@ -52,9 +47,7 @@ class RecoverableSlantedTriangular(SlantedTriangular):
                 "group: use the 'elmoc_bilm_layerwise' optimizer"
             )
         if not 0.0 < cut_frac < 1.0:
-            raise ConfigurationError(
-                f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}"
-            )
+            raise ConfigurationError(f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}")
         if num_steps_per_epoch is None:
             logger.warning("Without a data loader length the first epoch runs at the lowest rate")
         if gradual_unfreezing and num_epochs < len(groups) - 1:
@@ -85,15 +78,13 @@ class RecoverableSlantedTriangular(SlantedTriangular):
 
     def step(self, metric: float = None) -> None:
         super().step(metric)
-        # The constructor's first step runs before the base values exist for logging.
         if hasattr(self, "last_batch_num_total"):
             self._log_groups()
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         if self.gradual_unfreezing:
-            # The epoch to train (`last_epoch`) trains the top `last_epoch + 1` groups; reversed,
-            # the empty default group comes first, as in allennlp's `step`.
+            # Epoch `last_epoch` trains the top `last_epoch + 1` groups (reversed: the empty default first).
             for index, group in enumerate(reversed(self.optimizer.param_groups)):
                 for parameter in group["params"]:
                     parameter.requires_grad = index <= self.last_epoch + 1

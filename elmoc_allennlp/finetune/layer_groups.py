@@ -17,10 +17,8 @@ logger = logging.getLogger(__name__)
 @Optimizer.register("elmoc_bilm_layerwise", constructor="from_partial_optimizer")
 class BilmLayerwiseOptimizer(Optimizer):
     """
-    Builds `optimizer` (any registered `Optimizer`) with one parameter group per biLM layer,
-    bottom to top (`BidirectionalLanguageModel.layer_groups`), then an empty default group: the
-    order allennlp's `slanted_triangular` needs for ULMFiT-style discriminative fine-tuning and
-    gradual unfreezing (Howard & Ruder 2018, sections 3.2-3.3). The groups are logged.
+    `optimizer` with one parameter group per biLM layer, bottom to top, then an empty default group:
+    the order `slanted_triangular` needs for ULMFiT's per-layer options (Howard & Ruder 2018, 3.2-3.3).
 
     Registered as an `Optimizer` with name "elmoc_bilm_layerwise".
 
@@ -34,9 +32,7 @@ class BilmLayerwiseOptimizer(Optimizer):
 
     @classmethod
     def from_partial_optimizer(
-        cls,
-        model_parameters: List[Tuple[str, torch.nn.Parameter]],
-        optimizer: Lazy[Optimizer],
+        cls, model_parameters: List[Tuple[str, torch.nn.Parameter]], optimizer: Lazy[Optimizer]
     ) -> Optimizer:
         if "parameter_groups" in optimizer._params:
             raise ConfigurationError(
@@ -46,9 +42,5 @@ class BilmLayerwiseOptimizer(Optimizer):
         groups = BidirectionalLanguageModel.layer_groups(name for name, _ in model_parameters)
         for label, names in groups:
             logger.info("Parameter group %s: %s", label, ", ".join(names))
-        parameter_groups = [
-            ([f"^{re.escape(name)}$" for name in names], {}) for _, names in groups
-        ]
-        return optimizer.construct(
-            model_parameters=model_parameters, parameter_groups=parameter_groups
-        )
+        parameter_groups = [([f"^{re.escape(name)}$" for name in names], {}) for _, names in groups]
+        return optimizer.construct(model_parameters=model_parameters, parameter_groups=parameter_groups)

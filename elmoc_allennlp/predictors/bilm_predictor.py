@@ -16,16 +16,10 @@ DEFAULT_MAX_TOKENS = 4096
 @Predictor.register("elmoc_bilm")
 class BidirectionalLanguageModelPredictor(Predictor):
     """
-    Scores sentences with a trained biLM (`elmoc_bilm`).
-
-    Input: `{"sentence": "a whitespace tokenized sentence"}` (or a list of tokens). Output: the
-    model's forward and backward losses, `tokens` (the positions as the model reads them, boundary
-    tokens included), the mask and, for continuous heads, the per-position cosine between each
-    prediction and its target (`forward_cosine`, `backward_cosine`), one value per token.
-    Malformed input raises a `ConfigurationError` naming the key and, under `allennlp predict`,
-    the input line (counting non-blank lines); so does a sentence of more than
-    `ELMOC_PREDICT_MAX_TOKENS` tokens (default 4096; the forward pass's memory and time grow with
-    the length).
+    Scores `{"sentence": "whitespace tokenized"}` (or a list of tokens) with a trained biLM: its
+    losses, `tokens` (boundaries included), mask and, for continuous heads, each token's cosine to
+    its target (`forward_cosine`, `backward_cosine`). Malformed input, or more than
+    `ELMOC_PREDICT_MAX_TOKENS` tokens (4096), is a `ConfigurationError` naming the key and line.
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """
@@ -53,9 +47,7 @@ class BidirectionalLanguageModelPredictor(Predictor):
         if not isinstance(json_dict, dict):
             raise _wrong_type('expected a JSON object like {"sentence": "the bank"}', json_dict)
         if "sentence" not in json_dict:
-            raise ConfigurationError(
-                f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}"
-            )
+            raise ConfigurationError(f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}")
         sentence = json_dict["sentence"]
         if not isinstance(sentence, (str, list)):
             raise _wrong_type("'sentence' must be a string (or a list of token strings)", sentence)

@@ -10,13 +10,9 @@ from allennlp.predictors.sentence_tagger import SentenceTaggerPredictor
 @Predictor.register("elmoc_sentence_tagger")
 class WhitespaceSentenceTaggerPredictor(SentenceTaggerPredictor):
     """
-    allennlp's `sentence_tagger` (the default predictor of `crf_tagger`, e.g. the NER model of
-    `training_configs/downstream/ner_crf_tagger.jsonnet`) on whitespace tokens: the stock one
-    tokenizes with spaCy's `en_core_web_sm`, which it downloads when it is not installed, so a
-    tagger archive would not predict on a machine without it. CoNLL-2003 text, which the model
-    was trained on, is tokenized already.
-
-    Input: `{"sentence": "a whitespace tokenized sentence"}`; output: the model's (tags, words).
+    allennlp's `sentence_tagger` (`crf_tagger`'s predictor) on whitespace tokens, as CoNLL-2003
+    text is: the stock one downloads spaCy's `en_core_web_sm` where it is not installed.
+    Input: `{"sentence": "a whitespace tokenized sentence"}`; output: the model's.
 
     Registered as a `Predictor` with name "elmoc_sentence_tagger".
     """

@@ -6,8 +6,7 @@ import pytest
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.finetune.archive_fasttext import ArchiveFastTextIndexer, same_fasttext_model
-from elmoc_allennlp.finetune.bilm_from_archive import BilmFromArchive
+from elmoc_allennlp.finetune.archive_fasttext import ArchiveFastTextIndexer, BilmFromArchive, same_fasttext_model
 
 
 def test_a_different_fasttext_model_is_refused(base_archive, other_fasttext, tiny_fasttext_path):
