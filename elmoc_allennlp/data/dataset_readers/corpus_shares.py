@@ -1,14 +1,6 @@
 """
-Which lines of a corpus each reader reads in an epoch, and in which order
-(docs/scale_and_fault_tolerance.md, "Contiguous shares").
-
-From the corpus index and the reader's `ShareSettings`, a corpus's plan says what every line
-gives: nothing (blank or skipped), instances (sentence mode) or stream tokens (window mode). The
-epoch's `N` instances, in the order drawn from `(seed, epoch)` when shuffling, are cut into
-`R * W` contiguous, equal shares; a `CorpusShare` reads exactly the lines of one share (and those
-a window needs past its edges), each once, in that order, opening only their files: a line
-source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming the
-file and line, and so does a reader whose instances are not the share's (`lost_instances`).
+Which lines of a corpus each of the `R * W` readers reads in an epoch, in which order, and the
+`EpochLengthError` of a lost or repeated line (docs/scale_and_fault_tolerance.md, "Contiguous shares").
 """
 import glob
 import logging
@@ -42,10 +34,7 @@ _MAX_SKIP_WARNINGS = 10
 
 
 class EpochLengthError(ConfigurationError):
-    """
-    An epoch that read other lines, instances or batches than the corpus index counted (a bug, or
-    a file changed while read), naming the file and first line concerned, or the share and counts.
-    """
+    """An epoch that read other lines, instances or batches than the corpus index counted."""
 
 
 class ShareSettings(NamedTuple):
@@ -89,11 +78,7 @@ class ReaderSlot(NamedTuple):
 
 
 class ReadStatistics:
-    """
-    The counts of one read of a share (`last_read_statistics`): files, bytes and the lines it owns
-    (by the share); their sentences, tokens and instances (by the reader). Skipped invalid or long
-    lines and truncated tokens are counted only with the options that produce them.
-    """
+    """The counts of one read of a share (`last_read_statistics`); `_OPTIONAL` ones only with their option."""
 
     _ALWAYS = (
         "files", "lines", "blank_lines_skipped", "sentences", "sentences_split", "sentences_truncated",
@@ -268,10 +253,7 @@ class CorpusShares:
 
 
 class CorpusShare:
-    """
-    One reader's share of one epoch: its instances `first` to `end - 1`, the units (instances, or
-    window mode's stream tokens) it needs (`need`) and owns (`own`), its `lines()`, `statistics`.
-    """
+    """One reader's share of an epoch: instances `first` to `end - 1`, the units it needs and owns."""
 
     def __init__(
         self, settings: ShareSettings, plan: CorpusPlan, slot: ReaderSlot, epoch: Optional[int], corpus: str
@@ -302,10 +284,7 @@ class CorpusShare:
             position += int(self.plan.totals[file_number])
 
     def lines(self) -> Iterator[ShareLine]:
-        """
-        Every line this reader needs, in the epoch's order: those whose units overlap `need`, and
-        those it owns (whose units start in `own`; counted in its statistics).
-        """
+        """The lines whose units overlap `need` or start in `own`, in the epoch's order."""
         need, own, plan = self.need, self.own, self.plan
         for file_number, start in self._files():
             total = int(plan.totals[file_number])
@@ -316,10 +295,7 @@ class CorpusShare:
                     yield from self._file_lines(file_number, *wanted)
 
     def _wanted_lines(self, file_number: int, start: int) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
-        """
-        `(line numbers, first units, owned)` of the lines of a file (whose first unit is `start`)
-        that this reader needs, in the epoch's order; counts those it owns.
-        """
+        """`(line numbers, first units, owned)` of a file's lines this reader needs; counts those it owns."""
         need, own, plan = self.need, self.own, self.plan
         order = self.line_order(file_number)
         units = plan.units[file_number][order]
