@@ -175,13 +175,10 @@ def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
     """Both runs are single-direction `elmoc_bilm`s with the same model and vocabulary."""
     for extracted, direction in ((forward, "forward"), (backward, "backward")):
         model = extracted.config["model"]
-        if model.get("type") != "elmoc_bilm":
-            raise ConfigurationError(f"{extracted.archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'")
-        if model.get("directions", "both") != direction:
-            raise ConfigurationError(
-                f"{extracted.archive}: model.directions is {model.get('directions', 'both')!r}, "
-                f"expected {direction!r}"
-            )
+        checks = (("type", model.get("type"), "elmoc_bilm"), ("directions", model.get("directions", "both"), direction))
+        for key, found, expected in checks:
+            if found != expected:
+                raise ConfigurationError(f"{extracted.archive}: model.{key} is {found!r}, expected {expected!r}")
     models = [dict(run.config["model"], directions=None) for run in (forward, backward)]
     difference = _first_difference(*models, "model")
     if difference is not None:
@@ -277,7 +274,8 @@ def merge_bilm_archives(
     force: bool = False,
 ) -> str:
     """
-    Merges a forward-only and a backward-only `elmoc_bilm` run (same config and seeds) into one biLM archive.
+    Merges a forward-only and a backward-only `elmoc_bilm` run (same config and seeds) into one biLM
+    archive, and returns its path.
 
     # Parameters
 
@@ -291,10 +289,6 @@ def merge_bilm_archives(
         Load the merged archive (needs its fastText file) and compare its weights before it is put in place.
     force : `bool`, optional (default = `False`)
         Replace an existing `output_file`.
-
-    # Returns
-
-    The path of the merged archive.
     """
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):

@@ -264,21 +264,14 @@ def load_indexes(
 ) -> List[CorpusIndex]:
     """The index of every file in `paths`, loaded or built (by `processes`, default: the CPUs from 64 MB)."""
     found: Dict[str, CorpusIndex] = {}
-    missing: List[str] = []
-    for path in paths:
-        if path in found or path in missing:
-            continue
+    for path in dict.fromkeys(paths):
         stat_key = _stat_key(path)
         loaded = _LOADED.get(path)
-        if loaded is not None and loaded[0] == stat_key:
-            found[path] = loaded[1]
-            continue
-        index = _load_cached(path, cache_directory)
-        if index is None:
-            missing.append(path)
-        else:
+        index = loaded[1] if loaded is not None and loaded[0] == stat_key else _load_cached(path, cache_directory)
+        if index is not None:
             found[path] = index
             _LOADED[path] = (stat_key, index)
+    missing = [path for path in dict.fromkeys(paths) if path not in found]
     if missing:
         found.update(_build(missing, cache_directory, processes))
     return [found[path] for path in paths]

@@ -160,8 +160,7 @@ def corpus_files(file_path: Any) -> List[str]:
     if os.path.isfile(pattern):
         return [pattern]
     if os.path.isdir(pattern):
-        names = sorted(name for name in os.listdir(pattern) if not name.startswith("."))
-        paths = [os.path.join(pattern, name) for name in names]
+        paths = [os.path.join(pattern, name) for name in sorted(os.listdir(pattern)) if not name.startswith(".")]
         paths = [path for path in paths if os.path.isfile(path)]
         if not paths:
             raise ConfigurationError(f"Corpus directory {str(file_path)!r} contains no files")
@@ -244,8 +243,9 @@ class CorpusShares:
     def share_sizes(self, file_path: Any, rank: int, world_size: int, num_workers: int) -> List[int]:
         """The number of instances of each loader worker of process `rank` (from the index)."""
         total = self.plan(file_path).num_instances
-        slots = [ReaderSlot(rank, world_size, worker, num_workers) for worker in range(num_workers)]
-        return [end - first for first, end in (share_bounds(total, s.index, s.count) for s in slots)]
+        count = world_size * num_workers
+        bounds = (share_bounds(total, rank * num_workers + worker, count) for worker in range(num_workers))
+        return [end - first for first, end in bounds]
 
     def share(self, file_path: Any, slot: ReaderSlot, epoch: Optional[int]) -> "CorpusShare":
         """The share of reader `slot` of the epoch `epoch` (`None`: corpus order) of `file_path`."""
@@ -345,7 +345,11 @@ class CorpusShare:
         for number, start, own, tokens in planned:
             line, raw_line = next(source, (None, b""))
             if line != number:
-                raise self._lost_line(index.path, number, line, len(numbers))
+                got = f"line {line + 1}" if line is not None else "no line"
+                raise EpochLengthError(
+                    f"{index.path}, line {number + 1}: lost by {self.slot} of the epoch of {self.corpus} "
+                    f"(the line source gave {got} in its place, of {len(numbers)} lines planned in this file)"
+                )
             try:
                 text = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -357,13 +361,6 @@ class CorpusShare:
                 f"{index.path}, line {extra[0] + 1}: read by {self.slot} of the epoch of {self.corpus} "
                 f"after the {len(numbers)} lines its index planned in this file (a line read twice?)"
             )
-
-    def _lost_line(self, path: str, number: int, instead: Optional[int], planned: int) -> EpochLengthError:
-        got = f"line {instead + 1}" if instead is not None else "no line"
-        return EpochLengthError(
-            f"{path}, line {number + 1}: lost by {self.slot} of the epoch of {self.corpus} "
-            f"(the line source gave {got} in its place, of {planned} lines planned in this file)"
-        )
 
     def lost_instances(self, expected: int, got: Optional[int]) -> EpochLengthError:
         """The error of a read that gave instance `got` (`None`: no more) where `expected` was due."""

@@ -91,8 +91,7 @@ class LanguageModelCorpusReader(DatasetReader):
         check_one_of(mode, ("sentence", "window"), "mode")
         if mode == "window" and max_sequence_length is not None:
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
-        if max_sequence_length is None:
-            max_sequence_length = 200
+        max_sequence_length = 200 if max_sequence_length is None else max_sequence_length
         check_positive_int(max_sequence_length, "max_sequence_length")
         check_positive_int(window_length, "window_length")
         check_one_of(long_sentences, ("split", "truncate"), "long_sentences")
