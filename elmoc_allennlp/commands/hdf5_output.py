@@ -108,10 +108,7 @@ class HDF5Output(io.RawIOBase):
             return
         if find_disk_full(self.error) is not None:
             raise disk_full_error(output_path, self.error)
-        raise OSError(
-            self.error.errno,
-            f"{self.error.strerror} while writing {output_path}; nothing of it was kept",
-        )
+        raise OSError(self.error.errno, f"{self.error.strerror} while writing {output_path}; nothing of it was kept")
 
 
 class HeldSignals:

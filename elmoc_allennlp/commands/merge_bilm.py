@@ -267,11 +267,7 @@ def _verify(written: str, state: Dict[str, torch.Tensor], output_file: str) -> N
 
 
 def merge_bilm_archives(
-    forward_archive: str,
-    backward_archive: str,
-    output_file: str,
-    verify: bool = True,
-    force: bool = False,
+    forward_archive: str, backward_archive: str, output_file: str, verify: bool = True, force: bool = False
 ) -> str:
     """
     Merges a forward-only and a backward-only `elmoc_bilm` run (same config and seeds) into one biLM

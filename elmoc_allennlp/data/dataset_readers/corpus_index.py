@@ -173,9 +173,7 @@ def _build_one(path: str) -> Tuple[str, bytes]:
         offsets.byteswap()
         tokens.byteswap()
     payload = offsets.tobytes() + tokens.tobytes() + breaks.tobytes()
-    header = _HEADER.pack(
-        _MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload)
-    )
+    header = _HEADER.pack(_MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload))
     return path, header + payload
 
 

@@ -153,9 +153,7 @@ def corpus_files(file_path: Any) -> List[str]:
     if not isinstance(file_path, (str, PathLike)):
         raise ConfigurationError(f"Corpus path must be a file, directory or glob pattern, got {file_path!r}")
     if not str(file_path).strip():
-        raise ConfigurationError(
-            f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)"
-        )
+        raise ConfigurationError(f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)")
     pattern = os.path.expanduser(str(file_path))
     if os.path.isfile(pattern):
         return [pattern]
