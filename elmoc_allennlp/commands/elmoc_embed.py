@@ -1,12 +1,6 @@
 """
-The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, written to hdf5 (as
-the removed `allennlp elmo` command did for ELMo).
-
-The input has one whitespace-tokenized sentence per line; lines end at `\n` only, so dataset `i`
-(named by the 0-based index) is line `i + 1`. Datasets are `(num_layers, num_tokens, dim)` with
-`--all`, `(num_tokens, dim)` with `--top` or `--average`, and, unless `--forget-sentences`,
-`sentence_to_index` (JSON). The file is written atomically by one run at a time (`.NAME.lock` next
-to it), and a disk that fills during the run ends it with one `DiskFullError` naming the output.
+The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, one hdf5 dataset per
+line (as the removed `allennlp elmo` did); its safeguards: docs/trust_and_safety.md.
 """
 import argparse
 import errno
@@ -96,10 +90,7 @@ class ElmocEmbed(PluginSubcommand):
 
 
 def read_sentences(input_file: str) -> List[str]:
-    """
-    The lines of `input_file` (UTF-8) without their line ends, which are `\n` (and `\r\n`) only:
-    another line break inside a line is whitespace, so that dataset `i` is always line `i + 1`.
-    """
+    """The lines of `input_file` (UTF-8), ended at `\n` (and `\r\n`) only: dataset `i` is line `i + 1`."""
     try:
         with open(input_file, encoding="utf-8", newline="\n") as lines:
             return [line.rstrip("\n").rstrip("\r") for line in lines]
@@ -114,10 +105,7 @@ def read_sentences(input_file: str) -> List[str]:
 def _check_output(
     output_file: str, input_file: str, force: bool, archive_file: str, vectors_path: Optional[str], embedder=None
 ) -> Path:
-    """
-    `check_output` with the run's other files (the input, the model archive and its fastText
-    models, once `embedder` has opened it), and a folder that exists and can be written.
-    """
+    """`check_output` against the run's inputs (the fastText models once `embedder` is open), in a writable folder."""
     inputs = [("the input file", input_file), ("the model archive", archive_file), ("the fastText model", vectors_path)]
     archive = getattr(getattr(embedder, "bilm", None), "archive", None)
     inputs += [("the fastText model", path) for path in sorted(set(getattr(archive, "vectors_overrides", {}).values()))]
@@ -186,9 +174,8 @@ def embed_file(
     lowercase_tokens: bool = False,
 ) -> Path:
     """
-    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file` (see the
-    module docstring) and returns its path. `embedder`, an `ElmocEmbedder`, is loaded from
-    `archive_file` if not given, after the inputs are checked; the output is locked while written.
+    Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`, locked
+    while written, and returns its path; `embedder` (an `ElmocEmbedder`) is loaded if not given.
     """
     import h5py
 

@@ -1,16 +1,7 @@
 """
-The `elmoc-fasttext` subcommand: trains the fastText model (`.bin`) that an ELMo-C biLM reads its
-input and output vectors from, on a tokenized corpus (one sentence per line).
-
-    allennlp elmoc-fasttext corpus/train.txt fasttext/vectors.bin --dim 100 --min-count 1
-
-The defaults are those of fastText's published English vectors (Bojanowski et al., 2017: skipgram,
-300-d, character n-grams of 3 to 6, 2M buckets); the biLM config's `embedding_dim` must equal
-`--dim`. Training needs the `fasttext` module (the package's `train` extra). The `.bin` is written
-atomically; an existing one is kept unless `--force`. The epochs follow the corpus size by default
-(`common/vector_health.py`, `epochs_for`). The vectors written are measured (`VectorHealth`,
-printed with the path); degenerate (nearly collinear) ones are an error that says how many epochs
-to train, and are not written unless `--allow-degenerate`.
+The `elmoc-fasttext` subcommand: trains the fastText `.bin` an ELMo-C biLM reads its input and target
+vectors from (docs/pretraining.md). Defaults: fastText's published English vectors (Bojanowski et
+al., 2017: skipgram, 300-d, character n-grams of 3 to 6, 2M buckets).
 """
 import argparse
 from pathlib import Path
@@ -24,6 +15,7 @@ from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.common.threads import set_threads
 from elmoc_allennlp.common.vector_health import measure_vector_health
+
 
 @Subcommand.register("elmoc-fasttext")
 class TrainFastText(PluginSubcommand):

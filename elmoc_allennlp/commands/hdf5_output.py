@@ -12,14 +12,10 @@ from elmoc_allennlp.common.disk_full import disk_full_error, find_disk_full
 
 class HDF5Output(io.RawIOBase):
     """
-    The temporary output file, as h5py's `fileobj` driver writes it, such that a failed write
-    never reaches HDF5: HDF5 (through h5py 3.16) is left broken by one (its `sec2` driver raises
-    a `RuntimeError`, closing the file fails, the process segfaults when it ends), and no check
-    before writing can rule one out (another writer, a quota, `ulimit -f`). So the first failed
-    write (or read) is kept in `error`, and it and every later write go to memory; `check`, called
-    after each dataset and after the file is closed, raises one error naming the output. Writes
-    are complete (`pwrite` until every byte is written: the driver ignores a short count) and
-    unbuffered. No exception may leave these methods into HDF5 (see `HeldSignals`).
+    The temporary output file for h5py's `fileobj` driver, such that a failed write never reaches
+    HDF5 (through h5py 3.16 one leaves it broken: closing fails, the process segfaults at exit):
+    the first failed write is kept in `error`, later writes go to memory, and `check` raises it
+    naming the output. Writes are complete (`pwrite` until done: the driver ignores a short count).
     """
 
     def __init__(self, path: str) -> None:
@@ -112,18 +108,13 @@ class HDF5Output(io.RawIOBase):
             return
         if find_disk_full(self.error) is not None:
             raise disk_full_error(output_path, self.error)
-        raise OSError(
-            self.error.errno,
-            f"{self.error.strerror} while writing {output_path}; nothing of it was kept",
-        )
+        raise OSError(self.error.errno, f"{self.error.strerror} while writing {output_path}; nothing of it was kept")
 
 
 class HeldSignals:
     """
-    SIGINT (with Python's default handler) raises `KeyboardInterrupt` and SIGTERM
-    `SystemExit(128 + 15)`, but never inside HDF5, where an exception breaks it as a failed write
-    does: a signal that arrives there is held, and raised while the export is `outside_hdf5` (while
-    it embeds) or when HDF5 is done (`deliver`). Only the main thread runs signal handlers.
+    SIGINT (`KeyboardInterrupt`) and SIGTERM (`SystemExit(143)`) held while HDF5 runs (an exception
+    there breaks it as a failed write does), raised `outside_hdf5` or at `deliver`.
     """
 
     def __init__(self) -> None:

@@ -1,10 +1,6 @@
 """
 The `elmoc-merge-bilm` subcommand: merges a forward-only and a backward-only ELMo-C run into one
-biLM archive (Li et al., 2019, footnote 7: the two directions trained as separate jobs).
-
-    allennlp elmoc-merge-bilm runs/forward/model.tar.gz runs/backward/model.tar.gz -o runs/bilm.tar.gz
-
-or `python -m elmoc_allennlp.commands.merge_bilm FORWARD BACKWARD -o OUTPUT`.
+biLM archive (Li et al., 2019, footnote 7; docs/pretraining.md). Also `python -m` this module.
 """
 import argparse
 import copy
@@ -95,9 +91,8 @@ def _vocabulary_content(directory: Path) -> Dict[str, Any]:
 
 class _SharedTensors:
     """
-    Whether a tensor of one run equals the same tensor of the other, reading each pair of equal
-    storages once (same offset, size and stride: equal), and never more values in all than the
-    runs' storages hold (a 14 KB archive of many views kept a merge busy for minutes: issue #35).
+    Tensor equality across the runs, reading each pair of storages once and never more values in
+    all than the storages hold (a 14 KB archive of many views kept a merge busy for minutes: issue #35).
     """
 
     def __init__(self, *states: Dict[str, torch.Tensor]) -> None:
@@ -146,9 +141,8 @@ def merge_bilm_state_dicts(
     backward_name: str = "backward archive",
 ) -> Dict[str, torch.Tensor]:
     """
-    The weights of the merged biLM: each direction's parameters (`parameter_directions`) from the
-    job that trained it (a single head: the backward job's is the backward head). Every shared
-    tensor must be identical in both runs.
+    The merged biLM's weights: each direction's from the job that trained it (a single head: the
+    backward job's is the backward head); shared tensors must be identical in both runs.
     """
     if set(forward_state) != set(backward_state):
         only = sorted(set(forward_state) ^ set(backward_state))
@@ -181,19 +175,11 @@ def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
     """Both runs are single-direction `elmoc_bilm`s with the same model and vocabulary."""
     for extracted, direction in ((forward, "forward"), (backward, "backward")):
         model = extracted.config["model"]
-        if model.get("type") != "elmoc_bilm":
-            raise ConfigurationError(
-                f"{extracted.archive}: model.type is {model.get('type')!r}, expected 'elmoc_bilm'"
-            )
-        if model.get("directions", "both") != direction:
-            raise ConfigurationError(
-                f"{extracted.archive}: model.directions is {model.get('directions', 'both')!r}, "
-                f"expected {direction!r}"
-            )
-    models = [
-        {key: value for key, value in run.config["model"].items() if key != "directions"}
-        for run in (forward, backward)
-    ]
+        checks = (("type", model.get("type"), "elmoc_bilm"), ("directions", model.get("directions", "both"), direction))
+        for key, found, expected in checks:
+            if found != expected:
+                raise ConfigurationError(f"{extracted.archive}: model.{key} is {found!r}, expected {expected!r}")
+    models = [dict(run.config["model"], directions=None) for run in (forward, backward)]
     difference = _first_difference(*models, "model")
     if difference is not None:
         key, left, right = difference
@@ -201,12 +187,9 @@ def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
             f"The two runs have different models: {key} is {left!r} in {forward.archive} "
             f"and {right!r} in {backward.archive}"
         )
-    if _vocabulary_content(forward.directory / VOCABULARY_NAME) != _vocabulary_content(
-        backward.directory / VOCABULARY_NAME
-    ):
-        raise ConfigurationError(
-            f"{forward.archive} and {backward.archive} have different vocabularies"
-        )
+    vocabularies = [_vocabulary_content(run.directory / VOCABULARY_NAME) for run in (forward, backward)]
+    if vocabularies[0] != vocabularies[1]:
+        raise ConfigurationError(f"{forward.archive} and {backward.archive} have different vocabularies")
 
 
 def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
@@ -217,10 +200,7 @@ def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
 
 
 def _check_finite(state: Dict[str, torch.Tensor], archive: str) -> None:
-    """
-    Refuses NaN and infinite weights (a diverged run, which `torch.equal` finds unequal to
-    themselves), naming the parameter and the archive; each storage is read once.
-    """
+    """Refuses NaN and infinite weights (a diverged run), naming the parameter; each storage is read once."""
     finite_storages: Dict[int, bool] = {}
     for key, value in state.items():
         if not (value.is_floating_point() or value.is_complex()) or value.numel() == 0:
@@ -244,10 +224,7 @@ def _write_archive(
     output_file: str,
     check: Optional[Callable[[str], None]] = None,
 ) -> None:
-    """
-    Writes `config`, `state` and the vocabulary and meta file of `extras_dir`, atomically, after
-    `check(written)` (if given) passed on the complete temporary file.
-    """
+    """Writes `config`, `state` and `extras_dir`'s vocabulary and meta file, atomically, after `check(written)`."""
     os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
     with tempfile.TemporaryDirectory() as merged_dir:
         with open(os.path.join(merged_dir, CONFIG_NAME), "w", encoding="utf-8") as config_file:
@@ -290,15 +267,11 @@ def _verify(written: str, state: Dict[str, torch.Tensor], output_file: str) -> N
 
 
 def merge_bilm_archives(
-    forward_archive: str,
-    backward_archive: str,
-    output_file: str,
-    verify: bool = True,
-    force: bool = False,
+    forward_archive: str, backward_archive: str, output_file: str, verify: bool = True, force: bool = False
 ) -> str:
     """
-    Merges the archives of a forward-only and a backward-only `elmoc_bilm` run (the same config and
-    seeds but `model.directions`) into one biLM archive whose language models are exactly the runs'.
+    Merges a forward-only and a backward-only `elmoc_bilm` run (same config and seeds) into one biLM
+    archive, and returns its path.
 
     # Parameters
 
@@ -309,14 +282,9 @@ def merge_bilm_archives(
     output_file : `str`
         Where to write the merged archive (atomically), or a folder for its `model.tar.gz`.
     verify : `bool`, optional (default = `True`)
-        Load the merged archive (which needs its fastText file) and compare its weights before it
-        is put at `output_file`: an archive that fails leaves nothing there (or the old file).
+        Load the merged archive (needs its fastText file) and compare its weights before it is put in place.
     force : `bool`, optional (default = `False`)
         Replace an existing `output_file`.
-
-    # Returns
-
-    The path of the merged archive.
     """
     output_file = os.fspath(output_file)
     if os.path.isdir(output_file):

@@ -1,9 +1,4 @@
-"""
-The base of the plugin's subcommands, and the check of an output file they share.
-
-allennlp finds plugin subcommands before parsing the command line: list `elmoc_allennlp` in a
-`.allennlp_plugins` file (`--include-package` alone is not enough).
-"""
+"""The base of the plugin's subcommands (found through `.allennlp_plugins`), and their output check."""
 import argparse
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
@@ -16,10 +11,7 @@ from elmoc_allennlp.common.threads import add_threads_argument, plugin_command
 
 
 class PluginSubcommand(Subcommand):
-    """
-    A subcommand from its `description`, `help`, `add_own_arguments` and `run(args)` (run with
-    `plugin_command`); every one takes `--force` and `--threads`.
-    """
+    """A subcommand from its `description`, `help`, `add_own_arguments` and `run`; with `--force` and `--threads`."""
 
     description = ""
     help = ""
@@ -44,11 +36,7 @@ class PluginSubcommand(Subcommand):
 
 
 def check_output(output_file: str, force: bool, inputs: Sequence[Tuple[str, Optional[str]]]) -> Path:
-    """
-    The output's path, if writing it loses nothing: not a folder, none of `inputs` (`(what, path)`
-    of the files the run reads: the same file by path, link or inode, which `--force` never
-    replaces), and not an existing file unless `force`.
-    """
+    """The output's path, if writing it loses nothing: not a folder, none of `inputs` `(what, path)`, new or forced."""
     output_path = Path(output_file)
     if output_path.is_dir():
         raise ConfigurationError(f"output file {output_file} is a directory")

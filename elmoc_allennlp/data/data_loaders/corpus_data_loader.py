@@ -46,13 +46,9 @@ class _SizedIterator:
 @DataLoader.register("elmoc_corpus")
 class CorpusDataLoader(MultiProcessDataLoader):
     """
-    allennlp's `MultiProcessDataLoader` (same parameters, same batches), whose `len()` is the
-    number of batches of this process's share of an epoch also when it reads lazily
-    (`max_instances_in_memory`): the reader (`elmoc_lm_corpus`) counts each loader worker's
-    instances from its corpus index, and the batches follow from the batch size or the `bucket`
-    sampler. So progress bars show `N/M` and an ETA from the first epoch, and an epoch of another
-    number of batches raises an `EpochLengthError` naming the corpus, the rank and both counts.
-    With another reader, or a sampler whose batches depend on the instances, `len()` is allennlp's.
+    allennlp's `MultiProcessDataLoader` (same parameters, same batches) whose `len()` is known also
+    when it reads lazily: counted from the `elmoc_lm_corpus` reader's share sizes (with no sampler or
+    the `bucket` one), and an epoch of another length raises an `EpochLengthError`.
 
     Registered as a `DataLoader` with name "elmoc_corpus".
     """

@@ -1,14 +1,7 @@
 """
-An index of a corpus file with one sentence per line: where every line starts, its whitespace
-tokens and line-break bytes, so that a reader knows an epoch's length without reading the corpus
-and reads only its own lines (`read_lines`; docs/scale_and_fault_tolerance.md). Index files
-are data, possibly from strangers: parsed with `struct` and `numpy`, bounded by their own size
-and checked (a checksum, offsets inside the file, counts no larger than their lines) before use.
-
-Format (little-endian): a header (`_HEADER`: magic, version, number of lines, corpus size and
-modification time in ns, SHA-256 of the content sample, CRC-32 of the arrays), then `uint64`
-offsets of the `n + 1` line starts (the first is 3 after a UTF-8 BOM), `int32` token counts of
-the `n` lines (`-1`: not UTF-8), and their `uint8` numbers of line-break bytes.
+The index of a corpus file: each line's offset, whitespace tokens and line-break bytes
+(docs/scale_and_fault_tolerance.md, "The corpus index"). Format (little-endian): `_HEADER`, then
+`uint64` offsets of the `n + 1` line starts, `int32` token counts (`-1`: not UTF-8), `uint8` breaks.
 """
 import codecs
 import hashlib
@@ -40,7 +33,6 @@ _HEADER = struct.Struct("<8sIQQq32sI")
 _BOM = b"\xef\xbb\xbf"
 _PIECE = 1 << 20  # lines are read in pieces of at most this many bytes
 _SAMPLE = 4096  # bytes of content sampled at the start, middle and end of a corpus file
-# Below this many bytes to index, one process is faster than starting others.
 _PARALLEL_MIN_BYTES = 64 << 20
 _BAR_MIN_BYTES = 16 << 20
 # Lines are read in blocks of about this many bytes, and lines closer than _MAX_GAP_BYTES with one read.
@@ -146,10 +138,7 @@ def index_lines(path: str) -> Tuple[array, array, array]:
 
 
 def _count_long_line(first: bytes, readline) -> Tuple[int, int, bytes]:
-    """
-    A line longer than a piece (its first piece given): its tokens, its other bytes, and its last
-    bytes (up to 255, which may span pieces: a piece may end between "\r" and "\n").
-    """
+    """A line longer than a piece: its tokens, its other bytes, its last (up to 255, across pieces) bytes."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     count, in_token, valid, more = 0, False, True, 0
     piece, end = first, b""
@@ -184,9 +173,7 @@ def _build_one(path: str) -> Tuple[str, bytes]:
         offsets.byteswap()
         tokens.byteswap()
     payload = offsets.tobytes() + tokens.tobytes() + breaks.tobytes()
-    header = _HEADER.pack(
-        _MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload)
-    )
+    header = _HEADER.pack(_MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload))
     return path, header + payload
 
 
@@ -195,10 +182,7 @@ class DamagedIndexError(ValueError):
 
 
 def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[CorpusIndex]:
-    """
-    The index in `data` (an index file's bytes); `None` if it indexes another version of the
-    corpus file (stale); `DamagedIndexError` if it is damaged.
-    """
+    """The index in an index file's `data`; `None` if stale, `DamagedIndexError` if damaged."""
     if len(data) < _HEADER.size:
         raise DamagedIndexError(f"{len(data)} bytes, shorter than the header")
     magic, version, num_lines, size, mtime_ns, sample, crc = _HEADER.unpack_from(data)
@@ -276,28 +260,16 @@ def _store(path: str, data: bytes, cache_directory: Optional[str]) -> None:
 def load_indexes(
     paths: Sequence[str], cache_directory: Optional[str] = None, processes: Optional[int] = None
 ) -> List[CorpusIndex]:
-    """
-    The index of every file in `paths`: loaded from where it is cached, or built (in parallel over
-    files, with a progress bar) and cached. `cache_directory` (default `DEFAULT_CACHE_DIRECTORY`)
-    holds indexes of files in read-only folders; `processes` (default: the CPUs, from 64 MB to
-    index) build missing indexes (1: this one).
-    """
+    """The index of every file in `paths`, loaded or built (by `processes`, default: the CPUs from 64 MB)."""
     found: Dict[str, CorpusIndex] = {}
-    missing: List[str] = []
-    for path in paths:
-        if path in found or path in missing:
-            continue
+    for path in dict.fromkeys(paths):
         stat_key = _stat_key(path)
         loaded = _LOADED.get(path)
-        if loaded is not None and loaded[0] == stat_key:
-            found[path] = loaded[1]
-            continue
-        index = _load_cached(path, cache_directory)
-        if index is None:
-            missing.append(path)
-        else:
+        index = loaded[1] if loaded is not None and loaded[0] == stat_key else _load_cached(path, cache_directory)
+        if index is not None:
             found[path] = index
             _LOADED[path] = (stat_key, index)
+    missing = [path for path in dict.fromkeys(paths) if path not in found]
     if missing:
         found.update(_build(missing, cache_directory, processes))
     return [found[path] for path in paths]
@@ -313,7 +285,6 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
         processes = 1
     logger.info("Indexing %d corpus file(s), %.1f MB (once; %d process(es))", len(paths), total / 1e6, processes)
     built: Dict[str, CorpusIndex] = {}
-    # A bar where indexing takes seconds (about 10 MB/s per process).
     progress = Tqdm.tqdm(
         total=total, unit="B", unit_scale=True, desc="indexing the corpus", disable=total < _BAR_MIN_BYTES
     )
@@ -343,11 +314,7 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
 
 
 def read_lines(index: CorpusIndex, line_numbers: numpy.ndarray, statistics=None) -> Iterator[Tuple[int, bytes]]:
-    """
-    `(line, raw line without its line break)` of the lines `line_numbers` (0-based) of a file, in
-    that order, read in blocks of about `_BLOCK_BYTES` (close neighbours with one read);
-    `statistics` (a `ReadStatistics`), if given, counts the file and the bytes read.
-    """
+    """`(line, raw line without its break)` of the 0-based `line_numbers`, in order; `statistics` counts reads."""
     if not len(line_numbers):
         return
     offsets = index.offsets.astype(numpy.int64)

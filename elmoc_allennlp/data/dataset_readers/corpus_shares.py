@@ -1,14 +1,6 @@
 """
-Which lines of a corpus each reader reads in an epoch, and in which order
-(docs/scale_and_fault_tolerance.md, "Contiguous shares").
-
-From the corpus index and the reader's `ShareSettings`, a corpus's plan says what every line
-gives: nothing (blank or skipped), instances (sentence mode) or stream tokens (window mode). The
-epoch's `N` instances, in the order drawn from `(seed, epoch)` when shuffling, are cut into
-`R * W` contiguous, equal shares; a `CorpusShare` reads exactly the lines of one share (and those
-a window needs past its edges), each once, in that order, opening only their files: a line
-source that gives another line, or fewer or more lines, raises an `EpochLengthError` naming the
-file and line, and so does a reader whose instances are not the share's (`lost_instances`).
+Which lines of a corpus each of the `R * W` readers reads in an epoch, in which order, and the
+`EpochLengthError` of a lost or repeated line (docs/scale_and_fault_tolerance.md, "Contiguous shares").
 """
 import glob
 import logging
@@ -42,10 +34,7 @@ _MAX_SKIP_WARNINGS = 10
 
 
 class EpochLengthError(ConfigurationError):
-    """
-    An epoch that read other lines, instances or batches than the corpus index counted (a bug, or
-    a file changed while read), naming the file and first line concerned, or the share and counts.
-    """
+    """An epoch that read other lines, instances or batches than the corpus index counted."""
 
 
 class ShareSettings(NamedTuple):
@@ -89,11 +78,7 @@ class ReaderSlot(NamedTuple):
 
 
 class ReadStatistics:
-    """
-    The counts of one read of a share (`last_read_statistics`): files, bytes and the lines it owns
-    (by the share); their sentences, tokens and instances (by the reader). Skipped invalid or long
-    lines and truncated tokens are counted only with the options that produce them.
-    """
+    """The counts of one read of a share (`last_read_statistics`); `_OPTIONAL` ones only with their option."""
 
     _ALWAYS = (
         "files", "lines", "blank_lines_skipped", "sentences", "sentences_split", "sentences_truncated",
@@ -168,15 +153,12 @@ def corpus_files(file_path: Any) -> List[str]:
     if not isinstance(file_path, (str, PathLike)):
         raise ConfigurationError(f"Corpus path must be a file, directory or glob pattern, got {file_path!r}")
     if not str(file_path).strip():
-        raise ConfigurationError(
-            f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)"
-        )
+        raise ConfigurationError(f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)")
     pattern = os.path.expanduser(str(file_path))
     if os.path.isfile(pattern):
         return [pattern]
     if os.path.isdir(pattern):
-        names = sorted(name for name in os.listdir(pattern) if not name.startswith("."))
-        paths = [os.path.join(pattern, name) for name in names]
+        paths = [os.path.join(pattern, name) for name in sorted(os.listdir(pattern)) if not name.startswith(".")]
         paths = [path for path in paths if os.path.isfile(path)]
         if not paths:
             raise ConfigurationError(f"Corpus directory {str(file_path)!r} contains no files")
@@ -259,8 +241,9 @@ class CorpusShares:
     def share_sizes(self, file_path: Any, rank: int, world_size: int, num_workers: int) -> List[int]:
         """The number of instances of each loader worker of process `rank` (from the index)."""
         total = self.plan(file_path).num_instances
-        slots = [ReaderSlot(rank, world_size, worker, num_workers) for worker in range(num_workers)]
-        return [end - first for first, end in (share_bounds(total, s.index, s.count) for s in slots)]
+        count = world_size * num_workers
+        bounds = (share_bounds(total, rank * num_workers + worker, count) for worker in range(num_workers))
+        return [end - first for first, end in bounds]
 
     def share(self, file_path: Any, slot: ReaderSlot, epoch: Optional[int]) -> "CorpusShare":
         """The share of reader `slot` of the epoch `epoch` (`None`: corpus order) of `file_path`."""
@@ -268,10 +251,7 @@ class CorpusShares:
 
 
 class CorpusShare:
-    """
-    One reader's share of one epoch: its instances `first` to `end - 1`, the units (instances, or
-    window mode's stream tokens) it needs (`need`) and owns (`own`), its `lines()`, `statistics`.
-    """
+    """One reader's share of an epoch: instances `first` to `end - 1`, the units it needs and owns."""
 
     def __init__(
         self, settings: ShareSettings, plan: CorpusPlan, slot: ReaderSlot, epoch: Optional[int], corpus: str
@@ -302,10 +282,7 @@ class CorpusShare:
             position += int(self.plan.totals[file_number])
 
     def lines(self) -> Iterator[ShareLine]:
-        """
-        Every line this reader needs, in the epoch's order: those whose units overlap `need`, and
-        those it owns (whose units start in `own`; counted in its statistics).
-        """
+        """The lines whose units overlap `need` or start in `own`, in the epoch's order."""
         need, own, plan = self.need, self.own, self.plan
         for file_number, start in self._files():
             total = int(plan.totals[file_number])
@@ -316,10 +293,7 @@ class CorpusShare:
                     yield from self._file_lines(file_number, *wanted)
 
     def _wanted_lines(self, file_number: int, start: int) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
-        """
-        `(line numbers, first units, owned)` of the lines of a file (whose first unit is `start`)
-        that this reader needs, in the epoch's order; counts those it owns.
-        """
+        """`(line numbers, first units, owned)` of a file's lines this reader needs; counts those it owns."""
         need, own, plan = self.need, self.own, self.plan
         order = self.line_order(file_number)
         units = plan.units[file_number][order]
@@ -369,7 +343,11 @@ class CorpusShare:
         for number, start, own, tokens in planned:
             line, raw_line = next(source, (None, b""))
             if line != number:
-                raise self._lost_line(index.path, number, line, len(numbers))
+                got = f"line {line + 1}" if line is not None else "no line"
+                raise EpochLengthError(
+                    f"{index.path}, line {number + 1}: lost by {self.slot} of the epoch of {self.corpus} "
+                    f"(the line source gave {got} in its place, of {len(numbers)} lines planned in this file)"
+                )
             try:
                 text = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -381,13 +359,6 @@ class CorpusShare:
                 f"{index.path}, line {extra[0] + 1}: read by {self.slot} of the epoch of {self.corpus} "
                 f"after the {len(numbers)} lines its index planned in this file (a line read twice?)"
             )
-
-    def _lost_line(self, path: str, number: int, instead: Optional[int], planned: int) -> EpochLengthError:
-        got = f"line {instead + 1}" if instead is not None else "no line"
-        return EpochLengthError(
-            f"{path}, line {number + 1}: lost by {self.slot} of the epoch of {self.corpus} "
-            f"(the line source gave {got} in its place, of {planned} lines planned in this file)"
-        )
 
     def lost_instances(self, expected: int, got: Optional[int]) -> EpochLengthError:
         """The error of a read that gave instance `got` (`None`: no more) where `expected` was due."""

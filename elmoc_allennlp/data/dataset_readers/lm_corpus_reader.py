@@ -30,15 +30,10 @@ DEFAULT_START_TOKEN, DEFAULT_END_TOKEN = "<S>", "</S>"
 @DatasetReader.register("elmoc_lm_corpus")
 class LanguageModelCorpusReader(DatasetReader):
     """
-    Reads a tokenized corpus, one sentence per line, for biLM pretraining: instances with one
-    `TextField` "tokens", each a sentence with its boundary tokens (mode `"sentence"`), or windows
-    of `window_length + 1` tokens of the stream of all sentences (mode `"window"`, Li et al. 2019,
-    section 5.2.2). `file_path` is a file, a directory, a glob pattern or a list of them.
-
-    Each of the `R * W` readers (`R` processes of `W` loader workers) reads its contiguous share
-    of the epoch (`corpus_shares.py`, from the corpus index), every instance once; a lost or
-    repeated line or instance raises an `EpochLengthError` (docs/scale_and_fault_tolerance.md).
-    `share_sizes` counts an epoch without reading it; `last_read_statistics` are the last read's.
+    Reads a tokenized corpus (a file, directory, glob or list), one sentence per line, into "tokens"
+    instances: sentences with boundary tokens (mode `"sentence"`) or windows of `window_length + 1`
+    tokens of the sentence stream (mode `"window"`, Li et al. 2019, section 5.2.2). Each reader reads
+    its contiguous share of the epoch (`corpus_shares.py`; docs/scale_and_fault_tolerance.md).
 
     Registered as a `DatasetReader` with name "elmoc_lm_corpus".
 
@@ -96,8 +91,7 @@ class LanguageModelCorpusReader(DatasetReader):
         check_one_of(mode, ("sentence", "window"), "mode")
         if mode == "window" and max_sequence_length is not None:
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
-        if max_sequence_length is None:
-            max_sequence_length = 200
+        max_sequence_length = 200 if max_sequence_length is None else max_sequence_length
         check_positive_int(max_sequence_length, "max_sequence_length")
         check_positive_int(window_length, "window_length")
         check_one_of(long_sentences, ("split", "truncate"), "long_sentences")
@@ -154,10 +148,7 @@ class LanguageModelCorpusReader(DatasetReader):
         return self._shares.plan(file_path).num_instances
 
     def share_sizes(self, file_path: Union[PathOrStr, List[PathOrStr]], num_workers: int = 1) -> List[int]:
-        """
-        The number of instances each of this process's `num_workers` loader workers reads in an
-        epoch of `file_path`, from the corpus index (a `TypeError` with `max_instances`).
-        """
+        """The instances of each of this process's `num_workers` loader workers in an epoch (from the index)."""
         if self.max_instances is not None:
             raise TypeError("the share sizes are not known with max_instances")
         return self._shares.share_sizes(file_path, *process_rank(self._distributed_info), num_workers)

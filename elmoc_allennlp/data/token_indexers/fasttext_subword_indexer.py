@@ -35,8 +35,7 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     gather_vectors : `bool`, optional (default=`False`)
         Also output each token's vector, for a frozen `elmoc_fasttext` embedder.
     serialization_dir : `str`, optional (default=`None`)
-        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
-        it (see `elmoc_allennlp/common/fasttext_location.py`).
+        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to it.
     max_token_characters : `int`, optional (default=`50`, ELMo's)
         A longer token is indexed as its first `max_token_characters` characters.
     """

@@ -115,9 +115,7 @@ class SentencePieceBpeTokenizer(Tokenizer):
     ) -> None:
         if model_path is None or not os.path.exists(model_path):
             if train_data_path is None:
-                raise ConfigurationError(
-                    f"tokenizer.model_path {model_path} does not exist; set train_data_path"
-                )
+                raise ConfigurationError(f"tokenizer.model_path {model_path} does not exist; set train_data_path")
             settings = dict(
                 vocab_size=vocab_size,
                 max_training_sentences=max_training_sentences,
