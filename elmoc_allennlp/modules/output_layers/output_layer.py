@@ -11,10 +11,9 @@ from elmoc_allennlp.common.checks import check_positive
 
 class LanguageModelOutputLayer(torch.nn.Module, Registrable):
     """
-    The output layer of a language model: maps the contextualizer's state at each predicting
-    position to a loss against the target word. Continuous heads (ELMo-C) compare a prediction
-    with the target word's vector; softmax-family heads (`requires_target_ids`) score a closed
-    vocabulary. The model applies the masking and averaging. Subclasses implement `score`.
+    The output layer of a language model: the contextualizer's state at each predicting position to a
+    loss against the target word, its vector (continuous heads, ELMo-C) or its id in a closed vocabulary
+    (softmax-family heads, `requires_target_ids`). The model masks and averages. Subclasses implement `score`.
 
     # Parameters
 

@@ -1,7 +1,4 @@
-"""
-The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
-autograd node with a hand-written backward pass, over sequences packed by length.
-"""
+"""The ELMo-C LSTM's fast path: a layer direction's recurrence, packed by length, with a hand-written backward."""
 import itertools
 import os
 import threading

@@ -33,15 +33,13 @@ class FastTextTokenEmbedder(TokenEmbedder):
     vectors_path : `str`
         The fastText `.bin` model; the same one as the `elmoc_fasttext_subwords` indexer's.
     trainable : `bool`, optional (default=`False`)
-        Copy the whole table into a `torch.nn.Parameter` (`(num_words + bucket) * dim * 4` bytes,
-        plus gradient and optimizer state): only for small models.
+        Copy the table into a `Parameter` (`(num_words + bucket) * dim * 4` bytes, plus gradient and optimizer state).
     allow_different_vectors : `bool`, optional (default=`False`)
         Load weights trained with other fastText vectors with a warning instead of an error.
     embedding_dim : `int`, optional (default=`None`)
         The dimension the config expects (`ELMOC_FASTTEXT_DIM`); another is a `ConfigurationError`.
     serialization_dir : `str`, optional (default=`None`)
-        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
-        it (see `elmoc_allennlp/common/fasttext_location.py`).
+        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to it.
     """
 
     def __init__(
