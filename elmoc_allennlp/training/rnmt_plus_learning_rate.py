@@ -47,7 +47,6 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     warmup_steps : `int`
         `p`; `0` means no warm-up.
     decay_start : `int`
-        `s`.
     decay_end : `int`
         `e`, greater than `decay_start`.
     num_replicas : `float`, optional (default = `1`)

@@ -63,7 +63,6 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     vocab_namespace : `str`
         The namespace of the target ids (that of the model's `target_indexer`).
     """

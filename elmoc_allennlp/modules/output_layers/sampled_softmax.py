@@ -65,11 +65,9 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     num_samples : `int`, optional (default = `8192`)
         Distinct negative words per batch (ELMo's setting).
     vocab_namespace : `str`, optional (default = `"targets"`)
-        The namespace of the target ids.
     embedding_dim : `int`, optional (default = `input_dim`, or the fastText dimension)
         Dimension of the output embedding; the hidden state is projected to it if it differs.
     pretrained_file : `str`, optional

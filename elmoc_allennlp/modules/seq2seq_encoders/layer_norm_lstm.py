@@ -244,7 +244,6 @@ class LayerNormLstm(Seq2SeqEncoder):
     projection_dim : `int`
         The dimension of the projected input and of every LSTM state.
     cell_dim : `int`
-        The dimension of the LSTM memory cells.
     num_layers : `int`, optional (default = `2`)
         The number of layers in each direction.
     layer_norm : `bool`, optional (default = `True`)

@@ -4,6 +4,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import torch
@@ -304,12 +305,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
-        results = runner.run(
-            [
-                (lambda group=group, config=config: recurrence_forward(config, *group))
-                for group, config in zip(groups, configs)
-            ]
-        )
+        results = runner.run([partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)])
         ctx.runner, ctx.configs = runner, configs
         ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
         return tuple(output for output, _ in results)
@@ -324,11 +320,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
         for index, config in enumerate(ctx.configs):
             saved = SavedForBackward(*saved_tensors[index * per_config : (index + 1) * per_config])
             needs = ctx.needs_input_grad[2 + index * n : 2 + (index + 1) * n]
-            tasks.append(
-                lambda saved=saved, grad=grad_outputs[index], config=config, needs=needs: (
-                    recurrence_backward(saved, grad, config, needs[:7])
-                )
-            )
+            tasks.append(partial(recurrence_backward, saved, grad_outputs[index], config, needs[:7]))
         grads: List[Optional[torch.Tensor]] = [None, None]  # runner, configs
         # As the forward pass, run in the saved tensors' precision even under autocast.
         with torch.autocast(saved_tensors[0].device.type, enabled=False):
