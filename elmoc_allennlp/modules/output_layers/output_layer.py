@@ -71,17 +71,13 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
 
     def __init__(self, vocab: Vocabulary, input_dim: int, vocab_namespace: str) -> None:
         super().__init__(input_dim)
-        self._num_words = vocab.get_vocab_size(vocab_namespace)
-        if self._num_words <= 2:
+        self.num_words = vocab.get_vocab_size(vocab_namespace)
+        if self.num_words <= 2:
             raise ConfigurationError(
                 f"output_layer.vocab_namespace is '{vocab_namespace}', but that namespace has "
-                f"{self._num_words} entries: index the tokens with a single_id indexer in it and "
+                f"{self.num_words} entries: index the tokens with a single_id indexer in it and "
                 "build the vocabulary from the corpus (vocabulary.type 'from_instances')"
             )
-
-    @property
-    def num_words(self) -> int:
-        return self._num_words
 
     def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
         """The negative log-likelihood of each target, shape `(num_targets,)`."""

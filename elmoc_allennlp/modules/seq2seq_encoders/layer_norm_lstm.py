@@ -70,17 +70,11 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     # Parameters
 
-    input_dim : `int`
-    projection_dim : `int`
-    cell_dim : `int`
+    input_dim, projection_dim, cell_dim : `int`
     go_forward : `bool`, optional (default = `True`)
         Left-to-right if `True`, right-to-left otherwise.
-    layer_norm : `bool`, optional (default = `True`)
-    cell_clip : `float`, optional (default = `3.0`)
-    projection_clip : `float`, optional (default = `3.0`)
-    recurrent_dropout : `float`, optional (default = `0.0`)
-    implementation : `str`, optional (default = `"auto"`)
-        As `LayerNormLstm`'s (so are the others); also a settable attribute.
+    layer_norm, cell_clip, projection_clip, recurrent_dropout, implementation : optional
+        As [`LayerNormLstm`](#layernormlstm)'s, with its defaults; `implementation` is also a settable attribute.
     """
 
     def __init__(

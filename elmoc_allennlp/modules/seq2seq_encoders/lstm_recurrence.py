@@ -89,15 +89,9 @@ class _Step(NamedTuple):
 def _steps(config: RecurrenceConfig) -> List[_Step]:
     """The steps of a recurrence in processing order (right to left when not `go_forward`)."""
     positions = range(len(config.batch_sizes))
-    if not config.go_forward:
-        positions = reversed(positions)
-    steps: List[_Step] = []
-    previous_rows = 0
-    for t in positions:
-        rows = config.batch_sizes[t]
-        steps.append(_Step(config.offsets[t], rows, min(rows, previous_rows)))
-        previous_rows = rows
-    return steps
+    order = list(positions if config.go_forward else reversed(positions))
+    sizes = [config.batch_sizes[t] for t in order]
+    return [_Step(config.offsets[t], rows, min(rows, previous)) for t, rows, previous in zip(order, sizes, [0, *sizes])]
 
 
 class SavedForBackward(NamedTuple):

@@ -60,10 +60,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
                 f"{vectors_path} has {self.vectors.dim} dimensions"
             )
         self._no_vector_id = no_vector_id(self.vectors)
-        self.weight: Optional[torch.nn.Parameter] = None
-        if trainable:
-            rows = self.vectors.rows(torch.arange(self.vectors.num_rows))
-            self.weight = torch.nn.Parameter(rows, requires_grad=True)
+        self.weight = torch.nn.Parameter(self.vectors.rows(torch.arange(self.vectors.num_rows))) if trainable else None
 
     def get_output_dim(self) -> int:
         return self.vectors.dim
