@@ -54,13 +54,12 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
     initializer : `InitializerApplicator`, optional
     directions : `str`, optional (default = `"both"`)
-        `"forward"` or `"backward"` trains only that LM (all else frozen), for `elmoc-merge-bilm`; needs
-        `forward_layers` and `backward_layers` (as `elmoc_lstm`). Li et al. 2019, footnote 7.
+        `"forward"` or `"backward"` trains only that LM, for `elmoc-merge-bilm` (Li et al. 2019, footnote 7),
+        with a contextualizer that has `forward_layers` and `backward_layers` (as `elmoc_lstm`).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate head for the backward LM, as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
-        The key of a `text_field_embedder` `Embedding` tied as the output embedding (ELMo-Sub); the
-        output layer must have `tie_weights` (as `elmoc_softmax`).
+        The key of a `text_field_embedder` `Embedding` tied as the output layer's (ELMo-Sub; `elmoc_softmax`).
     """
 
     default_predictor = "elmoc_bilm"

@@ -41,15 +41,13 @@ def retrieval_accuracy(
         candidates = targets[_first_occurrences(targets)]
     normalized = F.normalize(candidates, dim=-1).t()
     step = max(1, RETRIEVAL_SCORE_BUDGET // max(candidates.size(0), 1))
-    hits = []
+    hits = predictions.new_zeros((), dtype=torch.long)
     for start in range(0, num_predictions, step):
         scores = F.normalize(predictions[start : start + step], dim=-1) @ normalized
         nearest = candidates[scores.argmax(dim=-1)]
-        hits.append((nearest == gold[start : start + step]).all(dim=-1).sum())
-    if not hits:
-        return predictions.new_zeros(0, dtype=torch.float32).mean()  # NaN: no prediction scored
-    # As `.float().mean()`: the count (exact in float32 below 2^24) over the number, in float32.
-    return sum(hits[1:], hits[0]).float() / num_predictions
+        hits += (nearest == gold[start : start + step]).all(dim=-1).sum()
+    # As `.float().mean()`: the count (exact in float32 below 2^24) over the number (NaN for none), in float32.
+    return hits.float() / num_predictions
 
 
 class DeviceAverage(Metric):

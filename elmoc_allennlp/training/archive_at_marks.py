@@ -17,10 +17,9 @@ MARKS_FILE = "marks.json"
 @TrainerCallback.register("elmoc_archive_at_marks")
 class ArchiveAtMarksCallback(TrainerCallback):
     """
-    Writes a model archive each time training passes a mark of wall-clock time:
-    `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz`, by `allennlp train`'s own
-    `archive_model`, and a record per mark in `<directory>/marks.json`. The clock (training and
-    validation time) is saved in checkpoints: `--recover` continues it. Only the primary worker writes.
+    Writes `SERIALIZATION_DIR/<directory>/model_<minutes>min.tar.gz` (by `allennlp train`'s `archive_model`)
+    and a record in `<directory>/marks.json` each time training passes a mark of wall-clock time (training
+    and validation; `--recover` continues the clock). Only the primary worker writes.
 
     Registered as a `TrainerCallback` with name "elmoc_archive_at_marks".
 

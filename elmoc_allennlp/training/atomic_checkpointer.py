@@ -17,10 +17,8 @@ logger = logging.getLogger(__name__)
 @Checkpointer.register("elmoc_atomic")
 class AtomicCheckpointer(Checkpointer):
     """
-    allennlp's `Checkpointer`, made crash-safe so that `allennlp train --recover` works after a
-    kill at any instant: atomic files, a checkpoint counting only once both of its files exist,
-    damaged ones renamed `*.corrupt`, tensors-only loading, `best.th` restored
-    (docs/scale_and_fault_tolerance.md).
+    allennlp's `Checkpointer`, crash-safe so that `allennlp train --recover` works after a kill at any
+    instant (docs/scale_and_fault_tolerance.md, "Crash safety"), loading tensors only.
 
     Registered as a `Checkpointer` with name "elmoc_atomic".
 
@@ -90,8 +88,7 @@ class AtomicCheckpointer(Checkpointer):
             )
             atomic_torch_save(checkpoint.trainer_state, self._training_state_path(*point_in_time))
             atomic_torch_save(checkpoint.model_state, self._model_state_path(*point_in_time))
-        # allennlp's method, given a stand-in trainer with the state already taken, finds both files and
-        # writes nothing; it keeps its bookkeeping and removes old checkpoints (by `_remove_checkpoint`).
+        # Given the state already taken, allennlp's method finds both files: it only keeps books and prunes.
         super().save_checkpoint(SimpleNamespace(get_checkpoint_state=lambda: checkpoint))  # type: ignore[arg-type]
 
     def load_checkpoint(self) -> Optional[TrainerCheckpoint]:

@@ -9,9 +9,8 @@ from elmoc_allennlp.training.fast_recovery_trainer import _KNOWN_KEYS
 @Trainer.register("elmoc_checked_gradient_descent", constructor="from_partial_objects")
 class CheckedGradientDescentTrainer(GradientDescentTrainer):
     """
-    allennlp's `GradientDescentTrainer`, unchanged but for one check: a key that is not one of its
-    parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer
-    ignores it). For the plugin's downstream configs; `elmoc_gradient_descent` checks the same.
+    allennlp's `GradientDescentTrainer` for the plugin's downstream configs: a key that is not one of its
+    parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer ignores it).
 
     Registered as a `Trainer` with name "elmoc_checked_gradient_descent".
 

@@ -18,8 +18,7 @@ from elmoc_allennlp.common.checks import check_known_keys, check_positive
 logger = logging.getLogger(__name__)
 
 _CONSTRUCTOR = inspect.signature(GradientDescentTrainer.__init__)
-# The keys a config may give: the constructor's and `from_partial_objects`' named parameters,
-# and the deprecated name allennlp still reads from its `**kwargs`.
+# The constructor's and `from_partial_objects`' parameters, and a deprecated one allennlp reads from `**kwargs`.
 _KNOWN_KEYS = {
     name
     for method in (GradientDescentTrainer.__init__, GradientDescentTrainer.from_partial_objects)
@@ -116,8 +115,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def rescale_gradients(self) -> Optional[float]:
         if self._clip_groups is None:
             return super().rescale_gradients()
-        # The biLM's loss is the mean of its directions' losses: each direction's parameters
-        # step on the gradient of their own LM's loss, as in the authors' two jobs (exact: x2).
+        # Each direction steps on the gradient of its own LM's loss (the mean halved it), as the authors' two jobs.
         for group in self._clip_groups:
             for parameter in group:
                 if parameter.grad is not None:
@@ -146,8 +144,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 
     def _check_settings(self) -> None:
         check_positive(self._num_epochs, "trainer.num_epochs")
-        steps = self._num_gradient_accumulation_steps
-        check_positive(steps, "trainer.num_gradient_accumulation_steps")
+        check_positive(self._num_gradient_accumulation_steps, "trainer.num_gradient_accumulation_steps")
         for key, value in (("grad_norm", self._grad_norm), ("grad_clipping", self._grad_clipping)):
             if not isinstance(value, bool):
                 check_positive(value, f"trainer.{key}", allow_none=True)
@@ -177,12 +174,10 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         restored = self._total_batches.restored
         if restored is not None and self._epochs_completed < self._start_after_epochs_completed:
             logger.info("Epoch %d was completed before the checkpoint: skipped unread", epoch)
-            # The count at the start of the checkpoint's epoch: the stock skip loop counts the
-            # batches of that epoch again as it passes them.
+            # The count at the checkpoint epoch's start: the stock skip loop counts that epoch's batches again.
             self._total_batches_completed = restored - self._start_after_batches_in_epoch_completed
             return {}
-        reader = getattr(self.data_loader, "reader", None)
-        set_epoch = getattr(reader, "set_epoch", None)
+        set_epoch = getattr(getattr(self.data_loader, "reader", None), "set_epoch", None)
         random.seed(self._epoch_seed * 1_000_003 + epoch)
         if set_epoch is not None:
             set_epoch(epoch)

@@ -7,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.nn.util import is_distributed
 from allennlp.training.learning_rate_schedulers.learning_rate_scheduler import LearningRateScheduler
 
 from elmoc_allennlp.common.checks import check_non_negative, check_one_of, check_positive
@@ -47,7 +48,6 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     warmup_steps : `int`
         `p`; `0` means no warm-up.
     decay_start : `int`
-        `s`.
     decay_end : `int`
         `e`, greater than `decay_start`.
     num_replicas : `float`, optional (default = `1`)
@@ -137,8 +137,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         scheduler.global_batch = None
         if batch_size is not None:
             if world_size is None:
-                distributed = dist.is_available() and dist.is_initialized()
-                world_size = dist.get_world_size() if distributed else 1
+                world_size = dist.get_world_size() if is_distributed() else 1
             scheduler.set_global_batch(batch_size * world_size, from_trainer=False)
         return scheduler
 
@@ -167,7 +166,6 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         num_steps_per_epoch : `int`, optional (default = `None`)
             Not given in a configuration file (the trainer's); `None` (no loader length) is an error.
         warmup_fraction : `float`, optional (default = `0.0`)
-            The warm-up's end (from `lr0` to `n * lr0`), as a fraction of the run.
         decay_start_fraction : `float`, optional (default = `0.5`)
         decay_end_fraction : `float`, optional (default = `1.0`)
             Greater than `decay_start_fraction`; above 1 the run ends before `lr0 / 2`.
@@ -247,10 +245,7 @@ class RnmtPlusLearningRate(LearningRateScheduler):
                 "elmoc_rnmt_plus needs the global batch: use the elmoc_gradient_descent trainer "
                 "or set trainer.learning_rate_scheduler.batch_size"
             )
-        if batch_num_total is None:
-            self.last_epoch += 1
-        else:
-            self.last_epoch = batch_num_total
+        self.last_epoch = self.last_epoch + 1 if batch_num_total is None else batch_num_total
         self._set_learning_rates()
 
     def state_dict(self) -> Dict[str, Any]:

@@ -20,7 +20,6 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     cutoffs : `List[int]`
         Increasing ids below the vocabulary size where the head and each tail cluster end
         (`training_configs/pretrain/baselines.libsonnet` gives the paper's).

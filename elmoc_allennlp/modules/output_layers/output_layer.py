@@ -11,10 +11,9 @@ from elmoc_allennlp.common.checks import check_positive
 
 class LanguageModelOutputLayer(torch.nn.Module, Registrable):
     """
-    The output layer of a language model: maps the contextualizer's state at each predicting
-    position to a loss against the target word. Continuous heads (ELMo-C) compare a prediction
-    with the target word's vector; softmax-family heads (`requires_target_ids`) score a closed
-    vocabulary. The model applies the masking and averaging. Subclasses implement `score`.
+    The output layer of a language model: the contextualizer's state at each predicting position to a
+    loss against the target word, its vector (continuous heads, ELMo-C) or its id in a closed vocabulary
+    (softmax-family heads, `requires_target_ids`). The model masks and averages. Subclasses implement `score`.
 
     # Parameters
 
@@ -64,7 +63,6 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     vocab_namespace : `str`
         The namespace of the target ids (that of the model's `target_indexer`).
     """
@@ -73,17 +71,13 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
 
     def __init__(self, vocab: Vocabulary, input_dim: int, vocab_namespace: str) -> None:
         super().__init__(input_dim)
-        self._num_words = vocab.get_vocab_size(vocab_namespace)
-        if self._num_words <= 2:
+        self.num_words = vocab.get_vocab_size(vocab_namespace)
+        if self.num_words <= 2:
             raise ConfigurationError(
                 f"output_layer.vocab_namespace is '{vocab_namespace}', but that namespace has "
-                f"{self._num_words} entries: index the tokens with a single_id indexer in it and "
+                f"{self.num_words} entries: index the tokens with a single_id indexer in it and "
                 "build the vocabulary from the corpus (vocabulary.type 'from_instances')"
             )
-
-    @property
-    def num_words(self) -> int:
-        return self._num_words
 
     def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
         """The negative log-likelihood of each target, shape `(num_targets,)`."""

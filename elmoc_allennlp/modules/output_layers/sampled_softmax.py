@@ -16,15 +16,8 @@ logger = logging.getLogger(__name__)
 
 class LogUniformSampler:
     """
-    Draws `num_samples` distinct classes from P(k) = log((k + 2) / (k + 1)) / log(range_max + 1), as
-    TensorFlow's `log_uniform_candidate_sampler` with `unique=True` (ELMo's), in numpy blocks.
-
-    # Parameters
-
-    range_max : `int`
-        The number of classes.
-    num_samples : `int`
-        How many distinct classes to draw (at most `range_max`).
+    Draws `num_samples` distinct of `range_max` classes from P(k) = log((k + 2) / (k + 1)) / log(range_max + 1),
+    as TensorFlow's `log_uniform_candidate_sampler` with `unique=True` (ELMo's), in numpy blocks.
     """
 
     def __init__(self, range_max: int, num_samples: int) -> None:
@@ -45,12 +38,11 @@ class LogUniformSampler:
 
     def draw(self, generator: Optional[np.random.Generator] = None) -> Tuple[np.ndarray, int]:
         """`(classes, num_tries)`: the classes in order of first appearance, and the draws taken."""
-        random = generator if generator is not None else np.random
+        random = generator if generator is not None else np.random  # both have `random(size)`
         stream = np.empty(0, dtype=np.int64)
         block = max(2 * self.num_samples, 1024)
         while True:
-            uniforms = random.random(block) if generator is not None else random.rand(block)
-            draws = (np.exp(uniforms * self._log_range) - 1.0).astype(np.int64)
+            draws = (np.exp(random.random(block) * self._log_range) - 1.0).astype(np.int64)
             stream = np.concatenate([stream, np.clip(draws, 0, self.range_max - 1)])
             _, first_positions = np.unique(stream, return_index=True)
             if len(first_positions) >= self.num_samples:
@@ -73,11 +65,9 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     num_samples : `int`, optional (default = `8192`)
         Distinct negative words per batch (ELMo's setting).
     vocab_namespace : `str`, optional (default = `"targets"`)
-        The namespace of the target ids.
     embedding_dim : `int`, optional (default = `input_dim`, or the fastText dimension)
         Dimension of the output embedding; the hidden state is projected to it if it differs.
     pretrained_file : `str`, optional

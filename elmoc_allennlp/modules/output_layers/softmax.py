@@ -23,9 +23,7 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
 
     vocab : `Vocabulary`
     input_dim : `int`
-        Dimension of the hidden states.
     vocab_namespace : `str`, optional (default = `"targets"`)
-        The namespace of the target ids.
     embedding_dim : `int`, optional (default = `input_dim`)
         Dimension of the output embedding.
     """

@@ -1,7 +1,4 @@
-"""
-The ELMo-C contextual encoder: ELMo's `ElmoLstm` with LayerNorm of the projected state inside the
-recurrence, as a Python loop (`"reference"`) or the fast path of `lstm_recurrence` (`"auto"`).
-"""
+"""The ELMo-C encoder: ELMo's `ElmoLstm` with LayerNorm inside the recurrence (`"reference"` or `"auto"`: fast)."""
 import contextlib
 import logging
 from typing import Any, List, Optional, Tuple
@@ -73,17 +70,11 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     # Parameters
 
-    input_dim : `int`
-    projection_dim : `int`
-    cell_dim : `int`
+    input_dim, projection_dim, cell_dim : `int`
     go_forward : `bool`, optional (default = `True`)
         Left-to-right if `True`, right-to-left otherwise.
-    layer_norm : `bool`, optional (default = `True`)
-    cell_clip : `float`, optional (default = `3.0`)
-    projection_clip : `float`, optional (default = `3.0`)
-    recurrent_dropout : `float`, optional (default = `0.0`)
-    implementation : `str`, optional (default = `"auto"`)
-        As `LayerNormLstm`'s (so are the others); also a settable attribute.
+    layer_norm, cell_clip, projection_clip, recurrent_dropout, implementation : optional
+        As [`LayerNormLstm`](#layernormlstm)'s, with its defaults; `implementation` is also a settable attribute.
     """
 
     def __init__(
@@ -172,7 +163,7 @@ class LayerNormLstmLayer(torch.nn.Module):
             projection_clip=self.projection_clip,
             layer_norm_eps=self.layer_norm.eps if self.layer_norm is not None else 0.0,
         )
-        tensors = (
+        return config, (
             packed_inputs,
             self.input_linearity.weight,
             self.state_linearity.bias,
@@ -182,7 +173,6 @@ class LayerNormLstmLayer(torch.nn.Module):
             None if self.layer_norm is None else self.layer_norm.bias,
             None if dropout_mask is None else packing.sort_batch(dropout_mask),
         )
-        return config, tensors
 
     def _forward_reference(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         batch_size, total_timesteps, _ = inputs.size()
@@ -235,12 +225,10 @@ def returns_all_layers(encoder: Any) -> bool:
 @Seq2SeqEncoder.register("elmoc_lstm")
 class LayerNormLstm(Seq2SeqEncoder):
     """
-    The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1).
-
-    The input is projected to `projection_dim` (and LayerNorm-ed), then run through forward and
-    backward stacks of [`LayerNormLstmLayer`](#layernormlstmlayer)s, with residual connections
-    from layer 1 on, as in allennlp's `ElmoLstm`. The output is `[forward; backward]`;
-    `forward_all_layers` gives every layer.
+    The ELMo-C bidirectional language model encoder (Li et al. 2019, section 4.1): the input projected
+    to `projection_dim` (and LayerNorm-ed), then forward and backward stacks of
+    [`LayerNormLstmLayer`](#layernormlstmlayer)s with residual connections from layer 1 on, as allennlp's
+    `ElmoLstm`. The output is `[forward; backward]`.
 
     Registered as a `Seq2SeqEncoder` with name "elmoc_lstm".
 
@@ -250,7 +238,6 @@ class LayerNormLstm(Seq2SeqEncoder):
     projection_dim : `int`
         The dimension of the projected input and of every LSTM state.
     cell_dim : `int`
-        The dimension of the LSTM memory cells.
     num_layers : `int`, optional (default = `2`)
         The number of layers in each direction.
     layer_norm : `bool`, optional (default = `True`)
@@ -268,8 +255,7 @@ class LayerNormLstm(Seq2SeqEncoder):
     input_projection_bias : `bool`, optional (default = `None`)
         Whether the input projection has a bias (as in uclanlp/ELMO-C); `None` means `not layer_norm`.
     separate_input_projections : `bool`, optional (default = `False`)
-        One input projection (and LayerNorm) per direction, as the authors' two independent LMs;
-        `backward_input_projection` feeds the backward stack.
+        One input projection (and LayerNorm) per direction, as the authors' two independent LMs.
     """
 
     def __init__(
@@ -375,9 +361,7 @@ class LayerNormLstm(Seq2SeqEncoder):
                 return both if packing is None else packing.unpack(both)
 
             layers = [padded(forward_output, backward_output)] if all_layers else []
-            runner = _SEQUENTIAL
-            if self.parallel_directions and inputs.device.type == "cpu":
-                runner = _CONCURRENT
+            runner = _CONCURRENT if self.parallel_directions and inputs.device.type == "cpu" else _SEQUENTIAL
             for layer_index, (forward_layer, backward_layer) in enumerate(
                 zip(self.forward_layers, self.backward_layers)
             ):

@@ -1,12 +1,10 @@
-"""
-The fast path of the ELMo-C LSTM (`layer_norm_lstm`): the recurrence of a layer direction as one
-autograd node with a hand-written backward pass, over sequences packed by length.
-"""
+"""The ELMo-C LSTM's fast path: a layer direction's recurrence, packed by length, with a hand-written backward."""
 import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from typing import Callable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import torch
@@ -91,15 +89,9 @@ class _Step(NamedTuple):
 def _steps(config: RecurrenceConfig) -> List[_Step]:
     """The steps of a recurrence in processing order (right to left when not `go_forward`)."""
     positions = range(len(config.batch_sizes))
-    if not config.go_forward:
-        positions = reversed(positions)
-    steps: List[_Step] = []
-    previous_rows = 0
-    for t in positions:
-        rows = config.batch_sizes[t]
-        steps.append(_Step(config.offsets[t], rows, min(rows, previous_rows)))
-        previous_rows = rows
-    return steps
+    order = list(positions if config.go_forward else reversed(positions))
+    sizes = [config.batch_sizes[t] for t in order]
+    return [_Step(config.offsets[t], rows, min(rows, previous)) for t, rows, previous in zip(order, sizes, [0, *sizes])]
 
 
 class SavedForBackward(NamedTuple):
@@ -307,12 +299,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
-        results = runner.run(
-            [
-                (lambda group=group, config=config: recurrence_forward(config, *group))
-                for group, config in zip(groups, configs)
-            ]
-        )
+        results = runner.run([partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)])
         ctx.runner, ctx.configs = runner, configs
         ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
         return tuple(output for output, _ in results)
@@ -327,11 +314,7 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
         for index, config in enumerate(ctx.configs):
             saved = SavedForBackward(*saved_tensors[index * per_config : (index + 1) * per_config])
             needs = ctx.needs_input_grad[2 + index * n : 2 + (index + 1) * n]
-            tasks.append(
-                lambda saved=saved, grad=grad_outputs[index], config=config, needs=needs: (
-                    recurrence_backward(saved, grad, config, needs[:7])
-                )
-            )
+            tasks.append(partial(recurrence_backward, saved, grad_outputs[index], config, needs[:7]))
         grads: List[Optional[torch.Tensor]] = [None, None]  # runner, configs
         # As the forward pass, run in the saved tensors' precision even under autocast.
         with torch.autocast(saved_tensors[0].device.type, enabled=False):

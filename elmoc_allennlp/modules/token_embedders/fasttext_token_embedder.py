@@ -33,15 +33,13 @@ class FastTextTokenEmbedder(TokenEmbedder):
     vectors_path : `str`
         The fastText `.bin` model; the same one as the `elmoc_fasttext_subwords` indexer's.
     trainable : `bool`, optional (default=`False`)
-        Copy the whole table into a `torch.nn.Parameter` (`(num_words + bucket) * dim * 4` bytes,
-        plus gradient and optimizer state): only for small models.
+        Copy the table into a `Parameter` (`(num_words + bucket) * dim * 4` bytes, plus gradient and optimizer state).
     allow_different_vectors : `bool`, optional (default=`False`)
         Load weights trained with other fastText vectors with a warning instead of an error.
     embedding_dim : `int`, optional (default=`None`)
         The dimension the config expects (`ELMOC_FASTTEXT_DIM`); another is a `ConfigurationError`.
     serialization_dir : `str`, optional (default=`None`)
-        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to
-        it (see `elmoc_allennlp/common/fasttext_location.py`).
+        Given by allennlp when loading an archive: a missing `vectors_path` is looked for next to it.
     """
 
     def __init__(
@@ -62,10 +60,7 @@ class FastTextTokenEmbedder(TokenEmbedder):
                 f"{vectors_path} has {self.vectors.dim} dimensions"
             )
         self._no_vector_id = no_vector_id(self.vectors)
-        self.weight: Optional[torch.nn.Parameter] = None
-        if trainable:
-            rows = self.vectors.rows(torch.arange(self.vectors.num_rows))
-            self.weight = torch.nn.Parameter(rows, requires_grad=True)
+        self.weight = torch.nn.Parameter(self.vectors.rows(torch.arange(self.vectors.num_rows))) if trainable else None
 
     def get_output_dim(self) -> int:
         return self.vectors.dim
