@@ -106,7 +106,7 @@ class FineTuneCallback(TrainerCallback):
         for option, actual, expected in checks:
             if actual != expected:
                 raise ConfigurationError(
-                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained " f"with {expected!r}"
+                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained with {expected!r}"
                 )
 
     def on_end(
