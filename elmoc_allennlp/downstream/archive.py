@@ -1,8 +1,6 @@
 """
-`BilmArchive`: a trained biLM archive as downstream components use it; `load()` builds the biLM
-from a `model.tar.gz` or from the copy (config, vocabulary) a downstream archive carries in
-`elmoc_bilm/<key>/`, so that it loads without the biLM archive. The fastText `.bin` is found by the
-rule of `common/fasttext_location.py`; `vectors_path` and `ELMOC_VECTORS_PATH` override it.
+`BilmArchive`: a trained biLM archive as downstream components use it, from its `model.tar.gz` or the
+copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as `common/fasttext_location.py` finds them.
 """
 import contextlib
 import hashlib
@@ -57,9 +55,8 @@ register_carried_copies(carried_bilm_directory)
 
 class BilmArchive:
     """
-    What downstream use needs of a biLM archive, from its `config.json`: its input's text field key
-    and kind (`input_key`, `input_kind`), boundary tokens and fastText files on this machine.
-    Components get theirs from `BilmArchive.open`, once per process.
+    What downstream use needs of a biLM archive's `config.json`: input key and kind, boundary tokens,
+    fastText files on this machine. Components get theirs from `BilmArchive.open`, once per process.
 
     # Parameters
 
@@ -199,7 +196,7 @@ class BilmArchive:
         return with_overrides(self.config, absolute)
 
     def load(self, allow_different_vectors: bool = False) -> Tuple[Any, Any]:
-        """`(biLM model, dataset reader)` with the fastText files found here; a carried copy without weights."""
+        """`(biLM model, dataset reader)` with the fastText files found here (a carried copy: without weights)."""
         from allennlp.common.params import remove_keys_from_params
         from allennlp.data import DatasetReader, Vocabulary
         from allennlp.models import Model

@@ -48,13 +48,14 @@ class ElmocBiLm(torch.nn.Module):
             torch.tensor(self.input_kind.boundary_ids(self.indexer, model.vocab, token))
             for token in (self.archive.start_token, self.archive.end_token)
         ]
-        self.register_buffer("_boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
+        # `(2, width)`: the start and end tokens' input ids, as in pretraining (0 padding).
+        self.register_buffer("boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
 
         self.num_layers = self.archive.num_layers
         self._output_dim = model.contextualizer.get_output_dim()
         # One dummy sentence: the encoder must return what the config promises.
         with torch.no_grad():
-            layers = self(self._boundary_ids.new_ones(1, 1, 1))["activations"]
+            layers = self(self.boundary_ids.new_ones(1, 1, 1))["activations"]
         shape = (len(layers), *layers[0].shape)
         expected = (self.num_layers, 1, 3, self._output_dim)
         check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
@@ -71,22 +72,13 @@ class ElmocBiLm(torch.nn.Module):
         return self._output_dim
 
     @property
-    def bilm(self):
-        """The wrapped `BidirectionalLanguageModel`."""
+    def bilm(self):  # the wrapped `BidirectionalLanguageModel`
         return self._bilm
-
-    @property
-    def boundary_ids(self) -> torch.LongTensor:
-        """`(2, width)`: the input ids of the start and end boundary tokens, as in pretraining (0 padding)."""
-        return self._boundary_ids
 
     def forward(
         self, inputs: torch.Tensor, word_inputs: torch.Tensor = None
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
-        """
-        `{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`,
-        of `inputs` `(batch_size, timesteps, num_subwords)` (0 padding); `word_inputs` must be `None`.
-        """
+        """`{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`."""
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
         check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
@@ -97,7 +89,7 @@ class ElmocBiLm(torch.nn.Module):
     def live_layers(self, inputs: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         """What `forward` returns, computed by the biLM (without the layer cache)."""
         key = self.archive.input_key
-        layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self._boundary_ids)
+        layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self.boundary_ids)
         return {"activations": list(layers.unbind(0)), "mask": mask}
 
 
@@ -109,20 +101,12 @@ class ElmocElmo(Elmo):
 
     archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
         As for `ElmocBiLm`.
-    num_output_representations : `int`
-        How many differently weighted mixes (`gamma * sum_j softmax(s)_j * h_j`) to return.
-    do_layer_norm : `bool`, optional (default = `False`)
-        Layer-normalize every layer before mixing.
-    dropout : `float`, optional (default = `0.5`)
-        Dropout on the mixed representations.
-    keep_sentence_boundaries : `bool`, optional (default = `False`)
-        Keep the representations of `<S>` and `</S>`.
-    scalar_mix_parameters : `List[float]`, optional (default = `None`)
-        Fixed pre-softmax mixing weights, one per layer: e.g. `[-9e10, -9e10, 1]` for the top layer.
+    num_output_representations, do_layer_norm, dropout, keep_sentence_boundaries, scalar_mix_parameters
+        As for allennlp's `Elmo` (`scalar_mix_parameters`: one pre-softmax weight per biLM layer).
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
         `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), in their gradient only.
     module : `ElmocBiLm`, optional (default = `None`)
-        An already loaded biLM to use instead of loading `archive_file`.
+        An already loaded biLM, used instead of `archive_file`.
     projection_dim : `int`, optional (default = `None`)
         Project each representation to this size (its own trained linear layer): `1024` fits any
         biLM into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
@@ -186,7 +170,6 @@ class ElmocElmo(Elmo):
             self._projections = torch.nn.ModuleList(
                 torch.nn.Linear(bilm.get_output_dim(), projection_dim) for _ in range(num_output_representations)
             )
-        self.scalar_mix_l2_penalty = scalar_mix_l2_penalty
         penalty = scalar_mix_l2_penalty
         for scalar_mix in self._scalar_mixes if penalty > 0 else []:
             for parameter in scalar_mix.scalar_parameters:

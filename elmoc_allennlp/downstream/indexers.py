@@ -10,9 +10,8 @@ from elmoc_allennlp.downstream.archive import BilmArchive, NamingTheConfigKey
 @TokenIndexer.register("elmoc_bilm_inputs", constructor="from_archive")
 class BilmArchiveIndexer(NamingTheConfigKey, TokenIndexer):
     """
-    In the role of ELMo's `elmo_characters`: `from_archive` returns the indexer of the archive's
-    input kind (`input_kinds`), indexing as pretraining did, so that it and the
-    `elmoc_token_embedder` agree. The output has the one key `elmo_tokens`, no `mask`.
+    In the role of ELMo's `elmo_characters`: `from_archive` returns the indexer of the archive's input kind,
+    indexing as pretraining did, with the one key `elmo_tokens` (no `mask`) the `elmoc_token_embedder` reads.
 
     Registered as a `TokenIndexer` with name "elmoc_bilm_inputs".
 

@@ -1,8 +1,4 @@
-"""
-The input kinds of the biLMs of training_configs/pretrain/: `fasttext` (ELMo-C), `characters`
-(ELMo) and `pieces` (ELMo-Sub), each a class knowing its config types, downstream indexer,
-boundary ids, input tensors and how its positions map to words.
-"""
+"""The input kinds of pretrained biLMs: `fasttext` (ELMo-C), `characters` (ELMo) and `pieces` (ELMo-Sub)."""
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -51,10 +47,7 @@ class ElmocCharacterIndexer(BilmInputIndexer):
 
 
 class ElmocPieceIndexer(BilmInputIndexer):
-    """
-    The ids of each token's BPE pieces (ELMo-Sub): `piece_tokenizer` (the archive's), its
-    `piece_ids` namespace and `unknown_id`; the other parameters as for `BilmInputIndexer`.
-    """
+    """The ids of each token's BPE pieces (ELMo-Sub), by the archive's tokenizer and vocabulary namespace."""
 
     def __init__(
         self,

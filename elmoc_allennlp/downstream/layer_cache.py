@@ -1,8 +1,4 @@
-"""
-A frozen biLM's layers, computed once per sentence and read back later (docs/layer_cache.md): an
-LMDB file per biLM fingerprint and dtype, keyed by a hash of each sentence's ids; values are raw
-bytes behind a header (dtype, shape, CRC-32), never unpickled.
-"""
+"""A frozen biLM's layers per sentence in an LMDB file, as raw bytes behind a header (docs/layer_cache.md)."""
 import difflib
 import errno
 import hashlib
@@ -47,10 +43,7 @@ def _without_paths(config: Any) -> Any:
 
 
 def bilm_fingerprint(bilm: torch.nn.Module) -> str:
-    """
-    A SHA-256 of what an `ElmocBiLm`'s layers depend on besides the input ids: input kind,
-    boundary ids, model config without paths, weights, and each fastText model's fingerprint.
-    """
+    """A SHA-256 of what an `ElmocBiLm`'s layers depend on besides the input ids."""
     model = bilm.bilm
     digest = hashlib.sha256()
     described = {
@@ -129,10 +122,7 @@ class LayerStore(TensorCache):
         return numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(layers, timesteps, dim)
 
     def read_into(self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray) -> List[int]:
-        """
-        Copies each stored sentence `row` into `layers[:, row, :lengths[row] + 2]` (`layers` is
-        `(num_layers, batch, timesteps + 2, dim)`) in one transaction; returns the rows not stored.
-        """
+        """Copies each stored sentence into its row of `layers` in one transaction; returns the rows not stored."""
         num_layers, _, _, dim = layers.shape
         missing = []
         with self.lmdb_env.begin(write=False, buffers=True) as transaction:
@@ -168,9 +158,8 @@ class LayerStore(TensorCache):
 
 class LayerCache:
     """
-    The layers of one frozen `ElmocBiLm` per sentence in `directory` (created if missing), stored as
-    `cache_dtype`: read where stored, else computed and stored, until the file reaches `map_size`.
-    Opened at the first batch, when a loaded archive's weights are set.
+    The layers of one frozen `ElmocBiLm` per sentence in `directory`, as `cache_dtype`: read where stored,
+    else computed and stored until the file reaches `map_size`. Opened at the first batch (weights set).
     """
 
     def __init__(

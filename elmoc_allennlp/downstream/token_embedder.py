@@ -13,10 +13,7 @@ from elmoc_allennlp.downstream.elmoc import ElmocElmo
 
 
 def reject_elmo_only_options(params: Params) -> None:
-    """
-    ELMo's `options_file`, `weight_file` and `vocab_to_cache` in a swapped block are an error naming the
-    key (not allennlp's bare "Extra parameters"); a `vocab_to_cache: null` is removed.
-    """
+    """ELMo's `options_file`, `weight_file` and `vocab_to_cache` (unless null) are an error naming the key."""
     present = [f"{params.history}{key}" for key in ("options_file", "weight_file") if key in params]
     if present:
         raise ConfigurationError(

@@ -1,7 +1,4 @@
-"""
-A biLM archive with the fastText model it was pretrained with (no other): the biLM to fine-tune
-(`elmoc_bilm_from_archive`) and its indexer (`elmoc_archive_fasttext`).
-"""
+"""A biLM archive with its own fastText model: the biLM to fine-tune and its indexer."""
 import logging
 import os
 from typing import Optional
@@ -40,10 +37,7 @@ def different_fasttext_error(
 def archive_with_its_fasttext(
     archive_file: PathLike, vectors_path: Optional[str] = None, config_key: str = "vectors_path"
 ) -> BilmArchive:
-    """
-    The `BilmArchive` of a fastText-input biLM with its own fastText model: `vectors_path` must be
-    that model (or a copy), accepted with a warning where the archive's own is not on this machine.
-    """
+    """The `BilmArchive` of a fastText-input biLM; `vectors_path` must be its own fastText model or a copy."""
     archive_file = os.fspath(archive_file)
     given = BilmArchive.open(archive_file, vectors_path)
     if given.input_vectors_path is None:
@@ -98,10 +92,8 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
 @Model.register("elmoc_bilm_from_archive", constructor="from_archive")
 class BilmFromArchive(Model):
     """
-    `from_archive` returns the `BidirectionalLanguageModel` of an ELMo-C biLM archive, to be
-    fine-tuned (`finetune_domain.jsonnet`): unlike allennlp's `from_archive`, only archives
-    `BilmArchive` accepts, with their own fastText model, and no softmax-family output layer
-    (whose vocabulary the run would not carry over).
+    `from_archive` returns the `BidirectionalLanguageModel` of an ELMo-C biLM archive to fine-tune: only
+    archives `BilmArchive` accepts, with their own fastText model and a continuous output layer.
 
     Registered as a `Model` with name "elmoc_bilm_from_archive".
 

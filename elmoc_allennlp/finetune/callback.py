@@ -43,10 +43,9 @@ def self_contained_config(finetune_config: Dict[str, Any], archive: BilmArchive)
 @TrainerCallback.register("elmoc_finetune")
 class FineTuneCallback(TrainerCallback):
     """
-    For `elmoc_bilm_from_archive`: at the start, checks that every data loader's reader indexes as
-    in pretraining (fastText model or a copy, lowercasing, boundaries); at the end of a successful
-    run, rewrites `config.json` as a self-contained `elmoc_bilm` config, keeping the original as
-    `config_finetune.json` (a finished run cannot be resumed with `--recover`).
+    For `elmoc_bilm_from_archive`: at the start, checks that every data loader's reader indexes as in
+    pretraining; after a successful run, rewrites `config.json` as a self-contained `elmoc_bilm` config,
+    keeping the original as `config_finetune.json` (a finished run cannot be resumed with `--recover`).
 
     Registered as a `TrainerCallback` with name "elmoc_finetune".
 
@@ -107,7 +106,7 @@ class FineTuneCallback(TrainerCallback):
         for option, actual, expected in checks:
             if actual != expected:
                 raise ConfigurationError(
-                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained " f"with {expected!r}"
+                    f"{option} is {actual!r}, the biLM of {archive.archive_file} was pretrained with {expected!r}"
                 )
 
     def on_end(

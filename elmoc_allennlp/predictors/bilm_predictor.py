@@ -16,10 +16,9 @@ DEFAULT_MAX_TOKENS = 4096
 @Predictor.register("elmoc_bilm")
 class BidirectionalLanguageModelPredictor(Predictor):
     """
-    Scores `{"sentence": "whitespace tokenized"}` (or a list of tokens) with a trained biLM: its
-    losses, `tokens` (boundaries included), mask and, for continuous heads, each token's cosine to
-    its target (`forward_cosine`, `backward_cosine`). Malformed input, or more than
-    `ELMOC_PREDICT_MAX_TOKENS` tokens (4096), is a `ConfigurationError` naming the key and line.
+    Scores `{"sentence": "whitespace tokenized"}` (or a list of tokens) with a trained biLM: losses, `tokens`
+    (boundaries included), mask and, for continuous heads, `forward_cosine` and `backward_cosine` per token.
+    Malformed input, or more than `ELMOC_PREDICT_MAX_TOKENS` tokens, is an error naming the key and line.
 
     Registered as a `Predictor` with name "elmoc_bilm".
     """

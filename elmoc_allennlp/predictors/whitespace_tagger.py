@@ -10,9 +10,8 @@ from allennlp.predictors.sentence_tagger import SentenceTaggerPredictor
 @Predictor.register("elmoc_sentence_tagger")
 class WhitespaceSentenceTaggerPredictor(SentenceTaggerPredictor):
     """
-    allennlp's `sentence_tagger` (`crf_tagger`'s predictor) on whitespace tokens, as CoNLL-2003
-    text is: the stock one downloads spaCy's `en_core_web_sm` where it is not installed.
-    Input: `{"sentence": "a whitespace tokenized sentence"}`; output: the model's.
+    allennlp's `sentence_tagger` on whitespace tokens, as CoNLL-2003 text is (the stock one downloads
+    spaCy's `en_core_web_sm`). Input: `{"sentence": "a whitespace tokenized sentence"}`.
 
     Registered as a `Predictor` with name "elmoc_sentence_tagger".
     """
