@@ -22,11 +22,8 @@ from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_a
 from elmoc_allennlp.common.atomic_files import atomic_path
 from elmoc_allennlp.common.threads import plugin_command, set_threads
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
-from elmoc_allennlp.models.bidirectional_language_model import (
-    BACKWARD_OUTPUT_LAYER_PREFIX,
-    OUTPUT_LAYER_PREFIX,
-    BidirectionalLanguageModel,
-)
+from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
+from elmoc_allennlp.models.bilm_directions import BACKWARD_OUTPUT_LAYER_PREFIX, OUTPUT_LAYER_PREFIX
 
 logger = logging.getLogger(__name__)
 

@@ -11,11 +11,7 @@ from allennlp.nn import InitializerApplicator, util
 from elmoc_allennlp.common.checks import check_one_of
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 from elmoc_allennlp.common.vector_health import check_target_vectors
-from elmoc_allennlp.models.bilm_directions import (  # noqa: F401 (the prefixes: imported from here by merge_bilm)
-    BACKWARD_OUTPUT_LAYER_PREFIX,
-    OUTPUT_LAYER_PREFIX,
-    BilmDirections,
-)
+from elmoc_allennlp.models.bilm_directions import BilmDirections
 from elmoc_allennlp.models.bilm_metrics import BilmMetrics
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
