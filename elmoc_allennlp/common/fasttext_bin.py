@@ -188,8 +188,7 @@ class FastTextBinFile:
         if self._fingerprint is None:
             words_end = self._matrix_offset + self.num_words * self.dim * 4
             rows_end = self._matrix_offset + self.num_rows * self.dim * 4
-            regions = [(self._matrix_offset, words_end), (words_end, rows_end)]
-            self._fingerprint = "2:" + self._sampled_digest(regions)
+            self._fingerprint = "2:" + self._sampled_digest([(self._matrix_offset, words_end), (words_end, rows_end)])
         return self._fingerprint
 
     def _sampled_digest(self, regions: List[Tuple[int, int]]) -> str:

@@ -29,16 +29,14 @@ def import_fasttext():
 
 # Training runs at most this many times while the package leaves rows uninitialised.
 _ATTEMPTS = 3
-# The fewest threads with which fastText initialises every value of the input matrix (`thread` below).
+# The fewest threads with which fastText's `DenseMatrix::uniform` sets every value of the input matrix
+# (ours: rows unset in 64 of 300 trainings with 10 threads, 0 with 11; docs/install.md); rows are checked anyway.
 MIN_THREADS = 11
 
 
 def _uninitialised_rows(matrix) -> int:
-    """Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more."""
-    magnitude = numpy.abs(matrix)
-    bad = (magnitude.sum(axis=1) == 0) | ~numpy.isfinite(matrix).all(axis=1)
-    bad |= (numpy.nan_to_num(magnitude, nan=0.0, posinf=0.0) >= MAX_ABS_VALUE).any(axis=1)
-    return int(bad.sum())
+    """Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more (NaN fails `<`)."""
+    return int((~(numpy.abs(matrix) < MAX_ABS_VALUE).all(axis=1) | ~matrix.any(axis=1)).sum())
 
 
 def train_fasttext(
@@ -57,10 +55,8 @@ def train_fasttext(
     allow_degenerate: bool = False,
 ) -> Path:
     """
-    Trains an unsupervised fastText model on a tokenized corpus (one sentence per line), measures
-    its vectors (`measure_vector_health`, logged) and saves its `.bin` to `output_path` atomically.
-    Degenerate vectors are a `DegenerateVectorsError` naming the figures and the remedy, and nothing
-    is written, unless `allow_degenerate`.
+    Trains an unsupervised fastText model, measures its vectors (`measure_vector_health`) and saves its
+    `.bin` atomically; degenerate vectors are a `DegenerateVectorsError` and nothing is written.
 
     # Parameters
 
@@ -74,8 +70,7 @@ def train_fasttext(
         Save degenerate vectors with a warning instead of raising.
     model, dim, min_count, minn, maxn, bucket, thread, verbose
         Passed to `fasttext.train_unsupervised` (defaults: fastText's English vectors, Bojanowski
-        et al., 2017). `thread` is at least `MIN_THREADS`: with fewer, `DenseMatrix::uniform` leaves
-        values unset (ours: 64 of 300 trainings with 10, 0 with 11); rows are checked anyway.
+        et al., 2017); `thread` is at least `MIN_THREADS`.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)

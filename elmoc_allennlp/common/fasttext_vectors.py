@@ -111,10 +111,8 @@ class FastTextVectors(FastTextBinFile):
         return self._cached_subword_ids(word)
 
     def _compute_subword_ids(self, word: str) -> Tuple[int, ...]:
-        ids: List[int] = []
-        word_id = self._word_to_id.get(word, -1)
-        if word_id >= 0:
-            ids.append(word_id)
+        word_id = self.word_id(word)
+        ids = [word_id] if word_id >= 0 else []
         if self.maxn > 0 and word != self.eos_word:
             ids.extend(self._ngram_ids(b"<" + _encode(word) + b">"))
         return tuple(ids)
@@ -141,8 +139,7 @@ class FastTextVectors(FastTextBinFile):
         self, ids: Union[torch.Tensor, Sequence[int], np.ndarray], out: Optional[torch.Tensor] = None
     ) -> torch.Tensor:
         """Rows `ids`, `(len(ids), dim)` (into `out`); a `FastTextFormatError` on NaN, inf or huge values."""
-        index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
-        index = index.reshape(-1)
+        index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64).reshape(-1)
         if out is None:
             out = torch.empty(len(index), self.dim, dtype=torch.float32)
         elif out.shape != (len(index), self.dim) or out.dtype != torch.float32:

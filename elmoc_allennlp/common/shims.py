@@ -17,8 +17,7 @@ def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], sh
     if key in _ORIGINALS:
         return
     is_classmethod = isinstance(owner, type) and isinstance(inspect.getattr_static(owner, name), classmethod)
-    original = getattr(owner, name)
-    original = original.__func__ if is_classmethod else original
+    original = getattr(owner, name).__func__ if is_classmethod else getattr(owner, name)
     replacement = make(original)
     _ORIGINALS[key] = original
     setattr(owner, name, classmethod(replacement) if is_classmethod else replacement)

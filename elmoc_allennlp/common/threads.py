@@ -1,7 +1,4 @@
-"""
-The one threads knob of the plugin's commands (`--threads`; torch's default measured 4-20x slower on
-a shared machine: docs/install.md, "Threads"), and third-party warnings filtered while they run.
-"""
+"""The plugin commands' `--threads` knob (docs/install.md, "Threads"), and third-party warnings filtered."""
 import argparse
 import contextlib
 import functools

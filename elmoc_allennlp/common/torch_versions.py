@@ -2,7 +2,7 @@
 import collections
 import functools
 import pickle
-from typing import Any, BinaryIO, Callable, ContextManager, Dict, Tuple, Union
+from typing import Any, BinaryIO, ContextManager, Dict, Tuple, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -16,9 +16,6 @@ def require_torch(version: Tuple[int, int], feature: str) -> None:
         raise ConfigurationError(
             f"{feature} needs torch >= {version[0]}.{version[1]}; this is torch {torch.__version__}."
         )
-
-
-# torch < 1.13 has no `weights_only`: a pickle module resolving only the names of tensor files does it.
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +50,7 @@ class _TensorsOnlyUnpickler(pickle.Unpickler):
 
 
 class _TensorsOnlyPickle:
-    """A `pickle_module` for `torch.load` with the restricted unpickler."""
+    """A `pickle_module` for `torch.load` resolving only the names of tensor files (torch < 1.13: no `weights_only`)."""
 
     Unpickler = _TensorsOnlyUnpickler
     UnpicklingError = pickle.UnpicklingError
@@ -79,18 +76,15 @@ def autocast_enabled(device_type: str) -> bool:
     return device_type == "cuda" and torch.is_autocast_enabled()
 
 
-# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 and its backward fails; torch 2.x
-# casts it to float32. Only tests use CPU autocast.
+# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 (its backward fails), torch 2.x in float32; tests only.
 CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD = TORCH_VERSION >= (2, 0)
 
 
 def functional_call(module: torch.nn.Module, parameters: Dict[str, torch.Tensor], args: Any) -> Any:
     """`module(*args)` with `parameters` in place of its own (`torch.func` from torch 2.0)."""
     if TORCH_VERSION >= (2, 0):
-        call: Callable[..., Any] = torch.func.functional_call
-    else:
-        call = torch.nn.utils.stateless.functional_call
-    return call(module, parameters, args)
+        return torch.func.functional_call(module, parameters, args)
+    return torch.nn.utils.stateless.functional_call(module, parameters, args)
 
 
 def whole_storage(tensor: torch.Tensor) -> Tuple[int, torch.Tensor]:

@@ -1,7 +1,4 @@
-"""
-Whether fastText vectors can serve as an ELMo-C biLM's targets: nearly collinear ones let it reach
-a tiny cosine loss by predicting their mean direction (`docs/pretraining.md`, measured there).
-"""
+"""Whether fastText vectors can serve as biLM targets (nearly collinear ones cannot: docs/pretraining.md)."""
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,17 +16,14 @@ from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
 
-# The most frequent words measured (fastText's dictionary is sorted by count, most frequent first).
+# fastText's dictionary is sorted by count: its first words are the most frequent.
 FREQUENT_WORDS = 2000
-# Degenerate at this mean pairwise cosine or more (healthy PTB vectors: 0.19-0.26; 5 epochs of
-# 100k and 200k tokens: 0.997 and 0.907), or with this many near duplicates (a copy in all but
-# rounding: 99.9% of the words of 100k PTB tokens at 5 epochs have one, 0.0% of healthy vectors').
+# Thresholds and the epochs rule: measured in docs/pretraining.md#fasttext-vectors-on-your-own-corpus.
 DEGENERATE_MEAN_COSINE = 0.5
 NEAR_DUPLICATE_COSINE = 0.999
 DEGENERATE_NEAR_DUPLICATES = 0.5
 # Fewer words are not judged (ours: the mean cosine of a few pairs is noise).
 MIN_WORDS_JUDGED = 5
-# fastText's 5 epochs from 5 million token passes up; more, unbounded, below (359 tokens: 0.36 at 14,000).
 DEFAULT_EPOCHS = 5
 TOKEN_PASSES = 5_000_000
 
@@ -78,12 +72,10 @@ class VectorHealth:
 def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) -> np.ndarray:
     """`(n, dim)` float64 unit vectors (as `get_word_vector`) of the first `count` words but `</s>`, not zero."""
     words = [word for word in vectors.words[: count + 1] if word != vectors.eos_word][:count]
-    ids = [vectors.subword_ids_tuple(word) for word in words]
-    ids = [word_ids for word_ids in ids if word_ids]
+    ids = [word_ids for word_ids in map(vectors.subword_ids_tuple, words) if word_ids]
     if not ids:
         return np.zeros((0, vectors.dim))
-    # One read of all the rows, on the CPU whatever torch's default device (a model may be built
-    # under `torch.device("meta")`); each word's vector is the mean of its rows, as `word_vector`.
+    # One read of all the rows, on the CPU even under `torch.device("meta")`; each word's mean, as `word_vector`.
     flat = [row for word_ids in ids for row in word_ids]
     rows = vectors.rows(flat, out=torch.empty(len(flat), vectors.dim, device="cpu")).numpy()
     starts = np.cumsum([0] + [len(word_ids) for word_ids in ids[:-1]])

@@ -1,8 +1,4 @@
-"""
-One writer per output: an exclusive `flock` on `.NAME.lock` next to it (or inside a serialization
-folder whose parent is not writable), released by the kernel however the process ends; a second
-writer is a `WriterLockError` naming the output. Without `flock`, a warning and no lock.
-"""
+"""One writer per output: an exclusive `flock` on a lock file the kernel releases (docs/trust_and_safety.md)."""
 import contextlib
 import errno
 import fcntl

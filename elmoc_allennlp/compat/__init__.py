@@ -1,9 +1,5 @@
-"""
-The changes to allennlp 2.10.1 that the plugin's components need and that cannot be scoped to them
-(`docs/compat.md`). Each module has `REPLACES` (for the log line), `TARGETS` (what it replaces) and an
-idempotent `install() -> bool` (`False`: not needed here). `tools/torchvision_placeholder` (a `.pth`
-file) stands in for a missing torchvision, which allennlp imports before any plugin.
-"""
+"""The changes to allennlp 2.10.1 that cannot be scoped to the plugin's components (docs/compat.md). Each module
+has `REPLACES` (for the log), `TARGETS` and an idempotent `install() -> bool` (`False`: not needed here)."""
 import functools
 import importlib
 import logging

@@ -1,8 +1,5 @@
-"""
-A run's model archive carries what its ELMo-C components need elsewhere: a downstream model's
-copies of its biLMs (`elmoc_bilm/`) and where each fastText file really is (`elmoc_fasttext.json`).
-Problem (allennlp 2.10.1): nothing lets a component add files. Why process-wide: `docs/compat.md`.
-"""
+"""A run's archive carries its biLMs (`elmoc_bilm/`) and where each fastText file is (`elmoc_fasttext.json`):
+allennlp 2.10.1 lets no component add files (docs/compat.md)."""
 from elmoc_allennlp.common.shims import installer
 
 REPLACES = "model archives of ELMo-C runs carry the biLM copies and where each fastText file is"

@@ -1,8 +1,5 @@
-"""
-A model-level `elmo` block (allennlp-models' `bcn`) with an ELMo-C `archive_file` builds `ElmocElmo`;
-others are built by allennlp's. Problem (allennlp 2.10.1): `Elmo` is not `Registrable`. Why
-process-wide: `docs/compat.md`.
-"""
+"""A model-level `elmo` block with an ELMo-C `archive_file` builds `ElmocElmo` (allennlp 2.10.1's `Elmo` is
+not `Registrable`; docs/compat.md)."""
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo
 

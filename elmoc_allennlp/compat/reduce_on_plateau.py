@@ -1,8 +1,4 @@
-"""
-allennlp's `reduce_on_plateau`, registered again, passes `verbose` only to a PyTorch that has it.
-Problem (allennlp 2.10.1): current PyTorch removed `verbose`, so every config using it fails with a
-`TypeError`. Why process-wide: `docs/compat.md`.
-"""
+"""allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it (docs/compat.md)."""
 import inspect
 from typing import List, Union
 

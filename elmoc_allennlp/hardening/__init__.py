@@ -1,8 +1,5 @@
-"""
-Guards against bad input around allennlp 2.10.1 (`docs/trust_and_safety.md`): `GUARDS` act on the
-plugin's own archives, configs, runs and models (`scope.py`); `OPT_IN`, and the guards for
-everything, only with the switch (the plugin line `elmoc_allennlp_hardening`).
-"""
+"""Guards against bad input around allennlp 2.10.1 (docs/trust_and_safety.md): `GUARDS` act on the plugin's
+own (`scope.py`); `OPT_IN`, and the guards for everything, only with the plugin line `elmoc_allennlp_hardening`."""
 import contextlib
 import importlib
 from typing import Iterator, List

@@ -1,8 +1,5 @@
-"""
-`allennlp predict` of the plugin's models refuses an `--output-file` that is its input file (allennlp
-2.10.1 opens the output first, truncating the input, and exits 0), and names the input line that
-is not UTF-8 (allennlp 2.10.1: a bare `UnicodeDecodeError`): lines read as bytes, decoded one by one.
-"""
+"""`allennlp predict` of the plugin's models refuses an `--output-file` that is its input (allennlp 2.10.1
+truncates the input, exits 0) and names an input line that is not UTF-8 (allennlp 2.10.1: a bare error)."""
 import os
 import sys
 from typing import Iterable, Iterator

@@ -1,8 +1,5 @@
-"""
-What is the plugin's own, for its guards (with the switch, everything): a config naming one of its
-components or a model-level `elmo` block with an ELMo-C `archive_file`; a run, archive or folder
-with such a `config.json` or an `elmoc_*` member; a model with a module of this package.
-"""
+"""What is the plugin's own, for its guards (with the switch, everything): its configs, runs, archives and
+models (docs/trust_and_safety.md)."""
 import json
 import os
 import posixpath

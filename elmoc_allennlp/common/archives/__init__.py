@@ -1,8 +1,5 @@
-"""
-The one reader of model archives, which may come from strangers (the rules: `docs/trust_and_safety.md`),
-by concern: extraction (with limits), vocabulary counting, the weights header, the parameter bound,
-the config policy; `limits.py` holds what they share.
-"""
+"""The one reader of model archives, which may come from strangers (docs/trust_and_safety.md), by concern;
+`limits.py` holds what the modules share."""
 from elmoc_allennlp.common.archives.config_policy import (  # noqa: F401
     check_config_types,
     check_self_contained,

@@ -1,8 +1,5 @@
-"""
-Extraction with limits: `extract_archive` writes only regular files and folders, each member
-checked from its header (`extraction_limits`), then checks the weights header, the configs and
-their parameter bound; `read_archive` shares one extraction per archive while it is in use.
-"""
+"""`extract_archive`: only regular files and folders, each member checked from its header, then the weights
+header, the configs and their parameter bound; `read_archive` shares one extraction per archive in use."""
 import atexit
 import contextlib
 import logging
@@ -139,8 +136,7 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
                         vocabulary.copy(source, out, member.name)
                     else:
                         shutil.copyfileobj(source, out, 1 << 20)
-    # `tarfile` stops silently at a cut header: a complete archive ends with two zero blocks (and a
-    # compressed one with its checksum, read to the end).
+    # `tarfile` stops silently at a cut header: a tar ends with two zero blocks (a compressed one, its checksum).
     with _damage_named(archive):
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)

@@ -23,10 +23,7 @@ class _VocabularyCount:
     def copy(self, source, out, name: str) -> None:
         decoder = codecs.getincrementaldecoder("utf-8")()
         lines_before = self.lines
-        while True:
-            chunk = source.read(1 << 20)
-            if not chunk:
-                break
+        for chunk in iter(lambda: source.read(1 << 20), b""):
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as error:
