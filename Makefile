@@ -54,7 +54,7 @@ endif
 PYTEST_ARGS ?=
 TESTS ?= tests
 
-.PHONY: install demo test test-busy benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment
+.PHONY: install demo test test-busy benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment no-stale-build
 
 install: $(STAMP)
 
@@ -117,7 +117,7 @@ endif
 
 # What a user has: allennlp's own install (pinned to one verified resolution for CI), then this
 # package with a plain `pip install`, which must only add packages, never replace one.
-$(PUBLISHED_STAMP): setup.py requirements/published-constraints.txt
+$(PUBLISHED_STAMP): setup.py requirements/published-constraints.txt | no-stale-build
 	@$(PUBLISHED_PYTHON) $(IS_PUBLISHED) >/dev/null 2>&1 || { echo "No CPython 3.8-3.10 for the published environment (PUBLISHED_PYTHON='$(PUBLISHED_PYTHON)'): install one, or name it: make install-published PUBLISHED_PYTHON=/path/to/python3.10" >&2; exit 1; }
 	@echo "Published environment's Python: $(PUBLISHED_PYTHON) ($$($(PUBLISHED_PYTHON) --version 2>&1))"
 	rm -rf $(PUBLISHED_VENV)
@@ -132,16 +132,21 @@ $(PUBLISHED_STAMP): setup.py requirements/published-constraints.txt
 
 install-published: $(PUBLISHED_STAMP)
 
+# A plain `pip install .` builds in ./build and installs what it finds there, a module deleted since
+# included: every non-editable install of this tree starts without it.
+no-stale-build:
+	rm -rf build
+
 # The plugin is reinstalled (not editable, seconds) so that processes the tests start run this tree.
 test-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
-test-published: $(PUBLISHED_STAMP)
+test-published: $(PUBLISHED_STAMP) no-stale-build
 	$(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall .
 	$(PUBLISHED_BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
 
 # The quickstart in the published environment (README, "First run in the published environment"):
 # the plugin with its `quickstart` extra, installed as a user would (`pip install ".[quickstart]"`).
 demo-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
-demo-published: $(PUBLISHED_STAMP)
+demo-published: $(PUBLISHED_STAMP) no-stale-build
 	$(PUBLISHED_BIN)/pip install --quiet -c requirements/published-constraints.txt ".[quickstart]"
 	$(PUBLISHED_BIN)/python scripts/quickstart.py $(DEMO_ARGS)
 
