@@ -24,7 +24,6 @@ from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 from elmoc_allennlp.common.disk_full import DiskFullError
-from elmoc_allennlp.common.threads import set_threads
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
@@ -73,7 +72,6 @@ class ElmocEmbed(PluginSubcommand):
     @staticmethod
     def run(args: argparse.Namespace) -> None:
         common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
-        set_threads(args.threads)
         embed_file(
             args.archive_file,
             args.input_file,

@@ -13,7 +13,6 @@ from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.checks import check_positive
 from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
 from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.threads import set_threads
 from elmoc_allennlp.common.vector_health import measure_vector_health
 
 
@@ -58,7 +57,6 @@ class TrainFastText(PluginSubcommand):
         for option in ("--dim", "--min-count", "--minn", "--bucket"):
             check_positive(getattr(args, option[2:].replace("-", "_")), option)
         check_positive(args.epoch, "--epoch", allow_none=True)
-        set_threads(args.threads)
         if args.maxn < args.minn:
             raise ConfigurationError(f"--maxn {args.maxn} is below --minn {args.minn}")
         corpus = Path(args.corpus)

@@ -20,7 +20,7 @@ from allennlp.common.checks import ConfigurationError
 from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.archives import CONFIG_NAME, ExtractedArchive, read_archive
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.common.threads import plugin_command, set_threads
+from elmoc_allennlp.common.threads import plugin_command
 from elmoc_allennlp.common.torch_versions import load_tensors, whole_storage
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel
 from elmoc_allennlp.models.bilm_directions import BACKWARD_OUTPUT_LAYER_PREFIX, OUTPUT_LAYER_PREFIX
@@ -53,7 +53,6 @@ class MergeBidirectionalLanguageModels(PluginSubcommand):
 
     @staticmethod
     def run(args: argparse.Namespace) -> None:
-        set_threads(args.threads)
         path = merge_bilm_archives(
             args.forward_archive, args.backward_archive, args.output_file, verify=not args.no_verify, force=args.force
         )
@@ -314,7 +313,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     command = MergeBidirectionalLanguageModels()
     parser = argparse.ArgumentParser(prog="python -m elmoc_allennlp.commands.merge_bilm", description=command.help)
     command.add_arguments(parser)
-    plugin_command(command.run)(parser.parse_args(argv))
+    plugin_command(command.run_command)(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

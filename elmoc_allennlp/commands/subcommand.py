@@ -7,7 +7,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.atomic_files import same_file
-from elmoc_allennlp.common.threads import add_threads_argument, plugin_command
+from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, set_threads
 
 
 class PluginSubcommand(Subcommand):
@@ -19,8 +19,13 @@ class PluginSubcommand(Subcommand):
     def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
         subparser = parser.add_parser(self.name, description=self.description, help=self.help)
         self.add_arguments(subparser)
-        subparser.set_defaults(func=plugin_command(self.run))
+        subparser.set_defaults(func=plugin_command(self.run_command))
         return subparser
+
+    def run_command(self, args: argparse.Namespace) -> None:
+        """`run` with the threads `--threads` asks for."""
+        set_threads(args.threads)
+        self.run(args)
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         self.add_own_arguments(parser)
