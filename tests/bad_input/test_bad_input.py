@@ -535,6 +535,143 @@ def _folder_type(sandbox):
     return lambda: BilmArchive.open(str(folder))
 
 
+# Slot swaps: every section loading builds (and each nested slot whose base class its constructor
+# names) takes a type of its own kind only, by default: a reader that is the biLM would be built
+# (the swap of issue #48). Refused from the config, before anything is built, by every loader.
+_BILM_CLASS = "elmoc_allennlp.models.bidirectional_language_model.BidirectionalLanguageModel"
+_READER_CLASS = "elmoc_allennlp.data.dataset_readers.lm_corpus_reader.LanguageModelCorpusReader"
+
+
+def _model_as_reader(config: Dict) -> Dict:
+    """The biLM's own model section (with the vocabulary a model needs) as a reader."""
+    reader = json.loads(json.dumps(config["model"]))
+    reader.update(type=_BILM_CLASS, vocab={"type": "empty"})
+    return reader
+
+
+def _swap(section: str, value: Callable[[Dict], object]) -> Callable[[Dict], None]:
+    def edit(config: Dict) -> None:
+        *parents, last = section.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[last] = value(config)
+
+    return edit
+
+
+_SLOT_SWAPS = {
+    # name: (edit of the config, key, words)
+    "model-is-a-reader": (_swap("model.type", lambda config: _READER_CLASS), "model.type", "not a Model"),
+    "reader-is-the-bilm": (_swap("dataset_reader", _model_as_reader), "dataset_reader.type",
+                           "not a DatasetReader"),
+    "validation-reader-is-the-bilm": (_swap("validation_dataset_reader", _model_as_reader),
+                                      "validation_dataset_reader.type", "not a DatasetReader"),
+    "vocabulary-is-the-bilm": (_swap("vocabulary.type", lambda config: _BILM_CLASS), "vocabulary.type",
+                               "not a Vocabulary"),
+    "contextualizer-is-a-reader": (_swap("model.contextualizer.type", lambda config: _READER_CLASS),
+                                   "model.contextualizer.type", "not a Seq2SeqEncoder"),
+    "token-embedder-named-as-a-reader": (
+        _swap("model.text_field_embedder.token_embedders.fasttext.type", lambda config: "elmoc_lm_corpus"),
+        "model.text_field_embedder.token_embedders.fasttext.type", "not a registered TokenEmbedder"),
+    "token-indexer-is-the-bilm": (
+        _swap("dataset_reader.token_indexers.fasttext.type", lambda config: _BILM_CLASS),
+        "dataset_reader.token_indexers.fasttext.type", "not a TokenIndexer"),
+}
+
+
+def _swapped_archive(sandbox, edit: Callable[[Dict], None]) -> Path:
+    config = _archive_config(sandbox)
+    edit(config)
+    path = write_archive(sandbox.archive, sandbox.root / "swapped.tar.gz", [], config=config)
+    sandbox.paths["archive"] = str(path)
+    return path
+
+
+def _swapped_call(sandbox, edit: Callable[[Dict], None], loader: str):
+    path = _swapped_archive(sandbox, edit)
+    if loader == "ElmocEmbedder":
+        from elmoc_allennlp.downstream.embedder import ElmocEmbedder
+
+        return lambda: ElmocEmbedder(str(path))
+    if loader == "Predictor.from_path":
+        from allennlp.predictors import Predictor
+
+        return lambda: Predictor.from_path(str(path))
+    if loader == "allennlp-predict":
+        lines = sandbox.root / "input.jsonl"
+        lines.write_text('{"sentence": "the bank raised its rate"}\n')
+        return _allennlp_main(["predict", str(path), str(lines), "--silent"])
+    from allennlp.models.archival import load_archive
+
+    return lambda: load_archive(str(path))
+
+
+def _allennlp_main(arguments: List[str]) -> Callable[[], None]:
+    """`allennlp ARGUMENTS`, in this process."""
+    from allennlp.commands import main
+
+    def run():
+        previous = sys.argv
+        sys.argv = ["allennlp"] + arguments
+        try:
+            main(prog="allennlp")
+        finally:
+            sys.argv = previous
+
+    return run
+
+
+for _name, (_edit, _key, _words) in _SLOT_SWAPS.items():
+    for _loader in ("load_archive", "Predictor.from_path", "allennlp-predict", "ElmocEmbedder"):
+        case(f"slot-swap-{_name}-{_loader}", ConfigurationError, "{archive}", _key, _words,
+             "nothing was built")(
+            lambda sandbox, edit=_edit, loader=_loader: _swapped_call(sandbox, edit, loader))
+
+
+def _huge_reader(config: Dict) -> None:
+    config["dataset_reader"] = _model_as_reader(config)
+    config["dataset_reader"]["contextualizer"]["num_layers"] = 10**9
+
+
+def _sized_reader(config: Dict) -> None:
+    """A reader of its own kind whose config implies a huge layer (readers hold no weights, but what
+    their sizes imply is built all the same)."""
+    config["dataset_reader"]["encoder"] = {"input_dim": 10**6, "hidden_dim": 10**6, "num_layers": 10**9}
+
+
+class _TookTooLong(BaseException):
+    """Not a `ConfigurationError`: a case that outlives its deadline fails."""
+
+
+def _within(seconds: float, call: Callable[[], object]) -> Callable[[], object]:
+    """`call`, stopped (and failing its case) after `seconds`: a billion layers are built for hours."""
+    import signal
+
+    def run():
+        def expire(*_):
+            raise _TookTooLong(f"not refused within {seconds} s")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    return run
+
+
+for _loader in ("load_archive", "allennlp-predict", "ElmocEmbedder"):
+    case(f"billion-layer-reader-{_loader}", ConfigurationError, "{archive}", "dataset_reader.type",
+         "not a DatasetReader")(
+        lambda sandbox, loader=_loader: _within(10, _swapped_call(sandbox, _huge_reader, loader)))
+    case(f"reader-past-max-parameters-{_loader}", ConfigurationError, "{archive}",
+         "dataset_reader.encoder.num_layers", "ELMOC_ARCHIVE_MAX_PARAMETERS", "nothing was built")(
+        lambda sandbox, loader=_loader: _swapped_call(sandbox, _sized_reader, loader))
+
+
 # Truncated archives: the real archive cut at random places, and other damaged files.
 _ARCHIVE_CUTS = [0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99]
 

@@ -1,5 +1,7 @@
-"""The self-contained policy of archived configs: strict JSON, dotted types never imported, no URL
-and no other archive in the sections loading builds, at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
+"""The self-contained policy of archived configs: strict JSON, dotted types never imported and of the
+kind their slot takes, no URL and no other archive in the sections loading builds, which together imply
+at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
+
 import json
 import os
 import sys
@@ -17,6 +19,7 @@ from elmoc_allennlp.common.archives.limits import (
     walk,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
+from elmoc_allennlp.common.archives.section_kinds import check_section_kinds
 
 # The sections of a config that loading an archive builds (not the data paths, not the vocabulary).
 _LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
@@ -66,15 +69,27 @@ def read_config(directory: Union[str, os.PathLike], archive: str, member: str = 
         raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
     check_config_types(config, source)
     if member.endswith(CONFIG_NAME):
+        check_section_kinds(config, source)
         check_self_contained(config, directory, source)
-        limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
-        bound, key = config_parameter_bound(config["model"], "model")
-        if bound > limit:
-            raise ConfigurationError(
-                f"{source}: {key} makes the model at least {bound:,} parameters, past "
-                f"ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); nothing was built"
-            )
+        check_parameter_bound(config, source)
     return config
+
+
+def check_parameter_bound(config: Dict[str, Any], source: str) -> None:
+    """The sections loading builds (the model, the readers) together imply at most
+    `ELMOC_ARCHIVE_MAX_PARAMETERS` parameters (`config_parameter_bound` of each)."""
+    limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
+    total, largest = 0, (0, "model")
+    for section in _LOADED_SECTIONS:
+        bound, key = config_parameter_bound(config.get(section), section)
+        total += bound
+        largest = max(largest, (bound, key))
+    if total > limit:
+        raise ConfigurationError(
+            f"{source}: {largest[1]} makes the {largest[1].split('.')[0]} at least {largest[0]:,} parameters "
+            f"(the sections loading builds {total:,}), past ELMOC_ARCHIVE_MAX_PARAMETERS ({limit:,}); "
+            "nothing was built"
+        )
 
 
 # Where a downstream archive carries the biLM an `archive_file` names (set by `downstream/archive.py`).
