@@ -503,6 +503,19 @@ def _zip_archive(sandbox):
     return _switched(lambda: load_archive(str(path)))
 
 
+@case("weights-legacy-declaring-32-gib-posing-as-a-zip", UnsafeArchiveError, "{archive}", "'weights.th'",
+      "a zip archive from its first byte")
+def _legacy_weights(sandbox):
+    """A few-KB `weights.th` in torch's legacy format declaring a 2^33-value storage, a real weights
+    zip appended (which `zipfile` reads): refused before torch allocates, naming the archive."""
+    from tests.bad_input.conftest import _file
+    from tests.common.archives.test_weights_header import _legacy_with_a_zip_appended
+
+    with tarfile.open(sandbox.archive) as tar:
+        weights = _legacy_with_a_zip_appended(tar.extractfile("weights.th").read())
+    return _config_archive_call(sandbox, None, drop=("weights.th",), extra=[_file("weights.th", weights)])
+
+
 @case("archive-is-a-fasttext-bin", CorruptArchiveError, "{archive}", "not a tar archive")
 def _bin_as_archive(sandbox):
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder

@@ -1,5 +1,6 @@
 """The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
 directory, before torch reads anything, building no tensor and calling nothing but stand-ins."""
+
 import collections
 import io
 import math
@@ -12,12 +13,26 @@ from elmoc_allennlp.common.archives.limits import UnsafeArchiveError, walk
 
 # Bytes per element of the storage classes torch names in a weights file.
 _STORAGE_BYTES = {
-    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2,
-    "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
-    "BoolStorage": 1, "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8, "UntypedStorage": 1,
+    "DoubleStorage": 8,
+    "FloatStorage": 4,
+    "HalfStorage": 2,
+    "BFloat16Storage": 2,
+    "LongStorage": 8,
+    "IntStorage": 4,
+    "ShortStorage": 2,
+    "CharStorage": 1,
+    "ByteStorage": 1,
+    "BoolStorage": 1,
+    "ComplexDoubleStorage": 16,
+    "ComplexFloatStorage": 8,
+    "UntypedStorage": 1,
 }
 # The largest `data.pkl` read to check the records (a state dict's is a few KB per 100 tensors).
 _MAX_PICKLE_BYTES = 64 << 20
+
+
+# What a zip file's first local record header starts with.
+_ZIP_RECORD = b"PK\x03\x04"
 
 
 _Storage = collections.namedtuple("_Storage", "kind key numel")
@@ -32,8 +47,17 @@ _STANDINS["_rebuild_tensor_v2"] = _STANDINS["_rebuild_tensor"]
 _STANDINS["_rebuild_parameter_with_state"] = _STANDINS["_rebuild_parameter"]
 
 
+class _Refused(Exception):
+    """A storage of `data.pkl` that torch would allocate from its declared size alone."""
+
+
 class _HeaderUnpickler(pickle.Unpickler):
-    """Reads what a weights file's tensors are (storages, offsets, sizes, strides), building none."""
+    """Reads what a weights file's tensors are (storages, offsets, sizes, strides), building none.
+    Each storage, wherever it is (in a tensor, bare, in a set), must have a record of its bytes."""
+
+    def __init__(self, data: bytes, records: Dict[str, zipfile.ZipInfo], prefix: str) -> None:
+        super().__init__(io.BytesIO(data))
+        self.records, self.prefix = records, prefix
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch" and name in _STORAGE_BYTES:
@@ -51,9 +75,17 @@ class _HeaderUnpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise pickle.UnpicklingError(f"holds an unknown persistent record {str(pid)[:80]}")
         _, kind, key, _, numel = pid
-        if kind not in _STORAGE_BYTES or not isinstance(numel, int) or numel < 0:
+        if kind not in _STORAGE_BYTES or type(numel) is not int or numel < 0 or not isinstance(key, str):
             raise pickle.UnpicklingError(f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}")
-        return _Storage(kind, str(key), numel)
+        name = f"{self.prefix}data/{key}"
+        record, expected = self.records.get(name), numel * _STORAGE_BYTES[kind]
+        if record is None or record.file_size != expected:
+            size = "no record" if record is None else f"a record of {record.file_size:,} bytes"
+            raise _Refused(
+                f"has a storage {name[:200]!r} whose header declares {numel:,} values ({expected:,} bytes) "
+                f"but has {size}"
+            )
+        return _Storage(kind, key, numel)
 
 
 def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str) -> int:
@@ -66,11 +98,19 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
     def refuse(reason: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(archive, member, reason)
 
+    not_zip = "is not a torch weights file (a zip archive from its first byte, as torch.save writes)"
+    with open(path, "rb") as weights:
+        # torch reads a file not starting with a zip record in its legacy format, whose storages it
+        # allocates from their declared sizes: a legacy file with a zip appended would pass as the zip.
+        if weights.read(len(_ZIP_RECORD)) != _ZIP_RECORD:
+            raise refuse(not_zip)
     try:
         zipped = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError):
-        raise refuse("is not a torch weights file (a zip archive, as torch.save writes)") from None
+        raise refuse(not_zip) from None
     with zipped:
+        if not any(info.header_offset == 0 for info in zipped.infolist()):
+            raise refuse(f"{not_zip[:-1]}; it has data before its first record)")
         records = {}
         for info in zipped.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
@@ -92,9 +132,21 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         if records[pickles[0]].file_size > _MAX_PICKLE_BYTES:
             raise refuse(f"has a data.pkl of {records[pickles[0]].file_size:,} bytes")
         try:
-            state = _HeaderUnpickler(io.BytesIO(zipped.read(pickles[0]))).load()
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                IndexError, KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as error:
+            state = _HeaderUnpickler(zipped.read(pickles[0]), records, prefix).load()
+        except _Refused as refused:
+            raise refuse(str(refused)) from None
+        except (
+            pickle.UnpicklingError,
+            EOFError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            IndexError,
+            KeyError,
+            RecursionError,
+            MemoryError,
+            zipfile.BadZipFile,
+        ) as error:
             raise refuse(f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})") from None
     storages: Dict[str, int] = {}
     for key, _, tensor, _ in walk(state):
@@ -111,8 +163,11 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
-            isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)
-            and len(size) == len(stride) and all(isinstance(n, int) and n >= 0 for n in size + stride)
+            isinstance(offset, int)
+            and isinstance(size, tuple)
+            and isinstance(stride, tuple)
+            and len(size) == len(stride)
+            and all(isinstance(n, int) and n >= 0 for n in size + stride)
             and offset >= 0
         ):
             raise refuse(f"has a tensor {key!r} of size {str(size)[:80]} and stride {str(stride)[:80]}")
