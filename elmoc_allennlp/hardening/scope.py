@@ -5,9 +5,11 @@ import os
 import posixpath
 import stat
 import tarfile
+import zipfile
 from typing import Any, Dict, Tuple
 
 from elmoc_allennlp.common.archives import CONFIG_NAME, archive_limit, extraction_limits, walk
+from elmoc_allennlp.common.archives.zip_archives import zipped_configs
 
 _EVERYWHERE = False
 _PACKAGE = "elmoc_allennlp."
@@ -99,7 +101,10 @@ def _scan(path: str, size: int) -> bool:
                         return True
                 tar.members = []  # headers only: keep none of them in memory
     except Exception:  # noqa: BLE001  (no tar archive, truncated, ...: allennlp reports it)
-        return False
+        # A zip, which allennlp cannot read, is the plugin's if it holds a plugin's config (to be refused).
+        return zipfile.is_zipfile(path) and any(
+            data is None or plugin_text(data) for _, data in zipped_configs(path, json_limit)
+        )
     return False
 
 

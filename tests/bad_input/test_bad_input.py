@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple, Type
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import pytest
@@ -490,7 +490,7 @@ def _bomb(sandbox):
     return lambda: extract_archive(path, sandbox.root / "extracted")
 
 
-@case("archive-is-a-zip", CorruptArchiveError, "{archive}", "not a tar archive")
+@case("archive-is-a-zip", CorruptArchiveError, "{archive}", "is a zip archive", "holding 'config.json'")
 def _zip_archive(sandbox):
     import zipfile
 
@@ -514,6 +514,66 @@ def _legacy_weights(sandbox):
     with tarfile.open(sandbox.archive) as tar:
         weights = _legacy_with_a_zip_appended(tar.extractfile("weights.th").read())
     return _config_archive_call(sandbox, None, drop=("weights.th",), extra=[_file("weights.th", weights)])
+
+
+def _elmoc_zip(sandbox, config: Optional[Dict] = None) -> Path:
+    """The tiny biLM archive's members in a zip (config.json replaced by `config`)."""
+    import zipfile
+
+    path = sandbox.root / "model.zip"
+    with tarfile.open(sandbox.archive) as tar, zipfile.ZipFile(path, "w") as archive:
+        for member in tar:
+            if member.isfile():
+                data = tar.extractfile(member).read()
+                if member.name == "config.json" and config is not None:
+                    data = json.dumps(config).encode("utf-8")
+                archive.writestr(member.name, data)
+    sandbox.paths["archive"] = str(path)
+    return path
+
+
+def _zip_call(sandbox, loader: str):
+    path = _elmoc_zip(sandbox)
+    if loader == "ElmocEmbedder":
+        from elmoc_allennlp.downstream.embedder import ElmocEmbedder
+
+        return lambda: ElmocEmbedder(str(path))
+    if loader == "BilmArchive":
+        from elmoc_allennlp.downstream.archive import BilmArchive
+
+        return lambda: BilmArchive.open(str(path))
+    if loader == "elmoc-embed":
+        sandbox.archive = path
+        return _embed_call(sandbox)
+    if loader == "allennlp-evaluate":
+        lines = sandbox.root / "valid.txt"
+        lines.write_text("the bank raised its rate\n")
+        return _allennlp_main(["evaluate", str(path), str(lines)])
+    from allennlp.models.archival import load_archive
+
+    return lambda: load_archive(str(path))
+
+
+# A zip holding an ELMo-C model is the plugin's, by default (allennlp reads no zip: stock allennlp
+# would raise tarfile's "not a gzip file" and leave its temporary folder).
+for _loader in ("load_archive", "allennlp-evaluate", "ElmocEmbedder", "BilmArchive", "elmoc-embed"):
+    case(f"elmoc-model-in-a-zip-{_loader}", CorruptArchiveError, "{archive}", "is a zip archive",
+         "holding 'config.json'", "nothing was extracted")(
+        lambda sandbox, loader=_loader: _zip_call(sandbox, loader))
+
+
+def test_a_stock_model_in_a_zip_is_left_to_stock_allennlp(elmoc_archive, tmp_path, monkeypatch):
+    """What docs/trust_and_safety.md says a zip of a stock model gets (without the switch):
+    tarfile's `ReadError`, and the temporary folder allennlp's `load_archive` made is left."""
+    from allennlp.models.archival import load_archive
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    config = {"model": {"type": "basic_classifier"}, "dataset_reader": {"type": "text_classification_json"}}
+    path = _elmoc_zip(Sandbox(tmp_path, {}, elmoc_archive, Path(), Path()), config)
+    with pytest.raises(tarfile.ReadError, match="not a gzip file"):
+        load_archive(str(path))
+    assert len(list((tmp_path / "tmp").iterdir())) == 1
 
 
 @case("archive-is-a-fasttext-bin", CorruptArchiveError, "{archive}", "not a tar archive")

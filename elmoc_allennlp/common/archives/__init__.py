@@ -28,3 +28,4 @@ from elmoc_allennlp.common.archives.limits import (  # noqa: F401
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound  # noqa: F401
 from elmoc_allennlp.common.archives.weights_header import check_weights_file  # noqa: F401
+from elmoc_allennlp.common.archives.zip_archives import refuse_zip, zipped_configs  # noqa: F401

@@ -31,6 +31,7 @@ from elmoc_allennlp.common.archives.limits import (
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
 from elmoc_allennlp.common.archives.vocabulary import _is_vocabulary, _VocabularyCount, check_carried_vocabularies
 from elmoc_allennlp.common.archives.weights_header import check_weights_file
+from elmoc_allennlp.common.archives.zip_archives import refuse_zip
 from elmoc_allennlp.common.disk_full import DiskFullError, find_disk_full
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,11 @@ def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[U
     if status.st_size == 0:
         raise CorruptArchiveError(archive, "the file is empty")
     with _damage_named(archive, "not a tar archive, or "):
-        tar = tarfile.open(archive, "r:*")
+        try:
+            tar = tarfile.open(archive, "r:*")
+        except tarfile.ReadError:
+            refuse_zip(archive)  # a zip is named as one
+            raise
     with tar:
         if directory is None:
             directory = tempfile.mkdtemp(prefix="elmoc-archive-")
