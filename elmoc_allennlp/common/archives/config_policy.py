@@ -1,7 +1,6 @@
 """The self-contained policy of archived configs: strict JSON, dotted types never imported and of the
 kind their slot takes, no URL and no other archive in the sections loading builds, which together imply
 at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
-
 import json
 import os
 import sys

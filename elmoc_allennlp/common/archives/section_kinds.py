@@ -1,7 +1,6 @@
 """The kind check of archived configs, as data: each section loading builds names a subclass of its base
 class (`model` a `Model`, `dataset_reader` a `DatasetReader`, ...), and so does each nested slot whose
 base class the constructor's annotation gives; no module a config names is imported."""
-
 import collections.abc
 import inspect
 import sys

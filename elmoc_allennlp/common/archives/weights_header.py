@@ -1,6 +1,5 @@
 """The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
 directory, before torch reads anything, building no tensor and calling nothing but stand-ins."""
-
 import collections
 import io
 import math
@@ -13,19 +12,9 @@ from elmoc_allennlp.common.archives.limits import UnsafeArchiveError, walk
 
 # Bytes per element of the storage classes torch names in a weights file.
 _STORAGE_BYTES = {
-    "DoubleStorage": 8,
-    "FloatStorage": 4,
-    "HalfStorage": 2,
-    "BFloat16Storage": 2,
-    "LongStorage": 8,
-    "IntStorage": 4,
-    "ShortStorage": 2,
-    "CharStorage": 1,
-    "ByteStorage": 1,
-    "BoolStorage": 1,
-    "ComplexDoubleStorage": 16,
-    "ComplexFloatStorage": 8,
-    "UntypedStorage": 1,
+    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2,
+    "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
+    "BoolStorage": 1, "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8, "UntypedStorage": 1,
 }
 # The largest `data.pkl` read to check the records (a state dict's is a few KB per 100 tensors).
 _MAX_PICKLE_BYTES = 64 << 20
@@ -135,18 +124,8 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
             state = _HeaderUnpickler(zipped.read(pickles[0]), records, prefix).load()
         except _Refused as refused:
             raise refuse(str(refused)) from None
-        except (
-            pickle.UnpicklingError,
-            EOFError,
-            ValueError,
-            TypeError,
-            AttributeError,
-            IndexError,
-            KeyError,
-            RecursionError,
-            MemoryError,
-            zipfile.BadZipFile,
-        ) as error:
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+                IndexError, KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as error:
             raise refuse(f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})") from None
     storages: Dict[str, int] = {}
     for key, _, tensor, _ in walk(state):
@@ -163,11 +142,8 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
-            isinstance(offset, int)
-            and isinstance(size, tuple)
-            and isinstance(stride, tuple)
-            and len(size) == len(stride)
-            and all(isinstance(n, int) and n >= 0 for n in size + stride)
+            isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)
+            and len(size) == len(stride) and all(isinstance(n, int) and n >= 0 for n in size + stride)
             and offset >= 0
         ):
             raise refuse(f"has a tensor {key!r} of size {str(size)[:80]} and stride {str(stride)[:80]}")

@@ -1,7 +1,6 @@
 """A zip given as a model archive: allennlp reads `.tar.gz` archives only. Its configs are read (bounded)
 to tell whether it holds one of the plugin's models; reading it as an archive is a `CorruptArchiveError`
 naming the file and its config member, before any folder is made."""
-
 import posixpath
 import zipfile
 from typing import Iterator, List, Optional, Tuple
