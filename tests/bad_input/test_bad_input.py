@@ -1447,6 +1447,78 @@ def _full_disk_recover(sandbox):
     return run
 
 
+class _FullFile:
+    """A file open for writing on a full disk: every write fails with ENOSPC, as the kernel's would."""
+
+    def __init__(self, handle, path: str):
+        self._handle, self._path = handle, path
+
+    def write(self, data):
+        raise _no_space(self._path)
+
+    def writelines(self, lines):
+        raise _no_space(self._path)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self._handle.close()
+
+    def __iter__(self):
+        return iter(self._handle)
+
+
+def _disk_full_under(folder: Path, after: Callable[[], bool] = lambda: True):
+    """`run` with the disk holding `folder` full (once `after()`): files opened there for writing
+    (by `open`, `codecs.open`, atomic writers) accept no byte."""
+    import builtins
+
+    def prepare(run: Callable[[], object]) -> Callable[[], object]:
+        def full_run():
+            opened = builtins.open
+
+            def full_open(file, mode="r", *args, **kwargs):
+                handle = opened(file, mode, *args, **kwargs)
+                path = os.path.abspath(os.fspath(file)) if isinstance(file, (str, os.PathLike)) else ""
+                if path.startswith(str(folder) + os.sep) and set(mode) & set("wax+") and after():
+                    return _FullFile(handle, path)
+                return handle
+
+            builtins.open = full_open
+            try:
+                return run()
+            finally:
+                builtins.open = opened
+
+        return full_run
+
+    return prepare
+
+
+@case("disk-full-before-the-first-checkpoint", DiskFullError, "No space left on device", "{run}/meta.json",
+      unchanged=(), absent=("run/meta.json", "run/model_state_e1_b0.th"))
+def _full_disk_before_checkpoints(sandbox):
+    """The disk fills once config.json is written: meta.json is the first file refused. One
+    `DiskFullError` naming it; no empty meta.json (allennlp 2.10.1: a bare OSError, meta.json empty)."""
+    run_dir = sandbox.root / "run"
+    train = _train_tiny(sandbox, {"trainer.num_epochs": 1})
+    return _disk_full_under(run_dir, after=lambda: (run_dir / "config.json").exists())(train)
+
+
+@case("disk-full-at-the-vocabulary", DiskFullError, "No space left on device", "{run}/vocabulary",
+      unchanged=(), absent=("run/model_state_e1_b0.th",))
+def _full_disk_at_vocabulary(sandbox):
+    """The disk fills once meta.json is written: the vocabulary's files are refused, one
+    `DiskFullError` naming its folder."""
+    run_dir = sandbox.root / "run"
+    train = _train_tiny(sandbox, {"trainer.num_epochs": 1})
+    return _disk_full_under(run_dir, after=lambda: (run_dir / "meta.json").exists())(train)
+
+
 # ---------------------------------------------------------------------- the suite's own checks
 
 
