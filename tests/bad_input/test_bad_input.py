@@ -650,6 +650,13 @@ _SLOT_SWAPS = {
     "token-indexer-is-the-bilm": (
         _swap("dataset_reader.token_indexers.fasttext.type", lambda config: _BILM_CLASS),
         "dataset_reader.token_indexers.fasttext.type", "not a TokenIndexer"),
+    # `allennlp evaluate` builds the data loader and the evaluator from the archive's config.
+    "data-loader-is-the-bilm": (_swap("data_loader.type", lambda config: _BILM_CLASS), "data_loader.type",
+                                "not a DataLoader"),
+    "batch-sampler-is-a-reader": (_swap("data_loader.batch_sampler.type", lambda config: _READER_CLASS),
+                                  "data_loader.batch_sampler.type", "not a BatchSampler"),
+    "evaluator-is-a-reader": (_swap("evaluation", lambda config: {"type": _READER_CLASS}), "evaluation.type",
+                              "not an Evaluator"),
 }
 
 
@@ -671,6 +678,10 @@ def _swapped_call(sandbox, edit: Callable[[Dict], None], loader: str):
         from allennlp.predictors import Predictor
 
         return lambda: Predictor.from_path(str(path))
+    if loader == "allennlp-evaluate":
+        lines = sandbox.root / "valid.txt"
+        lines.write_text("the bank raised its rate\n")
+        return _allennlp_main(["evaluate", str(path), str(lines)])
     if loader == "allennlp-predict":
         lines = sandbox.root / "input.jsonl"
         lines.write_text('{"sentence": "the bank raised its rate"}\n')
@@ -696,7 +707,7 @@ def _allennlp_main(arguments: List[str]) -> Callable[[], None]:
 
 
 for _name, (_edit, _key, _words) in _SLOT_SWAPS.items():
-    for _loader in ("load_archive", "Predictor.from_path", "allennlp-predict", "ElmocEmbedder"):
+    for _loader in ("load_archive", "Predictor.from_path", "allennlp-predict", "allennlp-evaluate", "ElmocEmbedder"):
         case(f"slot-swap-{_name}-{_loader}", ConfigurationError, "{archive}", _key, _words,
              "nothing was built")(
             lambda sandbox, edit=_edit, loader=_loader: _swapped_call(sandbox, edit, loader))

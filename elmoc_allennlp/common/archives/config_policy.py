@@ -18,7 +18,7 @@ from elmoc_allennlp.common.archives.limits import (
     walk,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
-from elmoc_allennlp.common.archives.section_kinds import check_section_kinds
+from elmoc_allennlp.common.archives.section_kinds import BUILT_SECTIONS, check_section_kinds
 
 # The sections of a config that loading an archive builds (not the data paths, not the vocabulary).
 _LOADED_SECTIONS = ("model", "dataset_reader", "validation_dataset_reader")
@@ -75,11 +75,12 @@ def read_config(directory: Union[str, os.PathLike], archive: str, member: str = 
 
 
 def check_parameter_bound(config: Dict[str, Any], source: str) -> None:
-    """The sections loading builds (the model, the readers) together imply at most
-    `ELMOC_ARCHIVE_MAX_PARAMETERS` parameters (`config_parameter_bound` of each)."""
+    """The sections loading builds (the model, the readers, ...: `BUILT_SECTIONS`) together imply at most
+    `ELMOC_ARCHIVE_MAX_PARAMETERS` parameters (`config_parameter_bound` of each). Only the model's are
+    held by `weights.th` (extraction compares those)."""
     limit = archive_limit("ELMOC_ARCHIVE_MAX_PARAMETERS")
     total, largest = 0, (0, "model")
-    for section in _LOADED_SECTIONS:
+    for section in BUILT_SECTIONS:
         bound, key = config_parameter_bound(config.get(section), section)
         total += bound
         largest = max(largest, (bound, key))

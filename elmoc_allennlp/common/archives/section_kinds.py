@@ -10,13 +10,19 @@ from typing import Any, Dict, List, Optional, Tuple
 from allennlp.common.checks import ConfigurationError
 
 # The sections of an archived config that loading builds, and the base class each must name:
-# `load_archive` builds the model and both readers, `Model.load` the vocabulary's class.
+# `load_archive` builds the model and both readers (the predictors use them), `Model.load` the
+# vocabulary's class, `allennlp evaluate` the evaluator and a data loader.
+_LOADERS = "allennlp.data.data_loaders.data_loader"
 SECTION_BASES = (
     ("model", "allennlp.models.model", "Model"),
     ("dataset_reader", "allennlp.data.dataset_readers.dataset_reader", "DatasetReader"),
     ("validation_dataset_reader", "allennlp.data.dataset_readers.dataset_reader", "DatasetReader"),
     ("vocabulary", "allennlp.data.vocabulary", "Vocabulary"),
+    ("data_loader", _LOADERS, "DataLoader"),
+    ("validation_data_loader", _LOADERS, "DataLoader"),
+    ("evaluation", "allennlp.evaluation.evaluator", "Evaluator"),
 )
+BUILT_SECTIONS = tuple(section for section, _, _ in SECTION_BASES)
 _SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Set)
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 # Nested slots deeper than this are left to `check_config_types` (real configs nest under 10 levels).
@@ -70,7 +76,7 @@ def _resolve(params: Dict[str, Any], base: type, where: str, source: str) -> Opt
     if "." not in name:
         raise ConfigurationError(
             f"{source}: {where}.type is {name!r}, which is not a registered {base.__name__} "
-            f"(the slot takes a {kind}); nothing was built"
+            f"(the slot takes {_a(kind)}); nothing was built"
         )
     module_name, _, attribute = name.rpartition(".")
     found = getattr(sys.modules.get(module_name), attribute, None)  # never imported here
@@ -80,10 +86,14 @@ def _resolve(params: Dict[str, Any], base: type, where: str, source: str) -> Opt
     if not (isinstance(found, type) and issubclass(found, base)) and found not in registered:
         what = found.__name__ if isinstance(found, type) else type(found).__name__
         raise ConfigurationError(
-            f"{source}: {where}.type is {name!r}, which is not a {base.__name__} ({what}; the slot "
+            f"{source}: {where}.type is {name!r}, which is not {_a(base.__name__)} ({what}; the slot "
             f"takes a subclass of {kind}); nothing was built"
         )
     return found, None
+
+
+def _a(name: str) -> str:
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 def _parameter_annotations(cls: type, constructor: Optional[str]) -> Dict[str, Any]:

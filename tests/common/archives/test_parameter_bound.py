@@ -57,3 +57,45 @@ def test_the_tiny_archives_bound_holds_for_its_own_config(elmoc_archive, extract
     assert held == sum(value.numel() for value in state.values())
     bound, _ = config_parameter_bound(read_config(directory, "tiny")["model"])
     assert 0 < bound <= held
+
+
+def _sized_reader(input_dim: int, hidden_dim: int, num_layers: int):
+    def edit(config):
+        config["dataset_reader"]["encoder"] = {"input_dim": input_dim, "hidden_dim": hidden_dim,
+                                               "num_layers": num_layers}
+
+    return edit
+
+
+def test_a_readers_sizes_are_bounded_by_the_limit_not_by_the_weights(elmoc_archive, tmp_path, extraction):
+    """A reader holds no weights: its sizes (10^6 parameters here, far more than the tiny archive's
+    weights hold) count against `ELMOC_ARCHIVE_MAX_PARAMETERS` only, so such an archive extracts."""
+    path = _with_model(elmoc_archive, tmp_path, "reader-sizes", _sized_reader(1000, 1000, 1))
+    extract_archive(path, extraction)
+    assert (extraction / "config.json").is_file()
+
+
+@pytest.mark.parametrize("section", ["dataset_reader", "validation_dataset_reader", "data_loader"])
+def test_a_built_section_past_the_parameter_limit_is_refused(section, elmoc_archive, tmp_path, extraction):
+    def edit(config):
+        config[section] = dict(config.get(section) or {"type": "elmoc_lm_corpus"})
+        config[section]["layers"] = {"input_dim": 10**6, "hidden_dim": 10**6, "num_layers": 10**9}
+
+    path = _with_model(elmoc_archive, tmp_path, section, edit)
+    with pytest.raises(ConfigurationError) as raised:
+        extract_archive(path, extraction)
+    assert f"{section}.layers.num_layers" in str(raised.value)
+    assert "ELMOC_ARCHIVE_MAX_PARAMETERS" in str(raised.value) and str(path) in str(raised.value)
+    assert not extraction.exists()
+
+
+def test_the_sections_are_bounded_together(elmoc_archive, tmp_path, extraction, monkeypatch):
+    """Two readers each under the limit, together past it (both are built)."""
+    def edit(config):
+        _sized_reader(1000, 1000, 1)(config)
+        config["validation_dataset_reader"] = json.loads(json.dumps(config["dataset_reader"]))
+
+    monkeypatch.setenv("ELMOC_ARCHIVE_MAX_PARAMETERS", "1500000")
+    path = _with_model(elmoc_archive, tmp_path, "together", edit)
+    with pytest.raises(ConfigurationError, match="ELMOC_ARCHIVE_MAX_PARAMETERS"):
+        extract_archive(path, extraction)
