@@ -2,8 +2,10 @@
 class (`model` a `Model`, `dataset_reader` a `DatasetReader`, ...), and so does each nested slot whose
 base class the constructor's annotation gives; no module a config names is imported."""
 import collections.abc
+import importlib
 import inspect
 import sys
+import types
 import typing
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -24,6 +26,7 @@ SECTION_BASES = (
 )
 BUILT_SECTIONS = tuple(section for section, _, _ in SECTION_BASES)
 _SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Set)
+_UNIONS = (typing.Union, getattr(types, "UnionType", typing.Union))  # `X | None` from Python 3.10
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 # Nested slots deeper than this are left to `check_config_types` (real configs nest under 10 levels).
 _MAX_SLOT_DEPTH = 64
@@ -35,8 +38,6 @@ def check_section_kinds(config: Dict[str, Any], source: str) -> None:
     known base class) that names a class of another kind: a dotted name of an imported class that is
     not a subclass of the slot's base class, or a name not registered under that base class.
     """
-    import importlib
-
     for section, module, name in SECTION_BASES:
         params = config.get(section)
         if isinstance(params, dict):
@@ -106,7 +107,7 @@ def _parameter_annotations(cls: type, constructor: Optional[str]) -> Dict[str, A
         return {}
     try:
         parameters = infer_method_params(cls, method)
-    except (TypeError, ValueError):  # no signature: allennlp reports what it cannot build
+    except Exception:  # noqa: BLE001  (no signature, ...: no slot is known, allennlp reports what it cannot build)
         return {}
     return {
         name: parameter.annotation
@@ -126,7 +127,7 @@ def _slots(value: Any, annotation: Any, where: str) -> List[Tuple[str, Dict[str,
     while pending:
         value, annotation, where = pending.pop()
         origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
-        if origin is typing.Union:
+        if origin in _UNIONS:
             classes = [argument for argument in arguments if argument is not type(None)]
             if len(classes) == 1:  # `Optional[X]`; a union of kinds is left to allennlp
                 pending.append((value, classes[0], where))
