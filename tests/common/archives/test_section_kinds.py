@@ -7,7 +7,7 @@ import sys
 from typing import Dict, List, Optional
 
 import pytest
-from allennlp.common import FromParams, Lazy, Registrable
+from allennlp.common import Lazy, Registrable
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives.section_kinds import _check_slot, check_section_kinds
