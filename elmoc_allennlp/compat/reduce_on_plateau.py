@@ -28,14 +28,25 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
     optimizer : `torch.optim.Optimizer`
         Not given in a configuration file.
     mode : `str`, optional (default = `"min"`)
+        `"min"`: the validation metric should fall (a loss); `"max"`: it should rise. allennlp
+        steps the scheduler with the trainer's `validation_metric`, so this must agree with its sign.
     factor : `float`, optional (default = `0.1`)
+        What the learning rate is multiplied by on a plateau (torch's default, as all the defaults here).
     patience : `int`, optional (default = `10`)
+        Epochs without improvement tolerated before the rate is reduced.
     verbose : `bool`, optional (default = `False`)
+        Print each reduction; ignored (the reductions are not printed) by a PyTorch that removed it.
     threshold_mode : `str`, optional (default = `"rel"`)
+        `"rel"`: an improvement is relative to the best value (`best * (1 - threshold)` in `"min"`
+        mode); `"abs"`: absolute (`best - threshold`).
     threshold : `float`, optional (default = `1e-4`)
+        The smallest change that counts as an improvement, in `threshold_mode`'s terms.
     cooldown : `int`, optional (default = `0`)
+        Epochs after a reduction during which no plateau is counted.
     min_lr : `Union[float, List[float]]`, optional (default = `0`)
+        The lowest learning rate, for all parameter groups or one per group.
     eps : `float`, optional (default = `1e-8`)
+        A reduction smaller than this is not made.
     """
 
     def __init__(

@@ -34,6 +34,8 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
     # Parameters
 
     vocab : `Vocabulary`
+        The vocabulary built from the corpus (given by allennlp); its `target_indexer` namespace is
+        the closed vocabulary of softmax-family heads. Continuous heads need none.
     text_field_embedder : `TextFieldEmbedder`
         Embeds the `tokens` field (fastText vectors in ELMo-C).
     contextualizer : `Seq2SeqEncoder`
@@ -48,7 +50,9 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         Dropout on the contextualizer's output (authors: `output_layer.dropout` 0.0).
     retrieval_sample_size : `int`, optional (default = `512`)
         Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
-    initializer : `InitializerApplicator`, optional
+    initializer : `InitializerApplicator`, optional (default = `None`)
+        Initializes the parameters after they are built (allennlp's); `None` keeps each module's own
+        initialization.
     directions : `str`, optional (default = `"both"`)
         `"forward"` or `"backward"` trains only that LM, for `elmoc-merge-bilm` (Li et al. 2019, footnote 7),
         with a contextualizer that has `forward_layers` and `backward_layers` (as `elmoc_lstm`).
