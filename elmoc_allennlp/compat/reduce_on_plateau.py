@@ -28,10 +28,13 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
     optimizer : `torch.optim.Optimizer`
         Not given in a configuration file.
     mode : `str`, optional (default = `"min"`)
-        `"min"`: the validation metric should fall (a loss); `"max"`: it should rise. allennlp
-        steps the scheduler with the trainer's `validation_metric`, so this must agree with its sign.
+        `"max"`: the metric should rise; `"min"`: it should fall. allennlp steps the scheduler with
+        the trainer's validation score signed so that higher is better (`"-loss"` gives the negated
+        loss), so `"max"` is right with allennlp's trainers (the recipes' ESIM and coreference
+        configs set it); `"min"`, torch's default, would reduce the rate while the model improves.
     factor : `float`, optional (default = `0.1`)
-        What the learning rate is multiplied by on a plateau (torch's default, as all the defaults here).
+        What the learning rate is multiplied by on a plateau (torch's default, as all the defaults
+        here).
     patience : `int`, optional (default = `10`)
         Epochs without improvement tolerated before the rate is reduced.
     verbose : `bool`, optional (default = `False`)

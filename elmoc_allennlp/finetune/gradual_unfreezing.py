@@ -46,7 +46,8 @@ class RecoverableSlantedTriangular(SlantedTriangular):
     discriminative_fine_tuning : `bool`, optional (default = `False`)
         A smaller rate for each group further down: the group above's times `decay_factor`.
     decay_factor : `float`, optional (default = `0.38`)
-        The factor of `discriminative_fine_tuning`: 0.38, about 1 / 2.6 (Howard & Ruder, section 3.2).
+        The factor of `discriminative_fine_tuning`: 0.38, about 1 / 2.6 (Howard & Ruder, section
+        3.2).
     """
 
     def __init__(

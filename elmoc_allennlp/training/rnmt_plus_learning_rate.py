@@ -186,7 +186,8 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         num_epochs : `int`
             Not given in a configuration file (the trainer's `num_epochs`).
         num_steps_per_epoch : `int`, optional (default = `None`)
-            Not given in a configuration file (the trainer's); `None` (no loader length) is an error.
+            Not given in a configuration file (the trainer's); `None` (no loader length) is an
+            error.
         warmup_fraction : `float`, optional (default = `0.0`)
             The fraction of the run's steps spent warming up (before dividing by `n`); `0.0`: no
             warm-up, the rate starts at its plateau.

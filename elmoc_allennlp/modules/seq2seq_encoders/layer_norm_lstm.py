@@ -258,14 +258,15 @@ class LayerNormLstm(Seq2SeqEncoder):
         pretraining configs use the authors' 0.1.
     implementation : `str`, optional (default = `"auto"`)
         `"auto"` (the fast path: sequences packed by length, docs/gpu_recurrence.md) or
-        `"reference"` (step by step over the padded batch; the same results), for every layer. Also a
-        settable attribute. A mask whose padding is not at the end takes the reference path, with a
-        warning.
+        `"reference"` (step by step over the padded batch; the same results), for every layer. Also
+        a settable attribute. A mask whose padding is not at the end takes the reference path, with
+        a warning.
     parallel_directions : `bool`, optional (default = `True`)
         On CPU, run the fast path's two directions of a layer in two threads (a speed setting; the
         results are the same).
     input_projection_bias : `bool`, optional (default = `None`)
-        Whether the input projection has a bias (as in uclanlp/ELMO-C); `None` means `not layer_norm`.
+        Whether the input projection has a bias (as in uclanlp/ELMO-C). `None`: only without
+        `layer_norm` (LayerNorm's own bias makes it redundant).
     separate_input_projections : `bool`, optional (default = `False`)
         One input projection (and LayerNorm) per direction, as the authors' two independent LMs.
     """
