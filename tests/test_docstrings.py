@@ -12,7 +12,6 @@ The public classes of `elmoc_allennlp.__all__` follow the same rule.
 
 import inspect
 import re
-import textwrap
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
