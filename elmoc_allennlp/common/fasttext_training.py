@@ -35,7 +35,10 @@ MIN_THREADS = 11
 
 
 def _uninitialised_rows(matrix) -> int:
-    """Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more (NaN fails `<`)."""
+    """
+    Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more (NaN
+    fails `<`).
+    """
     return int((~(numpy.abs(matrix) < MAX_ABS_VALUE).all(axis=1) | ~matrix.any(axis=1)).sum())
 
 

@@ -1,4 +1,7 @@
-"""allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it (docs/compat.md)."""
+"""
+allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it
+(docs/compat.md).
+"""
 import inspect
 from typing import List, Union
 
