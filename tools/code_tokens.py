@@ -9,6 +9,11 @@ of a module, class or function, as `ast.get_docstring` finds it).
     python tools/code_tokens.py elmoc_allennlp                 # the working tree
     python tools/code_tokens.py elmoc_allennlp --rev f6244f6   # a git revision's tree
     python tools/code_tokens.py elmoc_allennlp --rev f6244f6 --worktree   # both, side by side
+    python tools/code_tokens.py elmoc_allennlp --rev f6244f6 --worktree --black
+
+Black's layout has tokens of its own (the trailing comma of an exploded call, the parentheses of a
+wrapped expression): `--black` formats every file with black, as `pyproject.toml` configures it,
+before counting, so that a tree formatted by hand and one formatted by black compare by their code.
 
 Prints one line per file (its count for each tree counted, then its path) and a last `total` line.
 Paths are taken as git takes them: relative to the current directory.
@@ -21,7 +26,7 @@ import subprocess
 import sys
 import tokenize
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 LAYOUT = {
     tokenize.COMMENT,
@@ -43,6 +48,7 @@ STRING_ENDS = {
     getattr(tokenize, name) for name in ("FSTRING_END", "TSTRING_END") if hasattr(tokenize, name)
 }
 WORKTREE = "worktree"
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 Position = Tuple[int, int]
 
@@ -105,13 +111,34 @@ def _revision_files(revision: str, paths: Sequence[str]) -> Iterator[Tuple[str, 
             yield name, _git("show", f"{revision}:./{name}")
 
 
-def count_tree(paths: Sequence[str], revision: Optional[str] = None) -> Dict[str, int]:
+def black_formatter() -> Callable[[bytes], bytes]:
+    """Formats a file's source as black does with the settings of the project's `pyproject.toml`."""
+    import black
+
+    settings = black.parse_pyproject_toml(str(PYPROJECT))
+    mode = black.Mode(
+        line_length=settings.get("line_length", black.DEFAULT_LINE_LENGTH),
+        target_versions={
+            black.TargetVersion[v.upper()] for v in settings.get("target_version", [])
+        },
+    )
+    return lambda source: black.format_str(source.decode("utf-8"), mode=mode).encode("utf-8")
+
+
+def count_tree(
+    paths: Sequence[str],
+    revision: Optional[str] = None,
+    formatter: Optional[Callable[[bytes], bytes]] = None,
+) -> Dict[str, int]:
     """
     The code tokens of each `.py` file under `paths` (files or folders), by path: of the working
-    tree, or of the git revision `revision` when it is given.
+    tree, or of the git revision `revision` when it is given; each file formatted by `formatter`
+    first, if given.
     """
     files = _worktree_files(paths) if revision is None else _revision_files(revision, paths)
-    return {name: count_tokens(source) for name, source in files}
+    return {
+        name: count_tokens(formatter(source) if formatter else source) for name, source in files
+    }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -127,12 +154,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument(
         "--worktree", action="store_true", help="with --rev: count the working tree too, last"
     )
+    parser.add_argument(
+        "--black",
+        action="store_true",
+        help="format each file with black (pyproject.toml's settings) before counting",
+    )
     args = parser.parse_args(argv)
+    formatter = black_formatter() if args.black else None
 
     sources: List[Optional[str]] = list(args.rev) or [None]
     if args.rev and args.worktree:
         sources.append(None)
-    counts = [count_tree(args.paths, source) for source in sources]
+    counts = [count_tree(args.paths, source, formatter) for source in sources]
     names: Set[str] = set().union(*counts)
     width = max(10, *(len(source or WORKTREE) for source in sources))
 

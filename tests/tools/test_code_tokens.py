@@ -120,3 +120,24 @@ def test_paths_are_relative_to_the_current_directory_for_a_revision_too(repo):
     worktree = _run(repo / "pkg", "sub").splitlines()
     assert worktree == _run(repo / "pkg", "sub", "--rev", "HEAD").splitlines()
     assert worktree[0].split() == ["5", "sub/b.py"]
+
+
+def test_with_black_a_tree_formatted_by_hand_counts_as_formatted_by_black(tmp_path):
+    pytest.importorskip("black")
+    call = "result = function(" + ", ".join(f"argument_{i}" for i in range(12)) + ")\n"
+    by_hand = tmp_path / "by_hand.py"
+    by_hand.write_text(call)
+    formatter = code_tokens.black_formatter()
+    by_black = tmp_path / "by_black.py"
+    by_black.write_bytes(formatter(call.encode()))
+    # black explodes the 139-column call, one argument a line, and adds a trailing comma
+    assert by_black.read_text().count("\n") == 14
+
+    plain = code_tokens.count_tree([str(tmp_path)])
+    assert plain[by_black.as_posix()] == plain[by_hand.as_posix()] + 1
+    formatted = code_tokens.count_tree([str(tmp_path)], formatter=formatter)
+    assert (
+        formatted[by_black.as_posix()]
+        == formatted[by_hand.as_posix()]
+        == plain[by_black.as_posix()]
+    )
