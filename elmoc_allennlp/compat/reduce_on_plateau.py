@@ -29,7 +29,7 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
     # Parameters
 
     optimizer : `torch.optim.Optimizer`
-        Not given in a configuration file.
+        The trainer's optimizer (given by allennlp, not in the config).
     mode : `str`, optional (default = `"min"`)
         `"max"`: the metric should rise; `"min"`: it should fall. allennlp steps the scheduler with
         the trainer's validation score signed so that higher is better (`"-loss"` gives the negated
