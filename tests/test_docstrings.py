@@ -7,10 +7,13 @@ description, and no entry for a parameter that does not exist.
 A named constructor's parameters are documented in its own docstring's `# Parameters` section
 where it has one (`RnmtPlusLearningRate.from_run_length`), otherwise in the class's. A constructor
 inherited from allennlp (or torch) is documented there; `*args` and `**kwargs` are not entries.
-The public classes of `elmoc_allennlp.__all__` follow the same rule.
+The public classes of `elmoc_allennlp.__all__` follow the same rule, and so does every other class
+or function of the plugin whose docstring has a `# Parameters` section.
 """
 
+import importlib
 import inspect
+import pkgutil
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
@@ -95,6 +98,31 @@ def documented_classes() -> Dict[type, Set[str]]:
 
 
 CLASSES = documented_classes()
+
+
+def sectioned_definitions() -> Iterator[Tuple[str, Callable]]:
+    """Every other class, and every function or method, of the plugin's modules whose docstring
+    has a `# Parameters` section, with its dotted name."""
+    for info in pkgutil.walk_packages(elmoc_allennlp.__path__, "elmoc_allennlp."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            members = [(name, value)]
+            if inspect.isclass(value):
+                members += [
+                    (f"{name}.{attribute}", member) for attribute, member in vars(value).items()
+                ]
+            for qualified, member in members:
+                member = getattr(member, "__func__", member)  # classmethods and staticmethods
+                # its own docstring (`inspect.getdoc` would inherit allennlp's or torch's)
+                own = inspect.cleandoc(getattr(member, "__doc__", None) or "")
+                documented = PARAMETERS_HEADING in own.splitlines()
+                if documented and member not in CLASSES and callable(member):
+                    yield f"{module.__name__}.{qualified}", member
+
+
+SECTIONED = dict(sectioned_definitions())
 
 
 def _signature_parameters(function: Callable) -> Dict[str, inspect.Parameter]:
@@ -296,3 +324,21 @@ def test_every_registered_kind_of_component_is_checked():
 )
 def test_every_constructor_parameter_is_documented(cls):
     assert documentation_problems(cls, CLASSES[cls]) == []
+
+
+def test_other_documented_classes_and_functions_are_found():
+    assert {
+        "elmoc_allennlp.common.fasttext_training.train_fasttext",
+        "elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm.LayerNormLstmLayer",
+        "elmoc_allennlp.training.rnmt_plus_learning_rate.RnmtPlusLearningRate.from_run_length",
+    } <= set(SECTIONED)
+
+
+@pytest.mark.parametrize("name", sorted(SECTIONED))
+def test_every_parameters_section_matches_its_signature(name):
+    documented = SECTIONED[name]
+    if inspect.isclass(documented):
+        assert documentation_problems(documented, set()) == []
+    else:
+        entries = parameter_entries(documented.__doc__)
+        assert _compare(name, _signature_parameters(documented), entries) == []

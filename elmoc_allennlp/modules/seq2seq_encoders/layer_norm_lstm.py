@@ -70,11 +70,26 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     # Parameters
 
-    input_dim, projection_dim, cell_dim : `int`
+    input_dim : `int`
+        The dimension of the layer's input: `LayerNormLstm`'s `projection_dim` (the projected input,
+        or the layer below's output).
+    projection_dim : `int`
+        The dimension of the projected state: the layer's output and the state fed back.
+    cell_dim : `int`
+        The dimension of the memory cell, projected down to `projection_dim` at every step.
     go_forward : `bool`, optional (default = `True`)
         Left-to-right if `True`, right-to-left otherwise.
-    layer_norm, cell_clip, projection_clip, recurrent_dropout, implementation : optional
-        As [`LayerNormLstm`](#layernormlstm)'s, with its defaults; `implementation` is also a settable attribute.
+    layer_norm : `bool`, optional (default = `True`)
+        As [`LayerNormLstm`](#layernormlstm)'s: LayerNorm of the projected state.
+    cell_clip : `float`, optional (default = `3.0`)
+        As `LayerNormLstm`'s: the magnitude at which the memory cell is clipped; `None`: no clipping.
+    projection_clip : `float`, optional (default = `3.0`)
+        As `LayerNormLstm`'s: the magnitude at which the projected state is clipped; `None`: no
+        clipping.
+    recurrent_dropout : `float`, optional (default = `0.0`)
+        As `LayerNormLstm`'s: variational dropout on the state fed back, in training only.
+    implementation : `str`, optional (default = `"auto"`)
+        As `LayerNormLstm`'s: `"auto"` (the fast path) or `"reference"`; also a settable attribute.
     """
 
     def __init__(
