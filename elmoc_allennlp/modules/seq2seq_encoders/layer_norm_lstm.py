@@ -82,7 +82,8 @@ class LayerNormLstmLayer(torch.nn.Module):
     layer_norm : `bool`, optional (default = `True`)
         As [`LayerNormLstm`](#layernormlstm)'s: LayerNorm of the projected state.
     cell_clip : `float`, optional (default = `3.0`)
-        As `LayerNormLstm`'s: the magnitude at which the memory cell is clipped; `None`: no clipping.
+        As `LayerNormLstm`'s: the magnitude at which the memory cell is clipped; `None`: no
+        clipping.
     projection_clip : `float`, optional (default = `3.0`)
         As `LayerNormLstm`'s: the magnitude at which the projected state is clipped; `None`: no
         clipping.
