@@ -38,7 +38,8 @@ class ElmocEmbedder:
         with a warning. Off by default because the biLM's input projection and output layer live in
         its own fastText model's vector space: only for a deliberate swap.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase every token; `False`: tokens are cased as the biLM's pretraining indexer did.
+        `True` lowercases every token; `False` indexes tokens as the biLM's pretraining indexer did
+        (lowercasing them if it did).
     """
 
     def __init__(
