@@ -54,7 +54,7 @@ endif
 PYTEST_ARGS ?=
 TESTS ?= tests
 
-.PHONY: install demo test test-busy benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment no-stale-build
+.PHONY: install demo test test-busy lint benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment no-stale-build
 
 install: $(STAMP)
 
@@ -90,6 +90,17 @@ test: $(STAMP)
 
 test-busy: $(STAMP)
 	BUSY_PYTHON=$(BIN)/python tools/busy.sh $(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+
+# Formatting and lint, as configured in pyproject.toml: black at allennlp's 100 columns (checked,
+# not applied: `$(BIN)/black $(LINT_PATHS)` applies it) and ruff (pyflakes, pycodestyle). Installs
+# nothing: black and ruff are the `lint` extra of setup.py.
+LINT_PATHS := elmoc_allennlp elmoc_allennlp_hardening.py tests tools benchmarks scripts examples setup.py
+lint:
+	@for tool in black ruff; do [ -x $(BIN)/$$tool ] || { \
+		echo "$(BIN)/$$tool is missing: $(BIN)/pip install -c requirements/constraints.txt -e \".[lint]\"" >&2; \
+		exit 1; }; done
+	$(BIN)/black --check $(LINT_PATHS)
+	$(BIN)/ruff check $(LINT_PATHS)
 
 benchmark: $(STAMP)
 	$(BIN)/python -m benchmarks.output_layers

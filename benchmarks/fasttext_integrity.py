@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.common import fasttext_vectors as ft
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHUNK_ROWS = 1 << 16
 
@@ -117,7 +117,7 @@ def main() -> None:
 
             vectors.rows(index, out=out)  # pages in
             results.append((f"gather {count:,} rows (warm)", per_call(gather)))
-            results.append((f"  + value check of those rows", per_call(
+            results.append(("  + value check of those rows", per_call(
                 lambda: vectors._check_finite(out, index))))
 
         def full_scan() -> None:

@@ -110,7 +110,7 @@ def build_fasttext(sentences: List[List[str]], path: Path) -> Path:
     if path.exists():
         return path
     corpus = path.with_suffix(".txt")
-    corpus.write_text("".join(" ".join(l.split()[0] for l in s) + "\n" for s in sentences), encoding="utf-8")
+    corpus.write_text("".join(" ".join(line.split()[0] for line in s) + "\n" for s in sentences), encoding="utf-8")
     return train_fasttext(corpus, path, dim=FASTTEXT_DIM, min_count=1, minn=3, maxn=6, bucket=100_000, epoch=5)
 
 
@@ -210,7 +210,7 @@ def measure(args: argparse.Namespace, work: Path) -> int:
     positions = tokens + 2 * len(train + dev)
     fasttext = build_fasttext(train + dev, work / "fasttext.bin")
     bilm_corpus = work / "bilm_corpus.txt"
-    bilm_corpus.write_text("".join(" ".join(l.split()[0] for l in s) + "\n" for s in train[:16]), encoding="utf-8")
+    bilm_corpus.write_text("".join(" ".join(line.split()[0] for line in s) + "\n" for s in train[:16]), encoding="utf-8")
     base = {
         "ELMOC_FASTTEXT": str(fasttext), "ELMOC_FASTTEXT_DIM": str(FASTTEXT_DIM),
         "NER_TRAIN_DATA_PATH": str(train_path), "NER_VALIDATION_DATA_PATH": str(dev_path),

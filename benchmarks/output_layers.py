@@ -35,13 +35,12 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from benchmarks.common import MemoryMeter, Timer, fastest, machine_description, random_fasttext
 

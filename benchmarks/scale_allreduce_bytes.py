@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from elmoc_allennlp.common import torch_versions
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
 from benchmarks.common import random_fasttext, zipf_corpus
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = REPO_ROOT / "training_configs" / "pretrain"
 
 

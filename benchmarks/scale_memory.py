@@ -27,10 +27,9 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from benchmarks.common import random_fasttext, zipf_corpus
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-from benchmarks.common import random_fasttext, zipf_corpus
 
 PAGE_KB = 1  # smaps figures are in kB
 

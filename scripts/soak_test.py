@@ -29,10 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from benchmarks.common import random_fasttext, zipf_corpus
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-from benchmarks.common import random_fasttext, zipf_corpus
 
 
 def write_config(path: Path, fasttext: Path, corpus: Path, args: argparse.Namespace) -> None:

@@ -8,6 +8,10 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
+import pytest
+
+from elmoc_allennlp.common.atomic_files import PARTIAL_MARKER
+
 # A child that has used no CPU time for this long is blocked: it hangs (a runnable process gets
 # the CPU within seconds however many share it; a busy machine only stretches its wall time).
 STALLED_SECONDS = 120.0
@@ -43,10 +47,6 @@ def wait_for_child(pid: int, finished: Callable[[], bool], what: str) -> None:
                 time.sleep(0.02)
             pytest.fail(f"{what} hung (no CPU time used in {STALLED_SECONDS:.0f} s)")
         time.sleep(0.02)
-
-import pytest
-
-from elmoc_allennlp.common.atomic_files import PARTIAL_MARKER
 
 
 def partial_files(directory: Path) -> List[str]:

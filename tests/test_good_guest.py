@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import threading
 from pathlib import Path
 from typing import Dict
@@ -129,7 +128,8 @@ failed = allennlp("train", os.path.join(work, "config.json"), "-s", run)
 result["train"] = failed or {"metrics": numbers(os.path.join(run, "metrics.json")),
                              "files": files(run)}
 legacy = reference.replace(".tar.gz", "-legacy.tar.gz")
-if os.path.exists(reference) and not os.path.exists(legacy):  # weights.th by torch's legacy (pre-1.6, non-zip) serialization
+# weights.th by torch's legacy (pre-1.6, non-zip) serialization
+if os.path.exists(reference) and not os.path.exists(legacy):
     import io
     with tarfile.open(reference) as source, tarfile.open(legacy, "w:gz") as copy:
         for member in source:
@@ -182,7 +182,7 @@ def served_elmo(tmp_path_factory):
 def _prepare(work: Path, url: str, reference: Path) -> None:
     work.mkdir(parents=True)
     data = work / "data.jsonl"
-    data.write_text("".join(json.dumps({"text": t, "label": l}) + "\n" for t, l in LINES))
+    data.write_text("".join(json.dumps({"text": t, "label": label}) + "\n" for t, label in LINES))
     (work / "config.json").write_text(json.dumps(classifier_config(data, url)))
     finetune = classifier_config(data, url)
     finetune["model"] = {"type": "from_archive", "archive_file": str(reference)}

@@ -103,7 +103,10 @@ def read_sentences(input_file: str) -> List[str]:
 def _check_output(
     output_file: str, input_file: str, force: bool, archive_file: str, vectors_path: Optional[str], embedder=None
 ) -> Path:
-    """`check_output` against the run's inputs (the fastText models once `embedder` is open), in a writable folder."""
+    """
+    `check_output` against the run's inputs (the fastText models once `embedder` is open), in a
+    writable folder.
+    """
     inputs = [("the input file", input_file), ("the model archive", archive_file), ("the fastText model", vectors_path)]
     archive = getattr(getattr(embedder, "bilm", None), "archive", None)
     inputs += [("the fastText model", path) for path in sorted(set(getattr(archive, "vectors_overrides", {}).values()))]

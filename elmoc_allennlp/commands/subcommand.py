@@ -11,7 +11,10 @@ from elmoc_allennlp.common.threads import add_threads_argument, plugin_command, 
 
 
 class PluginSubcommand(Subcommand):
-    """A subcommand from its `description`, `help`, `add_own_arguments` and `run`; with `--force` and `--threads`."""
+    """
+    A subcommand from its `description`, `help`, `add_own_arguments` and `run`; with `--force` and
+    `--threads`.
+    """
 
     description = ""
     help = ""
@@ -41,7 +44,10 @@ class PluginSubcommand(Subcommand):
 
 
 def check_output(output_file: str, force: bool, inputs: Sequence[Tuple[str, Optional[str]]]) -> Path:
-    """The output's path, if writing it loses nothing: not a folder, none of `inputs` `(what, path)`, new or forced."""
+    """
+    The output's path, if writing it loses nothing: not a folder, none of `inputs` `(what, path)`,
+    new or forced.
+    """
     output_path = Path(output_file)
     if output_path.is_dir():
         raise ConfigurationError(f"output file {output_file} is a directory")

@@ -35,7 +35,10 @@ MIN_THREADS = 11
 
 
 def _uninitialised_rows(matrix) -> int:
-    """Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more (NaN fails `<`)."""
+    """
+    Rows that are all zero, or hold a value not finite or of magnitude `MAX_ABS_VALUE` or more (NaN
+    fails `<`).
+    """
     return int((~(numpy.abs(matrix) < MAX_ABS_VALUE).all(axis=1) | ~matrix.any(axis=1)).sum())
 
 
@@ -64,13 +67,28 @@ def train_fasttext(
         A plain-text file, one whitespace-tokenized sentence per line.
     output_path : `Union[str, Path]`
         Where to write the `.bin`.
+    model : `str`, optional (default = `"skipgram"`)
+        fastText's `"skipgram"` or `"cbow"`. The defaults of this and the next five are those of
+        fastText's English vectors (Bojanowski et al., 2017), passed to `train_unsupervised`.
+    dim : `int`, optional (default = `300`)
+        The dimension of the vectors (300: that of the paper's `crawl-300d-2M-subword`).
+    min_count : `int`, optional (default = `5`)
+        Words seen fewer times get no row of their own (their vectors come from n-grams).
+    minn : `int`, optional (default = `3`)
+        The shortest character n-gram.
+    maxn : `int`, optional (default = `6`)
+        The longest character n-gram.
+    bucket : `int`, optional (default = `2_000_000`)
+        The rows the n-grams are hashed into (each row `dim` floats: the `.bin`'s bulk).
     epoch : `int`, optional (default = `None`)
         Passes over the corpus; by default chosen from its token count (`epochs_for`).
+    thread : `int`, optional (default = `10`)
+        fastText's training threads; at least `MIN_THREADS` (11) are used, the fewest with which
+        fastText initializes every row of its input matrix.
+    verbose : `int`, optional (default = `0`)
+        fastText's progress output: `0` none, `2` a progress line.
     allow_degenerate : `bool`, optional (default = `False`)
         Save degenerate vectors with a warning instead of raising.
-    model, dim, min_count, minn, maxn, bucket, thread, verbose
-        Passed to `fasttext.train_unsupervised` (defaults: fastText's English vectors, Bojanowski
-        et al., 2017); `thread` is at least `MIN_THREADS`.
     """
     fasttext = import_fasttext()
     corpus_path = Path(corpus_path)

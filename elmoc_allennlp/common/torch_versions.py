@@ -50,7 +50,10 @@ class _TensorsOnlyUnpickler(pickle.Unpickler):
 
 
 class _TensorsOnlyPickle:
-    """A `pickle_module` for `torch.load` resolving only the names of tensor files (torch < 1.13: no `weights_only`)."""
+    """
+    A `pickle_module` for `torch.load` resolving only the names of tensor files (torch < 1.13: no
+    `weights_only`).
+    """
 
     Unpickler = _TensorsOnlyUnpickler
     UnpicklingError = pickle.UnpicklingError
@@ -76,7 +79,8 @@ def autocast_enabled(device_type: str) -> bool:
     return device_type == "cuda" and torch.is_autocast_enabled()
 
 
-# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 (its backward fails), torch 2.x in float32; tests only.
+# torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 (its backward fails), torch 2.x in
+# float32; tests only.
 CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD = TORCH_VERSION >= (2, 0)
 
 

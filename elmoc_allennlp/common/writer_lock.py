@@ -50,7 +50,7 @@ class WriterLock:
 
     output : `str`
         The folder or file written (its folder must exist).
-    what : `str`
+    what : `str`, optional (default = `FILE`)
         How errors call it: `FOLDER` or `FILE`.
     inside : `bool`, optional (default = `False`)
         Lock a folder with a file inside it (`FOLDER_LOCK_NAME`) rather than next to it.

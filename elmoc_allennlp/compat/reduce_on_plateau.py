@@ -1,4 +1,7 @@
-"""allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it (docs/compat.md)."""
+"""
+allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it
+(docs/compat.md).
+"""
 import inspect
 from typing import List, Union
 
@@ -26,16 +29,30 @@ class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetr
     # Parameters
 
     optimizer : `torch.optim.Optimizer`
-        Not given in a configuration file.
+        The trainer's optimizer (given by allennlp, not in the config).
     mode : `str`, optional (default = `"min"`)
+        `"max"`: the metric should rise; `"min"`: it should fall. allennlp steps the scheduler with
+        the trainer's validation score signed so that higher is better (`"-loss"` gives the negated
+        loss), so `"max"` is right with allennlp's trainers (the recipes' ESIM and coreference
+        configs set it); `"min"`, torch's default, would reduce the rate while the model improves.
     factor : `float`, optional (default = `0.1`)
+        What the learning rate is multiplied by on a plateau (torch's default, as all the defaults
+        here).
     patience : `int`, optional (default = `10`)
+        Epochs without improvement tolerated before the rate is reduced.
     verbose : `bool`, optional (default = `False`)
+        Print each reduction; ignored (the reductions are not printed) by a PyTorch that removed it.
     threshold_mode : `str`, optional (default = `"rel"`)
+        `"rel"`: an improvement is relative to the best value (`best * (1 - threshold)` in `"min"`
+        mode); `"abs"`: absolute (`best - threshold`).
     threshold : `float`, optional (default = `1e-4`)
+        The smallest change that counts as an improvement, in `threshold_mode`'s terms.
     cooldown : `int`, optional (default = `0`)
+        Epochs after a reduction during which no plateau is counted.
     min_lr : `Union[float, List[float]]`, optional (default = `0`)
+        The lowest learning rate, for all parameter groups or one per group.
     eps : `float`, optional (default = `1e-8`)
+        A reduction smaller than this is not made.
     """
 
     def __init__(

@@ -1,6 +1,7 @@
 """
-`BilmArchive`: a trained biLM archive as downstream components use it, from its `model.tar.gz` or the
-copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as `common/fasttext_location.py` finds them.
+`BilmArchive`: a trained biLM archive as downstream components use it, from its `model.tar.gz` or
+the copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as
+`common/fasttext_location.py` finds them.
 """
 import contextlib
 import hashlib
@@ -264,7 +265,10 @@ class BilmArchive:
     def open(
         cls, archive_file: PathLike, vectors_path: Optional[str] = None, serialization_dir: Optional[PathLike] = None
     ) -> "BilmArchive":
-        """The `BilmArchive` of these arguments, once per process (again if its file changed or its .bin went away)."""
+        """
+        The `BilmArchive` of these arguments, once per process (again if its file changed or its
+        .bin went away).
+        """
         source: PathLike = os.fspath(archive_file)
         if serialization_dir is not None:
             carried = carried_bilm_directory(serialization_dir, archive_file) / CONFIG_NAME

@@ -18,12 +18,26 @@ class ElmocBiLm(torch.nn.Module):
 
     # Parameters
 
-    archive_file, vectors_path, serialization_dir
-        As for `BilmArchive` (`serialization_dir` is given by allennlp).
+    archive_file : `str`
+        The trained biLM: the `model.tar.gz` of its `allennlp train` run (or that run's folder, or a
+        URL). A relative path resolves against the working directory, as allennlp's data paths do.
     requires_grad : `bool`, optional (default = `False`)
-        If `True`, the biLM's parameters are fine-tuned with the downstream model.
+        Fine-tune the biLM's parameters with the downstream model. `False` (ELMo's default) keeps it
+        frozen, as ELMo is used; the layer cache needs it frozen.
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with, where it is on this machine. `None`: the
+        path the archive records, else its last 1-3 path components under the archive's folder and
+        that folder's parent; `ELMOC_VECTORS_PATH`, if set, overrides both. It must be the biLM's
+        own model (its fingerprint is recorded in the biLM's weights) unless
+        `allow_different_vectors`; a biLM whose input is not fastText takes none.
     allow_different_vectors : `bool`, optional (default = `False`)
-        Accept a fastText `.bin` other than the biLM's training one, with a warning.
+        Accept a fastText `.bin` other than the one the biLM was trained with (another fingerprint),
+        with a warning. Off by default because the biLM's input projection and output layer live in
+        its own fastText model's vector space: only for a deliberate swap.
+    serialization_dir : `str`, optional (default = `None`)
+        The downstream run's folder, given by allennlp (not in the config). A downstream archive
+        carries a copy of the biLM (`elmoc_bilm/`): loading it reads that copy instead of
+        `archive_file`, which may then be gone.
     """
 
     def __init__(
@@ -99,21 +113,58 @@ class ElmocElmo(Elmo):
 
     # Parameters
 
-    archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir
-        As for `ElmocBiLm`.
-    num_output_representations, do_layer_norm, dropout, keep_sentence_boundaries, scalar_mix_parameters
-        As for allennlp's `Elmo` (`scalar_mix_parameters`: one pre-softmax weight per biLM layer).
+    archive_file : `str`
+        The trained biLM: the `model.tar.gz` of its `allennlp train` run (or that run's folder, or a
+        URL). A relative path resolves against the working directory, as allennlp's data paths do.
+        Not read when `module` is given.
+    num_output_representations : `int`
+        How many representations to return, each with its own scalar mix (allennlp `Elmo`'s: e.g.
+        `bcn` mixes one for its input and one for its integrator's output).
+    requires_grad : `bool`, optional (default = `False`)
+        Fine-tune the biLM's parameters with the downstream model. `False` (ELMo's default) keeps it
+        frozen, as ELMo is used; the layer cache needs it frozen.
+    do_layer_norm : `bool`, optional (default = `False`)
+        Layer-normalize each biLM layer before the scalar mix (allennlp `Elmo`'s option, passed to
+        its `ScalarMix`; ELMo's default is off).
+    dropout : `float`, optional (default = `0.5`)
+        Dropout on the mixed representation, in [0, 1] (allennlp `Elmo`'s default).
+    keep_sentence_boundaries : `bool`, optional (default = `False`)
+        Keep the representations of the boundary tokens the biLM adds around each sentence (allennlp
+        `Elmo`'s option); `False`: one representation per input token.
+    scalar_mix_parameters : `List[float]`, optional (default = `None`)
+        Fixed pre-softmax weights of the scalar mix, one per biLM layer (the projected input, then
+        each LSTM layer), not trained: `[-9e10, -9e10, 1]` takes the top layer of a 2-layer biLM.
+        `None`: weights learned from an equal start. Not with `scalar_mix_l2_penalty`.
     scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
-        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), in their gradient only.
+        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), added to their
+        gradient only (the reported loss does not include it). Non-negative; `0.0`: none. Not with
+        `scalar_mix_parameters`. The recipes use a model-level `regularizer` instead.
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with, where it is on this machine. `None`: the
+        path the archive records, else its last 1-3 path components under the archive's folder and
+        that folder's parent; `ELMOC_VECTORS_PATH`, if set, overrides both. It must be the biLM's
+        own model (its fingerprint is recorded in the biLM's weights) unless
+        `allow_different_vectors`; a biLM whose input is not fastText takes none.
     module : `ElmocBiLm`, optional (default = `None`)
         An already loaded biLM, used instead of `archive_file`.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (another fingerprint),
+        with a warning. Off by default because the biLM's input projection and output layer live in
+        its own fastText model's vector space: only for a deliberate swap.
+    serialization_dir : `str`, optional (default = `None`)
+        The downstream run's folder, given by allennlp (not in the config). A downstream archive
+        carries a copy of the biLM (`elmoc_bilm/`): loading it reads that copy instead of
+        `archive_file`, which may then be gone.
     projection_dim : `int`, optional (default = `None`)
         Project each representation to this size (its own trained linear layer): `1024` fits any
         biLM into a recipe sized for ELMo (e.g. `bcn`'s `elmo` block).
     cache_directory : `str`, optional (default = `None`)
-        Store the frozen biLM's layers there per sentence and read them after that (`layer_cache`).
+        A folder in which the frozen biLM's layers are stored per sentence the first time it is seen
+        and read after that (docs/layer_cache.md): the same losses and metrics, without running the
+        biLM again. Created if missing; runs, DDP ranks and biLMs can share it. `None`: no cache.
+        Refused with `requires_grad`.
     cache_dtype : `str`, optional (default = `"float32"`)
-        How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk).
+        How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk, rounded).
     """
 
     def __init__(

@@ -22,12 +22,24 @@ class ElmocEmbedder:
 
     # Parameters
 
-    archive_file, vectors_path, allow_different_vectors
-        As for `ElmocBiLm`.
+    archive_file : `str`
+        The trained biLM: the `model.tar.gz` of its `allennlp train` run (or that run's folder, or a
+        URL). A relative path resolves against the working directory, as allennlp's data paths do.
     cuda_device : `int`, optional (default = `-1`)
         The GPU to run on; -1 for the CPU.
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with, where it is on this machine. `None`: the
+        path the archive records, else its last 1-3 path components under the archive's folder and
+        that folder's parent; `ELMOC_VECTORS_PATH`, if set, overrides both. It must be the biLM's
+        own model (its fingerprint is recorded in the biLM's weights) unless
+        `allow_different_vectors`; a biLM whose input is not fastText takes none.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (another fingerprint),
+        with a warning. Off by default because the biLM's input projection and output layer live in
+        its own fastText model's vector space: only for a deliberate swap.
     lowercase_tokens : `bool`, optional (default = `False`)
-        Lowercase every token (otherwise as in pretraining).
+        `True` lowercases every token; `False` indexes tokens as the biLM's pretraining indexer did
+        (lowercasing them if it did).
     """
 
     def __init__(

@@ -121,7 +121,10 @@ class BilmInputKind:
 def add_boundaries(
     inputs: torch.LongTensor, boundary_ids: torch.LongTensor
 ) -> Tuple[torch.LongTensor, torch.BoolTensor]:
-    """Ids `(batch, timesteps + 2, width)` with `boundary_ids` (`<S>`, `</S>`) around every sentence, and their mask."""
+    """
+    Ids `(batch, timesteps + 2, width)` with `boundary_ids` (`<S>`, `</S>`) around every sentence,
+    and their mask.
+    """
     width = max(inputs.size(-1), boundary_ids.size(1))
     padded = torch.nn.functional.pad(inputs, (0, width - inputs.size(-1)))
     begin, end = torch.nn.functional.pad(boundary_ids, (0, width - boundary_ids.size(1)))

@@ -86,7 +86,10 @@ def sentence_keys(inputs: torch.Tensor) -> Tuple[List[bytes], List[int]]:
 
 
 class LayerStore(TensorCache):
-    """allennlp's `TensorCache` with `(layers, timesteps, dim)` values as raw bytes behind a header, batched I/O."""
+    """
+    allennlp's `TensorCache` with `(layers, timesteps, dim)` values as raw bytes behind a header,
+    batched I/O.
+    """
 
     cache_dtype = "float32"
 
@@ -250,7 +253,10 @@ class LayerCache:
     def activations(
         self, bilm: torch.nn.Module, inputs: torch.Tensor, live: Callable[[torch.Tensor], Dict[str, Any]]
     ) -> Dict[str, Any]:
-        """What `ElmocBiLm.forward(inputs)` returns: stored layers, `live(sub-batch)` for the others (then stored)."""
+        """
+        What `ElmocBiLm.forward(inputs)` returns: stored layers, `live(sub-batch)` for the others
+        (then stored).
+        """
         self.check_frozen(bilm)
         if self._store is None:
             self._store = self.open(bilm)

@@ -33,17 +33,60 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
 
     # Parameters
 
-    archive_file, vectors_path, do_layer_norm, dropout, requires_grad, scalar_mix_parameters,
-    scalar_mix_l2_penalty, allow_different_vectors, serialization_dir, cache_directory, cache_dtype
-        As for `ElmocElmo` (`archive_file`: the same as the `elmoc_bilm_inputs` indexer's).
+    archive_file : `str`
+        The trained biLM: the `model.tar.gz` of its `allennlp train` run (or that run's folder, or a
+        URL). A relative path resolves against the working directory, as allennlp's data paths do.
+        The same as the `elmoc_bilm_inputs` indexer's.
+    vectors_path : `str`, optional (default = `None`)
+        The fastText `.bin` the biLM was pretrained with, where it is on this machine. `None`: the
+        path the archive records, else its last 1-3 path components under the archive's folder and
+        that folder's parent; `ELMOC_VECTORS_PATH`, if set, overrides both. It must be the biLM's
+        own model (its fingerprint is recorded in the biLM's weights) unless
+        `allow_different_vectors`; a biLM whose input is not fastText takes none.
+    do_layer_norm : `bool`, optional (default = `False`)
+        Layer-normalize each biLM layer before the scalar mix (allennlp `Elmo`'s option, passed to
+        its `ScalarMix`; ELMo's default is off).
+    dropout : `float`, optional (default = `0.5`)
+        Dropout on the mixed representation, in [0, 1] (allennlp `Elmo`'s default).
+    requires_grad : `bool`, optional (default = `False`)
+        Fine-tune the biLM's parameters with the downstream model. `False` (ELMo's default) keeps it
+        frozen, as ELMo is used; the layer cache needs it frozen.
     projection_dim : `int`, optional (default = `None`)
-        Project the representation to this size by a trained linear layer (`1024`: ELMo's size).
+        Project the representation to this size by a trained linear layer: `1024` (ELMo's size) fits
+        any biLM into a recipe sized for ELMo. `None`: the biLM's own size, `2 * projection_dim`.
+    scalar_mix_parameters : `List[float]`, optional (default = `None`)
+        Fixed pre-softmax weights of the scalar mix, one per biLM layer (the projected input, then
+        each LSTM layer), not trained: `[-9e10, -9e10, 1]` takes the top layer of a 2-layer biLM.
+        `None`: weights learned from an equal start. Not with `scalar_mix_l2_penalty`.
+    scalar_mix_l2_penalty : `float`, optional (default = `0.0`)
+        `lambda` of `lambda * ||s||^2` on the mixing weights (ELMo, section 3.3), added to their
+        gradient only (the reported loss does not include it). Non-negative; `0.0`: none. Not with
+        `scalar_mix_parameters`. The recipes use a model-level `regularizer` instead.
+    allow_different_vectors : `bool`, optional (default = `False`)
+        Accept a fastText `.bin` other than the one the biLM was trained with (another fingerprint),
+        with a warning. Off by default because the biLM's input projection and output layer live in
+        its own fastText model's vector space: only for a deliberate swap.
     bilm_dim : `int`, optional (default = `None`)
-        The biLM size the config expects (`ELMOC_DIM` in downstream configs); checked against the archive.
+        The biLM size the config expects (`ELMOC_DIM` in the downstream configs), checked against
+        the archive's `2 * projection_dim`: a mismatch is an error naming both. `None`: not checked.
     bos_eos_tokens : `Tuple[str, str]`, optional (default = `None`)
-        As in `bidirectional_lm_token_embedder`: must be the biLM's own boundary tokens.
+        For configs written for `bidirectional_lm_token_embedder`: ELMo-C adds the biLM's own
+        boundary tokens (`<S>`, `</S>`) itself, so these must be those (others are an error naming
+        both). `None`: the biLM's.
     remove_bos_eos : `bool`, optional (default = `True`)
-        As in `bidirectional_lm_token_embedder`: `False` keeps the boundaries' representations.
+        Drop the boundary tokens' representations, one output per input token, as
+        `bidirectional_lm_token_embedder` does; `False` keeps them (two more timesteps).
+    serialization_dir : `str`, optional (default = `None`)
+        The downstream run's folder, given by allennlp (not in the config). A downstream archive
+        carries a copy of the biLM (`elmoc_bilm/`): loading it reads that copy instead of
+        `archive_file`, which may then be gone.
+    cache_directory : `str`, optional (default = `None`)
+        A folder in which the frozen biLM's layers are stored per sentence the first time it is seen
+        and read after that (docs/layer_cache.md): the same losses and metrics, without running the
+        biLM again. Created if missing; runs, DDP ranks and biLMs can share it. `None`: no cache.
+        Refused with `requires_grad`.
+    cache_dtype : `str`, optional (default = `"float32"`)
+        How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk, rounded).
     """
 
     def __init__(

@@ -67,11 +67,13 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     # Parameters
 
     archive_file : `str`
-        The biLM's `model.tar.gz` (the same as `elmoc_bilm_from_archive`'s).
+        The biLM's `model.tar.gz` (or its serialization directory): the same as
+        `elmoc_bilm_from_archive`'s, whose pretraining indexer (boundary tokens, casing) this is.
     vectors_path : `str`, optional (default = `None`)
         The biLM's fastText `.bin`, if the archive cannot find it (another model is refused).
     token_min_padding_length : `int`, optional (default = `0`)
-        See :class:`TokenIndexer`.
+        The least number of tokens a batch is padded to (allennlp `TokenIndexer`'s), for models
+        whose encoder needs a minimum length (a CNN's widest filter); `0`: none.
     """
 
     def __init__(
@@ -103,8 +105,9 @@ class BilmFromArchive(Model):
         The biLM's `model.tar.gz` (or its serialization directory).
     vectors_path : `str`, optional (default = `None`)
         The fastText `.bin` the biLM was pretrained with (a copy), if the archive cannot find it.
-    vocab : `Vocabulary`, optional
-        The run's vocabulary; not used.
+    vocab : `Vocabulary`, optional (default = `None`)
+        The run's vocabulary (given by allennlp); not used: the biLM keeps its archive's own (its
+        continuous output layer needs none).
     """
 
     @classmethod

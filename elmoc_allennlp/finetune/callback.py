@@ -52,7 +52,8 @@ class FineTuneCallback(TrainerCallback):
     # Parameters
 
     serialization_dir : `str`
-        Given by the trainer.
+        The run's folder (given by the trainer, not in the config), whose `config.json` is read at
+        the start and rewritten after a successful run.
     """
 
     def __init__(self, serialization_dir: str) -> None:

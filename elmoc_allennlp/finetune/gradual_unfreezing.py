@@ -22,8 +22,32 @@ class RecoverableSlantedTriangular(SlantedTriangular):
 
     # Parameters
 
-    As allennlp's `SlantedTriangular`: `num_epochs` and `num_steps_per_epoch` (given by the trainer),
-    `cut_frac` (0.1), `ratio` (32), `gradual_unfreezing`, `discriminative_fine_tuning`, `decay_factor` (0.38).
+    optimizer : `torch.optim.Optimizer`
+        The trainer's optimizer (given by allennlp, not in the config); with `gradual_unfreezing`
+        or `discriminative_fine_tuning`, `elmoc_bilm_layerwise`'s one group per layer, bottom
+        first, and an empty last group (anything else is an error saying so).
+    num_epochs : `int`
+        The epochs of training (given by the trainer from its `num_epochs`). With
+        `gradual_unfreezing`, fewer epochs than layer groups leave the bottom groups untrained,
+        with a warning.
+    num_steps_per_epoch : `int`, optional (default = `None`)
+        Optimizer steps per epoch (given by the trainer from its data loader's length). `None`
+        (a loader without a length): the first epoch runs at the lowest rate, with a warning.
+    cut_frac : `float`, optional (default = `0.1`)
+        The fraction of the steps over which the rate rises, in (0, 1); 0.1 is Howard & Ruder's.
+    ratio : `int`, optional (default = `32`)
+        How much smaller the lowest rate is than the peak (Howard & Ruder's 32).
+    last_epoch : `int`, optional (default = `-1`)
+        The last epoch done, as torch's schedulers take it: `-1` starts afresh (`--recover` restores
+        the schedule through `load_state_dict` instead).
+    gradual_unfreezing : `bool`, optional (default = `False`)
+        Train only the top group in the first epoch, then one more group each epoch, the rate
+        rising and falling within each such epoch (Howard & Ruder, section 3.3).
+    discriminative_fine_tuning : `bool`, optional (default = `False`)
+        A smaller rate for each group further down: the group above's times `decay_factor`.
+    decay_factor : `float`, optional (default = `0.38`)
+        The factor of `discriminative_fine_tuning`: 0.38, about 1 / 2.6 (Howard & Ruder, section
+        3.2).
     """
 
     def __init__(

@@ -25,9 +25,11 @@ class BilmLayerwiseOptimizer(Optimizer):
     # Parameters
 
     model_parameters : `List[Tuple[str, torch.nn.Parameter]]`
-        Given by the trainer.
+        The model's named parameters (given by the trainer, not in the config): a
+        `BidirectionalLanguageModel`'s, grouped by its `layer_groups`.
     optimizer : `Lazy[Optimizer]`
-        The optimizer to build, without `parameter_groups`.
+        The optimizer to build (e.g. `{"type": "adam", "lr": 2e-3}`), without `parameter_groups`,
+        which this makes (one given is an error).
     """
 
     @classmethod

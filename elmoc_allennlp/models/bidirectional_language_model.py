@@ -34,10 +34,13 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
     # Parameters
 
     vocab : `Vocabulary`
+        The vocabulary built from the corpus (given by allennlp); its `target_indexer` namespace is
+        the closed vocabulary of softmax-family heads. Continuous heads need none.
     text_field_embedder : `TextFieldEmbedder`
         Embeds the `tokens` field (fastText vectors in ELMo-C).
     contextualizer : `Seq2SeqEncoder`
-        A bidirectional encoder, each half of its output of dimension `output_layer.get_input_dim()`.
+        A bidirectional encoder, each half of its output of dimension
+        `output_layer.get_input_dim()`.
     output_layer : `LanguageModelOutputLayer`
         The forward LM's head, shared with the backward LM unless `backward_output_layer` is given.
     target_embedder : `TextFieldEmbedder`, optional (default = `None`)
@@ -48,14 +51,18 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         Dropout on the contextualizer's output (authors: `output_layer.dropout` 0.0).
     retrieval_sample_size : `int`, optional (default = `512`)
         Predictions per training batch scored for `retrieval_accuracy` (all of them in evaluation).
-    initializer : `InitializerApplicator`, optional
+    initializer : `InitializerApplicator`, optional (default = `None`)
+        Initializes the parameters after they are built (allennlp's); `None` keeps each module's own
+        initialization.
     directions : `str`, optional (default = `"both"`)
-        `"forward"` or `"backward"` trains only that LM, for `elmoc-merge-bilm` (Li et al. 2019, footnote 7),
-        with a contextualizer that has `forward_layers` and `backward_layers` (as `elmoc_lstm`).
+        `"forward"` or `"backward"` trains only that LM, for `elmoc-merge-bilm` (Li et al. 2019,
+        footnote 7), with a contextualizer that has `forward_layers` and `backward_layers` (as
+        `elmoc_lstm`).
     backward_output_layer : `LanguageModelOutputLayer`, optional (default = `None`)
         A separate head for the backward LM, as the authors' two independent LMs have.
     tie_output_embedding : `str`, optional (default = `None`)
-        The key of a `text_field_embedder` `Embedding` tied as the output layer's (ELMo-Sub; `elmoc_softmax`).
+        The key of a `text_field_embedder` `Embedding` tied as the output layer's (ELMo-Sub;
+        `elmoc_softmax`).
     """
 
     default_predictor = "elmoc_bilm"

@@ -14,6 +14,14 @@ class WhitespaceSentenceTaggerPredictor(SentenceTaggerPredictor):
     spaCy's `en_core_web_sm`). Input: `{"sentence": "a whitespace tokenized sentence"}`.
 
     Registered as a `Predictor` with name "elmoc_sentence_tagger".
+
+    # Parameters
+
+    model : `Model`
+        The tagger loaded from the archive (given by `allennlp predict`).
+    dataset_reader : `DatasetReader`
+        The archive's validation dataset reader, whose `text_to_instance` takes the sentence's
+        whitespace tokens (given by `allennlp predict`).
     """
 
     def __init__(self, model: Model, dataset_reader: DatasetReader) -> None:

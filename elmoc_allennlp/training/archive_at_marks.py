@@ -26,6 +26,7 @@ class ArchiveAtMarksCallback(TrainerCallback):
     # Parameters
 
     serialization_dir : `str`
+        The run's folder (given by `allennlp train`, not in the config): `directory` is made in it.
     minutes : `List[float]`
         The marks, in minutes of training, positive and increasing; each is archived after the
         first batch that ends at or past it.

@@ -25,12 +25,24 @@ class AtomicCheckpointer(Checkpointer):
     # Parameters
 
     serialization_dir : `Union[str, os.PathLike]`
+        The run's folder, where the checkpoints are written (given by `allennlp train`, not in the
+        config). Partial files a kill left there are removed when the checkpointer starts.
     save_completed_epochs : `bool`, optional (default = `True`)
+        Save a checkpoint at the end of each completed epoch (allennlp's default).
     save_every_num_seconds : `float`, optional (default = `None`)
+        If set (positive), never go longer than this many seconds of training without a
+        checkpoint. Not for distributed runs, whose workers would disagree on when to save: use
+        `save_every_num_batches` there.
     save_every_num_batches : `int`, optional (default = `None`)
-        Set this for long epochs (`save_every_num_seconds` does not work in distributed runs).
+        If set (positive), never go longer than this many batches without a checkpoint: set it for
+        long epochs, so that `--recover` loses at most this many batches.
     keep_most_recent_by_count : `int`, optional (default = `2`)
+        How many checkpoints to keep on disk (allennlp's default); older ones are removed, model
+        state first, so that a kill mid-removal never leaves a half checkpoint that counts. With
+        `keep_most_recent_by_age` too, a checkpoint either keeps is kept; both `None` keeps all.
     keep_most_recent_by_age : `int`, optional (default = `None`)
+        Keep checkpoints younger than this many seconds (with `keep_most_recent_by_count`: a
+        checkpoint either keeps is kept).
     """
 
     def __init__(

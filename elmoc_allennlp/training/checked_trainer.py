@@ -12,11 +12,10 @@ class CheckedGradientDescentTrainer(GradientDescentTrainer):
     allennlp's `GradientDescentTrainer` for the plugin's downstream configs: a key that is not one of its
     parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer ignores it).
 
+    Its parameters are allennlp's `GradientDescentTrainer`'s, taken on unchanged and documented
+    there.
+
     Registered as a `Trainer` with name "elmoc_checked_gradient_descent".
-
-    # Parameters
-
-    Those of allennlp's `GradientDescentTrainer`.
     """
 
     def __init__(self, *args, **kwargs) -> None:

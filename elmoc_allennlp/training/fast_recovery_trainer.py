@@ -64,11 +64,14 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     `console_logger` does not log input tensors (docs/compat.md); on CPU torch's warnings about
     allennlp's disabled CUDA autocast are not shown.
 
+    Its parameters are allennlp's `GradientDescentTrainer`'s (`from_partial_objects` and `__init__`
+    take them on unchanged and are documented there), with these differences in effect: `grad_norm`
+    clips each of a biLM's disjoint directions on its own; `callbacks` without a `console_logger`
+    gets one that does not log input tensors; `learning_rate_scheduler` with `set_global_batch`
+    (`elmoc_rnmt_plus`) is told the global batch, `batch_size x num_gradient_accumulation_steps x
+    world_size`, which needs a fixed `data_loader.batch_sampler.batch_size`.
+
     Registered as a `Trainer` with name "elmoc_gradient_descent".
-
-    # Parameters
-
-    Those of allennlp's `GradientDescentTrainer`.
     """
 
     def __init__(self, *args, **kwargs) -> None:

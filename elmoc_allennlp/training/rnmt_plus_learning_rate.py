@@ -44,20 +44,27 @@ class RnmtPlusLearningRate(LearningRateScheduler):
     # Parameters
 
     optimizer : `torch.optim.Optimizer`
-        Not given in a configuration file.
+        The trainer's optimizer (given by allennlp, not in the config); `lr0` is each of its
+        parameter groups' initial learning rate.
     warmup_steps : `int`
-        `p`; `0` means no warm-up.
+        `p`, the optimizer steps of the linear warm-up from `lr0` to `n * lr0`; `0` means no
+        warm-up.
     decay_start : `int`
+        `s`, the step at which the exponential decay starts (non-negative; in the `"rnmt_plus"`
+        formula it is compared with `n * t`, as in the paper).
     decay_end : `int`
-        `e`, greater than `decay_start`.
+        `e`, greater than `decay_start`: where the rate reaches `lr0 / 2`.
     num_replicas : `float`, optional (default = `1`)
-        `n`: an integer >= 1 for `"rnmt_plus"`, any positive number for `"authors"`.
+        `n`, the plateau's multiple of `lr0` (Chen et al.: the number of data-parallel replicas):
+        an integer >= 1 for `"rnmt_plus"`, any positive number for `"authors"`. `1`: no plateau
+        above `lr0`, hence no warm-up either.
     formula : `str`, optional (default = `"rnmt_plus"`)
-        `"rnmt_plus"` or `"authors"`.
+        `"rnmt_plus"` (the published schedule) or `"authors"` (the ELMo-C authors' code), above.
     min_learning_rate : `float`, optional (default = `0.0`)
-        A floor for every parameter group's learning rate.
+        A floor for every parameter group's learning rate (non-negative; `0.0`: none).
     last_epoch : `int`, optional (default = `-1`)
-        The steps already taken, `-1` for a fresh start.
+        The optimizer steps already taken (this scheduler is stepped per batch), `-1` for a fresh
+        start; `--recover` restores it through `load_state_dict` instead.
     """
 
     def __init__(
@@ -108,17 +115,30 @@ class RnmtPlusLearningRate(LearningRateScheduler):
 
         # Parameters
 
+        optimizer : `torch.optim.Optimizer`
+            The trainer's optimizer (given by allennlp, not in the config).
         batch_size : `int`, optional (default = `None`)
-            Not needed with `elmoc_gradient_descent` (if given, it must agree with the loader).
+            Instances per batch on one worker. Not needed with `elmoc_gradient_descent`, which
+            sets the global batch from its data loader (if given, it must agree with it); with
+            another trainer, required.
         world_size : `int`, optional (default = `None`)
-            With `batch_size`: the data-parallel workers; `None` reads `torch.distributed`.
+            With `batch_size`: the data-parallel workers; `None` reads `torch.distributed` (1
+            outside a distributed run).
         warmup_steps : `int`, optional (default = `10000`)
+            `p`, the optimizer steps of the warm-up: the authors' 10,000, whatever the batch.
         decay_start_instances : `float`, optional (default = `1.6e8`)
+            Training instances (sentences) seen when the decay starts: `s = int(this / B)`. The
+            authors' 0.4 x 4e8.
         decay_end_instances : `float`, optional (default = `8e8`)
+            Training instances seen when the rate reaches `lr0 / 2`: `e = int(this / B)`. The
+            authors' 2.0 x 4e8.
         reference_batch_size : `int`, optional (default = `128`)
-            The global batch at which `n = 1`.
+            The global batch at which `n = 1` (the authors' batch); a larger batch plateaus at
+            proportionally more than `lr0`.
         min_learning_rate : `float`, optional (default = `0.0`)
+            A floor for every parameter group's learning rate (`0.0`: none).
         last_epoch : `int`, optional (default = `-1`)
+            The optimizer steps already taken, `-1` for a fresh start.
         """
         check_positive(batch_size, _KEY + "batch_size", allow_none=True)
         check_positive(world_size, _KEY + "world_size", allow_none=True)
@@ -161,17 +181,27 @@ class RnmtPlusLearningRate(LearningRateScheduler):
 
         # Parameters
 
+        optimizer : `torch.optim.Optimizer`
+            The trainer's optimizer (given by allennlp, not in the config).
         num_epochs : `int`
             Not given in a configuration file (the trainer's `num_epochs`).
         num_steps_per_epoch : `int`, optional (default = `None`)
-            Not given in a configuration file (the trainer's); `None` (no loader length) is an error.
+            Not given in a configuration file (the trainer's); `None` (no loader length) is an
+            error.
         warmup_fraction : `float`, optional (default = `0.0`)
+            The fraction of the run's steps spent warming up (before dividing by `n`); `0.0`: no
+            warm-up, the rate starts at its plateau.
         decay_start_fraction : `float`, optional (default = `0.5`)
+            Where in the run the decay starts, as a fraction of `T`: halfway by default.
         decay_end_fraction : `float`, optional (default = `1.0`)
-            Greater than `decay_start_fraction`; above 1 the run ends before `lr0 / 2`.
+            Where the rate reaches `lr0 / 2`, greater than `decay_start_fraction` by at least one
+            step: by default the run's last step; above 1 the run ends before `lr0 / 2`.
         num_replicas : `int`, optional (default = `1`)
+            `n`, as for the class: the plateau's multiple of `lr0`, an integer >= 1.
         min_learning_rate : `float`, optional (default = `0.0`)
+            A floor for every parameter group's learning rate (`0.0`: none).
         last_epoch : `int`, optional (default = `-1`)
+            The optimizer steps already taken, `-1` for a fresh start.
         """
         check_positive(num_epochs, "trainer.num_epochs")
         if num_steps_per_epoch is None:

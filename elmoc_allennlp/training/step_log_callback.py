@@ -21,6 +21,8 @@ class StepLogCallback(TrainerCallback):
     # Parameters
 
     serialization_dir : `str`
+        The run's folder, where the step logs are written (given by `allennlp train`, not in the
+        config).
     """
 
     def __init__(self, serialization_dir: str) -> None:

@@ -23,7 +23,7 @@ import sys
 import time
 from argparse import Namespace
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from benchmarks.common import run_logged
 from examples import common

@@ -3,7 +3,8 @@ The library's internal sizes, limits and blocks outside the data reader and the 
 each tried just below, at and just above its value (and, for blocks, twice it), against a plain
 reference: the predictor's token limit, the softmax's loss chunks, the sampled softmax's draw
 blocks and the 1 MiB read of an archive's fastText locations. (The others are tested beside
-their code: retrieval scoring in tests/models/bidirectional_language_model/test_retrieval_scoring.py, the fastText reader and
+their code: retrieval scoring in
+tests/models/bidirectional_language_model/test_retrieval_scoring.py, the fastText reader and
 writer in tests/common/test_fasttext_vectors.py, the layer cache in
 tests/downstream/test_layer_cache.py, `elmoc-embed`'s HDF5 output in
 tests/commands/test_elmoc_embed.py and the merge's comparison in tests/commands/test_merge_bilm.py.)

@@ -15,7 +15,6 @@ import torch
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import import_module_and_submodules
-from allennlp.data import Token
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 from allennlp.training.util import evaluate

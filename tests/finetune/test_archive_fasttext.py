@@ -1,4 +1,7 @@
-"""A biLM archive's own fastText model: a copy is accepted, another model refused (`elmoc_bilm_from_archive`, `elmoc_archive_fasttext`)."""
+"""
+A biLM archive's own fastText model: a copy is accepted, another model refused
+(`elmoc_bilm_from_archive`, `elmoc_archive_fasttext`).
+"""
 import shutil
 from pathlib import Path
 

@@ -17,7 +17,7 @@ from allennlp.common import Params
 import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.models.bilm_metrics import DeviceAverage
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
-from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+from tests.conftest import FIXTURES_ROOT
 from tests.models.bidirectional_language_model.test_no_host_syncs import _model_and_batch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -105,7 +105,8 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
             if info.compress_type != zipfile.ZIP_STORED:
                 raise refuse(f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)")
             records[info.filename] = info
-        # Stored records are parts of the file: together no larger than it (torch allocates what a header declares).
+        # Stored records are parts of the file: together no larger than it (torch allocates what a
+        # header declares).
         size, declared = os.path.getsize(path), 0
         for info in sorted(records.values(), key=lambda info: -info.file_size):
             declared += info.file_size

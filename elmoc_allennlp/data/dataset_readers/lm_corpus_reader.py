@@ -42,13 +42,16 @@ class LanguageModelCorpusReader(DatasetReader):
     token_indexers : `Dict[str, TokenIndexer]`, optional
         Indexers for the "tokens" field. Defaults to `{"tokens": SingleIdTokenIndexer()}`.
     tokenizer : `Tokenizer`, optional (default = `WhitespaceTokenizer()`)
-        Splits a line into tokens.
+        Splits a line into tokens. The corpus is tokenized already (one sentence per line, tokens
+        separated by spaces), hence whitespace by default.
     max_sequence_length : `int`, optional (default = `200` in sentence mode)
         Sentence mode: the maximum number of tokens of an instance, without boundary tokens.
     long_sentences : `str`, optional (default = `"split"`)
         Sentence mode: `"split"` longer sentences into chunks, or `"truncate"` them.
     mode : `str`, optional (default = `"sentence"`)
-        `"sentence"` or `"window"`, see above.
+        `"sentence"`: one sentence per instance, with its boundary tokens, as ELMo-C embeds text
+        downstream; `"window"`: `window_length + 1` tokens of the sentence stream, across sentence
+        boundaries, as the paper pretrains (section 5.2.2).
     window_length : `int`, optional (default = `20`)
         Window mode: the number of tokens each LM predicts per window.
     start_token : `str`, optional (default = `"<S>"`)
@@ -64,7 +67,8 @@ class LanguageModelCorpusReader(DatasetReader):
     shuffle : `bool`, optional (default = `False`)
         Read each epoch in a new order drawn from `(seed, epoch)`.
     seed : `int`, optional (default = `0`)
-        The seed of the per-epoch order.
+        The seed of the per-epoch order (with `shuffle`): the same on every worker and after
+        `--recover`, so that the workers' shares and a resumed epoch read what they would have.
     index_directory : `str`, optional (default = allennlp's cache directory + `elmoc_corpus_index`)
         Where a file's corpus index goes when the file's folder is read-only (else: beside it, hidden).
     """

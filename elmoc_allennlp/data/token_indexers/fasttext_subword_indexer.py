@@ -31,7 +31,8 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     lowercase_tokens : `bool`, optional (default=`False`)
         Lowercase each token (not the boundary tokens): for models trained on lowercased text.
     token_min_padding_length : `int`, optional (default=`0`)
-        See :class:`TokenIndexer`.
+        The least number of tokens a batch is padded to (allennlp `TokenIndexer`'s), for models
+        whose encoder needs a minimum length (a CNN's widest filter); `0`: none.
     gather_vectors : `bool`, optional (default=`False`)
         Also output each token's vector, for a frozen `elmoc_fasttext` embedder.
     serialization_dir : `str`, optional (default=`None`)

@@ -95,14 +95,21 @@ class SentencePieceBpeTokenizer(Tokenizer):
 
     # Parameters
 
-    model_path : `str`, optional
-        A SentencePiece `.model` file (to load, or to write after training).
-    train_data_path : `Union[str, List[str]]`, optional
-        The corpus to train on when there is no model yet (file, directory or glob pattern).
+    model_path : `str`, optional (default = `None`)
+        A SentencePiece `.model` file, loaded if it exists, else trained and written there. `None`:
+        the cache file named after the corpus and the settings, in `DEFAULT_BPE_CACHE`.
+    train_data_path : `Union[str, List[str]]`, optional (default = `None`)
+        The corpus to train on when there is no model yet: a file, a directory, a glob pattern, or a
+        list of them. Needed only then (a missing model without it is an error).
     vocab_size : `int`, optional (default = `32000`)
+        Training: the number of pieces, the 256 byte pieces included, at most ("~30K" in Li et al.
+        2019 for ELMo-Sub).
     max_training_sentences : `int`, optional (default = `2_000_000`)
+        Training: lines sampled uniformly from the corpus, enough for the pieces' statistics while
+        keeping SentencePiece's memory bounded.
     character_coverage : `float`, optional (default = `1.0`)
-        As for `train_sentencepiece_bpe`.
+        Training: the fraction of characters given their own piece; the rest are spelled in bytes.
+        `1.0` (every character) suits English; lower values suit large character sets.
     """
 
     def __init__(

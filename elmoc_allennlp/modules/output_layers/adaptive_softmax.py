@@ -19,15 +19,21 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     # Parameters
 
     vocab : `Vocabulary`
+        The model's vocabulary; `vocab_namespace` in it gives the closed set of words scored.
     input_dim : `int`
+        Dimension of the hidden states scored (the contextualizer's `projection_dim`).
     cutoffs : `List[int]`
         Increasing ids below the vocabulary size where the head and each tail cluster end
         (`training_configs/pretrain/baselines.libsonnet` gives the paper's).
     vocab_namespace : `str`, optional (default = `"targets"`)
+        The namespace of the target ids: that of the model's `target_indexer` (`"targets"` in the
+        pretraining configs). It must be sorted by decreasing frequency, as allennlp's
+        `from_instances` vocabulary is.
     div_value : `float`, optional (default = `4.0`)
-        The projection of tail cluster `i` has dimension `input_dim // div_value^(i + 1)`.
+        The projection of tail cluster `i` has dimension `input_dim // div_value^(i + 1)`; at least
+        `1`, and small enough that the last cluster keeps a projection. `4.0` is torch's default.
     head_bias : `bool`, optional (default = `False`)
-        Whether the head softmax has a bias.
+        Whether the head softmax has a bias (torch's default: it has none).
     """
 
     def __init__(

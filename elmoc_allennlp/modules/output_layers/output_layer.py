@@ -62,7 +62,9 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
     # Parameters
 
     vocab : `Vocabulary`
+        The model's vocabulary; `vocab_namespace` in it gives the closed set of words scored.
     input_dim : `int`
+        Dimension of the hidden states scored (the contextualizer's `projection_dim`).
     vocab_namespace : `str`
         The namespace of the target ids (that of the model's `target_indexer`).
     """

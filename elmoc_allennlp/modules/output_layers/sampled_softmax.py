@@ -64,14 +64,24 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
     # Parameters
 
     vocab : `Vocabulary`
+        The model's vocabulary; `vocab_namespace` in it gives the closed set of words scored.
     input_dim : `int`
+        Dimension of the hidden states scored (the contextualizer's `projection_dim`).
     num_samples : `int`, optional (default = `8192`)
-        Distinct negative words per batch (ELMo's setting).
+        Distinct negative words drawn per batch, shared by all its targets (ELMo's setting).
     vocab_namespace : `str`, optional (default = `"targets"`)
-    embedding_dim : `int`, optional (default = `input_dim`, or the fastText dimension)
-        Dimension of the output embedding; the hidden state is projected to it if it differs.
-    pretrained_file : `str`, optional
-        A fastText `.bin` whose word vectors initialize the output embedding (rebuilt, not saved).
+        The namespace of the target ids: that of the model's `target_indexer` (`"targets"` in the
+        pretraining configs). It must be sorted by decreasing frequency, as allennlp's
+        `from_instances` vocabulary is.
+    embedding_dim : `int`, optional (default = `None`)
+        Dimension of the output embedding; the hidden state is projected to it by a trained
+        `Linear` if it differs from `input_dim`. `None` means the `pretrained_file`'s dimension
+        when there is one (a different value is an error), else `input_dim`.
+    pretrained_file : `str`, optional (default = `None`)
+        A fastText `.bin` whose vectors initialize the output embedding, row by row in id order
+        (`</s>`'s for the boundary tokens, zeros for padding). Frozen (`trainable_embedding`
+        false), the embedding is rebuilt from the file when the model is loaded instead of being
+        saved in its weights. `None`: a random initialization.
     trainable_embedding : `bool`, optional (default = `True`)
         `False` freezes the output embedding (a buffer); the bias stays trainable.
     sparse : `bool`, optional (default = `False`)

@@ -22,10 +22,16 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     # Parameters
 
     vocab : `Vocabulary`
+        The model's vocabulary; `vocab_namespace` in it gives the closed set of words scored.
     input_dim : `int`
+        Dimension of the hidden states scored (the contextualizer's `projection_dim`).
     vocab_namespace : `str`, optional (default = `"targets"`)
-    embedding_dim : `int`, optional (default = `input_dim`)
-        Dimension of the output embedding.
+        The namespace of the target ids: that of the model's `target_indexer` (`"targets"` in the
+        pretraining configs). It must be sorted by decreasing frequency, as allennlp's
+        `from_instances` vocabulary is.
+    embedding_dim : `int`, optional (default = `None`)
+        Dimension of the output embedding `W`; when it differs from `input_dim`, the hidden state
+        is projected to it by a trained `Linear`. `None` means `input_dim` (no projection).
     """
 
     def __init__(

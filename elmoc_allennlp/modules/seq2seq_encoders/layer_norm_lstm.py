@@ -70,11 +70,27 @@ class LayerNormLstmLayer(torch.nn.Module):
 
     # Parameters
 
-    input_dim, projection_dim, cell_dim : `int`
+    input_dim : `int`
+        The dimension of the layer's input: `LayerNormLstm`'s `projection_dim` (the projected input,
+        or the layer below's output).
+    projection_dim : `int`
+        The dimension of the projected state: the layer's output and the state fed back.
+    cell_dim : `int`
+        The dimension of the memory cell, projected down to `projection_dim` at every step.
     go_forward : `bool`, optional (default = `True`)
         Left-to-right if `True`, right-to-left otherwise.
-    layer_norm, cell_clip, projection_clip, recurrent_dropout, implementation : optional
-        As [`LayerNormLstm`](#layernormlstm)'s, with its defaults; `implementation` is also a settable attribute.
+    layer_norm : `bool`, optional (default = `True`)
+        As [`LayerNormLstm`](#layernormlstm)'s: LayerNorm of the projected state.
+    cell_clip : `float`, optional (default = `3.0`)
+        As `LayerNormLstm`'s: the magnitude at which the memory cell is clipped; `None`: no
+        clipping.
+    projection_clip : `float`, optional (default = `3.0`)
+        As `LayerNormLstm`'s: the magnitude at which the projected state is clipped; `None`: no
+        clipping.
+    recurrent_dropout : `float`, optional (default = `0.0`)
+        As `LayerNormLstm`'s: variational dropout on the state fed back, in training only.
+    implementation : `str`, optional (default = `"auto"`)
+        As `LayerNormLstm`'s: `"auto"` (the fast path) or `"reference"`; also a settable attribute.
     """
 
     def __init__(
@@ -235,25 +251,38 @@ class LayerNormLstm(Seq2SeqEncoder):
     # Parameters
 
     input_dim : `int`
+        The dimension of the input vectors (the fastText dimension in ELMo-C: 300 for the
+        paper's `crawl-300d-2M-subword`).
     projection_dim : `int`
-        The dimension of the projected input and of every LSTM state.
+        The dimension of the projected input and of every LSTM state (its hidden output): 512 at
+        the paper's size, so the output is 1024, as ELMo's.
     cell_dim : `int`
+        The dimension of the LSTM memory cells, projected down to `projection_dim` at every step
+        (ELMo's LSTMP): 4096 at the paper's size.
     num_layers : `int`, optional (default = `2`)
-        The number of layers in each direction.
+        The number of LSTM layers in each direction (ELMo's and the paper's 2).
     layer_norm : `bool`, optional (default = `True`)
-        Whether to LayerNorm the projected input and the LSTM states.
+        Whether to LayerNorm the projected input and the LSTM states, as ELMo-C does (paper section
+        4.1); `False` gives ELMo's LSTM.
     cell_clip : `float`, optional (default = `3.0`)
-        The magnitude at which memory cells are clipped; `None` disables clipping.
+        The magnitude at which memory cells are clipped (ELMo's and the authors' 3); `None` disables
+        clipping.
     projection_clip : `float`, optional (default = `3.0`)
-        The magnitude at which projected states are clipped; `None` disables clipping.
+        The magnitude at which projected states are clipped (ELMo's 3); `None` disables clipping.
     recurrent_dropout : `float`, optional (default = `0.0`)
-        Variational dropout on the recurrent states.
+        Variational dropout on the recurrent states: one mask per sequence, in training only. The
+        pretraining configs use the authors' 0.1.
     implementation : `str`, optional (default = `"auto"`)
-        `"auto"` (the fast path) or `"reference"`, for every layer; also a settable attribute.
+        `"auto"` (the fast path: sequences packed by length, docs/gpu_recurrence.md) or
+        `"reference"` (step by step over the padded batch; the same results), for every layer. Also
+        a settable attribute. A mask whose padding is not at the end takes the reference path, with
+        a warning.
     parallel_directions : `bool`, optional (default = `True`)
-        On CPU, run the fast path's two directions of a layer in two threads.
+        On CPU, run the fast path's two directions of a layer in two threads (a speed setting; the
+        results are the same).
     input_projection_bias : `bool`, optional (default = `None`)
-        Whether the input projection has a bias (as in uclanlp/ELMO-C); `None` means `not layer_norm`.
+        Whether the input projection has a bias (as in uclanlp/ELMO-C). `None`: only without
+        `layer_norm` (LayerNorm's own bias makes it redundant).
     separate_input_projections : `bool`, optional (default = `False`)
         One input projection (and LayerNorm) per direction, as the authors' two independent LMs.
     """

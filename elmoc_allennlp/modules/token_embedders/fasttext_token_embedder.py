@@ -33,7 +33,8 @@ class FastTextTokenEmbedder(TokenEmbedder):
     vectors_path : `str`
         The fastText `.bin` model; the same one as the `elmoc_fasttext_subwords` indexer's.
     trainable : `bool`, optional (default=`False`)
-        Copy the table into a `Parameter` (`(num_words + bucket) * dim * 4` bytes, plus gradient and optimizer state).
+        Copy the table into a `Parameter` (`(num_words + bucket) * dim * 4` bytes, plus gradient and
+        optimizer state).
     allow_different_vectors : `bool`, optional (default=`False`)
         Load weights trained with other fastText vectors with a warning instead of an error.
     embedding_dim : `int`, optional (default=`None`)

@@ -3,7 +3,6 @@ import logging
 import multiprocessing
 import os
 import random
-from collections import Counter
 from pathlib import Path
 
 import numpy

@@ -277,7 +277,7 @@ def test_an_instance_lost_after_its_lines_raises_naming_the_share_counts_and_lin
         with pytest.raises(EpochLengthError) as error:
             list(reader.read(corpus))
         message = str(error.value)
-        assert f"share 2 of 2 (rank 1 of 2, loader worker 0 of 1)" in message
+        assert "share 2 of 2 (rank 1 of 2, loader worker 0 of 1)" in message
         counts = f"(of instances {share.first} to {share.end - 1}, {share.end - share.first} by its index"
         assert f"lost instance {skipped} {counts}" in message
         path, line = share.locate(skipped)

@@ -24,7 +24,10 @@ SENTENCE = ["the", "cat", "sat"]
 
 @pytest.fixture(scope="module")
 def relative_run(tiny_fasttext_path, tmp_path_factory):
-    """`(training folder, archive, vectors)`: trained in `training/` into `runs/elmoc` with `vectors_path` `ptb.bin`."""
+    """
+    `(training folder, archive, vectors)`: trained in `training/` into `runs/elmoc` with
+    `vectors_path` `ptb.bin`.
+    """
     from allennlp.commands.train import train_model_from_file
     from allennlp.common.util import import_module_and_submodules
 

@@ -9,7 +9,7 @@ from allennlp.models.archival import load_archive
 from allennlp.training.callbacks import TrainerCallback
 
 import elmoc_allennlp  # noqa: F401
-from tests.conftest import FIXTURES_ROOT, LM_CORPUS
+from tests.conftest import FIXTURES_ROOT
 
 CRASH_VARIABLE = "ELMOC_TEST_CRASH_AFTER_EPOCH"
 
