@@ -3,11 +3,11 @@
 copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as `common/fasttext_location.py` finds them.
 """
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -20,12 +20,19 @@ from allennlp.common.file_utils import cached_path
 from elmoc_allennlp.common.archives import (
     CARRIED_DIRECTORY,
     CONFIG_NAME,
+    archive_limit,
+    carried_bilm_directory,
     extracted_from,
+    extraction_limits,
     find_keys,
     read_archive,
-    register_carried_copies,
+    read_config,
 )
+from elmoc_allennlp.common.archives.extraction import _check_member
+from elmoc_allennlp.common.archives.limits import _damage_named, _regular_file
+from elmoc_allennlp.common.archives.vocabulary import _VocabularyCount
 from elmoc_allennlp.common.fasttext_location import (
+    LOCATIONS_NAME,
     VECTORS_PATH_VARIABLE,
     PathLike,
     archive_directories,
@@ -41,16 +48,6 @@ from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_
 logger = logging.getLogger(__name__)
 
 _VOCABULARY_NAME = "vocabulary"
-
-
-def carried_bilm_directory(serialization_dir: PathLike, archive_file: PathLike) -> Path:
-    """Where the copy of the biLM named `archive_file` in a config is carried."""
-    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
-    return Path(serialization_dir) / CARRIED_DIRECTORY / key
-
-
-# Loading a stranger's archive accepts an `archive_file` only where the archive carries its copy.
-register_carried_copies(carried_bilm_directory)
 
 
 class BilmArchive:
@@ -89,10 +86,10 @@ class BilmArchive:
             self._directories = folder_and_parent(folder)
             vectors_path = vectors_path_override(vectors_path)
         try:
-            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
-                self.config = extracted.config
-                self._locations = read_locations(extracted.directory)
-                self._describe(vectors_path)
+            with self._members(CONFIG_NAME, LOCATIONS_NAME) as directory:
+                self.config = read_config(directory, self.archive_file)
+                self._locations = read_locations(directory)
+            self._describe(vectors_path)
         except ConfigurationError as error:
             if not self.carried:
                 raise
@@ -102,6 +99,17 @@ class BilmArchive:
                 f"{self.archive_file} (archive_file), which it could not use: {error}. Copy the "
                 f"fastText .bin next to the downstream archive or set {VECTORS_PATH_VARIABLE}."
             ) from None
+
+    @contextlib.contextmanager
+    def _members(self, *names: str) -> Iterator[Path]:
+        """A folder with the archive's regular files `names` (those it has): its own, or for a `.tar.gz` a
+        temporary one they are copied to in one reading of the tar, nothing else written (no weights)."""
+        if self.local_path.is_dir():
+            yield self.local_path
+            return
+        with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
+            _copy_members(self.local_path, self.archive_file, names, folder)
+            yield Path(folder)
 
     def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model()
@@ -179,8 +187,8 @@ class BilmArchive:
         """token -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
         if namespace not in self._pieces:
             name = f"{_VOCABULARY_NAME}/{namespace}.txt"
-            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
-                path = extracted.member(name)
+            with self._members(name) as directory:
+                path = _regular_file(directory, name, self.archive_file)
                 if path is None:
                     embedder_key = f"model.text_field_embedder.token_embedders.{self.input_key}"
                     raise self._error(f"has no {name} ({embedder_key}.vocab_namespace)")
@@ -196,7 +204,8 @@ class BilmArchive:
         return with_overrides(self.config, absolute)
 
     def load(self, allow_different_vectors: bool = False) -> Tuple[Any, Any]:
-        """`(biLM model, dataset reader)` with the fastText files found here (a carried copy: without weights)."""
+        """`(biLM model, dataset reader)` with the fastText files found here (a carried copy: without weights);
+        the one extraction of a `.tar.gz`."""
         from allennlp.common.params import remove_keys_from_params
         from allennlp.data import DatasetReader, Vocabulary
         from allennlp.models import Model
@@ -285,6 +294,27 @@ class BilmArchive:
         if opened is None or not all(Path(path).is_file() for path in opened.vectors_overrides.values()):
             opened = cls._opened[key] = BilmArchive(archive_file, vectors_path, serialization_dir)
         return opened
+
+
+def _copy_members(archive_path: Path, archive: str, names: Tuple[str, ...], folder: str) -> None:
+    """Copies the regular files `names` of the tar `archive_path` into `folder`, every member's header
+    checked as extraction checks it (`_check_member`), nothing else written."""
+    path = os.fspath(archive_path)
+    seen: Dict[str, bool] = {}
+    totals, limits = [0, 0, 0], extraction_limits(os.path.getsize(path))
+    vocabulary = _VocabularyCount(
+        path, archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"), archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES")
+    )
+    with _damage_named(path, "not a tar archive, or "), tarfile.open(path, "r|*") as tar:
+        for member in tar:
+            name = _check_member(path, member, seen, totals, limits)
+            if name in names and member.isfile():
+                with open(Path(folder, *name.split("/")), "xb") as out:
+                    if name.endswith(".json"):
+                        shutil.copyfileobj(tar.extractfile(member), out)
+                    else:
+                        vocabulary.copy(tar.extractfile(member), out, member.name)
+            tar.members = []  # headers only: keep none of them in memory
 
 
 @contextlib.contextmanager
