@@ -18,7 +18,6 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
 from elmoc_allennlp.common.archives import (
-    CARRIED_DIRECTORY,
     CONFIG_NAME,
     archive_limit,
     carried_bilm_directory,
@@ -86,7 +85,7 @@ class BilmArchive:
             self._directories = folder_and_parent(folder)
             vectors_path = vectors_path_override(vectors_path)
         try:
-            with self._members(CONFIG_NAME, LOCATIONS_NAME) as directory:
+            with _members(self.local_path, CONFIG_NAME, LOCATIONS_NAME) as directory:
                 self.config = read_config(directory, self.archive_file)
                 self._locations = read_locations(directory)
             self._describe(vectors_path)
@@ -99,17 +98,6 @@ class BilmArchive:
                 f"{self.archive_file} (archive_file), which it could not use: {error}. Copy the "
                 f"fastText .bin next to the downstream archive or set {VECTORS_PATH_VARIABLE}."
             ) from None
-
-    @contextlib.contextmanager
-    def _members(self, *names: str) -> Iterator[Path]:
-        """A folder with the archive's regular files `names` (those it has): its own, or for a `.tar.gz` a
-        temporary one they are copied to in one reading of the tar, nothing else written (no weights)."""
-        if self.local_path.is_dir():
-            yield self.local_path
-            return
-        with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
-            _copy_members(self.local_path, self.archive_file, names, folder)
-            yield Path(folder)
 
     def _describe(self, vectors_path: Optional[str]) -> None:
         self._check_model()
@@ -187,7 +175,7 @@ class BilmArchive:
         """token -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
         if namespace not in self._pieces:
             name = f"{_VOCABULARY_NAME}/{namespace}.txt"
-            with self._members(name) as directory:
+            with _members(self.local_path, name) as directory:
                 path = _regular_file(directory, name, self.archive_file)
                 if path is None:
                     embedder_key = f"model.text_field_embedder.token_embedders.{self.input_key}"
@@ -280,14 +268,14 @@ class BilmArchive:
             source = carried if carried.is_file() else source
         try:
             status = os.stat(source)
-            identity: Tuple = (os.path.realpath(source), status.st_ino, status.st_size, status.st_mtime_ns)
+            identity: Tuple = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
         except OSError:
             identity = (os.fspath(source),)
         key = (
             identity,
             os.fspath(archive_file),
             vectors_path,
-            os.fspath(serialization_dir) if serialization_dir is not None else None,
+            serialization_dir and os.fspath(serialization_dir),
             os.environ.get(VECTORS_PATH_VARIABLE),
         )
         opened = cls._opened.get(key)
@@ -296,25 +284,33 @@ class BilmArchive:
         return opened
 
 
-def _copy_members(archive_path: Path, archive: str, names: Tuple[str, ...], folder: str) -> None:
-    """Copies the regular files `names` of the tar `archive_path` into `folder`, every member's header
-    checked as extraction checks it (`_check_member`), nothing else written."""
-    path = os.fspath(archive_path)
-    seen: Dict[str, bool] = {}
-    totals, limits = [0, 0, 0], extraction_limits(os.path.getsize(path))
+@contextlib.contextmanager
+def _members(archive_path: Path, *names: str) -> Iterator[Path]:
+    """A folder with the archive's regular files `names` (those it has): its own, or for a `.tar.gz` a temporary
+    one they are copied to in one reading of the tar, every member's header checked as extraction checks it
+    (`_check_member`), nothing else written (no weights)."""
+    if archive_path.is_dir():
+        yield archive_path
+        return
+    path = str(archive_path)
+    seen, totals, limits = {}, [0, 0, 0], extraction_limits(os.path.getsize(path))  # as `_check_member` takes them
     vocabulary = _VocabularyCount(
         path, archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"), archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES")
     )
-    with _damage_named(path, "not a tar archive, or "), tarfile.open(path, "r|*") as tar:
-        for member in tar:
-            name = _check_member(path, member, seen, totals, limits)
-            if name in names and member.isfile():
-                with open(Path(folder, *name.split("/")), "xb") as out:
-                    if name.endswith(".json"):
-                        shutil.copyfileobj(tar.extractfile(member), out)
-                    else:
-                        vocabulary.copy(tar.extractfile(member), out, member.name)
-            tar.members = []  # headers only: keep none of them in memory
+    with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
+        with _damage_named(path, "not a tar archive, or "), tarfile.open(path, "r|*") as tar:
+            for member in tar:
+                name = _check_member(path, member, seen, totals, limits)
+                if name in names and member.isfile():
+                    target = Path(folder, *name.split("/"))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with open(target, "xb") as out:
+                        if name.endswith(".json"):
+                            shutil.copyfileobj(tar.extractfile(member), out)
+                        else:
+                            vocabulary.copy(tar.extractfile(member), out, member.name)
+                tar.members = []  # headers only: keep none of them in memory
+        yield Path(folder)
 
 
 @contextlib.contextmanager
@@ -339,13 +335,3 @@ class NamingTheConfigKey:
             return super().from_params(  # type: ignore[misc]
                 params, constructor_to_call=constructor_to_call, constructor_to_inspect=constructor_to_inspect, **extras
             )
-
-
-def with_carried_bilms(serialization_dir: PathLike, include_in_archive: Optional[List[str]]) -> Optional[List[str]]:
-    """`include_in_archive` plus the `elmoc_bilm` folder, if the run has one."""
-    if not (Path(serialization_dir) / CARRIED_DIRECTORY).is_dir():
-        return include_in_archive
-    patterns = list(include_in_archive or [])
-    if CARRIED_DIRECTORY not in patterns:
-        patterns.append(CARRIED_DIRECTORY)
-    return patterns

@@ -1,26 +1,10 @@
-"""`allennlp train` of the plugin's runs writes `model.tar.gz` and `config.json` atomically
-(allennlp 2.10.1 writes them in place: a kill leaves a truncated archive or config)."""
-import os
-
-from allennlp.models.archival import _DEFAULT_WEIGHTS
-
+"""`allennlp train` of the plugin's runs writes `config.json` atomically (allennlp 2.10.1 writes it in place:
+a kill leaves a truncated config); its `model.tar.gz` is written atomically by `compat/carried_files.py`."""
 from elmoc_allennlp.common.atomic_files import atomic_path
 from elmoc_allennlp.common.shims import installer
-from elmoc_allennlp.hardening.scope import plugin_config, plugin_run
+from elmoc_allennlp.hardening.scope import plugin_config
 
-REPLACES = "`allennlp train` of the plugin's runs writes model.tar.gz and config.json atomically"
-
-
-def _archive_model(original, serialization_dir, weights=_DEFAULT_WEIGHTS, archive_path=None, include_in_archive=None):
-    if not plugin_run(serialization_dir):
-        return original(serialization_dir, weights, archive_path, include_in_archive)
-    # Same destination rules as allennlp's archive_model.
-    archive_file = os.fspath(archive_path if archive_path is not None else serialization_dir)
-    if archive_path is None or os.path.isdir(archive_file):
-        archive_file = os.path.join(archive_file, "model.tar.gz")
-    with atomic_path(archive_file) as temporary:
-        original(serialization_dir, weights=weights, archive_path=temporary, include_in_archive=include_in_archive)
-    return str(archive_file)
+REPLACES = "`allennlp train` of the plugin's runs writes config.json atomically"
 
 
 def _to_file(original, self, params_file: str, preference_orders=None) -> None:
@@ -30,6 +14,4 @@ def _to_file(original, self, params_file: str, preference_orders=None) -> None:
         original(self, temporary, preference_orders)
 
 
-TARGETS, install = installer(
-    {"allennlp.commands.train.archive_model": _archive_model, "allennlp.common.params.Params.to_file": _to_file}
-)
+TARGETS, install = installer({"allennlp.common.params.Params.to_file": _to_file})
