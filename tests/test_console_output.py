@@ -1,7 +1,8 @@
 """
 What a user sees on the console: one per-direction `loss` under one name (progress bar,
-metrics.json, `allennlp evaluate`), the final metrics of `allennlp evaluate` in full, no tensors or
-CPU autocast warnings from training, and the quickstart's training detail in the log file only.
+metrics.json, `allennlp evaluate`), the final metrics of `allennlp evaluate` in full (with the opt-in
+switch), no tensors or CPU autocast warnings from training, and the quickstart's training detail in
+the log file only.
 """
 import json
 import os
@@ -15,6 +16,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO_ROOT / "tests" / "fixtures" / "elmoc_tiny.jsonnet"
+# `allennlp evaluate`'s summary is polish of the opt-in switch (elmoc_allennlp/hardening/evaluate_summary.py).
+SWITCH = ("--include-package", "elmoc_allennlp_hardening")
 
 
 def _allennlp(*arguments: str) -> subprocess.CompletedProcess:
@@ -112,6 +115,7 @@ def test_allennlp_evaluate_prints_every_final_metric(elmoc_archive, tmp_path):
         str(REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"),
         "--output-file",
         str(output_file),
+        *SWITCH,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     written = json.loads(output_file.read_text())
@@ -156,7 +160,7 @@ def test_allennlp_evaluate_refuses_an_input_naming_no_data(elmoc_archive, tmp_pa
     valid = REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"
     input_file = input_file.format(valid=valid, missing=tmp_path / "nowhere" / "valid.txt")
     output_file = tmp_path / "metrics.json"
-    result = _allennlp("evaluate", str(elmoc_archive), input_file, "--output-file", str(output_file))
+    result = _allennlp("evaluate", str(elmoc_archive), input_file, "--output-file", str(output_file), *SWITCH)
     assert result.returncode != 0
     assert "ConfigurationError" in result.stderr
     named = input_file.rstrip(",") if input_file.strip() else repr(input_file)

@@ -22,7 +22,6 @@ def _install() -> Tuple[str, ...]:
     from elmoc_allennlp.hardening import GUARDS
 
     installed, descriptions = [], []
-    # The guards first: `carried_files` adds its members to what the atomic archiving writes.
     for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [f"{__name__}.{name}" for name in SHIMS]:
         shim = importlib.import_module(module)
         if shim.install():

@@ -4,11 +4,11 @@ the copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as
 `common/fasttext_location.py` finds them.
 """
 import contextlib
-import hashlib
 import json
 import logging
 import os
 import shutil
+import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -19,14 +19,20 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
 from elmoc_allennlp.common.archives import (
-    CARRIED_DIRECTORY,
     CONFIG_NAME,
+    archive_limit,
+    carried_bilm_directory,
     extracted_from,
+    extraction_limits,
     find_keys,
     read_archive,
-    register_carried_copies,
+    read_config,
 )
+from elmoc_allennlp.common.archives.extraction import _check_member
+from elmoc_allennlp.common.archives.limits import _damage_named, _regular_file
+from elmoc_allennlp.common.archives.vocabulary import _VocabularyCount
 from elmoc_allennlp.common.fasttext_location import (
+    LOCATIONS_NAME,
     VECTORS_PATH_VARIABLE,
     PathLike,
     archive_directories,
@@ -42,16 +48,6 @@ from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_
 logger = logging.getLogger(__name__)
 
 _VOCABULARY_NAME = "vocabulary"
-
-
-def carried_bilm_directory(serialization_dir: PathLike, archive_file: PathLike) -> Path:
-    """Where the copy of the biLM named `archive_file` in a config is carried."""
-    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
-    return Path(serialization_dir) / CARRIED_DIRECTORY / key
-
-
-# Loading a stranger's archive accepts an `archive_file` only where the archive carries its copy.
-register_carried_copies(carried_bilm_directory)
 
 
 class BilmArchive:
@@ -90,10 +86,10 @@ class BilmArchive:
             self._directories = folder_and_parent(folder)
             vectors_path = vectors_path_override(vectors_path)
         try:
-            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
-                self.config = extracted.config
-                self._locations = read_locations(extracted.directory)
-                self._describe(vectors_path)
+            with _members(self.local_path, CONFIG_NAME, LOCATIONS_NAME) as directory:
+                self.config = read_config(directory, self.archive_file)
+                self._locations = read_locations(directory)
+            self._describe(vectors_path)
         except ConfigurationError as error:
             if not self.carried:
                 raise
@@ -180,8 +176,8 @@ class BilmArchive:
         """token -> id of the archive's vocabulary namespace (a padded namespace: ids from 1)."""
         if namespace not in self._pieces:
             name = f"{_VOCABULARY_NAME}/{namespace}.txt"
-            with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
-                path = extracted.member(name)
+            with _members(self.local_path, name) as directory:
+                path = _regular_file(directory, name, self.archive_file)
                 if path is None:
                     embedder_key = f"model.text_field_embedder.token_embedders.{self.input_key}"
                     raise self._error(f"has no {name} ({embedder_key}.vocab_namespace)")
@@ -197,7 +193,8 @@ class BilmArchive:
         return with_overrides(self.config, absolute)
 
     def load(self, allow_different_vectors: bool = False) -> Tuple[Any, Any]:
-        """`(biLM model, dataset reader)` with the fastText files found here (a carried copy: without weights)."""
+        """`(biLM model, dataset reader)` with the fastText files found here (a carried copy: without weights);
+        the one extraction of a `.tar.gz`."""
         from allennlp.common.params import remove_keys_from_params
         from allennlp.data import DatasetReader, Vocabulary
         from allennlp.models import Model
@@ -275,20 +272,49 @@ class BilmArchive:
             source = carried if carried.is_file() else source
         try:
             status = os.stat(source)
-            identity: Tuple = (os.path.realpath(source), status.st_ino, status.st_size, status.st_mtime_ns)
+            identity: Tuple = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
         except OSError:
             identity = (os.fspath(source),)
         key = (
             identity,
             os.fspath(archive_file),
             vectors_path,
-            os.fspath(serialization_dir) if serialization_dir is not None else None,
+            serialization_dir and os.fspath(serialization_dir),
             os.environ.get(VECTORS_PATH_VARIABLE),
         )
         opened = cls._opened.get(key)
         if opened is None or not all(Path(path).is_file() for path in opened.vectors_overrides.values()):
             opened = cls._opened[key] = BilmArchive(archive_file, vectors_path, serialization_dir)
         return opened
+
+
+@contextlib.contextmanager
+def _members(archive_path: Path, *names: str) -> Iterator[Path]:
+    """A folder with the archive's regular files `names` (those it has): its own, or for a `.tar.gz` a temporary
+    one they are copied to in one reading of the tar, every member's header checked as extraction checks it
+    (`_check_member`), nothing else written (no weights)."""
+    if archive_path.is_dir():
+        yield archive_path
+        return
+    path = str(archive_path)
+    seen, totals, limits = {}, [0, 0, 0], extraction_limits(os.path.getsize(path))  # as `_check_member` takes them
+    vocabulary = _VocabularyCount(
+        path, archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"), archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES")
+    )
+    with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
+        with _damage_named(path, "not a tar archive, or "), tarfile.open(path, "r|*") as tar:
+            for member in tar:
+                name = _check_member(path, member, seen, totals, limits)
+                if name in names and member.isfile():
+                    target = Path(folder, *name.split("/"))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with open(target, "xb") as out:
+                        if name.endswith(".json"):
+                            shutil.copyfileobj(tar.extractfile(member), out)
+                        else:
+                            vocabulary.copy(tar.extractfile(member), out, member.name)
+                tar.members = []  # headers only: keep none of them in memory
+        yield Path(folder)
 
 
 @contextlib.contextmanager
@@ -313,13 +339,3 @@ class NamingTheConfigKey:
             return super().from_params(  # type: ignore[misc]
                 params, constructor_to_call=constructor_to_call, constructor_to_inspect=constructor_to_inspect, **extras
             )
-
-
-def with_carried_bilms(serialization_dir: PathLike, include_in_archive: Optional[List[str]]) -> Optional[List[str]]:
-    """`include_in_archive` plus the `elmoc_bilm` folder, if the run has one."""
-    if not (Path(serialization_dir) / CARRIED_DIRECTORY).is_dir():
-        return include_in_archive
-    patterns = list(include_in_archive or [])
-    if CARRIED_DIRECTORY not in patterns:
-        patterns.append(CARRIED_DIRECTORY)
-    return patterns

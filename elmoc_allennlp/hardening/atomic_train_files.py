@@ -1,28 +1,15 @@
-"""`allennlp train` of the plugin's runs writes `model.tar.gz`, `config.json` and `meta.json` atomically
-(allennlp 2.10.1 writes them in place: a kill leaves a truncated archive or config, a full disk an empty
-meta.json), and a full disk while the vocabulary is saved is a `DiskFullError` naming its folder."""
+"""`allennlp train` of the plugin's runs writes `config.json` and `meta.json` atomically (allennlp 2.10.1 writes
+them in place: a kill leaves a truncated config, a full disk an empty meta.json), and a full disk while the
+vocabulary is saved is a `DiskFullError` naming its folder; its `model.tar.gz` is written atomically by
+`compat/carried_files.py`."""
 import os
-
-from allennlp.models.archival import _DEFAULT_WEIGHTS
 
 from elmoc_allennlp.common.atomic_files import atomic_path
 from elmoc_allennlp.common.disk_full import DiskFullError, disk_full_error, find_disk_full
 from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.hardening.scope import plugin_config, plugin_run
 
-REPLACES = "`allennlp train` of the plugin's runs writes model.tar.gz, config.json and meta.json atomically"
-
-
-def _archive_model(original, serialization_dir, weights=_DEFAULT_WEIGHTS, archive_path=None, include_in_archive=None):
-    if not plugin_run(serialization_dir):
-        return original(serialization_dir, weights, archive_path, include_in_archive)
-    # Same destination rules as allennlp's archive_model.
-    archive_file = os.fspath(archive_path if archive_path is not None else serialization_dir)
-    if archive_path is None or os.path.isdir(archive_file):
-        archive_file = os.path.join(archive_file, "model.tar.gz")
-    with atomic_path(archive_file) as temporary:
-        original(serialization_dir, weights=weights, archive_path=temporary, include_in_archive=include_in_archive)
-    return str(archive_file)
+REPLACES = "`allennlp train` of the plugin's runs writes config.json and meta.json atomically, names a full disk"
 
 
 def _to_file(original, self, params_file: str, preference_orders=None) -> None:
@@ -53,7 +40,6 @@ def _save_vocabulary(original, self, directory) -> None:
 
 TARGETS, install = installer(
     {
-        "allennlp.commands.train.archive_model": _archive_model,
         "allennlp.common.params.Params.to_file": _to_file,
         "allennlp.common.meta.Meta.to_file": _meta_to_file,
         "allennlp.data.vocabulary.Vocabulary.save_to_files": _save_vocabulary,

@@ -1,4 +1,4 @@
-"""`allennlp evaluate` of the plugin's archives refuses an input naming no dataset (an unset shell
+"""Opt-in: `allennlp evaluate` refuses an input naming no dataset (an unset shell
 variable) and prints "Final metrics:" to four decimals (allennlp 2.10.1: only in its progress bar)."""
 import math
 from typing import Any, Dict
@@ -6,13 +6,13 @@ from typing import Any, Dict
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.shims import installer
-from elmoc_allennlp.hardening.scope import plugin_archive
+from elmoc_allennlp.hardening.scope import everywhere
 
-REPLACES = "`allennlp evaluate` of the plugin's archives prints its final metrics in full"
+REPLACES = "`allennlp evaluate` prints its final metrics in full"
 
 
 def _evaluate_from_archive(original, *args, **kwargs) -> Dict[str, Any]:
-    if not plugin_archive(kwargs["archive_file"] if "archive_file" in kwargs else args[0]):
+    if not everywhere():
         return original(*args, **kwargs)
     input_file = kwargs["input_file"] if "input_file" in kwargs else args[1]
     if isinstance(input_file, str) and not all(part.strip() for part in input_file.split(",")):

@@ -1,20 +1,25 @@
-"""What is the plugin's own, for its guards (with the switch, everything): its configs, runs, archives and
-models (docs/trust_and_safety.md)."""
+"""Whose a config, run or archive is, for the guards (with the switch, everything is the plugin's): the
+plugin's when its config names a component the plugin registers, or is no config allennlp writes (no
+JSON object, none in an archive), decided once per config file (docs/compat.md). Nothing else of an
+archive counts: not its members' names, not their sizes."""
+import functools
 import json
 import os
 import posixpath
 import stat
 import tarfile
 import zipfile
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Tuple
 
-from elmoc_allennlp.common.archives import CONFIG_NAME, archive_limit, extraction_limits, walk
+from elmoc_allennlp.common.archives import CONFIG_NAME, walk
 from elmoc_allennlp.common.archives.zip_archives import zipped_configs
 
 _EVERYWHERE = False
 _PACKAGE = "elmoc_allennlp."
 _STANDINS = "elmoc_allennlp.compat"  # registrations standing in for allennlp's own
-_ARCHIVES: Dict[Tuple, bool] = {}  # (path, inode, size, mtime) -> the plugin's?
+# The most of a config.json read to decide (past it, the text read so far decides).
+_READ_BYTES = 16 << 20
+_DECIDED: Dict[Tuple, bool] = {}  # (device, inode, size, mtime) of a config.json or archive -> the plugin's?
 
 
 def set_everywhere(value: bool) -> None:
@@ -27,18 +32,25 @@ def everywhere() -> bool:
     return _EVERYWHERE
 
 
-def plugin_config(config: Any) -> bool:
-    """Whether a config (a dict, or allennlp `Params`) uses a component of the plugin."""
-    if _EVERYWHERE:
-        return True
+@functools.lru_cache(maxsize=None)
+def plugin_names() -> FrozenSet[str]:
+    """The names the plugin registers components under (its stand-ins for allennlp's own left out),
+    computed at the first question, after `import elmoc_allennlp` has registered them all."""
     from allennlp.common.registrable import Registrable
 
-    names = {
+    return frozenset(
         name
         for entries in Registrable._registry.values()
         for name, (cls, _) in entries.items()
         if cls.__module__.startswith(_PACKAGE) and not cls.__module__.startswith(_STANDINS)
-    }
+    )
+
+
+def plugin_config(config: Any) -> bool:
+    """Whether a config (a dict, or allennlp `Params`) uses a component of the plugin."""
+    if _EVERYWHERE:
+        return True
+    names = plugin_names()
     for _, key, value, _ in walk(getattr(config, "params", config)):  # `Params` hold their dict there
         if key == "type" and isinstance(value, str) and (value in names or value.startswith(_PACKAGE)):
             return True
@@ -49,63 +61,62 @@ def plugin_config(config: Any) -> bool:
 
 
 def plugin_text(data: bytes) -> bool:
-    """Whether the text of a `config.json` is the plugin's (`plugin_config`; not JSON: says `elmoc`)."""
+    """Whether the text of a `config.json` is the plugin's: a JSON object by `plugin_config`; any other text,
+    which allennlp never writes, gets the plugin's checks (unless cut at `_READ_BYTES` and not saying `elmoc`)."""
     try:
-        return plugin_config(json.loads(data.decode("utf-8")))
+        config = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return _EVERYWHERE or b"elmoc" in data
+        return len(data) < _READ_BYTES or b"elmoc" in data
+    return not isinstance(config, dict) or plugin_config(config)
 
 
 def plugin_run(serialization_dir: Any) -> bool:
     """Whether the `config.json` of a serialization folder (or extracted archive) is the plugin's."""
     path = os.path.join(os.fspath(serialization_dir), CONFIG_NAME)
-    try:
-        if os.path.getsize(path) > archive_limit("ELMOC_ARCHIVE_MAX_JSON_BYTES"):
-            return True  # too large to look at: the guards refuse it
-        with open(path, "rb") as config:
-            return plugin_text(config.read())
-    except OSError:
-        return _EVERYWHERE
+    return _EVERYWHERE or _decided(path, lambda: _read_config(path))
 
 
 def plugin_archive(archive_file: Any) -> bool:
-    """Whether the archive (a `.tar.gz` or a folder) is the plugin's, from its headers and `config.json`
-    members, once per archive; one past the extraction limits is (to be refused within them)."""
+    """Whether an archive (a `.tar.gz` or a folder) is the plugin's, from its `config.json`: for a `.tar.gz`
+    the first member of that name, read without going further (allennlp's `archive_model` writes it first)."""
     path = os.fspath(archive_file)
-    if _EVERYWHERE or os.path.isdir(path):
-        return _EVERYWHERE or plugin_run(path)
+    if os.path.isdir(path):
+        return plugin_run(path)
+    return _EVERYWHERE or _decided(path, lambda: _read_member(path))
+
+
+def _decided(path: str, decide: Callable[[], bool]) -> bool:
+    """`decide()` for the regular file `path`, once per version of it; `False` for no such file."""
     try:
         status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would block
+            return False
+        key = (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        if key not in _DECIDED:
+            _DECIDED[key] = decide()
+        return _DECIDED[key]
     except OSError:
         return False
-    if not stat.S_ISREG(status.st_mode):  # never opened: a FIFO would block
-        return False
-    key = (os.path.realpath(path), status.st_ino, status.st_size, status.st_mtime_ns)
-    if key not in _ARCHIVES:
-        _ARCHIVES[key] = _scan(path, status.st_size)
-    return _ARCHIVES[key]
 
 
-def _scan(path: str, size: int) -> bool:
-    member_limit, byte_limit, json_limit, *_ = extraction_limits(size)
-    members, total = 0, 0
+def _read_config(path: str) -> bool:
+    with open(path, "rb") as config:
+        return plugin_text(config.read(_READ_BYTES))
+
+
+def _read_member(path: str) -> bool:
     try:
-        with tarfile.open(path, "r:*") as tar:
+        with tarfile.open(path, "r|*") as tar:  # a stream: read up to the config only
             for member in tar:
-                members, total = members + 1, total + member.size
-                name = posixpath.normpath(member.name)
-                if name.split("/")[0].startswith("elmoc_") or members > member_limit or total > byte_limit:
-                    return True
-                if posixpath.basename(name) == CONFIG_NAME and member.isfile():
-                    if member.size > json_limit or plugin_text(tar.extractfile(member).read()):
-                        return True
+                if posixpath.normpath(member.name) == CONFIG_NAME:  # not a file: allennlp reports it
+                    return plugin_text(tar.extractfile(member).read(_READ_BYTES))
                 tar.members = []  # headers only: keep none of them in memory
     except Exception:  # noqa: BLE001  (no tar archive, truncated, ...: allennlp reports it)
         # A zip, which allennlp cannot read, is the plugin's if it holds a plugin's config (to be refused).
         return zipfile.is_zipfile(path) and any(
-            data is None or plugin_text(data) for _, data in zipped_configs(path, json_limit)
+            data is None or plugin_text(data) for _, data in zipped_configs(path, _READ_BYTES)
         )
-    return False
+    return True  # no config.json, which allennlp always writes: the plugin's checks say so
 
 
 def plugin_model(model: Any) -> bool:

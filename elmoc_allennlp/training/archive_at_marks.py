@@ -83,7 +83,7 @@ class ArchiveAtMarksCallback(TrainerCallback):
                 self._archive(trainer, minutes, elapsed, epoch, batch_number)
 
     def _archive(self, trainer, minutes: float, elapsed: float, epoch: int, batch: int) -> None:
-        # The module attribute: the atomic wrapper of hardening/atomic_train_files.py.
+        # The module attribute: the atomic wrapper of compat/carried_files.py.
         import allennlp.commands.train as train_command
 
         os.makedirs(self._directory, exist_ok=True)

@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.models.archival import load_archive
 
 import elmoc_allennlp  # noqa: F401  (installs the shims)
 from elmoc_allennlp.commands.elmoc_embed import embed_file
@@ -22,12 +21,6 @@ def test_elmoc_embedder(elmoc_archive):
     with pytest.raises(ConfigurationError) as error:
         ElmocEmbedder(str(elmoc_archive), cuda_device=MISSING)
     assert _one_line(error).startswith("cuda_device")
-
-
-def test_loading_an_archive(elmoc_archive):
-    with pytest.raises(ConfigurationError) as error:
-        load_archive(str(elmoc_archive), cuda_device=MISSING)
-    assert _one_line(error).startswith("--cuda-device (cuda_device)")
 
 
 def test_elmoc_embed(elmoc_archive, tmp_path):

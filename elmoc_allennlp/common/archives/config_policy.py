@@ -1,15 +1,17 @@
 """The self-contained policy of archived configs: strict JSON, dotted types never imported and of the
 kind their slot takes, no URL and no other archive in the sections loading builds, which together imply
 at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
+import hashlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Dict, Union
 
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives.limits import (
+    CARRIED_DIRECTORY,
     CONFIG_NAME,
     MAX_JSON_DEPTH,
     _regular_file,
@@ -92,14 +94,10 @@ def check_parameter_bound(config: Dict[str, Any], source: str) -> None:
         )
 
 
-# Where a downstream archive carries the biLM an `archive_file` names (set by `downstream/archive.py`).
-_carried_copy: Optional[Callable[[Union[str, os.PathLike], str], Path]] = None
-
-
-def register_carried_copies(locate: Callable[[Union[str, os.PathLike], str], Path]) -> None:
-    """`locate(directory, archive_file)`: the folder of the carried copy `check_self_contained` accepts."""
-    global _carried_copy
-    _carried_copy = locate
+def carried_bilm_directory(serialization_dir: Union[str, os.PathLike], archive_file: str) -> Path:
+    """Where a downstream run (or its archive) carries the copy of the biLM named `archive_file` in its config."""
+    key = hashlib.sha256(os.fspath(archive_file).encode("utf-8")).hexdigest()[:16]
+    return Path(serialization_dir) / CARRIED_DIRECTORY / key
 
 
 def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
@@ -119,8 +117,8 @@ def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLi
                     "archive reads nothing outside it"
                 )
             if name == "archive_file":
-                carried = _carried_copy(directory, value) / CONFIG_NAME if _carried_copy else None
-                if carried is None or not (os.path.isfile(carried) and not os.path.islink(carried)):
+                carried = carried_bilm_directory(directory, value) / CONFIG_NAME
+                if not (os.path.isfile(carried) and not os.path.islink(carried)):
                     raise ConfigurationError(
                         f"{source}: {key} names the archive {value[:200]!r}, whose copy this "
                         "archive does not carry (elmoc_bilm/); loading an archive reads nothing "

@@ -1,6 +1,8 @@
 """A biLM archive read for downstream use (`BilmArchive`): its config without the weights, its
 fastText model found beside it, and archives that are not a usable ELMo-C biLM refused naming the
 file and the config key."""
+import tarfile
+
 import numpy
 import pytest
 import torch
@@ -11,6 +13,7 @@ from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.indexers import BilmArchiveIndexer
 from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder
+from elmoc_allennlp.models import BidirectionalLanguageModel
 from tests.conftest import rewrite_archive
 from tests.downstream.conftest import SENTENCES, embed
 
@@ -23,6 +26,23 @@ def test_archive_reads_the_config_without_the_weights(elmoc_archive, tiny_fastte
     assert archive.num_layers == 3 and archive.output_dim == 12
     assert (archive.start_token, archive.end_token) == ("<S>", "</S>")
     assert archive.input_vectors_path == str(tiny_fasttext_path)
+
+
+def test_the_archive_is_extracted_once_in_load(elmoc_archive, monkeypatch):
+    """Its config, fastText locations and vocabulary are read from the tar, nothing else written; `load`
+    extracts it, once."""
+    from elmoc_allennlp.common.archives import extraction
+
+    extractions = []
+    extract = extraction.extract_archive
+    monkeypatch.setattr(extraction, "extract_archive", lambda path: extractions.append(path) or extract(path))
+    archive = BilmArchive(str(elmoc_archive))
+    with tarfile.open(elmoc_archive) as tar:
+        namespaces = tar.extractfile("vocabulary/non_padded_namespaces.txt").read().decode("utf-8").split()
+    assert archive.vocabulary_namespace("non_padded_namespaces") == {name: i + 1 for i, name in enumerate(namespaces)}
+    assert extractions == []
+    model, _ = archive.load()
+    assert extractions == [str(elmoc_archive)] and isinstance(model, BidirectionalLanguageModel)
 
 
 # ---------------------------------------------------------------------- bad input

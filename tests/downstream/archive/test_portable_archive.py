@@ -18,7 +18,8 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 
-from elmoc_allennlp.downstream.archive import CARRIED_DIRECTORY, VECTORS_PATH_VARIABLE
+from elmoc_allennlp.common.archives import CARRIED_DIRECTORY
+from elmoc_allennlp.downstream.archive import VECTORS_PATH_VARIABLE
 from tests.downstream.conftest import DOWNSTREAM_FIXTURES, REPO_ROOT
 
 SENTENCES = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"]]
