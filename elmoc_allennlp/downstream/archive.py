@@ -30,6 +30,7 @@ from elmoc_allennlp.common.archives import (
 )
 from elmoc_allennlp.common.archives.extraction import _check_member
 from elmoc_allennlp.common.archives.limits import _damage_named, _regular_file
+from elmoc_allennlp.common.archives.zip_archives import refuse_zip
 from elmoc_allennlp.common.archives.vocabulary import _VocabularyCount
 from elmoc_allennlp.common.fasttext_location import (
     LOCATIONS_NAME,
@@ -302,7 +303,7 @@ def _members(archive_path: Path, *names: str) -> Iterator[Path]:
         path, archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"), archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES")
     )
     with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
-        with _damage_named(path, "not a tar archive, or "), tarfile.open(path, "r|*") as tar:
+        with _damage_named(path, "not a tar archive, or "), _open_tar_stream(path) as tar:
             for member in tar:
                 name = _check_member(path, member, seen, totals, limits)
                 if name in names and member.isfile():
@@ -315,6 +316,15 @@ def _members(archive_path: Path, *names: str) -> Iterator[Path]:
                             vocabulary.copy(tar.extractfile(member), out, member.name)
                 tar.members = []  # headers only: keep none of them in memory
         yield Path(folder)
+
+
+def _open_tar_stream(path: str) -> tarfile.TarFile:
+    """The `.tar.gz` at `path` read as a stream; a zip is named as one (`refuse_zip`), as extraction does."""
+    try:
+        return tarfile.open(path, "r|*")
+    except tarfile.ReadError:
+        refuse_zip(path)
+        raise
 
 
 @contextlib.contextmanager
