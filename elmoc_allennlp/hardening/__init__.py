@@ -6,9 +6,9 @@ from typing import Iterator, List
 
 from elmoc_allennlp.hardening import scope
 
-GUARDS = ("safe_archive_extraction", "predict_files", "atomic_train_files", "serialization_lock")
+GUARDS = ("safe_archive_extraction", "atomic_train_files", "serialization_lock")
 # They guard or polish what stock allennlp does for every model: installed by the switch only.
-OPT_IN = ("safe_config_types", "weights_only_loading", "quiet_log_files", "evaluate_summary")
+OPT_IN = ("safe_config_types", "weights_only_loading", "quiet_log_files", "evaluate_summary", "predict_files")
 
 
 def harden_everywhere() -> List[str]:

@@ -1,4 +1,4 @@
-"""`allennlp predict` of the plugin's models refuses an `--output-file` that is its input (allennlp 2.10.1
+"""Opt-in: `allennlp predict` refuses an `--output-file` that is its input (allennlp 2.10.1
 truncates the input, exits 0) and names an input line that is not UTF-8 (allennlp 2.10.1: a bare error)."""
 import os
 import sys
@@ -8,15 +8,15 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path, open_compressed
 
 from elmoc_allennlp.common.shims import installer
-from elmoc_allennlp.hardening.scope import plugin_model
+from elmoc_allennlp.hardening.scope import everywhere
 
-REPLACES = "`allennlp predict` of the plugin's models refuses its input as --output-file, names a line not UTF-8"
+REPLACES = "`allennlp predict` refuses its input as --output-file, names a line not UTF-8"
 
 
 def _init(original, self, predictor, input_file, output_file, *args, **kwargs):
     if output_file is not None and input_file != "-" and os.path.exists(output_file):
         same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
-        if same and plugin_model(getattr(predictor, "_model", None)):
+        if same and everywhere():
             raise ConfigurationError(f"--output-file {output_file} is the input file {input_file}: choose another")
     original(self, predictor, input_file, output_file, *args, **kwargs)
 
@@ -34,7 +34,7 @@ def _decoded(lines: Iterable[bytes], name: str) -> Iterator[str]:
 
 
 def _get_json_data(original, self) -> Iterator:
-    if not plugin_model(getattr(self._predictor, "_model", None)):
+    if not everywhere():
         yield from original(self)
     elif self._input_file == "-":
         # A text stream that is not a file (tests) has no `buffer`.

@@ -118,8 +118,3 @@ def _read_member(path: str) -> bool:
         )
     return True  # no config.json, which allennlp always writes: the plugin's checks say so
 
-
-def plugin_model(model: Any) -> bool:
-    """Whether a model (a `torch.nn.Module`) has a module of the plugin."""
-    modules = model.modules() if hasattr(model, "modules") else [model]
-    return _EVERYWHERE or any(type(module).__module__.startswith(_PACKAGE) for module in modules)

@@ -1289,13 +1289,13 @@ def _predict_latin1(sandbox):
                         command_line=True)
     path = Path(sandbox.paths["input"])
     path.write_bytes(path.read_bytes().replace("\u00e9".encode("utf-8"), "\u00e9".encode("latin-1")))
-    return run
+    return _switched(run)  # polish of allennlp-wide behaviour: the switch's (docs/compat.md)
 
 
 @case("predict-output-file-is-the-input", ConfigurationError, "--output-file", "{input}",
       unchanged=("input.jsonl",))
 def _predict_onto_input(sandbox):
-    return _predict_call(sandbox, [_GOOD_LINE], command_line=True, onto_input=True)
+    return _switched(_predict_call(sandbox, [_GOOD_LINE], command_line=True, onto_input=True))
 
 
 # ---------------------------------------------------------------------- configs
