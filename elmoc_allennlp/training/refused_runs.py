@@ -9,6 +9,7 @@ from typing import FrozenSet, Optional
 
 from allennlp.common.checks import ConfigurationError
 
+from elmoc_allennlp.common.archives import CARRIED_DIRECTORY
 from elmoc_allennlp.common.writer_lock import FOLDER_LOCK_NAME
 
 logger = logging.getLogger(__name__)
@@ -16,9 +17,10 @@ logger = logging.getLogger(__name__)
 # How a config is refused: allennlp's and the plugin's checks, and a constructor's unknown argument.
 REFUSALS = (ConfigurationError, TypeError)
 
-# What `train_model` writes before training: nothing of a trained model.
+# What `train_model` writes before training (with the copy of each biLM a downstream model carries): nothing
+# of a trained model.
 WRITTEN_BEFORE_TRAINING = frozenset(
-    {"config.json", "meta.json", "out.log", "stderr.log", "vocabulary", FOLDER_LOCK_NAME}
+    {"config.json", "meta.json", "out.log", "stderr.log", "vocabulary", CARRIED_DIRECTORY, FOLDER_LOCK_NAME}
 )
 
 

@@ -263,6 +263,29 @@ def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_env
     assert first_input == 16 + char_cnn
 
 
+@pytest.mark.parametrize("with_bilm", [True, False], ids=["elmoc", "baseline"])
+def test_the_ner_run_and_its_baseline_read_task_text_as_the_fasttext_model_was_trained(
+    with_bilm, downstream_environment, monkeypatch
+):
+    """Issue #48: the README's NER block fed cased text to the walk-through's lowercased `.bin`, the ELMo-C run
+    lowercasing its own input, so that its gain over the baseline was mostly the baseline's lost words."""
+    from allennlp.data import DatasetReader
+
+    if not with_bilm:
+        monkeypatch.setenv("ELMOC_ARCHIVE", "")
+        monkeypatch.delenv("ELMOC_DIM")
+    params = Params.from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    words = reader._token_indexers["tokens"]
+    # The tiny fastText model, as the walk-through's, is trained on lowercased text.
+    assert words.vectors.case.lowercased and words.follows_model and words.lowercase_tokens
+    assert words.token_ids("EU") == words.token_ids("eu")
+    if with_bilm:
+        assert reader._token_indexers["elmo"].token_ids("German") == reader._token_indexers["elmo"].token_ids("german")
+    else:
+        assert "elmo" not in reader._token_indexers
+
+
 # ------------------------------------------------------------------ misspelt trainer keys
 
 
@@ -280,8 +303,8 @@ def test_a_misspelt_trainer_key_in_a_downstream_config_is_refused(downstream_env
             str(serialization_dir),
             overrides=json.dumps({"trainer.num_epoch": 1}),
         )
-    # Refused before the first epoch: nothing was trained.
-    assert not (serialization_dir / "metrics_epoch_0.json").exists()
+    # Refused before the first epoch: nothing was trained, and no folder is left to refuse the corrected rerun.
+    assert not serialization_dir.exists()
 
 
 def _toy_trainer(tmp_path, trainer_params: dict):
