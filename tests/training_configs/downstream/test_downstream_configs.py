@@ -374,3 +374,25 @@ def test_ner_archive_predicts_whitespace_tokens_without_spacy(
     assert len(output["tags"]) == len(words)
     with pytest.raises(ConfigurationError, match="sentence"):
         predictor.predict_json({"tokens": words})
+
+
+def test_first_ner_epochs_at_the_recipes_learning_rate_lower_the_loss_before_the_f1(
+    downstream_environment, monkeypatch, tmp_path
+):
+    """What the README's one-epoch path check shows when healthy: F1 can stay 0.000 at the recipe's
+    learning rate (the CRF tags everything `O` first) while the loss falls."""
+    from tests.downstream.test_layer_cache import _conll_file
+
+    monkeypatch.setenv("NER_TRAIN_DATA_PATH", str(_conll_file(tmp_path / "train.txt", 32, 0)))
+    monkeypatch.setenv("NER_VALIDATION_DATA_PATH", str(_conll_file(tmp_path / "dev.txt", 8, 1)))
+    monkeypatch.setenv("NER_TEST_DATA_PATH", str(tmp_path / "dev.txt"))
+    serialization_dir = tmp_path / "run"
+    train_model_from_file(
+        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+        str(serialization_dir),
+        overrides=json.dumps({"trainer.num_epochs": 2, "evaluate_on_test": False, "data_loader.batch_size": 8}),
+    )
+    epochs = [json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
+    assert epochs[1]["training_loss"] < epochs[0]["training_loss"]
+    assert epochs[1]["validation_loss"] < epochs[0]["validation_loss"]
+    assert epochs[0]["validation_f1-measure-overall"] == 0.0  # tags everything O after one epoch
