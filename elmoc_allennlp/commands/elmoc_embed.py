@@ -47,6 +47,7 @@ def quiet_parameter_logs() -> Iterator[None]:
         for each, level in zip(loggers, levels):
             each.setLevel(level)
 
+
 SENTENCE_TO_INDEX = "sentence_to_index"
 
 
