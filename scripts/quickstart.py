@@ -223,6 +223,45 @@ def nearest_neighbours(archive, corpus: Path, pool_size: int = 2000) -> List[Tup
     return results
 
 
+def result_rows(
+    trainable: int,
+    train_sentences: int,
+    train_tokens: int,
+    epochs: int,
+    metrics: Dict[str, float],
+    constant: Tuple[float, float],
+    serialization_dir: Path,
+    training_seconds: Optional[float] = None,
+    fasttext_seconds: Optional[float] = None,
+) -> List[Tuple[str, str]]:
+    """The rows of the final table (the timings only for steps this run did, not reused ones)."""
+    constant_cosine, constant_retrieval = constant
+    archive_path = serialization_dir / "model.tar.gz"
+    rows = [
+        ("trainable parameters", f"{trainable:,}"),
+        ("training tokens", f"{train_tokens:,} x {epochs} epochs"),
+    ]
+    if training_seconds:
+        predicted = (train_tokens + train_sentences) * epochs
+        rows.append(
+            ("training tokens/s", f"{predicted / training_seconds:,.0f} (wall clock incl. validation)")
+        )
+    if fasttext_seconds:
+        rows.append(("fastText training", f"{fasttext_seconds:.0f} s"))
+    rows += [
+        # Named as in metrics.json (`validation_` + the model's metric), evaluated on PTB valid.
+        ("validation_loss", f"{metrics['loss']:.4f} (1 - cosine, mean of the two directions)"),
+        ("validation_forward_loss", f"{metrics['forward_loss']:.4f}"),
+        ("validation_backward_loss", f"{metrics['backward_loss']:.4f}"),
+        ("validation_cosine_similarity", f"{metrics['cosine_similarity']:.4f}"),
+        ("validation_retrieval_accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),
+        ("a constant prediction", f"cosine {constant_cosine:.4f}, retrieval {constant_retrieval:.4f} (the mean target direction)"),
+        ("archive", str(archive_path)),
+        ("training log", str(serialization_dir / "out.log")),
+    ]
+    return rows
+
+
 def print_table(rows: List[Tuple[str, str]]) -> None:
     width = max(len(name) for name, _ in rows)
     print()
@@ -287,28 +326,17 @@ def main() -> int:
     trainable = sum(p.numel() for p in archive.model.parameters() if p.requires_grad)
     constant_cosine, constant_retrieval = constant_prediction(archive, corpus["valid"])
     epochs = training_metrics["epoch"] + 1
-    rows = [
-        ("trainable parameters", f"{trainable:,}"),
-        ("training tokens", f"{train_tokens:,} x {epochs} epochs"),
-    ]
-    if training_seconds:
-        predicted = (train_tokens + train_sentences) * epochs
-        rows.append(
-            ("training tokens/s", f"{predicted / training_seconds:,.0f} (wall clock incl. validation)")
-        )
-    if fasttext_seconds:
-        rows.append(("fastText training", f"{fasttext_seconds:.0f} s"))
-    rows += [
-        # Named as in metrics.json (`validation_` + the model's metric), evaluated on PTB valid.
-        ("validation_loss", f"{metrics['loss']:.4f} (1 - cosine, mean of the two directions)"),
-        ("validation_forward_loss", f"{metrics['forward_loss']:.4f}"),
-        ("validation_backward_loss", f"{metrics['backward_loss']:.4f}"),
-        ("validation_cosine_similarity", f"{metrics['cosine_similarity']:.4f}"),
-        ("validation_retrieval_accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),
-        ("a constant prediction", f"cosine {constant_cosine:.4f}, retrieval {constant_retrieval:.4f} (the mean target direction)"),
-        ("archive", str(archive_path)),
-        ("training log", str(serialization_dir / "out.log")),
-    ]
+    rows = result_rows(
+        trainable,
+        train_sentences,
+        train_tokens,
+        epochs,
+        metrics,
+        (constant_cosine, constant_retrieval),
+        serialization_dir,
+        training_seconds,
+        fasttext_seconds,
+    )
     print_table(rows)
     print("\nNearest neighbours (PTB valid) of contextual vectors, top layer:")
     for query, neighbours in nearest_neighbours(archive, corpus["valid"]):

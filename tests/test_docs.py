@@ -283,6 +283,12 @@ def test_readme_walk_through(readme_workspace):
     corpus_words = set(TRAIN_TEXT.split())
     assert all(vectors.word_id(word) >= 0 for word in corpus_words)  # --min-count 1
     assert (workspace / "runs" / "elmoc" / "model.tar.gz").is_file()
+    # The NER run reads task text as its fastText model was trained (lowercased), and says so (issue #48).
+    ner_log = (workspace / "runs" / "ner" / "out.log").read_text(encoding="utf-8")
+    vectors_file = (workspace / "fasttext" / "vectors.bin").resolve()
+    assert f"fastText indexer lowercases tokens (as the model; the model {vectors_file} is trained on lowercased" in (
+        ner_log
+    )
     # The hdf5 export of the README: one dataset per line of sentences.txt, every layer.
     sentences = (workspace / "sentences.txt").read_text(encoding="utf-8").splitlines()
     with h5py.File(workspace / "vectors.hdf5", "r") as hdf5:

@@ -3,13 +3,14 @@ The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, one h
 line (as the removed `allennlp elmo` did); its safeguards: docs/trust_and_safety.md.
 """
 import argparse
+import contextlib
 import errno
 import json
 import logging
 import os
 import shutil
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import numpy
 
@@ -27,6 +28,25 @@ from elmoc_allennlp.common.disk_full import DiskFullError
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
+
+# allennlp logs each parameter it reads building the biLM from its archive's config (about 100 lines)
+# and each parameter its initializers leave as loaded, at INFO: the command shows warnings of them only.
+_PARAMETER_LOGGERS = ("allennlp.common.params", "allennlp.nn.initializers")
+
+
+@contextlib.contextmanager
+def quiet_parameter_logs() -> Iterator[None]:
+    """Within the block, allennlp's per-parameter INFO lines are not logged (warnings still are)."""
+    loggers = [logging.getLogger(name) for name in _PARAMETER_LOGGERS]
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(max(each.getEffectiveLevel(), logging.WARNING))
+    try:
+        yield
+    finally:
+        for each, level in zip(loggers, levels):
+            each.setLevel(level)
+
 
 SENTENCE_TO_INDEX = "sentence_to_index"
 
@@ -72,19 +92,20 @@ class ElmocEmbed(PluginSubcommand):
     @staticmethod
     def run(args: argparse.Namespace) -> None:
         common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
-        embed_file(
-            args.archive_file,
-            args.input_file,
-            args.output_file,
-            output="all" if args.all else "top" if args.top else "average",
-            batch_size=args.batch_size,
-            cuda_device=args.cuda_device,
-            vectors_path=args.vectors_path,
-            forget_sentences=args.forget_sentences,
-            force=args.force,
-            allow_different_vectors=args.allow_different_vectors,
-            lowercase_tokens=args.lowercase_tokens,
-        )
+        with quiet_parameter_logs():
+            embed_file(
+                args.archive_file,
+                args.input_file,
+                args.output_file,
+                output="all" if args.all else "top" if args.top else "average",
+                batch_size=args.batch_size,
+                cuda_device=args.cuda_device,
+                vectors_path=args.vectors_path,
+                forget_sentences=args.forget_sentences,
+                force=args.force,
+                allow_different_vectors=args.allow_different_vectors,
+                lowercase_tokens=args.lowercase_tokens,
+            )
 
 
 def read_sentences(input_file: str) -> List[str]:

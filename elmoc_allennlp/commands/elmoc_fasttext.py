@@ -3,6 +3,7 @@ The `elmoc-fasttext` subcommand: trains the fastText `.bin` an ELMo-C biLM reads
 vectors from (docs/pretraining.md). Defaults: fastText's published English vectors (Bojanowski et
 al., 2017: skipgram, 300-d, character n-grams of 3 to 6, 2M buckets).
 """
+
 import argparse
 from pathlib import Path
 
@@ -83,4 +84,4 @@ class TrainFastText(PluginSubcommand):
             allow_degenerate=args.allow_degenerate,
         )
         health = measure_vector_health(FastTextVectors(path))
-        print(f"fastText vectors ({args.dim}-d) written to {path}: {health.summary()}")
+        print(f"fastText vectors ({args.dim}-d) written to {path}: {health.verdict()}: {health.summary()}")

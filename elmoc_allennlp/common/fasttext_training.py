@@ -1,4 +1,5 @@
 """Training a fastText model (the `.bin` that ELMo-C reads its input and output vectors from)."""
+
 import dataclasses
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ from elmoc_allennlp.common.vector_health import (
     degenerate_vectors_error,
     epochs_for,
     measure_vector_health,
+    more_epochs_remedy,
 )
 
 logger = logging.getLogger(__name__)
@@ -138,7 +140,7 @@ def train_fasttext(
         health = dataclasses.replace(measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path))
         logger.info("fastText vectors %s: %s", output_path, health.summary())
         if health.degenerate:
-            remedy = f"Train more epochs (this run: {epoch}): --epoch {2 * epoch}, or give a larger corpus."
+            remedy = more_epochs_remedy(epoch, count_tokens(corpus_path))
             if not allow_degenerate:
                 # Raised inside atomic_path: nothing is written, an existing file is kept.
                 raise degenerate_vectors_error(health, remedy + " Nothing was written.")

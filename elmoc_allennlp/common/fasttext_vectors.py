@@ -1,10 +1,12 @@
 """A pure-Python reader of fastText `.bin` models' vectors (the file: `fasttext_bin.py`)."""
+
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -39,6 +41,56 @@ def _encode(word: str) -> bytes:
         return word.encode("utf-8", "surrogatepass")
 
 
+# A dictionary with fewer words that have cased letters is too small to tell a lowercased model from a cased one.
+MIN_WORDS_FOR_CASE = 100
+
+
+@dataclass(frozen=True)
+class DictionaryCase:
+    """
+    Whether a fastText model was trained on lowercased text, decided from its dictionary.
+
+    # Parameters
+
+    words : `int`
+        The dictionary's words with a letter that has case (`"the"`, `"The"`; not `"1990"`).
+    cased_words : `int`
+        Of them, the words with an uppercase letter.
+    """
+
+    words: int
+    cased_words: int
+
+    @property
+    def lowercased(self) -> Optional[bool]:
+        """`True`: no uppercase letter in a non-trivial dictionary; `False`: some; `None`: too few words to tell."""
+        if self.cased_words:
+            return False
+        return True if self.words >= MIN_WORDS_FOR_CASE else None
+
+    def summary(self) -> str:
+        if self.lowercased is None:
+            return (
+                f"of unknown case (only {self.words:,} words with cased letters, {MIN_WORDS_FOR_CASE} needed to tell)"
+            )
+        if self.lowercased:
+            return f"trained on lowercased text (none of its {self.words:,} words has an uppercase letter)"
+        return f"trained on cased text ({self.cased_words / self.words:.1%} of its {self.words:,} words are cased)"
+
+
+def dictionary_case(words: Iterable[str]) -> DictionaryCase:
+    """How many of `words` have a cased letter, and how many of those an uppercase one."""
+    words_with_case = cased = 0
+    for word in words:
+        lowered = word.lower()
+        if lowered != word:
+            cased += 1
+            words_with_case += 1
+        elif lowered != word.upper():
+            words_with_case += 1
+    return DictionaryCase(words_with_case, cased)
+
+
 class FastTextVectors(FastTextBinFile):
     """
     The word and character n-gram vectors of a fastText `.bin`, loaded once per process by `from_path`;
@@ -57,6 +109,7 @@ class FastTextVectors(FastTextBinFile):
     def __init__(self, path: Union[str, os.PathLike]) -> None:
         super().__init__(path)
         self._input_matrix: Optional[torch.Tensor] = None
+        self._case: Optional[DictionaryCase] = None
         self._cached_subword_ids = lru_cache(maxsize=self.subword_cache_size)(self._compute_subword_ids)
 
     @classmethod
@@ -86,6 +139,13 @@ class FastTextVectors(FastTextBinFile):
             f"FastTextVectors({str(self.path)!r}, dim={self.dim}, num_words={self.num_words}, "
             f"bucket={self.bucket}, minn={self.minn}, maxn={self.maxn})"
         )
+
+    @property
+    def case(self) -> DictionaryCase:
+        """Whether the model was trained on lowercased text, measured once per loaded file."""
+        if self._case is None:
+            self._case = dictionary_case([word for word in self.words if word != self.eos_word])
+        return self._case
 
     @property
     def input_matrix(self) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """Whether fastText vectors can serve as biLM targets (nearly collinear ones cannot: docs/pretraining.md)."""
+
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,18 @@ class VectorHealth:
             + ("" if self.words >= MIN_WORDS_JUDGED else f" (too few words to judge: under {MIN_WORDS_JUDGED})")
         )
 
+    def verdict(self) -> str:
+        """`healthy`, `degenerate` or `not judged`, with the thresholds."""
+        thresholds = (
+            f"degenerate from a mean cosine of {DEGENERATE_MEAN_COSINE} or "
+            f"{DEGENERATE_NEAR_DUPLICATES:.0%} near duplicates"
+        )
+        if self.words < MIN_WORDS_JUDGED:
+            return f"not judged (under {MIN_WORDS_JUDGED} words)"
+        if self.degenerate:
+            return f"degenerate, useless as biLM targets ({thresholds})"
+        return f"healthy ({thresholds})"
+
 
 def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) -> np.ndarray:
     """`(n, dim)` float64 unit vectors (as `get_word_vector`) of the first `count` words but `</s>`, not zero."""
@@ -113,6 +126,20 @@ def count_tokens(corpus: Union[str, Path]) -> int:
     """The whitespace-separated tokens of a text file (read as bytes)."""
     with open(corpus, "rb") as handle:
         return sum(len(line.split()) for line in handle)
+
+
+def more_epochs_remedy(epoch: int, tokens: int) -> str:
+    """What to train after `epoch` epochs on `tokens` tokens gave degenerate vectors: the rule's epochs, or more."""
+    rule = epochs_for(tokens)
+    if epoch < rule:
+        return (
+            f"Train the {rule} epochs the rule picks for {tokens:,} tokens (this run: {epoch}): leave "
+            f"--epoch out, or --epoch {rule}."
+        )
+    return (
+        f"Train more epochs than this run's {epoch} (the rule picks {rule} for {tokens:,} tokens): "
+        f"--epoch {2 * epoch}, or give a larger corpus."
+    )
 
 
 def degenerate_vectors_error(health: VectorHealth, remedy: str) -> DegenerateVectorsError:

@@ -3,6 +3,7 @@
 the copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as
 `common/fasttext_location.py` finds them.
 """
+
 import contextlib
 import json
 import logging
@@ -110,7 +111,8 @@ class BilmArchive:
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
         self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]))
-        self.lowercase_tokens = bool(indexer.get("lowercase_tokens", False))
+        # `None` (not recorded): pretraining followed the fastText model (resolved below).
+        self.lowercase_tokens: Optional[bool] = indexer.get("lowercase_tokens")
         # Pretraining may have cut long tokens (`elmoc_lm_corpus`'s max_token_characters).
         self.max_token_characters: Optional[int] = reader.get("max_token_characters")
         self.start_token = reader.get("start_token", DEFAULT_START_TOKEN)
@@ -119,6 +121,8 @@ class BilmArchive:
             raise self._error("has no dataset_reader.start_token / end_token")
         self.vectors_overrides = self._resolve_vectors_paths(vectors_path)
         self.input_vectors_path: Optional[str] = self.input_kind.input_vectors(self)
+        if self.lowercase_tokens is None:
+            self.lowercase_tokens = self.input_kind.lowercased_input(self)
         self._pieces: Dict[str, Dict[str, int]] = {}
 
     def _error(self, problem: str) -> ConfigurationError:

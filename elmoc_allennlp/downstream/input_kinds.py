@@ -1,4 +1,5 @@
 """The input kinds of pretrained biLMs: `fasttext` (ELMo-C), `characters` (ELMo) and `pieces` (ELMo-Sub)."""
+
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Type
 
@@ -99,6 +100,10 @@ class BilmInputKind:
         """The fastText model the biLM's input is read with, found on this machine (`None`: not fastText input)."""
         return None
 
+    def lowercased_input(self, archive) -> bool:
+        """Whether pretraining lowercased tokens when its config does not say (its indexer's default)."""
+        return False
+
     def boundary_ids(self, pretraining_indexer, vocabulary, token: str) -> List[int]:
         """The ids a boundary token (`<S>`, `</S>`) had in pretraining, from the biLM's own indexer."""
         indexed = pretraining_indexer.tokens_to_indices([Token(token)], vocabulary)
@@ -173,6 +178,11 @@ class FastTextInput(BilmInputKind):
         if not allow_different_vectors:
             return {}
         return {f"{self._configs[1]}.{archive.input_key}.allow_different_vectors": True}
+
+    def lowercased_input(self, archive):
+        """The `elmoc_fasttext_subwords` default: as its fastText model (lowercased text: lowercase)."""
+        path = archive.vectors_overrides[f"{self._configs[0]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
+        return bool(FastTextVectors.from_path(path).case.lowercased)
 
     def input_vectors(self, archive):
         """The embedder's fastText model; its dimension must be the contextualizer's `input_dim`."""

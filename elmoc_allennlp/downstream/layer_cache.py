@@ -1,4 +1,5 @@
 """A frozen biLM's layers per sentence in an LMDB file, as raw bytes behind a header (docs/layer_cache.md)."""
+
 import difflib
 import errno
 import hashlib
@@ -159,6 +160,34 @@ class LayerStore(TensorCache):
             super().__del__()
 
 
+def resolve_cache_directories(params: Any) -> List[str]:
+    """
+    Makes each relative `cache_directory` of a biLM block (a dict with an `archive_file`) in a training
+    config (a dict or allennlp `Params`) absolute against the working directory, in place, so that the
+    run's `config.json`, and its archive, name the folder it fills wherever the archive is evaluated.
+    Returns the paths made absolute.
+    """
+    resolved = []
+    stack = [getattr(params, "params", params)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            directory = node.get("cache_directory")
+            if (
+                "archive_file" in node
+                and isinstance(directory, str)
+                and not os.path.isabs(os.path.expanduser(directory))
+            ):
+                node["cache_directory"] = os.path.abspath(directory)
+                resolved.append(node["cache_directory"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    for path in resolved:
+        logger.info("Layer cache: cache_directory resolved to %s (recorded so in config.json)", path)
+    return resolved
+
+
 class LayerCache:
     """
     The layers of one frozen `ElmocBiLm` per sentence in `directory`, as `cache_dtype`: read where stored,
@@ -173,6 +202,15 @@ class LayerCache:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigurationError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}")
         self.directory = Path(directory).expanduser()
+        if not self.directory.is_absolute():
+            # Training records it absolute (`resolve_cache_directories`): a relative one comes from an
+            # older archive, or a model built outside `allennlp train`.
+            self.directory = self.directory.absolute()
+            logger.warning(
+                "Layer cache: cache_directory %s is relative: the biLM's layers are read and stored in %s",
+                directory,
+                self.directory,
+            )
         self.cache_dtype = cache_dtype
         self.map_size = map_size
         self.path: Optional[Path] = None
@@ -224,7 +262,15 @@ class LayerCache:
         if store.read_only and self.filling:
             logger.warning("Layer cache %s is read-only: it is read, not filled", self.path)
             self.filling = False
-        logger.info("Layer cache of the biLM's layers (%s): %s", self.cache_dtype, self.path)
+        stored = max(len(store) - (recorded is not None), 0)
+        how = "read and filled" if self.filling else "read only"
+        logger.info(
+            "Layer cache of the biLM's layers (%s): %s, %s sentences stored, %s",
+            self.cache_dtype,
+            self.path,
+            f"{stored:,}",
+            how,
+        )
         return store
 
     def _stop_filling(self, error: BaseException) -> None:

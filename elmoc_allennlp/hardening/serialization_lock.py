@@ -1,11 +1,14 @@
 """A serialization folder of the plugin's runs has one `allennlp train` writer at a time: its
 `WriterLock`, from before the folder is made, reused or removed to the end of `train_model`."""
+
 import errno
 import os
 
 from elmoc_allennlp.common.shims import installer
 from elmoc_allennlp.common.writer_lock import FOLDER, HELD_FOLDERS, WriterLock
+from elmoc_allennlp.downstream.layer_cache import resolve_cache_directories
 from elmoc_allennlp.hardening.scope import plugin_config
+from elmoc_allennlp.training.refused_runs import folder_before_run, remove_refused_run
 
 REPLACES = "a serialization folder of the plugin's runs has one `allennlp train` writer at a time (an flock)"
 
@@ -35,8 +38,16 @@ def _create_serialization_dir(original, params, serialization_dir, recover, forc
 def _train_model(original, params, serialization_dir, *args, **kwargs):
     folder = os.path.abspath(os.fspath(serialization_dir))
     already = folder in HELD_FOLDERS
+    plugin = not already and plugin_config(params)
+    if plugin:
+        resolve_cache_directories(params)
+    before = folder_before_run(folder)
     try:
         return original(params, serialization_dir, *args, **kwargs)
+    except BaseException as error:
+        if plugin:
+            remove_refused_run(folder, before, error)
+        raise
     finally:
         if not already and folder in HELD_FOLDERS:
             HELD_FOLDERS.pop(folder).release()

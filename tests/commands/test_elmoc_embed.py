@@ -180,6 +180,10 @@ def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_pa
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "elmoc-embed: 100%" in result.stderr  # the progress bar
+    # Issue #48: not allennlp's line per parameter read (about 100 for a 2-sentence export) or left as loaded.
+    console = result.stdout + result.stderr
+    assert "allennlp.common.params" not in console and "allennlp.nn.initializers" not in console
+    assert "Wrote ELMo-C vectors of 6 sentences to" in console
     expected = list(
         embedder.embed_sentences([line.split() for line in LINES], batch_size=3, output="top")
     )

@@ -74,7 +74,11 @@ def test_degenerate_vectors_stop_the_command_with_the_remedy(monkeypatch, tmp_pa
 
     _stub_fasttext(monkeypatch, _degenerate())
     output = tmp_path / "vectors.bin"
-    with pytest.raises(DegenerateVectorsError, match=r"vectors\.bin are degenerate: .*--epoch 6\b"):
+    tokens = sum(len(line.split()) for line in CORPUS.read_text(encoding="utf-8").splitlines())
+    # --epoch 3, below what the rule picks for the corpus: the remedy is the rule's epochs.
+    rule = epochs_for(tokens)
+    remedy = f"Train the {rule} epochs the rule picks for {tokens:,} tokens \\(this run: 3\\): leave --epoch out, or --epoch {rule}\\."
+    with pytest.raises(DegenerateVectorsError, match=r"vectors\.bin are degenerate: .*" + remedy):
         run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--epoch", "3")
     assert list(tmp_path.iterdir()) == []
     _stub_fasttext(monkeypatch, _degenerate())
@@ -92,4 +96,7 @@ def test_epochs_follow_the_corpus_and_the_figures_are_printed(monkeypatch, tmp_p
     assert stub.kwargs["epoch"] == epochs_for(tokens) > 5
     health = measure_vector_health(output)
     printed = capsys.readouterr().out
-    assert f"written to {output}: mean pairwise cosine of the 5 most frequent words {health.mean_cosine:.3f}" in printed
+    assert (
+        f"written to {output}: healthy (degenerate from a mean cosine of 0.5 or 50% near duplicates): "
+        f"mean pairwise cosine of the 5 most frequent words {health.mean_cosine:.3f}"
+    ) in printed

@@ -15,7 +15,7 @@ import pytest
 from elmoc_allennlp.common import fasttext_training
 from benchmarks.common import write_fasttext_bin
 from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors
-from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for
+from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for, more_epochs_remedy
 
 
 class _Model:
@@ -90,7 +90,8 @@ def test_degenerate_vectors_are_refused_and_an_existing_file_kept(monkeypatch, t
     output = tmp_path / "out.bin"
     output.write_bytes(b"precious")
     monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
-    with pytest.raises(DegenerateVectorsError, match=r"out\.bin are degenerate: .* --epoch 14\b.*Nothing was written"):
+    # 7 epochs, fewer than the rule's for 3 tokens: the remedy names the rule's.
+    with pytest.raises(DegenerateVectorsError, match=r"out\.bin are degenerate: .* --epoch 1666667\. Nothing was written"):
         fasttext_training.train_fasttext(corpus, output, dim=4, epoch=7)
     assert output.read_bytes() == b"precious"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "out.bin"]
@@ -98,6 +99,26 @@ def test_degenerate_vectors_are_refused_and_an_existing_file_kept(monkeypatch, t
     monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
     fasttext_training.train_fasttext(corpus, output, dim=4, epoch=7, allow_degenerate=True)
     numpy.testing.assert_array_equal(_saved_matrix(output), _degenerate())
+
+
+def test_the_remedy_names_the_epochs_the_rule_picks():
+    # Issue #48: 10 epochs on 110k tokens were refused, and the remedy said --epoch 20; the rule picks 46.
+    assert epochs_for(110_000) == 46
+    assert more_epochs_remedy(10, 110_000) == (
+        "Train the 46 epochs the rule picks for 110,000 tokens (this run: 10): leave --epoch out, or --epoch 46."
+    )
+    # Already the rule's (or more): twice as many.
+    assert more_epochs_remedy(46, 110_000) == (
+        "Train more epochs than this run's 46 (the rule picks 46 for 110,000 tokens): --epoch 92, or give a larger corpus."
+    )
+
+
+def test_degenerate_vectors_at_the_rules_epochs_name_twice_as_many(monkeypatch, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\n" * 100_000, encoding="utf-8")
+    monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
+    with pytest.raises(DegenerateVectorsError, match=r"this run's 17 \(the rule picks 17 for 300,000 tokens\): --epoch 34,"):
+        fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4)
 
 
 @pytest.mark.parametrize("epoch, expected", [(None, epochs_for(7)), (3, 3)])

@@ -53,33 +53,31 @@ def test_tokens_are_cut_as_in_pretraining(elmoc_archive, indexer, tmp_path):
 def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexer, tmp_path):
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
-    def lowercase_in_pretraining(config):
-        config["dataset_reader"]["token_indexers"]["fasttext"]["lowercase_tokens"] = True
+    def pretraining_lowercases(value):
+        def rewrite(config):
+            config["dataset_reader"]["token_indexers"]["fasttext"]["lowercase_tokens"] = value
 
-    lowered_archive = rewrite_archive(
-        elmoc_archive, tmp_path / "lower.tar.gz", lowercase_in_pretraining
-    )
+        return rewrite
+
+    lowered_archive = rewrite_archive(elmoc_archive, tmp_path / "lower.tar.gz", pretraining_lowercases(True))
+    cased_archive = rewrite_archive(elmoc_archive, tmp_path / "cased.tar.gz", pretraining_lowercases(False))
     assert BilmArchive(lowered_archive).lowercase_tokens
-    assert not BilmArchive(elmoc_archive).lowercase_tokens
+    assert not BilmArchive(cased_archive).lowercase_tokens
+    # Not recorded: pretraining's indexer followed its fastText model, trained on lowercased text.
+    assert BilmArchive(elmoc_archive).lowercase_tokens
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
+    keeping = BilmArchiveIndexer.from_archive(str(cased_archive))
     inherited = BilmArchiveIndexer.from_archive(str(lowered_archive))
-    assert inherited.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
-        lower, Vocabulary()
-    )
-    assert indexer.tokens_to_indices(cased, Vocabulary()) != indexer.tokens_to_indices(
-        lower, Vocabulary()
-    )
+    assert inherited.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(lower, Vocabulary())
+    assert indexer.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(lower, Vocabulary())
+    assert keeping.tokens_to_indices(cased, Vocabulary()) != keeping.tokens_to_indices(lower, Vocabulary())
     overridden = BilmArchiveIndexer.from_archive(str(lowered_archive), lowercase_tokens=False)
-    assert overridden.tokens_to_indices(cased, Vocabulary()) == indexer.tokens_to_indices(
-        cased, Vocabulary()
-    )
+    assert overridden.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(cased, Vocabulary())
     # The Python API uses the archive's own indexer, so it lowercases too.
     api = ElmocEmbedder(str(lowered_archive))
-    numpy.testing.assert_allclose(
-        api.embed_sentence(["The", "CAT"]), api.embed_sentence(["the", "cat"]), atol=1e-6
-    )
+    numpy.testing.assert_allclose(api.embed_sentence(["The", "CAT"]), api.embed_sentence(["the", "cat"]), atol=1e-6)
     assert not numpy.allclose(
-        ElmocEmbedder(str(elmoc_archive)).embed_sentence(["The", "CAT"]),
+        ElmocEmbedder(str(cased_archive)).embed_sentence(["The", "CAT"]),
         api.embed_sentence(["the", "cat"]),
         atol=1e-4,
     )

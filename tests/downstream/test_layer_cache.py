@@ -369,3 +369,81 @@ def test_values_filling_whole_pages_round_trip(tmp_path, k, offset, cache_dtype)
         numpy.testing.assert_array_equal(read[:, row, : value.size(1)], expected)
         numpy.testing.assert_array_equal(read[:, row, value.size(1):], 0.0)
         numpy.testing.assert_array_equal(store[key.decode()].numpy(), expected)
+
+
+def test_a_relative_cache_directory_is_resolved_when_training_and_evaluate_says_where(
+    downstream_environment, monkeypatch, tmp_path
+):
+    """Issue #48: evaluated from another folder, an archive trained with `runs/layer_cache` wrote a new cache there."""
+    monkeypatch.setenv("NER_TRAIN_DATA_PATH", str(_conll_file(tmp_path / "train.txt", 12, 0)))
+    monkeypatch.setenv("NER_VALIDATION_DATA_PATH", str(_conll_file(tmp_path / "dev.txt", 4, 1)))
+    monkeypatch.setenv("NER_TEST_DATA_PATH", str(tmp_path / "dev.txt"))
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    overrides = {
+        "trainer.num_epochs": 1,
+        "evaluate_on_test": False,
+        "model.encoder.hidden_size": 4,
+        "model.encoder.num_layers": 1,
+        "model.text_field_embedder.token_embedders.elmo.cache_directory": "runs/layer_cache",
+    }
+    train_model_from_file(
+        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"), "runs/ner", overrides=json.dumps(overrides)
+    )
+    cache_directory = tmp_path / "work" / "runs" / "layer_cache"
+    recorded = json.loads((tmp_path / "work" / "runs" / "ner" / "config.json").read_text())
+    assert recorded["model"]["text_field_embedder"]["token_embedders"]["elmo"]["cache_directory"] == str(
+        cache_directory
+    )
+    assert len(list(cache_directory.glob("*.lmdb"))) == 1
+
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    archive = load_archive(str(tmp_path / "work" / "runs" / "ner" / "model.tar.gz"))
+    instances = list(archive.dataset_reader.read(str(tmp_path / "dev.txt")))
+    loader = SimpleDataLoader(instances, batch_size=4)
+    loader.index_with(archive.model.vocab)
+    # allennlp's training replaced the root logger's handlers (caplog's among them): a handler of our own.
+    messages = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    cache_logger = logging.getLogger("elmoc_allennlp.downstream.layer_cache")
+    cache_logger.addHandler(handler)
+    monkeypatch.setattr(cache_logger, "level", logging.INFO)
+    try:
+        evaluate(archive.model, loader)
+    finally:
+        cache_logger.removeHandler(handler)
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # no cache written here
+    cache = next(m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None))
+    assert cache.hits == len(instances) and cache.misses == 0
+    assert f"Layer cache of the biLM's layers (float32): {cache.path}, 16 sentences stored, read and filled" in messages
+    assert str(cache.path).startswith(str(cache_directory))
+
+
+def test_a_relative_cache_directory_outside_training_warns_where_it_goes(elmoc_archive, tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="elmoc_allennlp.downstream.layer_cache"):
+        elmo = _elmo(elmoc_archive, cache_directory="layer_cache")
+    assert elmo.bilm.layer_cache.directory == tmp_path / "layer_cache"
+    assert (
+        f"cache_directory layer_cache is relative: the biLM's layers are read and stored in {tmp_path}" in caplog.text
+    )
+
+
+def test_resolve_cache_directories_only_touches_relative_biLM_blocks():
+    from elmoc_allennlp.downstream.layer_cache import resolve_cache_directories
+    import os
+
+    config = {
+        "model": {
+            "elmo": {"archive_file": "a.tar.gz", "cache_directory": "cache"},
+            "other": {"archive_file": "b.tar.gz", "cache_directory": "/abs/cache"},
+            "list": [{"archive_file": "c.tar.gz", "cache_directory": "~/cache"}, {"cache_directory": "no_bilm"}],
+        }
+    }
+    assert resolve_cache_directories(config) == [os.path.abspath("cache")]
+    assert config["model"]["elmo"]["cache_directory"] == os.path.abspath("cache")
+    assert config["model"]["other"]["cache_directory"] == "/abs/cache"
+    assert config["model"]["list"][0]["cache_directory"] == "~/cache"  # expanded to a home path: absolute
+    assert config["model"]["list"][1]["cache_directory"] == "no_bilm"

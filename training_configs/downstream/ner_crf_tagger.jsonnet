@@ -5,11 +5,11 @@
 // word vectors + character CNN + ELMo, 2-layer BiLSTM, CRF), hyperparameters unchanged, including
 // the L2 penalty 0.1 on the ELMo mixing weights (`scalar_parameters`), with three changes:
 // * the two ELMo blocks replaced by ELMo-C (`elmoc_bilm_inputs` / `elmoc_token_embedder`);
-// * the 50-d GloVe vectors (lowercased, fine-tuned) -> the frozen, cased fastText vectors
-//   (ELMOC_FASTTEXT, ELMOC_FASTTEXT_DIM): GloVe cannot be downloaded here, and fine-tuning the
-//   whole fastText table (words + 2M n-gram buckets) is not practical; with a fastText model
-//   trained on lowercased text (the PTB quickstart's), add
-//   -o '{"dataset_reader.token_indexers.tokens.lowercase_tokens": true}';
+// * the 50-d GloVe vectors (lowercased, fine-tuned) -> frozen fastText vectors (ELMOC_FASTTEXT,
+//   ELMOC_FASTTEXT_DIM): GloVe cannot be downloaded here, and fine-tuning the whole fastText table
+//   (words + 2M n-gram buckets) is not practical. Tokens are lowercased when the fastText model
+//   was trained on lowercased text (the PTB quickstart's) and keep their case otherwise (the log
+//   says which; `lowercase_tokens` forces it: training_configs/downstream/README.md#casing);
 // * model selection on the development set (eng.testa) and a final evaluation on eng.testb; the
 //   recipe validates on eng.testb.
 //

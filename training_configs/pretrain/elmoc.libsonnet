@@ -12,9 +12,10 @@ local defaults = {
   embedding_dim: error 'embedding_dim (the fastText dimension) is required',
   train_data_path: error 'train_data_path is required',
   validation_data_path: null,
-  // Lowercase tokens before the fastText lookup (for a lowercased corpus and fastText model);
-  // the archive records it, so the downstream `elmoc_bilm_inputs` indexer lowercases too.
-  lowercase_tokens: false,
+  // Lowercase tokens before the fastText lookup: null follows the fastText model (lowercase if its
+  // dictionary has no uppercase letter, i.e. it was trained on lowercased text); true / false force it.
+  // The downstream `elmoc_bilm_inputs` indexer lowercases as pretraining did.
+  lowercase_tokens: null,
 
   // --- Model ---
   // ELMo's LSTM with projection (Peters et al. 2018), 2 layers of 4096 cells -> 512. Authors:
@@ -214,7 +215,7 @@ local inapplicable(settings, s) = [
             // vectors as the authors' `<s>` / `</s>` (source/models/build_word_vectors.py:
             // `get_word_vector` of each); `<S>` is their `<s>` exactly with lowercase_tokens.
             boundary_tokens: ['</S>'],
-            [if s.lowercase_tokens then 'lowercase_tokens']: true,
+            [if s.lowercase_tokens != null then 'lowercase_tokens']: s.lowercase_tokens,
           },
         },
       },

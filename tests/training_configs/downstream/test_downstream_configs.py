@@ -263,6 +263,29 @@ def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_env
     assert first_input == 16 + char_cnn
 
 
+@pytest.mark.parametrize("with_bilm", [True, False], ids=["elmoc", "baseline"])
+def test_the_ner_run_and_its_baseline_read_task_text_as_the_fasttext_model_was_trained(
+    with_bilm, downstream_environment, monkeypatch
+):
+    """Issue #48: the README's NER block fed cased text to the walk-through's lowercased `.bin`, the ELMo-C run
+    lowercasing its own input, so that its gain over the baseline was mostly the baseline's lost words."""
+    from allennlp.data import DatasetReader
+
+    if not with_bilm:
+        monkeypatch.setenv("ELMOC_ARCHIVE", "")
+        monkeypatch.delenv("ELMOC_DIM")
+    params = Params.from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    words = reader._token_indexers["tokens"]
+    # The tiny fastText model, as the walk-through's, is trained on lowercased text.
+    assert words.vectors.case.lowercased and words.follows_model and words.lowercase_tokens
+    assert words.token_ids("EU") == words.token_ids("eu")
+    if with_bilm:
+        assert reader._token_indexers["elmo"].token_ids("German") == reader._token_indexers["elmo"].token_ids("german")
+    else:
+        assert "elmo" not in reader._token_indexers
+
+
 # ------------------------------------------------------------------ misspelt trainer keys
 
 
@@ -280,8 +303,8 @@ def test_a_misspelt_trainer_key_in_a_downstream_config_is_refused(downstream_env
             str(serialization_dir),
             overrides=json.dumps({"trainer.num_epoch": 1}),
         )
-    # Refused before the first epoch: nothing was trained.
-    assert not (serialization_dir / "metrics_epoch_0.json").exists()
+    # Refused before the first epoch: nothing was trained, and no folder is left to refuse the corrected rerun.
+    assert not serialization_dir.exists()
 
 
 def _toy_trainer(tmp_path, trainer_params: dict):
@@ -351,3 +374,25 @@ def test_ner_archive_predicts_whitespace_tokens_without_spacy(
     assert len(output["tags"]) == len(words)
     with pytest.raises(ConfigurationError, match="sentence"):
         predictor.predict_json({"tokens": words})
+
+
+def test_first_ner_epochs_at_the_recipes_learning_rate_lower_the_loss_before_the_f1(
+    downstream_environment, monkeypatch, tmp_path
+):
+    """What the README's one-epoch path check shows when healthy: F1 can stay 0.000 at the recipe's
+    learning rate (the CRF tags everything `O` first) while the loss falls."""
+    from tests.downstream.test_layer_cache import _conll_file
+
+    monkeypatch.setenv("NER_TRAIN_DATA_PATH", str(_conll_file(tmp_path / "train.txt", 32, 0)))
+    monkeypatch.setenv("NER_VALIDATION_DATA_PATH", str(_conll_file(tmp_path / "dev.txt", 8, 1)))
+    monkeypatch.setenv("NER_TEST_DATA_PATH", str(tmp_path / "dev.txt"))
+    serialization_dir = tmp_path / "run"
+    train_model_from_file(
+        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+        str(serialization_dir),
+        overrides=json.dumps({"trainer.num_epochs": 2, "evaluate_on_test": False, "data_loader.batch_size": 8}),
+    )
+    epochs = [json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
+    assert epochs[1]["training_loss"] < epochs[0]["training_loss"]
+    assert epochs[1]["validation_loss"] < epochs[0]["validation_loss"]
+    assert epochs[0]["validation_f1-measure-overall"] == 0.0  # tags everything O after one epoch
