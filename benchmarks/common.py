@@ -240,7 +240,7 @@ def write_fasttext_bin(
     """
     from allennlp.common.checks import ConfigurationError
 
-    from elmoc_allennlp.common import fasttext_vectors as fasttext_format
+    from elmoc_allennlp.fasttext import vectors as fasttext_format
     from elmoc_allennlp.common.atomic_files import atomic_write
     from elmoc_allennlp.common.checks import check_one_of
 

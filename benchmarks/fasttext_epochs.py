@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """
 How many fastText epochs a small corpus needs: the mean pairwise cosine of the 2,000 most
-frequent words' vectors (`elmoc_allennlp/common/vector_health.py`), by corpus size and epochs.
+frequent words' vectors (`elmoc_allennlp/fasttext/health.py`), by corpus size and epochs.
 
     python -m benchmarks.fasttext_epochs [--tokens 100000 200000 500000 0] [--epochs 5 10 20]
                                          [--max-passes 6000000] [--threads 11] [--directory DIR]
@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from elmoc_allennlp.common.fasttext_training import train_fasttext
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.vector_health import epochs_for, measure_vector_health
+from elmoc_allennlp.fasttext.training import train_fasttext
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
+from elmoc_allennlp.fasttext.health import epochs_for, measure_vector_health
 
 OPTIONS = dict(dim=100, min_count=1, minn=3, maxn=6, bucket=200_000)
 

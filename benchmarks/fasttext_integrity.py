@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common import fasttext_vectors as ft
+from elmoc_allennlp.fasttext import vectors as ft
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -105,7 +105,7 @@ def write_sentences(sentences: List[List[str]], path: Path) -> Path:
 
 
 def build_fasttext(sentences: List[List[str]], path: Path) -> Path:
-    from elmoc_allennlp.common.fasttext_training import train_fasttext
+    from elmoc_allennlp.fasttext.training import train_fasttext
 
     if path.exists():
         return path

@@ -207,7 +207,7 @@ def corpus_mode(args: argparse.Namespace, output: Path) -> Dict:
 
 _PROBE = """
 import sys, time
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
 def memory():
     values = {}

@@ -10,7 +10,7 @@ install_shims()
 from elmoc_allennlp import data, modules, downstream, models, predictors, training, finetune, commands  # noqa: E402,F401
 
 # What a user's script imports, at short paths as allennlp's (`from allennlp.modules.elmo import Elmo`).
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors  # noqa: E402
+from elmoc_allennlp.fasttext.vectors import FastTextVectors  # noqa: E402
 from elmoc_allennlp.downstream import BilmArchive, ElmocBiLm, ElmocElmo, ElmocEmbedder, ElmocTokenEmbedder  # noqa: E402
 from elmoc_allennlp.models import BidirectionalLanguageModel  # noqa: E402
 

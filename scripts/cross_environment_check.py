@@ -40,7 +40,7 @@ def train(out: Path) -> None:
     from allennlp.commands.train import train_model_from_file
     from allennlp.common.util import import_module_and_submodules
 
-    from elmoc_allennlp.common.fasttext_training import train_fasttext
+    from elmoc_allennlp.fasttext.training import train_fasttext
     from tests.conftest import FIXTURES_ROOT, LM_CORPUS, TINY_FASTTEXT_OPTIONS
 
     torch.set_num_threads(1)

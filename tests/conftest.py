@@ -78,7 +78,7 @@ TINY_FASTTEXT_OPTIONS = dict(dim=16, min_count=1, minn=2, maxn=4, bucket=20000, 
 
 @pytest.fixture(scope="session", autouse=True)
 def tiny_fasttext_path(tmp_path_factory) -> Path:
-    from elmoc_allennlp.common.fasttext_training import train_fasttext
+    from elmoc_allennlp.fasttext.training import train_fasttext
 
     directory = tmp_path_factory.mktemp("fasttext")
     corpus = directory / "corpus.txt"

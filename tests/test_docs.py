@@ -273,7 +273,7 @@ def test_readme_walk_through(readme_workspace):
     """The walk-through trains fastText and a biLM on the small corpus and uses the biLM."""
     import h5py
 
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     workspace, run = readme_workspace
     assert len(run) >= 4

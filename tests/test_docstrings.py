@@ -328,7 +328,7 @@ def test_every_constructor_parameter_is_documented(cls):
 
 def test_other_documented_classes_and_functions_are_found():
     assert {
-        "elmoc_allennlp.common.fasttext_training.train_fasttext",
+        "elmoc_allennlp.fasttext.training.train_fasttext",
         "elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm.LayerNormLstmLayer",
         "elmoc_allennlp.training.rnmt_plus_learning_rate.RnmtPlusLearningRate.from_run_length",
     } <= set(SECTIONED)

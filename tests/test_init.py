@@ -188,7 +188,7 @@ def test_the_classes_a_script_uses_import_from_the_package():
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder as embedder_path  # the README's older path
     from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder as token_embedder_path
     from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel as model_path
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors as vectors_path
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors as vectors_path
 
     assert (ElmocEmbedder, ElmocElmo, ElmocBiLm, ElmocTokenEmbedder) == (
         embedder_path, elmo_path, bilm_path, token_embedder_path

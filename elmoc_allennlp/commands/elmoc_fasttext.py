@@ -12,9 +12,9 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.common.fasttext_training import MIN_THREADS, import_fasttext, train_fasttext
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.vector_health import measure_vector_health
+from elmoc_allennlp.fasttext.training import MIN_THREADS, import_fasttext, train_fasttext
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
+from elmoc_allennlp.fasttext.health import measure_vector_health
 
 
 @Subcommand.register("elmoc-fasttext")

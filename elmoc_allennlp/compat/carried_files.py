@@ -13,7 +13,7 @@ REPLACES = "model archives of ELMo-C runs carry the biLM copies and where each f
 
 
 def _archive_model(original, serialization_dir, weights=_DEFAULT_WEIGHTS, archive_path=None, include_in_archive=None):
-    from elmoc_allennlp.common.fasttext_location import write_locations
+    from elmoc_allennlp.fasttext.location import write_locations
     from elmoc_allennlp.hardening.scope import plugin_run
 
     if not plugin_run(serialization_dir):

@@ -1,7 +1,7 @@
 """
 `BilmArchive`: a trained biLM archive as downstream components use it, from its `model.tar.gz` or
 the copy a downstream archive carries in `elmoc_bilm/<key>/`; fastText files as
-`common/fasttext_location.py` finds them.
+`fasttext/location.py` finds them.
 """
 
 import contextlib
@@ -33,7 +33,7 @@ from elmoc_allennlp.common.archives.extraction import _check_member
 from elmoc_allennlp.common.archives.limits import _damage_named, _regular_file
 from elmoc_allennlp.common.archives.zip_archives import refuse_zip
 from elmoc_allennlp.common.archives.vocabulary import _VocabularyCount
-from elmoc_allennlp.common.fasttext_location import (
+from elmoc_allennlp.fasttext.location import (
     LOCATIONS_NAME,
     VECTORS_PATH_VARIABLE,
     PathLike,

@@ -9,7 +9,7 @@ from allennlp.data.token_indexers.token_indexer import TokenIndexer
 from allennlp.models.model import Model
 
 from elmoc_allennlp.common.atomic_files import same_file
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from elmoc_allennlp.downstream.archive import VECTORS_PATH_KEY, BilmArchive, PathLike
 from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel

@@ -9,8 +9,8 @@ from allennlp.modules import Seq2SeqEncoder, TextFieldEmbedder
 from allennlp.nn import InitializerApplicator, util
 
 from elmoc_allennlp.common.checks import check_one_of
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.vector_health import check_target_vectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
+from elmoc_allennlp.fasttext.health import check_target_vectors
 from elmoc_allennlp.models.bilm_directions import BilmDirections
 from elmoc_allennlp.models.bilm_metrics import BilmMetrics
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer

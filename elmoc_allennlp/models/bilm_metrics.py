@@ -7,8 +7,6 @@ import torch.nn.functional as F
 from allennlp.nn import util
 from allennlp.training.metrics import Metric
 
-from elmoc_allennlp.common.vector_health import ConstantBaseline
-
 # Scores held at once (16 MiB in float32), for any batch (ours).
 RETRIEVAL_SCORE_BUDGET = 2**22
 
@@ -48,6 +46,39 @@ def retrieval_accuracy(
         hits += (nearest == gold[start : start + step]).all(dim=-1).sum()
     # As `.float().mean()`: the count (exact in float32 below 2^24) over the number (NaN for none), in float32.
     return hits.float() / num_predictions
+
+
+class ConstantBaseline(Metric):
+    """The cosine loss of the best constant prediction, `1 - |mean of the unit targets|`, summed on the
+    device (adding targets never syncs); `get_metric` all-reduces."""
+
+    def __init__(self, dim: int) -> None:
+        self._dim = dim
+        self._sums: Optional[torch.Tensor] = None
+
+    def __call__(self, targets: torch.Tensor) -> None:  # type: ignore[override]
+        """`targets`: `(num_targets, dim)`; a zero vector counts as a target no direction fits."""
+        with torch.no_grad():
+            units = F.normalize(targets.detach().to(torch.float64), dim=-1, eps=1e-12)
+            # The unit targets' sum, then their count, in one tensor (one all-reduce).
+            sums = torch.cat([units.sum(0), units.new_full((1,), float(targets.size(0)))])
+            self._sums = sums if self._sums is None else self._sums + sums
+
+    def get_metric(self, reset: bool = False) -> float:
+        sums = torch.zeros(self._dim + 1, dtype=torch.float64) if self._sums is None else self._sums
+        if util.is_distributed():
+            nccl = torch.distributed.get_backend() == "nccl"
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
+            sums = sums.to(device, copy=True)  # all_reduce works in place: not on the running sums
+            torch.distributed.all_reduce(sums)
+        sums = sums.cpu()
+        total, count = sums[:-1], float(sums[-1])
+        if reset:
+            self.reset()
+        return 1.0 - float(total.norm()) / count if count > 0 else 0.0
+
+    def reset(self) -> None:
+        self._sums = None
 
 
 class DeviceAverage(Metric):

@@ -154,7 +154,7 @@ def main() -> None:
     args.task_epochs = {task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()}
 
     from elmoc_allennlp.downstream.archive import BilmArchive
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     args.fasttext_dim = FastTextVectors.from_path(args.fasttext).dim
     bilms = _pairs(args.bilm, "--bilm")

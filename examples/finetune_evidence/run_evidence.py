@@ -127,7 +127,7 @@ def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
     )
     if stats_path.exists():
         return json.loads(stats_path.read_text())
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     vectors = FastTextVectors.from_path(vectors_path)
     sentences = read_sst_sentences(args.data_dir)
@@ -221,7 +221,7 @@ def bilm_settings(archive: Path) -> Dict[str, str]:
     from elmoc_allennlp.downstream.archive import BilmArchive
 
     description = BilmArchive.open(str(archive))
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     return {
         "ELMOC_ARCHIVE": str(archive),

@@ -113,7 +113,7 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
     from concurrent.futures import ThreadPoolExecutor
 
     from elmoc_allennlp.downstream.archive import BilmArchive
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     settings = Namespace(
         output_dir=args.output_dir / "downstream", data_dir=args.data_dir, tasks=args.tasks,

@@ -43,7 +43,7 @@ from elmoc_allennlp.common.archives import (
 )
 from elmoc_allennlp.common.disk_full import DiskFullError
 from elmoc_allennlp.hardening.quiet_log_files import quiet_full_log_files
-from elmoc_allennlp.common.fasttext_vectors import (
+from elmoc_allennlp.fasttext.vectors import (
     FastTextFormatError,
     FastTextVectors,
     clear_fasttext_cache,

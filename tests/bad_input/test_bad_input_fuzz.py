@@ -22,7 +22,7 @@ from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import (
     LanguageModelCorpusReader,
 )
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
-from elmoc_allennlp.common.fasttext_vectors import (
+from elmoc_allennlp.fasttext.vectors import (
     FastTextFormatError,
     FastTextVectors,
     clear_fasttext_cache,

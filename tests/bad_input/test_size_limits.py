@@ -5,7 +5,7 @@ reference: the predictor's token limit, the softmax's loss chunks, the sampled s
 blocks and the 1 MiB read of an archive's fastText locations. (The others are tested beside
 their code: retrieval scoring in
 tests/models/bidirectional_language_model/test_retrieval_scoring.py, the fastText reader and
-writer in tests/common/test_fasttext_vectors.py, the layer cache in
+writer in tests/fasttext/test_vectors.py, the layer cache in
 tests/downstream/test_layer_cache.py, `elmoc-embed`'s HDF5 output in
 tests/commands/test_elmoc_embed.py and the merge's comparison in tests/commands/test_merge_bilm.py.)
 """
@@ -156,7 +156,7 @@ def test_the_last_new_class_at_a_block_boundary_is_found_and_counted(num_samples
 
 @OFFSETS
 def test_fasttext_locations_are_read_up_to_1_mib(tmp_path, caplog, offset):
-    from elmoc_allennlp.common.fasttext_location import LOCATIONS_NAME, read_locations
+    from elmoc_allennlp.fasttext.location import LOCATIONS_NAME, read_locations
 
     record = {"/recorded/tiny.bin": {"path": "/here/tiny.bin", "fingerprint": "2:1:ab"}}
     text = json.dumps(record)
@@ -175,7 +175,7 @@ def test_fasttext_locations_are_read_up_to_1_mib(tmp_path, caplog, offset):
 
 @pytest.mark.parametrize("components", [2, 3, 4])
 def test_a_moved_fasttext_file_is_looked_for_under_its_last_three_path_components(tmp_path, components):
-    from elmoc_allennlp.common.fasttext_location import fasttext_candidates
+    from elmoc_allennlp.fasttext.location import fasttext_candidates
 
     parts = ["a", "b", "c", "d"][-(components - 1):] + ["tiny.bin"]
     recorded = "/" + "/".join(parts)  # not here: the candidates are tried in order

@@ -8,8 +8,8 @@ import pytest
 from allennlp.commands import main
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for, measure_vector_health
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
+from elmoc_allennlp.fasttext.health import DegenerateVectorsError, epochs_for, measure_vector_health
 
 CORPUS = Path(__file__).parents[1] / "fixtures" / "lm_corpus" / "train-00001-of-00002.txt"
 
@@ -61,8 +61,8 @@ def test_bad_arguments_name_the_cause_and_write_nothing(monkeypatch, tmp_path, a
 
 
 def _stub_fasttext(monkeypatch, matrix):
-    from elmoc_allennlp.common import fasttext_training
-    from tests.common.test_fasttext_training import _FastText
+    from elmoc_allennlp.fasttext import training as fasttext_training
+    from tests.fasttext.test_training import _FastText
 
     stub = _FastText([matrix])
     monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: stub)
@@ -70,7 +70,7 @@ def _stub_fasttext(monkeypatch, matrix):
 
 
 def test_degenerate_vectors_stop_the_command_with_the_remedy(monkeypatch, tmp_path):
-    from tests.common.test_fasttext_training import _degenerate
+    from tests.fasttext.test_training import _degenerate
 
     _stub_fasttext(monkeypatch, _degenerate())
     output = tmp_path / "vectors.bin"
@@ -87,7 +87,7 @@ def test_degenerate_vectors_stop_the_command_with_the_remedy(monkeypatch, tmp_pa
 
 
 def test_epochs_follow_the_corpus_and_the_figures_are_printed(monkeypatch, tmp_path, capsys):
-    from tests.common.test_fasttext_training import _good
+    from tests.fasttext.test_training import _good
 
     stub = _stub_fasttext(monkeypatch, _good())
     output = tmp_path / "vectors.bin"

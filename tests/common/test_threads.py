@@ -15,7 +15,7 @@ import torch
 from allennlp.commands import main
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.common.fasttext_training import MIN_THREADS
+from elmoc_allennlp.fasttext.training import MIN_THREADS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

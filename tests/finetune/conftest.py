@@ -12,7 +12,7 @@ import pytest
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.util import import_module_and_submodules
 
-from elmoc_allennlp.common.fasttext_training import train_fasttext
+from elmoc_allennlp.fasttext.training import train_fasttext
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS, TINY_FASTTEXT_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

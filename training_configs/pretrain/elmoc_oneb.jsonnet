@@ -3,7 +3,7 @@
 // on Common Crawl. The model is elmoc.jsonnet's (76M); only the vectors differ. Train them with
 // the project's helper (fastText's published settings: skipgram, 300-d, n-grams 3-6):
 //
-//   python -c "from elmoc_allennlp.common.fasttext_training import train_fasttext; \
+//   python -c "from elmoc_allennlp.fasttext.training import train_fasttext; \
 //              train_fasttext('oneb_train.txt', 'oneb-300d.bin', dim=300)"
 //   ELMOC_FASTTEXT=oneb-300d.bin ELMOC_TRAIN_DATA=... ELMOC_VALIDATION_DATA=... \
 //   allennlp train training_configs/pretrain/elmoc_oneb.jsonnet -s runs/elmoc_oneb --include-package elmoc_allennlp

@@ -8,8 +8,8 @@ from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIn
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
-from elmoc_allennlp.common.fasttext_location import locate_fasttext
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, mean_subword_vectors, no_vector_id
+from elmoc_allennlp.fasttext.location import locate_fasttext
+from elmoc_allennlp.fasttext.vectors import FastTextVectors, mean_subword_vectors, no_vector_id
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import MAX_TOKEN_CHARACTERS, BilmInputIndexer
 
 logger = logging.getLogger(__name__)

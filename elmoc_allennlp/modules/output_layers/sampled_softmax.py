@@ -152,7 +152,7 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
 
 def fasttext_output_embedding(vocab: Vocabulary, vocab_namespace: str, vectors_path: str) -> torch.Tensor:
     """The fastText vectors of `vocab_namespace` in id order: `</s>` for `<S>` and `</S>`, zeros for padding."""
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     vectors = FastTextVectors.from_path(vectors_path)
     tokens = vocab.get_index_to_token_vocabulary(vocab_namespace)

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors, mean_subword_vectors, no_vector_id
-from elmoc_allennlp.common.fasttext_location import locate_fasttext
+from elmoc_allennlp.fasttext.vectors import FastTextVectors, mean_subword_vectors, no_vector_id
+from elmoc_allennlp.fasttext.location import locate_fasttext
 
 logger = logging.getLogger(__name__)
 

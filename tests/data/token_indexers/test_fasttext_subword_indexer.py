@@ -14,7 +14,7 @@ from allennlp.data import Token, TokenIndexer, Vocabulary
 from elmoc_allennlp.data.token_indexers import fasttext_subword_indexer as indexer_module
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
 
 def _tokens(*texts):

@@ -14,8 +14,8 @@ import pytest
 
 from allennlp.models.archival import load_archive
 
-from elmoc_allennlp.common.fasttext_location import LOCATIONS_NAME
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.location import LOCATIONS_NAME
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 from tests.conftest import FIXTURES_ROOT
 

@@ -221,7 +221,7 @@ class TestBidirectionalLanguageModel(ModelTestCase):
 def test_degenerate_target_vectors_stop_the_model_at_construction(monkeypatch, tmp_path):
     """fastText vectors near one direction: a biLM would look good predicting that direction."""
     from benchmarks.common import write_fasttext_bin
-    from elmoc_allennlp.common.vector_health import DegenerateVectorsError
+    from elmoc_allennlp.fasttext.health import DegenerateVectorsError
 
     rng = np.random.default_rng(0)
     words = ["</s>"] + [f"word{index}" for index in range(50)]

@@ -16,7 +16,7 @@ from allennlp.models import Model
 from allennlp.training.metrics import Average
 
 import elmoc_allennlp  # noqa: F401
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 from elmoc_allennlp.models.bilm_metrics import DeviceAverage
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 

@@ -154,7 +154,7 @@ def test_frozen_output_embedding_is_a_buffer_and_gets_no_gradient():
 
 
 def test_fixed_head_uses_the_fasttext_vectors_of_the_vocabulary():
-    from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     path = os.environ["ELMOC_TEST_FASTTEXT"]
     vectors = FastTextVectors.from_path(path)

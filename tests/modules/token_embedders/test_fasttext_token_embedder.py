@@ -14,7 +14,7 @@ from allennlp.nn.util import get_text_field_mask
 
 from elmoc_allennlp.data.token_indexers.fasttext_subword_indexer import FastTextSubwordIndexer
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import FastTextTokenEmbedder
 
 SENTENCES = [

@@ -18,7 +18,7 @@ from allennlp.models import Model
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 import elmoc_allennlp  # noqa: F401
-from elmoc_allennlp.common.fasttext_training import train_fasttext
+from elmoc_allennlp.fasttext.training import train_fasttext
 from tests.conftest import LM_CORPUS
 from tests.training.test_rnmt_plus_learning_rate import authors_learning_rate
 

@@ -11,11 +11,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from elmoc_allennlp.common.fasttext_bin import MAX_ABS_VALUE, FastTextBinFile, _file_identity
+from elmoc_allennlp.fasttext.bin_file import MAX_ABS_VALUE, FastTextBinFile, _file_identity
 
 # Importable from here too (benchmarks/common.py writes test models with the format's constants).
-from elmoc_allennlp.common.fasttext_bin import _ARGS, _DICTIONARY_HEADER, _ENTRY_TAIL, _MATRIX_HEADER  # noqa: F401
-from elmoc_allennlp.common.fasttext_bin import FASTTEXT_MAGIC, FASTTEXT_VERSION, FastTextFormatError  # noqa: F401
+from elmoc_allennlp.fasttext.bin_file import _ARGS, _DICTIONARY_HEADER, _ENTRY_TAIL, _MATRIX_HEADER  # noqa: F401
+from elmoc_allennlp.fasttext.bin_file import FASTTEXT_MAGIC, FASTTEXT_VERSION, FastTextFormatError  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common.fasttext_vectors import FastTextFormatError, FastTextVectors, fasttext_hash
+from elmoc_allennlp.fasttext.vectors import FastTextFormatError, FastTextVectors, fasttext_hash
 
 # Words that exercise the n-gram rules: OOV, multi-byte UTF-8 (2, 3 and 4 bytes), the empty
 # string, the EOS word, and the boundary characters themselves.
@@ -418,7 +418,7 @@ def test_the_subword_cache_gives_the_computed_ids_past_its_size(tmp_path, monkey
     ids=["below", "at", "above", "negative_below", "negative_at"],
 )
 def test_rows_at_the_largest_magnitude_accepted(tmp_path, value, refused):
-    from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE
+    from elmoc_allennlp.fasttext.vectors import MAX_ABS_VALUE
 
     assert MAX_ABS_VALUE == 1e6
     words = ["</s>", "the", "cat"]

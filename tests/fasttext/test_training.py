@@ -12,10 +12,10 @@ from typing import List
 import numpy
 import pytest
 
-from elmoc_allennlp.common import fasttext_training
+from elmoc_allennlp.fasttext import training as fasttext_training
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors
-from elmoc_allennlp.common.vector_health import DegenerateVectorsError, epochs_for, more_epochs_remedy
+from elmoc_allennlp.fasttext.vectors import MAX_ABS_VALUE, FastTextVectors
+from elmoc_allennlp.fasttext.health import DegenerateVectorsError, epochs_for, more_epochs_remedy
 
 
 class _Model:
@@ -135,7 +135,7 @@ def test_epochs_follow_the_corpus_size_unless_given(monkeypatch, tmp_path, epoch
 _TRAIN_AND_PRINT_TAIL = """
 import json, sys
 import fasttext
-from elmoc_allennlp.common.fasttext_training import train_fasttext
+from elmoc_allennlp.fasttext.training import train_fasttext
 train_fasttext(sys.argv[1], sys.argv[2], dim=16, min_count=1, minn=2, maxn=4, bucket=20000,
                epoch=1, thread=1)
 values = fasttext.load_model(sys.argv[2]).get_input_matrix().reshape(-1)

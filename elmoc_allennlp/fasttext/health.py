@@ -3,17 +3,14 @@
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.nn import util
-from allennlp.training.metrics import Metric
 
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
 
@@ -169,35 +166,3 @@ def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
         )
     return health
 
-
-class ConstantBaseline(Metric):
-    """The cosine loss of the best constant prediction, `1 - |mean of the unit targets|`, summed on the
-    device (adding targets never syncs); `get_metric` all-reduces."""
-
-    def __init__(self, dim: int) -> None:
-        self._dim = dim
-        self._sums: Optional[torch.Tensor] = None
-
-    def __call__(self, targets: torch.Tensor) -> None:  # type: ignore[override]
-        """`targets`: `(num_targets, dim)`; a zero vector counts as a target no direction fits."""
-        with torch.no_grad():
-            units = F.normalize(targets.detach().to(torch.float64), dim=-1, eps=1e-12)
-            # The unit targets' sum, then their count, in one tensor (one all-reduce).
-            sums = torch.cat([units.sum(0), units.new_full((1,), float(targets.size(0)))])
-            self._sums = sums if self._sums is None else self._sums + sums
-
-    def get_metric(self, reset: bool = False) -> float:
-        sums = torch.zeros(self._dim + 1, dtype=torch.float64) if self._sums is None else self._sums
-        if util.is_distributed():
-            nccl = torch.distributed.get_backend() == "nccl"
-            device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
-            sums = sums.to(device, copy=True)  # all_reduce works in place: not on the running sums
-            torch.distributed.all_reduce(sums)
-        sums = sums.cpu()
-        total, count = sums[:-1], float(sums[-1])
-        if reset:
-            self.reset()
-        return 1.0 - float(total.norm()) / count if count > 0 else 0.0
-
-    def reset(self) -> None:
-        self._sums = None

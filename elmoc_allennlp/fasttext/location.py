@@ -14,7 +14,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.common.archives import extracted_from, find_keys
 from elmoc_allennlp.common.atomic_files import atomic_write
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,14 @@
 """Degenerate fastText vectors are measured as such; the constant-prediction baseline is exact."""
-import copy
 import itertools
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
 from benchmarks.common import write_fasttext_bin
-from elmoc_allennlp.common.fasttext_vectors import FastTextVectors
-from elmoc_allennlp.common.vector_health import (
+from elmoc_allennlp.fasttext.vectors import FastTextVectors
+from elmoc_allennlp.fasttext.health import (
     DEGENERATE_MEAN_COSINE,
     MIN_WORDS_JUDGED,
-    ConstantBaseline,
     DegenerateVectorsError,
     check_target_vectors,
     count_tokens,
@@ -93,25 +89,6 @@ def test_count_tokens_counts_whitespace_separated_tokens(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_bytes(b"a b  c\n\n\td e\n\xff\xfe x\n")
     assert count_tokens(corpus) == 7
-
-
-def test_constant_baseline_is_the_loss_of_predicting_the_mean_direction():
-    torch.manual_seed(0)
-    batches = [torch.randn(7, 5) + 1.0, torch.randn(3, 5, dtype=torch.float16) + 1.0]
-    baseline = ConstantBaseline(5)
-    for targets in batches:
-        baseline(targets)
-    targets = torch.cat([batch.double() for batch in batches])
-    direction = F.normalize(targets, dim=-1).mean(0)
-    plain = (1 - F.cosine_similarity(direction.expand_as(targets), targets, dim=-1)).mean().item()
-    assert baseline.get_metric() == pytest.approx(plain, abs=1e-6)
-    # It is the best constant: any other direction does worse.
-    for other in torch.randn(20, 5, dtype=torch.float64):
-        loss = (1 - F.cosine_similarity(other.expand_as(targets), targets, dim=-1)).mean().item()
-        assert loss >= plain - 1e-9
-    copied = copy.deepcopy(baseline)  # checkpoints may copy metrics
-    assert baseline.get_metric(reset=True) == pytest.approx(plain, abs=1e-6)
-    assert baseline.get_metric() == 0.0 and copied.get_metric() == pytest.approx(plain, abs=1e-6)
 
 
 @pytest.mark.parametrize("words", [MIN_WORDS_JUDGED - 1, MIN_WORDS_JUDGED, MIN_WORDS_JUDGED + 1])

@@ -8,8 +8,8 @@ from typing import Optional, Union
 import numpy
 
 from elmoc_allennlp.common.atomic_files import atomic_path
-from elmoc_allennlp.common.fasttext_vectors import MAX_ABS_VALUE, FastTextVectors
-from elmoc_allennlp.common.vector_health import (
+from elmoc_allennlp.fasttext.vectors import MAX_ABS_VALUE, FastTextVectors
+from elmoc_allennlp.fasttext.health import (
     count_tokens,
     degenerate_vectors_error,
     epochs_for,
