@@ -4,6 +4,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 from elmoc_allennlp import compat, hardening
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "compat.md").read_text(encoding="utf-8")
@@ -35,5 +37,8 @@ def test_every_replaced_object_is_listed_in_the_section_of_its_kind():
                 assert _shown(target) in text, (title, target)
 
 
-def test_no_polish_is_installed_by_default():
-    assert "evaluate_summary" in hardening.OPT_IN and "evaluate_summary" not in hardening.GUARDS
+@pytest.mark.parametrize("polish", ["evaluate_summary", "predict_files"])
+def test_no_polish_is_installed_by_default(polish):
+    """Interface polish of allennlp-wide behaviour is the switch's: importing the plugin installs it not."""
+    assert polish in hardening.OPT_IN and polish not in hardening.GUARDS
+    assert f"elmoc_allennlp.hardening.{polish}" not in compat.install_shims()
