@@ -6,8 +6,9 @@ Test configs refer to it as `std.extVar("ELMOC_TEST_FASTTEXT")` and to the fixtu
 environment, so both are exported once for the whole session.
 
 `ELMOC_TEST_THREADS=N` runs the suite with N intra-op threads (`torch.set_num_threads`, and
-`OMP_NUM_THREADS` for the processes tests start); unset, PyTorch's default. Results that depend on
-how BLAS splits work across threads show up when the suite is run at 1 and at 2 threads.
+`OMP_NUM_THREADS` for the processes tests start); unset, one in each pytest-xdist worker and
+PyTorch's default in a run without workers. Results that depend on how BLAS splits work across
+threads show up when the suite is run at 1 and at 2 threads.
 
 Trained fixtures are built once per test run, also under pytest-xdist (`make test` runs two
 workers): `shared_build` builds each under a file lock in a folder every worker of the run sees,
@@ -86,8 +87,12 @@ def pytest_configure(config) -> None:
     _import_each_package_once()
     if os.environ.get(THREADS_VARIABLE):
         threads = _requested_threads()
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        threads = 1  # one per worker: `make test` runs as many workers as cores
+    else:
+        return
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -107,6 +112,8 @@ def pytest_report_header(config) -> str:
     import platform
 
     source = THREADS_VARIABLE if os.environ.get(THREADS_VARIABLE) else "PyTorch's default"
+    if not os.environ.get(THREADS_VARIABLE) and os.environ.get("PYTEST_XDIST_WORKER"):
+        source = "one per pytest-xdist worker"
     environment = "published" if torch_versions.TORCH_VERSION < (2, 0) else "modern"
     return (
         f"environment: {environment} (CPython {platform.python_version()}, torch {torch.__version__}), "
@@ -117,9 +124,10 @@ def pytest_report_header(config) -> str:
 def _sources_digest() -> str:
     """A hash of every file a trained fixture can depend on: the package and the test fixtures."""
     digest = hashlib.sha256()
-    for root in (PACKAGE_ROOT, FIXTURES_ROOT, PACKAGE_ROOT.parent / "training_configs"):
-        for path in sorted(root.rglob("*")):
-            # Hidden files are written by the runs themselves (corpus indexes beside the corpus).
+    for root, pattern in ((PACKAGE_ROOT, "*.py"), (FIXTURES_ROOT, "*"), (PACKAGE_ROOT.parent / "training_configs", "*")):
+        for path in sorted(root.rglob(pattern)):
+            # Hidden files are written by the runs themselves (corpus indexes beside the corpus),
+            # and so are files beside the package's modules (mutmut's results).
             if path.is_file() and "__pycache__" not in path.parts and not path.name.startswith("."):
                 digest.update(str(path.relative_to(root.parent)).encode("utf-8") + b"\0")
                 digest.update(path.read_bytes())
