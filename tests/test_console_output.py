@@ -3,8 +3,13 @@ What a user sees on the console: one per-direction `loss` under one name (progre
 metrics.json, `allennlp evaluate`), the final metrics of `allennlp evaluate` in full (with the opt-in
 switch), no tensors or CPU autocast warnings from training, and the quickstart's training detail in
 the log file only.
+
+Training and the quickstart run in a fresh `allennlp` process (what reaches the console depends on
+the logging that process sets up); `allennlp evaluate` runs in this one, through allennlp's
+`main`, its stdout captured.
 """
 import json
+import logging
 import os
 import re
 import subprocess
@@ -14,10 +19,13 @@ from typing import Dict, List
 
 import pytest
 
+from allennlp.commands import main
+from allennlp.common.checks import ConfigurationError
+
+from elmoc_allennlp.hardening import hardened_everywhere
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO_ROOT / "tests" / "fixtures" / "elmoc_tiny.jsonnet"
-# `allennlp evaluate`'s summary is polish of the opt-in switch (elmoc_allennlp/hardening/evaluate_summary.py).
-SWITCH = ("--include-package", "elmoc_allennlp_hardening")
 
 
 def _allennlp(*arguments: str) -> subprocess.CompletedProcess:
@@ -29,6 +37,23 @@ def _allennlp(*arguments: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=300,
     )
+
+
+def _evaluate_in_process(monkeypatch, *arguments: str) -> None:
+    """
+    `allennlp evaluate ARGUMENTS --include-package elmoc_allennlp` with the opt-in switch on (its
+    `evaluate_summary` prints the final metrics), in this process: the switch for this call only,
+    and the loggers the command turns off or down are put back afterwards.
+    """
+    monkeypatch.setattr(
+        sys, "argv", ["allennlp", "evaluate", *arguments, "--include-package", "elmoc_allennlp"]
+    )
+    for name in ("allennlp.common.params", "allennlp.nn.initializers", "allennlp.modules.token_embedders.embedding"):
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "disabled", logger.disabled)
+        monkeypatch.setattr(logger, "level", logger.level)
+    with hardened_everywhere():
+        main(prog="allennlp")
 
 
 def _bar_values(stderr: str, name: str) -> List[float]:
@@ -107,19 +132,17 @@ def test_training_does_not_dump_tensors_or_warn_about_cuda(tiny_training):
     assert "torch.cuda.amp.autocast(args...)" not in console
 
 
-def test_allennlp_evaluate_prints_every_final_metric(elmoc_archive, tmp_path):
+def test_allennlp_evaluate_prints_every_final_metric(elmoc_archive, tmp_path, monkeypatch, capsys):
     output_file = tmp_path / "metrics.json"
-    result = _allennlp(
-        "evaluate",
+    _evaluate_in_process(
+        monkeypatch,
         str(elmoc_archive),
         str(REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"),
         "--output-file",
         str(output_file),
-        *SWITCH,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     written = json.loads(output_file.read_text())
-    printed = _printed_metrics(result.stdout)
+    printed = _printed_metrics(capsys.readouterr().out)
     assert set(printed) == set(written)
     for name, value in written.items():
         assert float(printed[name]) == pytest.approx(value, abs=5e-5), name
@@ -155,14 +178,16 @@ def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
 
 
 @pytest.mark.parametrize("input_file", ["", "  ", "{valid},", "{missing}"])
-def test_allennlp_evaluate_refuses_an_input_naming_no_data(elmoc_archive, tmp_path, input_file):
+def test_allennlp_evaluate_refuses_an_input_naming_no_data(
+    elmoc_archive, tmp_path, input_file, monkeypatch, capsys
+):
     """An empty input (an unset shell variable), an empty entry, or a path matching no file."""
     valid = REPO_ROOT / "tests" / "fixtures" / "lm_corpus" / "valid.txt"
     input_file = input_file.format(valid=valid, missing=tmp_path / "nowhere" / "valid.txt")
     output_file = tmp_path / "metrics.json"
-    result = _allennlp("evaluate", str(elmoc_archive), input_file, "--output-file", str(output_file), *SWITCH)
-    assert result.returncode != 0
-    assert "ConfigurationError" in result.stderr
+    # Uncaught, the error ends `allennlp evaluate` with its traceback and a non-zero status.
+    with pytest.raises(ConfigurationError) as refused:
+        _evaluate_in_process(monkeypatch, str(elmoc_archive), input_file, "--output-file", str(output_file))
     named = input_file.rstrip(",") if input_file.strip() else repr(input_file)
-    assert named in result.stderr
-    assert "Final metrics" not in result.stdout and not output_file.exists()
+    assert named in str(refused.value)
+    assert "Final metrics" not in capsys.readouterr().out and not output_file.exists()

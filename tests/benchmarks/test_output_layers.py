@@ -1,7 +1,5 @@
 """The efficiency benchmark (benchmarks/output_layers.py), at toy sizes."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,15 +92,14 @@ def test_every_figure_is_a_ratio_to_cont_measured_in_the_same_run():
     assert "timeout after 5s" in table and "Whole models" not in table
 
 
-def test_command_prints_the_table(tmp_path):
+def test_command_prints_the_table(tmp_path, monkeypatch, capsys):
+    """The command's `main`, in this process, from the repository root (each layer's job still runs
+    in a process of its own, as `python -m benchmarks.output_layers` starts it)."""
     out = tmp_path / "results.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "benchmarks.output_layers", *TOY,
-         "--only", "cont", "--work-dir", str(tmp_path), "--output", str(out)],
-        capture_output=True, text=True, timeout=600, cwd=str(REPO_ROOT),
-    )
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    assert "| Cont | open |" in completed.stdout and "Machine:" in completed.stdout
+    monkeypatch.chdir(REPO_ROOT)
+    output_layers.main([*TOY, "--only", "cont", "--work-dir", str(tmp_path), "--output", str(out)])
+    printed = capsys.readouterr()
+    assert "| Cont | open |" in printed.out and "Machine:" in printed.out
     results = json.loads(out.read_text())
     assert [job["kind"] for job in results["jobs"]] == ["cont"]
-    assert all("error" not in result for result in results["results"]), (results["results"], completed.stderr[-3000:])
+    assert all("error" not in result for result in results["results"]), (results["results"], printed.err[-3000:])

@@ -1,6 +1,7 @@
 """
-The fine-tuning runs the tests of `elmoc_allennlp/finetune/` share: a tiny biLM pretrained for one
-epoch, fine-tuned with `training_configs/pretrain/finetune_domain.jsonnet`, and another fastText model.
+The fine-tuning runs the tests of `elmoc_allennlp/finetune/` share: the session's tiny biLM (pretrained
+for one epoch), fine-tuned with `training_configs/pretrain/finetune_domain.jsonnet`, and another
+fastText model, each built once per run.
 """
 import json
 import shutil
@@ -12,8 +13,7 @@ import pytest
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.util import import_module_and_submodules
 
-from elmoc_allennlp.fasttext.training import train_fasttext
-from tests.conftest import FIXTURES_ROOT, LM_CORPUS, TINY_FASTTEXT_OPTIONS
+from tests.conftest import LM_CORPUS, shared_build, train_tiny_fasttext
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FINETUNE_CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "finetune_domain.jsonnet"
@@ -27,15 +27,12 @@ def _one_torch_thread(one_torch_thread):
 
 
 @pytest.fixture(scope="session")
-def base_archive(tiny_fasttext_path, tmp_path_factory) -> Path:
-    """A tiny biLM pretrained for one epoch on the fixture corpus."""
-    serialization_dir = tmp_path_factory.mktemp("base_bilm") / "run"
-    train_model_from_file(
-        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
-        str(serialization_dir),
-        overrides=json.dumps({"trainer.num_epochs": 1}),
-    )
-    return serialization_dir / "model.tar.gz"
+def base_archive(elmoc_archive) -> Path:
+    """
+    A tiny biLM pretrained for one epoch on the fixture corpus: the session's `elmoc_archive`
+    (tests/conftest.py), which is exactly that; the fine-tuning run reads a copy of it.
+    """
+    return elmoc_archive
 
 
 def finetune(
@@ -54,33 +51,35 @@ def finetune(
 def finetuned(base_archive, tmp_path_factory):
     """
     Four epochs (one per layer group) from a copy of the base archive, keeping every epoch's
-    checkpoint; the copy is deleted afterwards, so the result must not need it.
+    checkpoint; the copy is deleted afterwards, so the result must not need it. Built once per
+    run, for every pytest-xdist worker (`shared_build`).
     """
-    monkeypatch = pytest.MonkeyPatch()
-    copy_dir = tmp_path_factory.mktemp("base_copy")
-    base_copy = Path(shutil.copy(base_archive, copy_dir / "model.tar.gz"))
-    serialization_dir = tmp_path_factory.mktemp("finetuned") / "run"
-    try:
-        archive = finetune(
-            base_copy,
-            serialization_dir,
-            monkeypatch,
-            {"trainer.num_epochs": 4, "trainer.checkpointer.keep_most_recent_by_count": None},
-        )
-    finally:
-        monkeypatch.undo()
-    shutil.rmtree(copy_dir)
-    return archive, serialization_dir
 
+    def build(folder: Path) -> None:
+        monkeypatch = pytest.MonkeyPatch()
+        copy_dir = folder / "base_copy"
+        copy_dir.mkdir()
+        base_copy = Path(shutil.copy(base_archive, copy_dir / "model.tar.gz"))
+        try:
+            finetune(
+                base_copy,
+                folder / "run",
+                monkeypatch,
+                {"trainer.num_epochs": 4, "trainer.checkpointer.keep_most_recent_by_count": None},
+            )
+        finally:
+            monkeypatch.undo()
+        shutil.rmtree(copy_dir)
+
+    serialization_dir = shared_build(tmp_path_factory, "finetuned", build, str(base_archive)) / "run"
+    return serialization_dir / "model.tar.gz", serialization_dir
 
 
 @pytest.fixture(scope="session")
 def other_fasttext(tmp_path_factory) -> Path:
     """Another fastText model of the same dimension (trained differently)."""
-    directory = tmp_path_factory.mktemp("other_fasttext")
-    corpus = directory / "corpus.txt"
-    corpus.write_text(
-        "".join(path.read_text() for path in sorted(LM_CORPUS.glob("*.txt"))), encoding="utf-8"
+    options = dict(epoch=2, minn=3)
+    folder = shared_build(
+        tmp_path_factory, "other_fasttext", lambda directory: train_tiny_fasttext(directory, "other.bin", **options), options
     )
-    options = dict(TINY_FASTTEXT_OPTIONS, epoch=2, minn=3)
-    return train_fasttext(corpus, directory / "other.bin", **options)
+    return folder / "other.bin"

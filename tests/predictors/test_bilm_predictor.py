@@ -1,9 +1,6 @@
 """The `elmoc_bilm` predictor on the tiny trained biLM: outputs, their shapes and their values."""
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
@@ -16,7 +13,6 @@ from elmoc_allennlp.predictors.bilm_predictor import BidirectionalLanguageModelP
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SENTENCES = ["the cat sat on the mat", "a dog", "unseenword zzqx the"]
 
 
@@ -78,14 +74,14 @@ def test_input_without_a_sentence_is_a_clear_error(predictor):
         predictor.predict_json({"text": "the cat"})
 
 
-def test_allennlp_predict_command(elmoc_archive, predictor, tmp_path):
+def test_allennlp_predict_command(elmoc_archive, predictor, tmp_path, monkeypatch):
+    """`allennlp predict` through allennlp's `main`, in this process."""
+    from allennlp.commands import main
+
     input_file = tmp_path / "input.jsonl"
     input_file.write_text("".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES))
     output_file = tmp_path / "predictions.jsonl"
-    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    command = [
-        sys.executable,
-        "-m",
+    argv = [
         "allennlp",
         "predict",
         str(elmoc_archive),
@@ -96,7 +92,8 @@ def test_allennlp_predict_command(elmoc_archive, predictor, tmp_path):
         "elmoc_allennlp",
         "--silent",
     ]
-    subprocess.run(command, check=True, env=environment, capture_output=True, timeout=300)
+    monkeypatch.setattr(sys, "argv", argv)
+    main(prog="allennlp")
     lines = [json.loads(line) for line in output_file.read_text().splitlines()]
     assert len(lines) == len(SENTENCES)
     for sentence, line in zip(SENTENCES, lines):

@@ -1,7 +1,5 @@
 """`elmoc_gradient_descent`: --recover skips completed epochs without reading their data."""
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -187,18 +185,21 @@ def test_an_unknown_key_is_refused_naming_it_and_the_key_it_meant(tmp_path):
     assert trainer._num_epochs == 1 and trainer._grad_norm == 1.0
 
 
-def test_allennlp_train_refuses_a_misspelt_trainer_key(tmp_path):
-    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+def test_allennlp_train_refuses_a_misspelt_trainer_key(tmp_path, monkeypatch):
+    """`allennlp train` through allennlp's `main`, in this process: the error ends the command."""
+    from allennlp.commands import main
+
     serialization_dir = tmp_path / "run"
-    command = [
-        sys.executable, "-m", "allennlp", "train", str(REPO_ROOT / "tests/fixtures/elmoc_tiny.jsonnet"),
+    argv = [
+        "allennlp", "train", str(REPO_ROOT / "tests/fixtures/elmoc_tiny.jsonnet"),
         "-s", str(serialization_dir), "-o", json.dumps({"trainer.num_epoch": 1}),
         "--include-package", "elmoc_allennlp",
     ]
-    result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    assert "ConfigurationError" in result.stderr
-    assert '"trainer.num_epoch"' in result.stderr and '"trainer.num_epochs"' in result.stderr
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(ConfigurationError) as refused:
+        main(prog="allennlp")
+    message = str(refused.value)
+    assert '"trainer.num_epoch"' in message and '"trainer.num_epochs"' in message
     assert not (serialization_dir / "model.tar.gz").exists()
     assert not list(serialization_dir.glob("model_state_*"))
 
