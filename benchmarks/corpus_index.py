@@ -18,6 +18,7 @@ and what it costs to build.
     mkdir -p /tmp/before && git archive 8d74d5e elmoc_allennlp | tar -x -C /tmp/before
     python -m benchmarks.corpus_index --before /tmp/before
 """
+
 import argparse
 import json
 import os
@@ -59,7 +60,9 @@ def measure_readers(corpus: str, readers_list, batch: int) -> dict:
                 index_module._LOADED.clear()  # as a new process
             reader = LanguageModelCorpusReader(mode="window", window_length=20, shuffle=True)
             reader.set_epoch(0)
-            reader._set_distributed_info(DistributedInfo(num_readers, rank) if num_readers > 1 else None)
+            reader._set_distributed_info(
+                DistributedInfo(num_readers, rank) if num_readers > 1 else None
+            )
             rchar, started = _rchar(), time.perf_counter()
             first_batch, count = None, 0
             for _ in reader.read(pattern):
@@ -68,18 +71,35 @@ def measure_readers(corpus: str, readers_list, batch: int) -> dict:
                     first_batch = time.perf_counter() - started
             epoch = time.perf_counter() - started
             statistics = reader.last_read_statistics
-            rows.append({"instances": count, "first_batch_s": first_batch if first_batch is not None else epoch,
-                         "epoch_s": epoch, "corpus_bytes": statistics["bytes"], "files": statistics["files"],
-                         "all_bytes": _rchar() - rchar if rchar >= 0 else -1})
+            rows.append(
+                {
+                    "instances": count,
+                    "first_batch_s": first_batch if first_batch is not None else epoch,
+                    "epoch_s": epoch,
+                    "corpus_bytes": statistics["bytes"],
+                    "files": statistics["files"],
+                    "all_bytes": _rchar() - rchar if rchar >= 0 else -1,
+                }
+            )
         results[str(num_readers)] = rows
     return results
 
 
 def _run_measure(pythonpath: str, corpus: str, readers_list, batch: int) -> dict:
-    command = [sys.executable, os.path.abspath(__file__), "--measure", corpus, "--batch", str(batch),
-               "--readers", *map(str, readers_list)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--measure",
+        corpus,
+        "--batch",
+        str(batch),
+        "--readers",
+        *map(str, readers_list),
+    ]
     environment = dict(os.environ, PYTHONPATH=pythonpath)
-    output = subprocess.run(command, env=environment, check=True, capture_output=True, text=True, cwd=pythonpath).stdout
+    output = subprocess.run(
+        command, env=environment, check=True, capture_output=True, text=True, cwd=pythonpath
+    ).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
@@ -89,17 +109,21 @@ def _megabytes(value: float) -> str:
 
 def _table(name: str, results: dict, readers_list, corpus_bytes: int) -> None:
     print(f"\n{name} (reader: {results['reader']})\n")
-    print("| readers | corpus MB read per reader (mean / max) | of the corpus (max) | all MB read per reader (max) "
-          "| files opened (max) | first batch s (max) | epoch read s (max) | windows per reader (min / max) |")
+    print(
+        "| readers | corpus MB read per reader (mean / max) | of the corpus (max) | all MB read per reader (max) "
+        "| files opened (max) | first batch s (max) | epoch read s (max) | windows per reader (min / max) |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---|")
     for num_readers in readers_list:
         rows = results[str(num_readers)]
         corpus_read = [row["corpus_bytes"] for row in rows]
         counts = [row["instances"] for row in rows]
-        print(f"| {num_readers} | {_megabytes(sum(corpus_read) / len(rows))} / {_megabytes(max(corpus_read))} "
-              f"| {max(corpus_read) / corpus_bytes:.3f} | {_megabytes(max(row['all_bytes'] for row in rows))} "
-              f"| {max(row['files'] for row in rows)} | {max(row['first_batch_s'] for row in rows):.2f} "
-              f"| {max(row['epoch_s'] for row in rows):.2f} | {min(counts):,} / {max(counts):,} |")
+        print(
+            f"| {num_readers} | {_megabytes(sum(corpus_read) / len(rows))} / {_megabytes(max(corpus_read))} "
+            f"| {max(corpus_read) / corpus_bytes:.3f} | {_megabytes(max(row['all_bytes'] for row in rows))} "
+            f"| {max(row['files'] for row in rows)} | {max(row['first_batch_s'] for row in rows):.2f} "
+            f"| {max(row['epoch_s'] for row in rows):.2f} | {min(counts):,} / {max(counts):,} |"
+        )
 
 
 def _index_build(work: Path, megabytes: int) -> None:
@@ -120,7 +144,9 @@ def _index_build(work: Path, megabytes: int) -> None:
     size = sum(os.path.getsize(path) for path in paths)
     lines = None
     print(f"\nIndex build: {len(paths)} shards, {size / 1e6:.1f} MB, {os.cpu_count()} CPUs\n")
-    print("| processes | build s | s per GB | cached load s (fresh process) | index size / corpus size |")
+    print(
+        "| processes | build s | s per GB | cached load s (fresh process) | index size / corpus size |"
+    )
     print("|---:|---:|---:|---:|---:|")
     for processes in (1, os.cpu_count() or 1):
         corpus_index._LOADED.clear()
@@ -137,7 +163,9 @@ def _index_build(work: Path, megabytes: int) -> None:
         corpus_index.load_indexes(paths)
         load = time.perf_counter() - started
         index_size = sum(os.path.getsize(corpus_index.index_path_beside(path)) for path in paths)
-        print(f"| {processes} | {build:.2f} | {build / (size / 1e9):.1f} | {load:.3f} | {index_size / size:.3f} |")
+        print(
+            f"| {processes} | {build:.2f} | {build / (size / 1e9):.1f} | {load:.3f} | {index_size / size:.3f} |"
+        )
     print(f"\n({lines:,} lines)")
 
 
@@ -161,8 +189,10 @@ def main() -> None:
     try:
         corpus = make_corpus(work / "corpus", args.shards, args.sentences_per_shard)
         corpus_bytes = sum(path.stat().st_size for path in corpus.iterdir())
-        print(f"{args.shards} shards x {args.sentences_per_shard} sentences, {corpus_bytes / 1e6:.1f} MB; "
-              f"window mode, shuffled epoch; first batch = {args.batch} windows")
+        print(
+            f"{args.shards} shards x {args.sentences_per_shard} sentences, {corpus_bytes / 1e6:.1f} MB; "
+            f"window mode, shuffled epoch; first batch = {args.batch} windows"
+        )
         runs = []
         if args.before:
             runs.append(("Before (every reader scans every file)", args.before))
@@ -170,7 +200,12 @@ def main() -> None:
         for name, pythonpath in runs:
             copy = work / f"corpus-{len(name)}"
             shutil.copytree(corpus, copy)  # no index from another run
-            _table(name, _run_measure(pythonpath, str(copy), args.readers, args.batch), args.readers, corpus_bytes)
+            _table(
+                name,
+                _run_measure(pythonpath, str(copy), args.readers, args.batch),
+                args.readers,
+                corpus_bytes,
+            )
         _index_build(work, args.build_megabytes)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -13,6 +13,7 @@ another checkout's reader with `PYTHONPATH=/path/to/checkout`.
 
     python -m benchmarks.ddp_data_balance
 """
+
 import argparse
 import random
 import sys
@@ -49,10 +50,14 @@ def main() -> None:
         corpus = make_corpus(Path(work), args.shards, args.sentences_per_shard)
         reader = LanguageModelCorpusReader(mode="window", window_length=20)
         total = sum(1 for _ in reader.read(str(corpus / "news.en-*")))
-        print(f"{args.shards} shards, {total} windows, batch {args.batch}; reader from "
-              f"{sys.modules[LanguageModelCorpusReader.__module__].__file__}\n")
-        print("| ranks | windows per rank (min / max) | batches per rank (min / max) | "
-              "fraction of the corpus trained | read s per rank (max) |")
+        print(
+            f"{args.shards} shards, {total} windows, batch {args.batch}; reader from "
+            f"{sys.modules[LanguageModelCorpusReader.__module__].__file__}\n"
+        )
+        print(
+            "| ranks | windows per rank (min / max) | batches per rank (min / max) | "
+            "fraction of the corpus trained | read s per rank (max) |"
+        )
         print("|---:|---|---|---:|---:|")
         for ranks in args.ranks:
             counts, seconds = [], []
@@ -63,8 +68,10 @@ def main() -> None:
                 seconds.append(time.perf_counter() - started)
             batches = [-(-count // args.batch) for count in counts]
             trained = sum(min(count, min(batches) * args.batch) for count in counts)
-            print(f"| {ranks} | {min(counts)} / {max(counts)} | {min(batches)} / {max(batches)} | "
-                  f"{trained / total:.4f} | {max(seconds):.2f} |")
+            print(
+                f"| {ranks} | {min(counts)} / {max(counts)} | {min(batches)} / {max(batches)} | "
+                f"{trained / total:.4f} | {max(seconds):.2f} |"
+            )
 
 
 if __name__ == "__main__":

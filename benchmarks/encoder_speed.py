@@ -25,6 +25,7 @@ during one call above what was allocated before it.
     python -m benchmarks.encoder_speed --shapes medium --rounds 9
     python -m benchmarks.encoder_speed --device cuda --shapes paper_full paper --rounds 20
 """
+
 import argparse
 import logging
 import os
@@ -93,8 +94,13 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
 
     cells = [
         LstmCellWithProjection(
-            P, P, C, go_forward=go_forward, memory_cell_clip_value=3.0,
-            state_projection_clip_value=3.0, recurrent_dropout_probability=0.1,
+            P,
+            P,
+            C,
+            go_forward=go_forward,
+            memory_cell_clip_value=3.0,
+            state_projection_clip_value=3.0,
+            recurrent_dropout_probability=0.1,
         )
         for go_forward in (True, False)
     ]
@@ -129,7 +135,9 @@ def make_methods(shape: Shape, device: torch.device) -> Dict[str, Callable[[], N
     return methods
 
 
-def measure_rows(shape: Shape, rounds: int, gflops: float, device: torch.device) -> List[Dict[str, float]]:
+def measure_rows(
+    shape: Shape, rounds: int, gflops: float, device: torch.device
+) -> List[Dict[str, float]]:
     """Per method: median ms, tokens/s, median ratio to nn.LSTM, x FLOP bound, peak MiB (CUDA)."""
     methods = make_methods(shape, device)
     names = list(methods)
@@ -159,14 +167,16 @@ def measure_rows(shape: Shape, rounds: int, gflops: float, device: torch.device)
     rows = []
     for name in names:
         median = statistics.median(times[name])
-        rows.append({
-            "method": name,
-            "ms": median * 1e3,
-            "tokens_per_second": tokens / median,
-            "ratio_to_nn_lstm": statistics.median(t / b for t, b in zip(times[name], baseline)),
-            "x_flop_bound": median * 1e3 / bound_ms,
-            "peak_mib": peak_mib.get(name),
-        })
+        rows.append(
+            {
+                "method": name,
+                "ms": median * 1e3,
+                "tokens_per_second": tokens / median,
+                "ratio_to_nn_lstm": statistics.median(t / b for t, b in zip(times[name], baseline)),
+                "x_flop_bound": median * 1e3 / bound_ms,
+                "peak_mib": peak_mib.get(name),
+            }
+        )
     return rows
 
 
@@ -184,7 +194,8 @@ def measure(shape: Shape, rounds: int, gflops: float, device: torch.device) -> L
     ]
     for row in measure_rows(shape, rounds, gflops, device):
         lines.append(
-            f"| {row['method']} | {row['ms']:.0f} | {row['tokens_per_second']:,.0f} | {row['ratio_to_nn_lstm']:.2f} | "
+            f"| {row['method']} | {row['ms']:.0f} | {row['tokens_per_second']:,.0f} "
+            f"| {row['ratio_to_nn_lstm']:.2f} | "
             f"{row['x_flop_bound']:.1f} |" + (f" {row['peak_mib']:,.0f} |" if cuda else "")
         )
     return lines

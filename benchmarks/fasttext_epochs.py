@@ -16,6 +16,7 @@ the given epochs, a column `auto` trains with the epochs `elmoc-fasttext` choose
 managed about 20k tokens a second. Prints a Markdown table; healthy vectors measure below 0.5
 (`DEGENERATE_MEAN_COSINE`).
 """
+
 import argparse
 import tempfile
 import time
@@ -69,14 +70,19 @@ def main() -> None:
                     continue
                 started = time.perf_counter()
                 output = train_fasttext(
-                    corpus, Path(directory) / "vectors.bin", epoch=epoch, thread=args.threads,
-                    allow_degenerate=True, **OPTIONS,
+                    corpus,
+                    Path(directory) / "vectors.bin",
+                    epoch=epoch,
+                    thread=args.threads,
+                    allow_degenerate=True,
+                    **OPTIONS,
                 )
                 health = measure_vector_health(FastTextVectors(output))
                 seconds = time.perf_counter() - started
                 measured[epoch] = f"{health.mean_cosine:.3f}"
                 print(
-                    f"{count:,} tokens, {epoch} epochs: {health.summary()} ({seconds:.0f} s)", flush=True
+                    f"{count:,} tokens, {epoch} epochs: {health.summary()} ({seconds:.0f} s)",
+                    flush=True,
                 )
                 output.unlink()
             auto = epochs_for(count)

@@ -20,6 +20,7 @@ Writes a synthetic `.bin` of that shape (random vectors, made-up words) and prin
 
 The file is deleted afterwards unless `--keep`.
 """
+
 import argparse
 import os
 import time
@@ -42,10 +43,17 @@ def write_synthetic(path: Path, words: int, bucket: int, dim: int) -> None:
 
     def blocks():
         for start in range(0, words + bucket, CHUNK_ROWS):
-            yield rng.standard_normal((min(CHUNK_ROWS, words + bucket - start), dim), dtype=np.float32) * 0.1
+            yield rng.standard_normal(
+                (min(CHUNK_ROWS, words + bucket - start), dim), dtype=np.float32
+            ) * 0.1
 
     write_fasttext_bin(
-        path, [f"w{index:07d}" for index in range(words)], blocks(), minn=3, maxn=6, bucket=bucket,
+        path,
+        [f"w{index:07d}" for index in range(words)],
+        blocks(),
+        minn=3,
+        maxn=6,
+        bucket=bucket,
         counts=range(words, 0, -1),
     )
 
@@ -94,8 +102,12 @@ def main() -> None:
     try:
         evict(path)
         holder = {}
-        results.append(("open (parse header + dictionary), cold", seconds(
-            lambda: holder.__setitem__("vectors", ft.FastTextVectors(path)))))
+        results.append(
+            (
+                "open (parse header + dictionary), cold",
+                seconds(lambda: holder.__setitem__("vectors", ft.FastTextVectors(path))),
+            )
+        )
         vectors = holder["vectors"]
 
         def fresh_fingerprint() -> str:
@@ -117,8 +129,12 @@ def main() -> None:
 
             vectors.rows(index, out=out)  # pages in
             results.append((f"gather {count:,} rows (warm)", per_call(gather)))
-            results.append(("  + value check of those rows", per_call(
-                lambda: vectors._check_finite(out, index))))
+            results.append(
+                (
+                    "  + value check of those rows",
+                    per_call(lambda: vectors._check_finite(out, index)),
+                )
+            )
 
         def full_scan() -> None:
             table = vectors._matrix_bytes

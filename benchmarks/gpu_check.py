@@ -35,6 +35,7 @@ With `--dry-run` the same code runs at tiny sizes on the CPU in well under a min
 suite runs it); what needs CUDA (fp16 autocast, the sync counter, cuDNN) is recorded as skipped
 with the reason. Needs only torch at import: allennlp is imported inside the sections that use it.
 """
+
 import argparse
 import contextlib
 import json
@@ -58,13 +59,28 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_JSON, RESULTS_MD = "results.json", "results.md"
 FORMAT_VERSION = 1
-SECTIONS = ["environment", "cuda_tests", "recurrence", "amp_step", "host_syncs", "table4", "encoder", "embed"]
+SECTIONS = [
+    "environment",
+    "cuda_tests",
+    "recurrence",
+    "amp_step",
+    "host_syncs",
+    "table4",
+    "encoder",
+    "embed",
+]
 STATUSES = ("ok", "failed", "skipped")
 # Seconds each section may take on an H100 (the sum stays under 8 minutes); a section is skipped
 # when fewer seconds than its share are left, so that later ones still run.
 SECONDS = {
-    "environment": 10, "cuda_tests": 90, "recurrence": 25, "amp_step": 35, "host_syncs": 15,
-    "table4": 200, "encoder": 60, "embed": 45,
+    "environment": 10,
+    "cuda_tests": 90,
+    "recurrence": 25,
+    "amp_step": 35,
+    "host_syncs": 15,
+    "table4": 200,
+    "encoder": 60,
+    "embed": 45,
 }
 # Paper, Table 4: time to train relative to Cont (ELMo-C) at the 800K vocabulary; the abstract
 # and section 5.2 give 4.2x for ELMo and 2.28x for ELMo-A (README.md's first paragraph).
@@ -122,7 +138,9 @@ def environment(ctx: "Context") -> Dict[str, Any]:
     except Exception as error:
         result["allennlp"] = None
         result["allennlp_error"] = f"{type(error).__name__}: {error}"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     result["commit"] = commit.stdout.strip() or None
     return result
 
@@ -130,10 +148,25 @@ def environment(ctx: "Context") -> Dict[str, Any]:
 def cuda_tests(ctx: "Context") -> Dict[str, Any]:
     needs_allennlp()
     report = ctx.work / "cuda_tests.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/gpu/test_cuda.py",
-               f"--junitxml={report}"]
-    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
-                               timeout=ctx.seconds_for("cuda_tests"), env=ctx.subprocess_environment())
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-rs",
+        "tests/gpu/test_cuda.py",
+        f"--junitxml={report}",
+    ]
+    completed = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=ctx.seconds_for("cuda_tests"),
+        env=ctx.subprocess_environment(),
+    )
     tests = []
     if report.exists():
         for case in ElementTree.parse(report).getroot().iter("testcase"):
@@ -142,9 +175,18 @@ def cuda_tests(ctx: "Context") -> Dict[str, Any]:
                 if child.tag in ("failure", "error", "skipped"):
                     outcome = {"failure": "failed", "error": "failed"}.get(child.tag, "skipped")
                     message = (child.get("message") or child.text or "")[:500]
-            tests.append({"name": case.get("name"), "outcome": outcome, "seconds": float(case.get("time") or 0),
-                          "message": message})
-    counts = {outcome: sum(test["outcome"] == outcome for test in tests) for outcome in ("passed", "failed", "skipped")}
+            tests.append(
+                {
+                    "name": case.get("name"),
+                    "outcome": outcome,
+                    "seconds": float(case.get("time") or 0),
+                    "message": message,
+                }
+            )
+    counts = {
+        outcome: sum(test["outcome"] == outcome for test in tests)
+        for outcome in ("passed", "failed", "skipped")
+    }
     result = {"exit_code": completed.returncode, "counts": counts, "tests": tests}
     if completed.returncode not in (0, 5) or counts["failed"]:
         result["output_tail"] = completed.stdout[-2000:] + completed.stderr[-1000:]
@@ -178,39 +220,55 @@ def recurrence(ctx: "Context") -> Dict[str, Any]:
     mask = torch.ones(B, T, dtype=torch.bool, device=ctx.device)
     mask[1, T // 2 :] = False
     mask[-1, 2:] = False
+
     def run(implementation: str, dtype: str):
         encoder.implementation = implementation
         encoder.zero_grad()
         leaf = inputs.clone().requires_grad_(True)
         autocast = (
-            torch.autocast(ctx.device.type, dtype=getattr(torch, dtype)) if dtype != "float32" else contextlib.nullcontext()
+            torch.autocast(ctx.device.type, dtype=getattr(torch, dtype))
+            if dtype != "float32"
+            else contextlib.nullcontext()
         )
         with autocast:
             output = encoder(leaf, mask)
-        (output.float() * torch.linspace(-1, 1, output.size(-1), device=ctx.device)).sum().backward()
+        (
+            output.float() * torch.linspace(-1, 1, output.size(-1), device=ctx.device)
+        ).sum().backward()
         return [output.detach()] + [leaf.grad] + [p.grad.clone() for p in encoder.parameters()]
 
     def difference(first, second) -> Dict[str, float]:
-        return {"output": _relative_difference(first[0], second[0]),
-                "gradients": max(_relative_difference(a, b) for a, b in zip(first[1:], second[1:]))}
+        return {
+            "output": _relative_difference(first[0], second[0]),
+            "gradients": max(_relative_difference(a, b) for a, b in zip(first[1:], second[1:])),
+        }
 
     exact = run("reference", "float32")
     results, failures = {}, []
     for dtype in ("float32", "bfloat16", "float16"):
         if dtype == "float16" and ctx.device.type != "cuda":
-            results[dtype] = {"status": "skipped", "reason": "fp16 autocast is measured on CUDA only"}
+            results[dtype] = {
+                "status": "skipped",
+                "reason": "fp16 autocast is measured on CUDA only",
+            }
             continue
         if dtype == "bfloat16" and ctx.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             results[dtype] = {"status": "skipped", "reason": "no bf16 on this GPU"}
             continue
         if dtype == "bfloat16" and ctx.device.type == "cpu" and TORCH_VERSION < (2, 0):
             # Seen with torch 1.12: "expected scalar type BFloat16 but found Float" in the backward.
-            results[dtype] = {"status": "skipped", "reason": f"torch {torch.__version__}'s CPU autocast cannot "
-                              "run the reference recurrence's backward in bf16"}
+            results[dtype] = {
+                "status": "skipped",
+                "reason": f"torch {torch.__version__}'s CPU autocast cannot "
+                "run the reference recurrence's backward in bf16",
+            }
             continue
         fast, reference = run("auto", dtype), run("reference", dtype)
-        row: Dict[str, Any] = {"fast_vs_reference": difference(fast, reference), "tolerance": TOLERANCE[dtype],
-                               "finite": all(bool(torch.isfinite(t).all()) for t in fast)}
+        row: Dict[str, Any] = {
+            "fast_vs_reference": difference(fast, reference),
+            "tolerance": TOLERANCE[dtype],
+            "finite": all(bool(torch.isfinite(t).all()) for t in fast),
+        }
         if dtype == "float32":
             ok = max(row["fast_vs_reference"].values()) <= TOLERANCE[dtype]
         else:
@@ -218,14 +276,18 @@ def recurrence(ctx: "Context") -> Dict[str, Any]:
             row["fast_vs_float32"] = difference(fast, exact)
             row["reference_vs_float32"] = difference(reference, exact)
             ok = all(
-                row["fast_vs_float32"][key] <= max(2 * row["reference_vs_float32"][key], TOLERANCE[dtype])
+                row["fast_vs_float32"][key]
+                <= max(2 * row["reference_vs_float32"][key], TOLERANCE[dtype])
                 for key in ("output", "gradients")
             )
         row["status"] = "ok" if ok and row["finite"] else "failed"
         results[dtype] = row
         if row["status"] == "failed":
             failures.append(dtype)
-    result = {"shape": {"batch": B, "timesteps": T, "projection": P, "cell": C, "layers": 2}, "dtypes": results}
+    result = {
+        "shape": {"batch": B, "timesteps": T, "projection": P, "cell": C, "layers": 2},
+        "dtypes": results,
+    }
     if failures:
         raise SectionFailed(f"fast != reference beyond tolerance in {', '.join(failures)}", result)
     return result
@@ -236,24 +298,48 @@ def _paper_job(ctx: "Context", kind: str, vocab_size: Optional[int]) -> Dict[str
     from benchmarks import output_layers
 
     sizes = dict(output_layers.SIZES["paper"])
-    argv = ["--device", str(ctx.device), "--repeats", "1" if ctx.dry_run else "2",
-            "--fasttext-words", str(ctx.fasttext_words), "--fasttext-bucket", str(ctx.fasttext_bucket)]
+    argv = [
+        "--device",
+        str(ctx.device),
+        "--repeats",
+        "1" if ctx.dry_run else "2",
+        "--fasttext-words",
+        str(ctx.fasttext_words),
+        "--fasttext-bucket",
+        str(ctx.fasttext_bucket),
+    ]
     if ctx.dry_run:
-        sizes.update(cell_dim=16, projection_dim=8, embedding_dim=ctx.fasttext_dim, vocab_sizes=[9000],
-                     seq_len=6, tokens=48, budget_gb=1.0, max_batch=8, memory_batch=8, subword_vocab=300,
-                     char_cnn_highway=1)
+        sizes.update(
+            cell_dim=16,
+            projection_dim=8,
+            embedding_dim=ctx.fasttext_dim,
+            vocab_sizes=[9000],
+            seq_len=6,
+            tokens=48,
+            budget_gb=1.0,
+            max_batch=8,
+            memory_batch=8,
+            subword_vocab=300,
+            char_cnn_highway=1,
+        )
     args = output_layers.parse_args(argv)
     jobs = output_layers.make_jobs(args, sizes, ctx.fasttext_path())
     if ctx.dry_run:
         jobs = [dict(job, char_cnn_filters=[[1, 4], [2, 4]]) for job in jobs]
     middle = sizes["vocab_sizes"][len(sizes["vocab_sizes"]) // 2]
     wanted = None if kind in ("cont", "subword") else middle + 2
-    return next(job for job in jobs if job["kind"] == kind and (wanted is None or job["vocab_size"] == wanted))
+    return next(
+        job
+        for job in jobs
+        if job["kind"] == kind and (wanted is None or job["vocab_size"] == wanted)
+    )
 
 
 def _gradient_report(model) -> Dict[str, Any]:
     grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
-    finite = all(bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all()) for g in grads)
+    finite = all(
+        bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all()) for g in grads
+    )
     return {"parameters_with_gradient": len(grads), "gradients_finite": finite}
 
 
@@ -265,10 +351,15 @@ def amp_step(ctx: "Context") -> Dict[str, Any]:
     torch.manual_seed(0)
     model = output_layers.build_model(job).to(ctx.device).train()
     batch = output_layers.BatchMaker(job).make(2 if ctx.dry_run else 32, ctx.device)
-    results, failures = {"parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}, []
+    results, failures = {
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)
+    }, []
     for dtype in ("bfloat16", "float16"):
         if dtype == "float16" and ctx.device.type != "cuda":
-            results[dtype] = {"status": "skipped", "reason": "fp16 autocast with a gradient scaler is CUDA only"}
+            results[dtype] = {
+                "status": "skipped",
+                "reason": "fp16 autocast with a gradient scaler is CUDA only",
+            }
             continue
         optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
         # fp16 needs loss scaling; torch 1.12 has the scaler under torch.cuda.amp only.
@@ -289,9 +380,17 @@ def amp_step(ctx: "Context") -> Dict[str, Any]:
             scaler.update()
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
-        ok = bool(torch.isfinite(loss)) and report["gradients_finite"] and report["parameters_with_gradient"] > 0
-        results[dtype] = dict(report, status="ok" if ok else "failed", loss=float(loss),
-                              seconds=round(time.perf_counter() - started, 3))
+        ok = (
+            bool(torch.isfinite(loss))
+            and report["gradients_finite"]
+            and report["parameters_with_gradient"] > 0
+        )
+        results[dtype] = dict(
+            report,
+            status="ok" if ok else "failed",
+            loss=float(loss),
+            seconds=round(time.perf_counter() - started, 3),
+        )
         if not ok:
             failures.append(dtype)
     if failures:
@@ -308,7 +407,9 @@ def _to(tensors, device):
 def host_syncs(ctx: "Context") -> Dict[str, Any]:
     needs_allennlp()
     from tests.conftest import FIXTURES_ROOT
-    from tests.models.bidirectional_language_model.test_no_host_syncs import _model_and_batch  # the fixture biLM, gathered vectors
+    from tests.models.bidirectional_language_model.test_no_host_syncs import (
+        _model_and_batch,
+    )  # the fixture biLM, gathered vectors
 
     # The fixture config's data: its folder, and a 16-d fastText .bin (the suite trains one; here a
     # synthetic one: no fastText package needed).
@@ -326,8 +427,11 @@ def host_syncs(ctx: "Context") -> Dict[str, Any]:
 
     step()  # warm-up: the optimizer's state
     if ctx.device.type != "cuda":
-        return {"step": "ran", "synchronizations": None,
-                "note": "counted on CUDA only (torch.cuda.set_sync_debug_mode)"}
+        return {
+            "step": "ran",
+            "synchronizations": None,
+            "note": "counted on CUDA only (torch.cuda.set_sync_debug_mode)",
+        }
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("warn")
     try:
@@ -339,7 +443,8 @@ def host_syncs(ctx: "Context") -> Dict[str, Any]:
     sites: Dict[str, int] = {}
     for warning in caught:
         if "synchroniz" in str(warning.message):
-            site = f"{Path(warning.filename).name}:{warning.lineno}: {linecache.getline(warning.filename, warning.lineno).strip()}"
+            line = linecache.getline(warning.filename, warning.lineno).strip()
+            site = f"{Path(warning.filename).name}:{warning.lineno}: {line}"
             sites[site] = sites.get(site, 0) + 1
     return {"synchronizations": sum(sites.values()), "sites": sites}
 
@@ -348,7 +453,13 @@ def table4(ctx: "Context") -> Dict[str, Any]:
     needs_allennlp()
     from benchmarks import output_layers
 
-    rows = [("cont", "ELMo-C"), ("elmo", "ELMo"), ("adaptive", "ELMo-A"), ("subword", "Subword"), ("fixed", "Fixed")]
+    rows = [
+        ("cont", "ELMo-C"),
+        ("elmo", "ELMo"),
+        ("adaptive", "ELMo-A"),
+        ("subword", "Subword"),
+        ("fixed", "Fixed"),
+    ]
     results: Dict[str, Any] = {}
     deadline = time.monotonic() + ctx.seconds_for("table4")
     for kind, label in rows:
@@ -359,10 +470,14 @@ def table4(ctx: "Context") -> Dict[str, Any]:
         job = _paper_job(ctx, kind, None)
         job["budget_gb"] = 1.0 if ctx.dry_run else 12.0  # the paper's 12 GB GPU
         try:
-            if ctx.dry_run:  # the worker's own code, in this process (a subprocess each costs seconds)
+            if (
+                ctx.dry_run
+            ):  # the worker's own code, in this process (a subprocess each costs seconds)
                 results[label] = output_layers.run_worker(job)
             else:  # one process per model, as output_layers.py runs them: independent peak memory
-                results[label] = output_layers.run_job(job, timeout=left, environment=ctx.subprocess_environment())
+                results[label] = output_layers.run_job(
+                    job, timeout=left, environment=ctx.subprocess_environment()
+                )
         except subprocess.TimeoutExpired:
             results[label] = {"error": f"timeout after {left:.0f}s"}
         results[label]["vocab_size"] = job["vocab_size"]
@@ -376,13 +491,19 @@ def table4(ctx: "Context") -> Dict[str, Any]:
         else:
             words = result.get("words_per_second", {}).get("wall")
             row.update(
-                params=result["params"], batch=result["batch"], words_per_second=words,
+                params=result["params"],
+                batch=result["batch"],
+                words_per_second=words,
                 peak_memory_mib=None if result.get("mem") is None else result["mem"] / 2**20,
             )
             reference_words = reference.get("words_per_second", {}).get("wall")
-            row["time_ratio_to_elmoc"] = reference_words / words if words and reference_words else None
+            row["time_ratio_to_elmoc"] = (
+                reference_words / words if words and reference_words else None
+            )
             row["memory_ratio_to_elmoc"] = (
-                result["mem"] / reference["mem"] if result.get("mem") and reference.get("mem") else None
+                result["mem"] / reference["mem"]
+                if result.get("mem") and reference.get("mem")
+                else None
             )
         table.append(row)
     result = {"budget_gb": 1.0 if ctx.dry_run else 12.0, "rows": table, "raw": results}
@@ -392,9 +513,13 @@ def table4(ctx: "Context") -> Dict[str, Any]:
     return result
 
 
-ENCODER_SHAPE_SIZES = {  # (batch, timesteps, projection, cell), as benchmarks/encoder_speed.py's SHAPES
-    "medium": (32, 20, 512, 2048), "quickstart": (64, 25, 256, 1024), "paper": (16, 20, 512, 4096),
-}
+ENCODER_SHAPE_SIZES = (
+    {  # (batch, timesteps, projection, cell), as benchmarks/encoder_speed.py's SHAPES
+        "medium": (32, 20, 512, 2048),
+        "quickstart": (64, 25, 256, 1024),
+        "paper": (16, 20, 512, 4096),
+    }
+)
 
 
 def _cudnn_only(ctx: "Context", rounds: int) -> Dict[str, Any]:
@@ -424,15 +549,22 @@ def encoder(ctx: "Context") -> Dict[str, Any]:
     try:
         needs_allennlp()
     except Skip as skip:
-        raise SectionFailed(f"only the torch baseline nn.LSTM(proj_size) ran: {skip}",
-                            {"nn_lstm_only": _cudnn_only(ctx, rounds)})
+        raise SectionFailed(
+            f"only the torch baseline nn.LSTM(proj_size) ran: {skip}",
+            {"nn_lstm_only": _cudnn_only(ctx, rounds)},
+        )
     from benchmarks import encoder_speed  # imports allennlp (its LstmCellWithProjection row)
 
-    shapes = [encoder_speed.Shape("tiny (B3 T4 P6 C8)", 3, 4, 6, 8)] if ctx.dry_run else [
-        encoder_speed.SHAPES[name] for name in ENCODER_SHAPES
-    ]
+    shapes = (
+        [encoder_speed.Shape("tiny (B3 T4 P6 C8)", 3, 4, 6, 8)]
+        if ctx.dry_run
+        else [encoder_speed.SHAPES[name] for name in ENCODER_SHAPES]
+    )
     gflops = encoder_speed.matmul_gflops(ctx.device)
-    tables = {shape.name: encoder_speed.measure_rows(shape, rounds, gflops, ctx.device) for shape in shapes}
+    tables = {
+        shape.name: encoder_speed.measure_rows(shape, rounds, gflops, ctx.device)
+        for shape in shapes
+    }
     result: Dict[str, Any] = {"matmul_gflops": gflops, "rounds": rounds, "shapes": tables}
     result["compiled"] = _compiled_step(ctx, shapes[-1], encoder_speed)
     return result
@@ -443,7 +575,10 @@ def _compiled_step(ctx: "Context", shape, encoder_speed) -> Dict[str, Any]:
     if not hasattr(torch, "compile"):
         return {"status": "skipped", "reason": f"torch {torch.__version__} has no torch.compile"}
     if ctx.dry_run:
-        return {"status": "skipped", "reason": "compiles on CUDA runs only (a compiler run takes minutes on CPU)"}
+        return {
+            "status": "skipped",
+            "reason": "compiles on CUDA runs only (a compiler run takes minutes on CPU)",
+        }
     from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm
 
     B, T, P, C = shape.batch, shape.timesteps, shape.projection, shape.cell
@@ -462,8 +597,11 @@ def _compiled_step(ctx: "Context", shape, encoder_speed) -> Dict[str, Any]:
                 module(inputs, mask).sum().backward()
             torch.cuda.synchronize()
             timings[name] = (time.perf_counter() - started) / 5
-        return {"status": "ok", "ms": {k: v * 1e3 for k, v in timings.items()},
-                "speedup": timings["eager"] / timings["compiled"]}
+        return {
+            "status": "ok",
+            "ms": {k: v * 1e3 for k, v in timings.items()},
+            "speedup": timings["eager"] / timings["compiled"],
+        }
     except Exception as error:  # an option, not a promise: record why it is not ready
         return {"status": "failed", "reason": f"{type(error).__name__}: {str(error)[:500]}"}
 
@@ -472,7 +610,12 @@ def embed(ctx: "Context") -> Dict[str, Any]:
     needs_allennlp()
     from benchmarks.common import zipf_corpus
 
-    corpus = zipf_corpus(ctx.work / "embed_corpus", 64 if ctx.dry_run else 6000, 1, vocabulary_size=ctx.fasttext_words - 1)[0]
+    corpus = zipf_corpus(
+        ctx.work / "embed_corpus",
+        64 if ctx.dry_run else 6000,
+        1,
+        vocabulary_size=ctx.fasttext_words - 1,
+    )[0]
     sentences = 16 if ctx.dry_run else 2000
     text = ctx.work / "embed_sentences.txt"
     text.write_text("\n".join(corpus.read_text().splitlines()[:sentences]) + "\n")
@@ -485,34 +628,68 @@ def embed(ctx: "Context") -> Dict[str, Any]:
     environment = ctx.subprocess_environment(
         # the configs' fastText sizes; validation is switched off below
         ELMOC_FASTTEXT=str(ctx.fasttext_path(100 if ctx.dry_run else 300)),
-        ELMOC_TRAIN_DATA=str(corpus), ELMOC_VALIDATION_DATA=str(corpus),
+        ELMOC_TRAIN_DATA=str(corpus),
+        ELMOC_VALIDATION_DATA=str(corpus),
         ELMOC_ELMO_ARCHIVE="",
     )
     archives = {}
     for label, (config, baseline) in models.items():
         run = ctx.work / f"embed_{baseline or 'elmoc'}"
-        overrides = {"trainer.num_epochs": 1, "trainer.cuda_device": cuda, "data_loader.batches_per_epoch": 1,
-                     "validation_data_path": None}
+        overrides = {
+            "trainer.num_epochs": 1,
+            "trainer.cuda_device": cuda,
+            "data_loader.batches_per_epoch": 1,
+            "validation_data_path": None,
+        }
         if baseline and ctx.dry_run:  # a corpus of a few hundred words; a toy character CNN
             overrides["model.output_layer.num_samples"] = 64
-            overrides["model.text_field_embedder.token_embedders.elmo_characters.encoder.filters"] = [[1, 4], [2, 4]]
-        ctx.allennlp(["train", str(config), "-s", str(run), "--include-package", "elmoc_allennlp",
-                                   "-o", json.dumps(overrides)], run.with_suffix(".log"),
-                       dict(environment, ELMOC_BASELINE=baseline))
+            overrides[
+                "model.text_field_embedder.token_embedders.elmo_characters.encoder.filters"
+            ] = [[1, 4], [2, 4]]
+        ctx.allennlp(
+            [
+                "train",
+                str(config),
+                "-s",
+                str(run),
+                "--include-package",
+                "elmoc_allennlp",
+                "-o",
+                json.dumps(overrides),
+            ],
+            run.with_suffix(".log"),
+            dict(environment, ELMOC_BASELINE=baseline),
+        )
         archives[label] = run / "model.tar.gz"
     seconds: Dict[str, List[float]] = {label: [] for label in archives}
     for _ in range(1 if ctx.dry_run else 2):  # alternating, side by side; the median
         for label, archive in archives.items():
             output = ctx.work / f"embed_{label}.hdf5"
             started = time.perf_counter()
-            ctx.allennlp(["elmoc-embed", str(archive), str(text), str(output), "--all", "--force",
-                                       "--cuda-device", str(cuda), "--include-package", "elmoc_allennlp"],
-                           output.with_suffix(".log"), environment)
+            ctx.allennlp(
+                [
+                    "elmoc-embed",
+                    str(archive),
+                    str(text),
+                    str(output),
+                    "--all",
+                    "--force",
+                    "--cuda-device",
+                    str(cuda),
+                    "--include-package",
+                    "elmoc_allennlp",
+                ],
+                output.with_suffix(".log"),
+                environment,
+            )
             seconds[label].append(time.perf_counter() - started)
     per_second = {label: sentences / statistics.median(times) for label, times in seconds.items()}
-    return {"sentences": sentences, "sentences_per_second": per_second,
-            "ratio_elmoc_to_elmo": per_second["ELMo-C"] / per_second["ELMo"],
-            "note": "whole commands (model loading included), trained on one synthetic batch"}
+    return {
+        "sentences": sentences,
+        "sentences_per_second": per_second,
+        "ratio_elmoc_to_elmo": per_second["ELMo-C"] / per_second["ELMo"],
+        "note": "whole commands (model loading included), trained on one synthetic batch",
+    }
 
 
 # ============================================================================ the runner
@@ -536,8 +713,13 @@ class Context:
         from benchmarks.common import random_fasttext
 
         dim = dim or self.fasttext_dim
-        return random_fasttext(self.work / f"synthetic_{dim}d.bin", self.fasttext_words, self.fasttext_bucket, dim,
-                               scale=0.1)
+        return random_fasttext(
+            self.work / f"synthetic_{dim}d.bin",
+            self.fasttext_words,
+            self.fasttext_bucket,
+            dim,
+            scale=0.1,
+        )
 
     def seconds_left(self) -> float:
         return self.budget - (time.monotonic() - self.started)
@@ -546,11 +728,16 @@ class Context:
         """A section's share, at most what is left after the shares of the sections still to run."""
         later = SECTIONS[SECTIONS.index(section) + 1 :]
         reserved = sum(SECONDS[name] for name in later if name in self.args.sections)
-        return max(10.0, min(self.seconds_left() - reserved, SECONDS[section] * (3 if self.dry_run else 1.5)))
+        return max(
+            10.0,
+            min(self.seconds_left() - reserved, SECONDS[section] * (3 if self.dry_run else 1.5)),
+        )
 
     def subprocess_environment(self, **extra: str) -> Dict[str, str]:
         path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-        return dict(os.environ, PYTHONPATH=path, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", **extra)
+        return dict(
+            os.environ, PYTHONPATH=path, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", **extra
+        )
 
     def allennlp(self, arguments: List[str], log: Path, environment: Dict[str, str]) -> None:
         """
@@ -561,8 +748,13 @@ class Context:
         if not self.dry_run:
             from benchmarks.common import run_logged
 
-            run_logged([sys.executable, "-m", "allennlp"] + arguments, log, environment, cwd=REPO_ROOT,
-                       timeout=max(10.0, self.seconds_left()))
+            run_logged(
+                [sys.executable, "-m", "allennlp"] + arguments,
+                log,
+                environment,
+                cwd=REPO_ROOT,
+                timeout=max(10.0, self.seconds_left()),
+            )
             return
         import logging
 
@@ -590,8 +782,14 @@ class Context:
 
 
 FUNCTIONS: Dict[str, Callable[[Context], Dict[str, Any]]] = {
-    "environment": environment, "cuda_tests": cuda_tests, "recurrence": recurrence, "amp_step": amp_step,
-    "host_syncs": host_syncs, "table4": table4, "encoder": encoder, "embed": embed,
+    "environment": environment,
+    "cuda_tests": cuda_tests,
+    "recurrence": recurrence,
+    "amp_step": amp_step,
+    "host_syncs": host_syncs,
+    "table4": table4,
+    "encoder": encoder,
+    "embed": embed,
 }
 
 
@@ -599,7 +797,10 @@ def run_section(ctx: Context, name: str) -> Dict[str, Any]:
     started = time.monotonic()
     record: Dict[str, Any]
     if ctx.seconds_left() < min(SECONDS[name], 20):
-        record = {"status": "skipped", "reason": f"{ctx.seconds_left():.0f}s of the time budget left"}
+        record = {
+            "status": "skipped",
+            "reason": f"{ctx.seconds_left():.0f}s of the time budget left",
+        }
     else:
         try:
             record = {"status": "ok", "results": FUNCTIONS[name](ctx)}
@@ -610,8 +811,11 @@ def run_section(ctx: Context, name: str) -> Dict[str, Any]:
         except BaseException as error:  # noqa: B902  (KeyboardInterrupt too: keep what we have)
             if isinstance(error, KeyboardInterrupt):
                 raise
-            record = {"status": "failed", "reason": f"{type(error).__name__}: {error}"[:1000],
-                      "traceback": traceback.format_exc()[-3000:]}
+            record = {
+                "status": "failed",
+                "reason": f"{type(error).__name__}: {error}"[:1000],
+                "traceback": traceback.format_exc()[-3000:],
+            }
     record["seconds"] = round(time.monotonic() - started, 2)
     if ctx.device.type == "cuda":
         record["peak_gpu_memory_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
@@ -629,9 +833,15 @@ def write_results(ctx: Context, sections: Dict[str, Dict[str, Any]], finished: b
         "seconds": round(time.monotonic() - ctx.started, 2),
         "budget_seconds": ctx.budget,
         "units": {
-            "seconds": "s", "words_per_second": "words/s", "sentences_per_second": "sentences/s",
-            "peak_memory_mib": "MiB", "peak_gpu_memory_mib": "MiB", "ms": "ms", "matmul_gflops": "GFLOP/s",
-            "time_ratio_to_elmoc": "x (time to train / ELMo-C's)", "fast_vs_reference": "max|a-b| / max|b|",
+            "seconds": "s",
+            "words_per_second": "words/s",
+            "sentences_per_second": "sentences/s",
+            "peak_memory_mib": "MiB",
+            "peak_gpu_memory_mib": "MiB",
+            "ms": "ms",
+            "matmul_gflops": "GFLOP/s",
+            "time_ratio_to_elmoc": "x (time to train / ELMo-C's)",
+            "fast_vs_reference": "max|a-b| / max|b|",
         },
         "sections": sections,
     }
@@ -640,7 +850,10 @@ def write_results(ctx: Context, sections: Dict[str, Dict[str, Any]], finished: b
     try:
         text = markdown(document)
     except Exception as error:  # the JSON above holds everything; say why the table is missing
-        text = f"# GPU check\n\nresults.md could not be rendered ({type(error).__name__}: {error}); see results.json.\n"
+        text = (
+            f"# GPU check\n\nresults.md could not be rendered ({type(error).__name__}: {error}); "
+            "see results.json.\n"
+        )
     (ctx.out / RESULTS_MD).write_text(text)
 
 
@@ -656,24 +869,35 @@ def markdown(document: Dict[str, Any]) -> str:
     sections = document["sections"]
     env = sections.get("environment", {}).get("results", {})
     lines = [
-        f"# GPU check{' (dry run)' if document['dry_run'] else ''}", "",
-        f"Device {document['device']}" + (f" ({env['gpu']}, {env.get('gpu_memory_gib')} GiB)" if env.get("gpu") else "")
+        f"# GPU check{' (dry run)' if document['dry_run'] else ''}",
+        "",
+        f"Device {document['device']}"
+        + (f" ({env['gpu']}, {env.get('gpu_memory_gib')} GiB)" if env.get("gpu") else "")
         + f"; torch {env.get('torch')}, CUDA {env.get('cuda')}, allennlp {env.get('allennlp') or 'missing'}"
         + f"; commit {env.get('commit')}; {document['seconds']:.0f} s of {document['budget_seconds']:.0f} s"
-        + ("" if document["finished"] else " (stopped before the end)") + ".", "",
-        "| section | status | s | why / notes |", "|---|---|---:|---|",
+        + ("" if document["finished"] else " (stopped before the end)")
+        + ".",
+        "",
+        "| section | status | s | why / notes |",
+        "|---|---|---:|---|",
     ]
     for name, record in sections.items():
         reason = " ".join(record.get("reason", "").split())[:300].replace("|", "/")
         lines.append(f"| {name} | {record['status']} | {record['seconds']:.1f} | {reason} |")
     table = sections.get("table4", {}).get("results")
     if table:
-        lines += ["", f"## Table 4 on this device (largest batch within {table['budget_gb']:g} GB)", "",
-                  "| model | params | batch | words/s | peak MiB | time / ELMo-C's | paper | memory / ELMo-C's |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## Table 4 on this device (largest batch within {table['budget_gb']:g} GB)",
+            "",
+            "| model | params | batch | words/s | peak MiB | time / ELMo-C's | paper | memory / ELMo-C's |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for row in table["rows"]:
             if "error" in row:
-                lines.append(f"| {row['model']} | {row['error']} | | | | | {_number(row['paper_time_ratio'])} | |")
+                lines.append(
+                    f"| {row['model']} | {row['error']} | | | | | {_number(row['paper_time_ratio'])} | |"
+                )
                 continue
             lines.append(
                 f"| {row['model']} | {row['params'] / 1e6:.1f}M | {_number(row['batch'])} | "
@@ -683,50 +907,91 @@ def markdown(document: Dict[str, Any]) -> str:
             )
     recurrence_results = sections.get("recurrence", {}).get("results")
     if recurrence_results:
-        lines += ["", "## Fast recurrence vs reference (max |a - b| / max |b|)", "",
-                  "| dtype | status | fast vs reference: output, gradients | fast vs float32 | reference vs float32 |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Fast recurrence vs reference (max |a - b| / max |b|)",
+            "",
+            "| dtype | status | fast vs reference: output, gradients | fast vs float32 | reference vs float32 |",
+            "|---|---|---|---|---|",
+        ]
 
         def pair(value: Optional[Dict[str, float]]) -> str:
-            return "-" if not value else f"{_number(value['output'])}, {_number(value['gradients'])}"
+            return (
+                "-" if not value else f"{_number(value['output'])}, {_number(value['gradients'])}"
+            )
 
         for dtype, row in recurrence_results["dtypes"].items():
-            lines.append(f"| {dtype} | {row['status']} {row.get('reason', '')} | {pair(row.get('fast_vs_reference'))} | "
-                         f"{pair(row.get('fast_vs_float32'))} | {pair(row.get('reference_vs_float32'))} |")
+            lines.append(
+                f"| {dtype} | {row['status']} {row.get('reason', '')} | {pair(row.get('fast_vs_reference'))} | "
+                f"{pair(row.get('fast_vs_float32'))} | {pair(row.get('reference_vs_float32'))} |"
+            )
     encoder_results = sections.get("encoder", {}).get("results") or {}
     for shape, row in encoder_results.get("nn_lstm_only", {}).items():
-        lines.append(f"\nnn.LSTM(proj_size) alone, {shape}: {row['ms']:.1f} ms, {row['tokens_per_second']:,.0f} tokens/s")
+        lines.append(
+            f"\nnn.LSTM(proj_size) alone, {shape}: {row['ms']:.1f} ms, {row['tokens_per_second']:,.0f} tokens/s"
+        )
     if encoder_results.get("shapes"):
         for shape, rows in encoder_results["shapes"].items():
-            lines += ["", f"## Encoder: {shape}", "", "| method | ms | tokens/s | ratio to nn.LSTM | peak MiB |",
-                      "|---|---:|---:|---:|---:|"]
-            lines += [f"| {row['method']} | {row['ms']:.1f} | {row['tokens_per_second']:,.0f} | "
-                      f"{row['ratio_to_nn_lstm']:.2f} | {_number(row.get('peak_mib'), 0)} |" for row in rows]
+            lines += [
+                "",
+                f"## Encoder: {shape}",
+                "",
+                "| method | ms | tokens/s | ratio to nn.LSTM | peak MiB |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {row['method']} | {row['ms']:.1f} | {row['tokens_per_second']:,.0f} | "
+                f"{row['ratio_to_nn_lstm']:.2f} | {_number(row.get('peak_mib'), 0)} |"
+                for row in rows
+            ]
         lines.append(f"\ntorch.compile on the fast path: {json.dumps(encoder_results['compiled'])}")
     for name in ("cuda_tests", "amp_step", "host_syncs", "embed"):
         results = sections.get(name, {}).get("results")
         if results:
-            shown = {key: value for key, value in results.items() if key not in ("tests", "output_tail")}
-            lines += ["", f"## {name}", "", "```", json.dumps(shown, indent=1, default=str)[:3000], "```"]
+            shown = {
+                key: value for key, value in results.items() if key not in ("tests", "output_tail")
+            }
+            lines += [
+                "",
+                f"## {name}",
+                "",
+                "```",
+                json.dumps(shown, indent=1, default=str)[:3000],
+                "```",
+            ]
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for results.json and results.md")
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (the test suite's run)")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="folder for results.json and results.md"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny sizes on the CPU (the test suite's run)"
+    )
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=SECTIONS)
-    parser.add_argument("--budget-minutes", type=float, default=8.0, help="the whole run's time limit")
-    parser.add_argument("--work-dir", default=None, help="where the synthetic data goes (default: the temp folder)")
-    parser.add_argument("--keep-work", action="store_true", help="keep the synthetic data, archives and logs")
+    parser.add_argument(
+        "--budget-minutes", type=float, default=8.0, help="the whole run's time limit"
+    )
+    parser.add_argument(
+        "--work-dir", default=None, help="where the synthetic data goes (default: the temp folder)"
+    )
+    parser.add_argument(
+        "--keep-work", action="store_true", help="keep the synthetic data, archives and logs"
+    )
     args = parser.parse_args(argv)
     if args.device is None:
         args.device = "cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        parser.error(f"--device {args.device}: no CUDA device is available (use --dry-run on a CPU)")
+        parser.error(
+            f"--device {args.device}: no CUDA device is available (use --dry-run on a CPU)"
+        )
     if args.device == "cpu" and not args.dry_run:
-        parser.error("no CUDA device is available: the paper's sizes on a CPU would take hours; use --dry-run")
+        parser.error(
+            "no CUDA device is available: the paper's sizes on a CPU would take hours; use --dry-run"
+        )
     return args
 
 
@@ -747,13 +1012,17 @@ def main(argv=None) -> int:
             continue
         print(f"-- {name} ...", end=" ", flush=True)
         sections[name] = run_section(ctx, name)
-        print(f"{sections[name]['status']} ({sections[name]['seconds']:.1f} s) {sections[name].get('reason', '')}",
-              flush=True)
+        print(
+            f"{sections[name]['status']} ({sections[name]['seconds']:.1f} s) {sections[name].get('reason', '')}",
+            flush=True,
+        )
         write_results(ctx, sections, finished=False)
     write_results(ctx, sections, finished=True)
     if not args.keep_work:
         shutil.rmtree(ctx.work, ignore_errors=True)
-    print(f"wrote {args.out / RESULTS_JSON} and {args.out / RESULTS_MD} ({time.monotonic() - ctx.started:.0f} s)")
+    print(
+        f"wrote {args.out / RESULTS_JSON} and {args.out / RESULTS_MD} ({time.monotonic() - ctx.started:.0f} s)"
+    )
     return 0
 
 

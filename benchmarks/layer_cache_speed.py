@@ -24,6 +24,7 @@ last columns are the validation F1 and loss of the best epoch and the cache's by
     python -m benchmarks.layer_cache_speed                       # both sizes, 3 epochs, 1 thread
     python -m benchmarks.layer_cache_speed --sizes quickstart --epochs 4
 """
+
 import argparse
 import gc
 import json
@@ -59,7 +60,10 @@ class EpochTimer(TrainerCallback):
         _TIMES.update(train=[], validation=[], train_wall=[], validation_wall=[], cache=[0.0])
         for module in trainer.model.modules():
             cache = getattr(module, "layer_cache", None)
-            if cache is not None:  # CPU seconds inside the cache (reading, or filling + the live biLM)
+            if (
+                cache is not None
+            ):  # CPU seconds inside the cache (reading, or filling + the live biLM)
+
                 def timed_cache(*args, _method=cache.activations, **kw):
                     start = time.process_time()
                     result = _method(*args, **kw)
@@ -110,8 +114,12 @@ def build_fasttext(sentences: List[List[str]], path: Path) -> Path:
     if path.exists():
         return path
     corpus = path.with_suffix(".txt")
-    corpus.write_text("".join(" ".join(line.split()[0] for line in s) + "\n" for s in sentences), encoding="utf-8")
-    return train_fasttext(corpus, path, dim=FASTTEXT_DIM, min_count=1, minn=3, maxn=6, bucket=100_000, epoch=5)
+    corpus.write_text(
+        "".join(" ".join(line.split()[0] for line in s) + "\n" for s in sentences), encoding="utf-8"
+    )
+    return train_fasttext(
+        corpus, path, dim=FASTTEXT_DIM, min_count=1, minn=3, maxn=6, bucket=100_000, epoch=5
+    )
 
 
 def build_bilm(size: str, fasttext: Path, corpus: Path, directory: Path) -> Path:
@@ -124,9 +132,18 @@ def build_bilm(size: str, fasttext: Path, corpus: Path, directory: Path) -> Path
     cell_dim, projection_dim = BILM_SIZES[size]
     config = directory.parent / f"bilm_{size}.jsonnet"
     settings = {
-        "fasttext_path": str(fasttext), "embedding_dim": FASTTEXT_DIM, "train_data_path": str(corpus),
-        "projection_dim": projection_dim, "cell_dim": cell_dim, "mode": "sentence", "batch_size": 16,
-        "num_epochs": 1, "learning_rate": 1e-3, "warmup_steps": 0, "decay_start": 1, "decay_end": 2,
+        "fasttext_path": str(fasttext),
+        "embedding_dim": FASTTEXT_DIM,
+        "train_data_path": str(corpus),
+        "projection_dim": projection_dim,
+        "cell_dim": cell_dim,
+        "mode": "sentence",
+        "batch_size": 16,
+        "num_epochs": 1,
+        "learning_rate": 1e-3,
+        "warmup_steps": 0,
+        "decay_start": 1,
+        "decay_end": 2,
         "num_replicas": 1,
     }
     library = REPO_ROOT / "training_configs" / "pretrain" / "elmoc.libsonnet"
@@ -135,7 +152,9 @@ def build_bilm(size: str, fasttext: Path, corpus: Path, directory: Path) -> Path
     return archive
 
 
-def train_ner(run_dir: Path, environment: Dict[str, str], epochs: int, lr: float, extra: Dict) -> Dict:
+def train_ner(
+    run_dir: Path, environment: Dict[str, str], epochs: int, lr: float, extra: Dict
+) -> Dict:
     from allennlp.commands.train import train_model_from_file
 
     os.environ.update(environment)
@@ -152,8 +171,9 @@ def train_ner(run_dir: Path, environment: Dict[str, str], epochs: int, lr: float
     train_model_from_file(str(NER_CONFIG), str(run_dir), overrides=json.dumps(overrides))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     result = {name: list(values) for name, values in _TIMES.items()}
-    result.update({
-              "f1": metrics[f"best_validation_{METRIC}"], "loss": metrics["best_validation_loss"]})
+    result.update(
+        {"f1": metrics[f"best_validation_{METRIC}"], "loss": metrics["best_validation_loss"]}
+    )
     gc.collect()
     return result
 
@@ -164,15 +184,25 @@ def cache_bytes(directory: Path) -> int:
 
 def main(arguments: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=REPO_ROOT.parent / "shared" / "data" / "conll2003")
+    parser.add_argument(
+        "--data", type=Path, default=REPO_ROOT.parent / "shared" / "data" / "conll2003"
+    )
     parser.add_argument("--train-sentences", type=int, default=2000)
     parser.add_argument("--dev-sentences", type=int, default=500)
     parser.add_argument("--epochs", type=int, default=3, help="at least 2: epoch 1 fills, 2+ read")
-    parser.add_argument("--sizes", nargs="+", choices=sorted(BILM_SIZES), default=["quickstart", "paper"])
+    parser.add_argument(
+        "--sizes", nargs="+", choices=sorted(BILM_SIZES), default=["quickstart", "paper"]
+    )
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=0.005,
-                        help="Adam's learning rate (the recipe's 0.001 leaves F1 at 0 after 3 short epochs)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="kept if given (biLMs are reused)")
+    parser.add_argument(
+        "--lr",
+        type=float,
+        default=0.005,
+        help="Adam's learning rate (the recipe's 0.001 leaves F1 at 0 after 3 short epochs)",
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="kept if given (biLMs are reused)"
+    )
     args = parser.parse_args(arguments)
     if args.epochs < 2:
         parser.error("--epochs must be at least 2")
@@ -210,16 +240,24 @@ def measure(args: argparse.Namespace, work: Path) -> int:
     positions = tokens + 2 * len(train + dev)
     fasttext = build_fasttext(train + dev, work / "fasttext.bin")
     bilm_corpus = work / "bilm_corpus.txt"
-    bilm_corpus.write_text("".join(" ".join(line.split()[0] for line in s) + "\n" for s in train[:16]), encoding="utf-8")
+    bilm_corpus.write_text(
+        "".join(" ".join(line.split()[0] for line in s) + "\n" for s in train[:16]),
+        encoding="utf-8",
+    )
     base = {
-        "ELMOC_FASTTEXT": str(fasttext), "ELMOC_FASTTEXT_DIM": str(FASTTEXT_DIM),
-        "NER_TRAIN_DATA_PATH": str(train_path), "NER_VALIDATION_DATA_PATH": str(dev_path),
+        "ELMOC_FASTTEXT": str(fasttext),
+        "ELMOC_FASTTEXT_DIM": str(FASTTEXT_DIM),
+        "NER_TRAIN_DATA_PATH": str(train_path),
+        "NER_VALIDATION_DATA_PATH": str(dev_path),
         "NER_TEST_DATA_PATH": str(dev_path),
     }
-    print(f"# {len(train)} training / {len(dev)} validation sentences ({tokens} tokens), {args.epochs} "
-          f"epochs, Adam lr {args.lr}, torch {torch.__version__}, {args.threads} thread(s), "
-          f"{platform.processor() or platform.machine()}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start", flush=True)
+    print(
+        f"# {len(train)} training / {len(dev)} validation sentences ({tokens} tokens), {args.epochs} "
+        f"epochs, Adam lr {args.lr}, torch {torch.__version__}, {args.threads} thread(s), "
+        f"{platform.processor() or platform.machine()}, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at start",
+        flush=True,
+    )
 
     rows = []
     no_bilm = {**base, "ELMOC_ARCHIVE": "", "ELMOC_DIM": "0"}
@@ -228,20 +266,30 @@ def measure(args: argparse.Namespace, work: Path) -> int:
     print("# fastText only done", flush=True)
     for size in args.sizes:
         bilm = build_bilm(size, fasttext, bilm_corpus, work / f"bilm_{size}")
-        environment = {**base, "ELMOC_ARCHIVE": str(bilm), "ELMOC_DIM": str(2 * BILM_SIZES[size][1])}
+        environment = {
+            **base,
+            "ELMOC_ARCHIVE": str(bilm),
+            "ELMOC_DIM": str(2 * BILM_SIZES[size][1]),
+        }
         embedder = "model.text_field_embedder.token_embedders.elmo"
         live = train_ner(work / f"run_{size}_live", environment, args.epochs, args.lr, {})
         rows.append((f"ELMo-C {size}, live", size, live, None))
         for dtype in ("float32", "float16"):
             cache = work / f"cache_{size}_{dtype}"
             extra = {f"{embedder}.cache_directory": str(cache), f"{embedder}.cache_dtype": dtype}
-            result = train_ner(work / f"run_{size}_{dtype}", environment, args.epochs, args.lr, extra)
-            rows.append((f"ELMo-C {size}, cache {dtype}", size, result, cache_bytes(cache) / positions))
+            result = train_ner(
+                work / f"run_{size}_{dtype}", environment, args.epochs, args.lr, extra
+            )
+            rows.append(
+                (f"ELMo-C {size}, cache {dtype}", size, result, cache_bytes(cache) / positions)
+            )
         print(f"# {size} done", flush=True)
 
     baseline = sum(fasttext_only["train"][1:]) / (args.epochs - 1)
-    header = (f"{'tagger':34} {'epoch 1 s':>9} {'epochs 2+ s':>11} {'vs fastText':>11} {'eval 1 s':>8} "
-              f"{'eval 2+ s':>9} {'cache 2+ s':>10} {'wall 2+ s':>9} {'dev F1':>7} {'dev loss':>9} {'bytes/token':>11}")
+    header = (
+        f"{'tagger':34} {'epoch 1 s':>9} {'epochs 2+ s':>11} {'vs fastText':>11} {'eval 1 s':>8} "
+        f"{'eval 2+ s':>9} {'cache 2+ s':>10} {'wall 2+ s':>9} {'dev F1':>7} {'dev loss':>9} {'bytes/token':>11}"
+    )
     print(header)
     print("-" * len(header))
     for name, _, result, per_token in rows:
@@ -249,11 +297,13 @@ def measure(args: argparse.Namespace, work: Path) -> int:
         later_eval = sum(result["validation"][1:]) / (args.epochs - 1)
         later_wall = sum(result["train_wall"][1:]) / (args.epochs - 1)
         cache_later = sum(result["cache"][1 : args.epochs]) / (args.epochs - 1)
-        print(f"{name:34} {result['train'][0]:9.1f} {later:11.1f} {later / baseline:10.2f}x "
-              f"{result['validation'][0]:8.1f} {later_eval:9.1f} "
-              f"{'-' if per_token is None else f'{cache_later:.1f}':>10} {later_wall:9.1f} "
-              f"{100 * result['f1']:7.2f} {result['loss']:9.3f} "
-              f"{'-' if per_token is None else f'{per_token:,.0f}':>11}")
+        print(
+            f"{name:34} {result['train'][0]:9.1f} {later:11.1f} {later / baseline:10.2f}x "
+            f"{result['validation'][0]:8.1f} {later_eval:9.1f} "
+            f"{'-' if per_token is None else f'{cache_later:.1f}':>10} {later_wall:9.1f} "
+            f"{100 * result['f1']:7.2f} {result['loss']:9.3f} "
+            f"{'-' if per_token is None else f'{per_token:,.0f}':>11}"
+        )
     kept = f"work dir {work}" if args.work_dir is not None else "work dir removed"
     print(f"# load average {os.getloadavg()[0]:.1f} at the end; {kept}")
     return 0

@@ -18,6 +18,7 @@ fastText model (random vectors, same format and reader as a trained one), writte
     python -m benchmarks.loader_throughput                  # 20 shards x 400 sentences
     python -m benchmarks.loader_throughput --shards 20 --sentences-per-shard 2000 --steps 10
 """
+
 import argparse
 import os
 import platform
@@ -39,7 +40,9 @@ from allennlp.models import Model
 import elmoc_allennlp  # noqa: F401
 from benchmarks.common import random_fasttext
 
-CONFIG = Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
+CONFIG = (
+    Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
+)
 
 
 def make_corpus(directory: Path, shards: int, sentences: int, num_words: int) -> Path:
@@ -82,8 +85,11 @@ def reader_params(fasttext: Path, gather: bool) -> Params:
 def loader_pass(corpus: Path, fasttext: Path, workers: int, gather: bool, batch_size: int):
     reader = DatasetReader.from_params(reader_params(fasttext, gather))
     loader = MultiProcessDataLoader(
-        reader, str(corpus), batch_size=batch_size, num_workers=workers, max_instances_in_memory=
-        batch_size * 8 if workers else None
+        reader,
+        str(corpus),
+        batch_size=batch_size,
+        num_workers=workers,
+        max_instances_in_memory=batch_size * 8 if workers else None,
     )
     loader.index_with(Vocabulary())
     started = time.perf_counter()
@@ -95,7 +101,9 @@ def loader_pass(corpus: Path, fasttext: Path, workers: int, gather: bool, batch_
     return time.perf_counter() - started, windows, tokens
 
 
-def model_tokens_per_second(corpus: Path, fasttext: Path, steps: int, batch_size: int, gather: bool):
+def model_tokens_per_second(
+    corpus: Path, fasttext: Path, steps: int, batch_size: int, gather: bool
+):
     params = config_params(fasttext)
     reader = DatasetReader.from_params(reader_params(fasttext, gather))
     loader = MultiProcessDataLoader(reader, str(corpus), batch_size=batch_size)
@@ -135,7 +143,9 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     work = Path(args.work_dir)
-    fasttext = random_fasttext(work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100, scale=0.1)
+    fasttext = random_fasttext(
+        work / f"synthetic_{args.words}_{args.bucket}.bin", args.words, args.bucket, 100, scale=0.1
+    )
     corpus = make_corpus(
         work / f"corpus_{args.shards}x{args.sentences_per_shard}",
         args.shards,

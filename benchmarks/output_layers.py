@@ -31,6 +31,7 @@ memory-mapped fastText table. On CUDA it is `torch.cuda.max_memory_allocated` an
 CUDA events. Inputs are synthetic: a synthetic fastText `.bin` (same format and embedder as
 training), Zipfian word ids over a frequency-sorted vocabulary, ~15 fastText rows per word.
 """
+
 import argparse
 import json
 import math
@@ -157,7 +158,9 @@ class BatchMaker:
         self.cdf /= self.cdf[-1]
         words, bucket = job["fasttext_words"], job["fasttext_bucket"]
         word_ids = np.arange(words, dtype=np.int64)[:, None]
-        ngram_ids = words + (word_ids * 2654435761 + np.arange(1, FASTTEXT_ROWS_PER_WORD) * 40503) % bucket
+        ngram_ids = (
+            words + (word_ids * 2654435761 + np.arange(1, FASTTEXT_ROWS_PER_WORD) * 40503) % bucket
+        )
         # Indexer convention: row + 1 (0 is padding).
         self.fasttext_rows = np.concatenate([word_ids, ngram_ids], axis=1) + 1
 
@@ -279,8 +282,12 @@ class Optimizer:
 
         if self.optimizer is None:  # the parameters that get gradients, known after one backward
             trained = [p for p in self.parameters if p.grad is not None]
-            self.optimizer = DenseSparseAdam([(str(i), p) for i, p in enumerate(trained)], lr=self.lr)
-        torch.nn.utils.clip_grad_norm_([p for p in self.parameters if p.grad is not None and not p.grad.is_sparse], 1.0)
+            self.optimizer = DenseSparseAdam(
+                [(str(i), p) for i, p in enumerate(trained)], lr=self.lr
+            )
+        torch.nn.utils.clip_grad_norm_(
+            [p for p in self.parameters if p.grad is not None and not p.grad.is_sparse], 1.0
+        )
         self.optimizer.step()
 
 
@@ -321,7 +328,7 @@ def run_worker(job: Dict[str, Any]) -> Dict[str, Any]:
     result["s1"] = fastest([timer.time(lambda: step(one)) for _ in range(job["repeats"])])
 
     # Largest batch within the budget, by doubling; peak memory at every probe.
-    budget = job["budget_gb"] * 1024 ** 3
+    budget = job["budget_gb"] * 1024**3
     peaks: Dict[int, int] = {}
     batch_size, largest = 8, None
     while batch_size <= job["max_batch"] or batch_size <= job["memory_batch"]:
@@ -426,7 +433,9 @@ def make_jobs(args, sizes: Dict[str, Any], fasttext_path: Path) -> List[Dict[str
         scaled = [max(1, int(round(c * size / paper_size))) for c in cutoffs]
         while div_value > 1 and sizes["projection_dim"] // div_value ** len(scaled) < 1:
             div_value /= 2
-        jobs.append(dict(common, kind="adaptive", vocab_size=size + 2, cutoffs=scaled, div_value=div_value))
+        jobs.append(
+            dict(common, kind="adaptive", vocab_size=size + 2, cutoffs=scaled, div_value=div_value)
+        )
     for size in vocab_sizes:
         jobs.append(dict(common, kind="sampled", vocab_size=size + 2))
     for size in vocab_sizes:
@@ -438,10 +447,15 @@ def make_jobs(args, sizes: Dict[str, Any], fasttext_path: Path) -> List[Dict[str
     return jobs
 
 
-def run_job(job: Dict[str, Any], timeout: float, environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+def run_job(
+    job: Dict[str, Any], timeout: float, environment: Optional[Dict[str, str]] = None
+) -> Dict[str, Any]:
     """One job in its own process (`python -m benchmarks.output_layers --worker JOB`); its result."""
     environment = dict(
-        environment or os.environ, MALLOC_ARENA_MAX="2", TOKENIZERS_PARALLELISM="false", OMP_WAIT_POLICY="PASSIVE"
+        environment or os.environ,
+        MALLOC_ARENA_MAX="2",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_WAIT_POLICY="PASSIVE",
     )
     started = time.perf_counter()
     completed = subprocess.run(
@@ -454,7 +468,10 @@ def run_job(job: Dict[str, Any], timeout: float, environment: Optional[Dict[str,
     )
     if completed.returncode != 0:
         sys.stderr.write(completed.stderr[-3000:])
-        return {"error": f"exit code {completed.returncode}", "stderr_tail": completed.stderr[-1500:]}
+        return {
+            "error": f"exit code {completed.returncode}",
+            "stderr_tail": completed.stderr[-1500:],
+        }
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     result = json.loads(lines[-1])
     result["wall"] = time.perf_counter() - started
@@ -489,11 +506,14 @@ def _paper_ratio(job: Dict[str, Any]) -> Optional[float]:
     return PAPER_S2_RATIOS.get((job["kind"], words))
 
 
-def table_rows(jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], clock: str = "wall") -> List[Dict[str, Any]]:
+def table_rows(
+    jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], clock: str = "wall"
+) -> List[Dict[str, Any]]:
     """
     One row per job: its figures (times on `clock`, "wall" or "cpu") and each figure's ratio to
     Cont's, measured in the same run; `paper_s2_ratio` where the paper's Table 4 has the row.
     """
+
     def figures(result: Dict[str, Any]) -> Dict[str, Any]:
         flat = {key: result.get(key) for key in ("params", "batch", "mem")}
         for key in ("s1", "s2", "words_per_second", "output_share"):
@@ -502,19 +522,29 @@ def table_rows(jobs: List[Dict[str, Any]], results: List[Dict[str, Any]], clock:
         return flat
 
     reference = next(
-        (figures(result) for job, result in zip(jobs, results) if job["kind"] == "cont" and "error" not in result),
+        (
+            figures(result)
+            for job, result in zip(jobs, results)
+            if job["kind"] == "cont" and "error" not in result
+        ),
         {},
     )
     rows = []
     for job, result in zip(jobs, results):
-        row: Dict[str, Any] = {"kind": job["kind"], "label": LABELS[job["kind"]],
-                               "vocab": _vocab_label(job["vocab_size"], job["kind"]), "paper_s2_ratio": _paper_ratio(job)}
+        row: Dict[str, Any] = {
+            "kind": job["kind"],
+            "label": LABELS[job["kind"]],
+            "vocab": _vocab_label(job["vocab_size"], job["kind"]),
+            "paper_s2_ratio": _paper_ratio(job),
+        }
         if "error" in result:
             row["error"] = result["error"]
         else:
             row.update(figures(result))
-            row["ratios"] = {key: _ratio(row[key], reference.get(key))
-                             for key in ("params", "batch", "mem", "s1", "s2", "words_per_second")}
+            row["ratios"] = {
+                key: _ratio(row[key], reference.get(key))
+                for key in ("params", "batch", "mem", "s1", "s2", "words_per_second")
+            }
         rows.append(row)
     return rows
 
@@ -528,7 +558,8 @@ def format_table(
 ) -> str:
     """The rows of `table_rows` as Markdown, and the whole-model comparison ELMo-C vs ELMo."""
     rows = [
-        f"| Output layer | Vocab | Params | Batch | S1 (s) | S2 (s) | Mem@{sizes['memory_batch']} | Out% | S2 paper |",
+        "| Output layer | Vocab | Params | Batch | S1 (s) | S2 (s) "
+        f"| Mem@{sizes['memory_batch']} | Out% | S2 paper |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     table = table_rows(jobs, results, clock)
@@ -549,7 +580,9 @@ def format_table(
             f"{row['paper_s2_ratio']:.2f}x" if row["paper_s2_ratio"] else "",
         ]
         rows.append("| " + " | ".join(cells) + " |")
-    whole = [row for row in table if row["kind"] in ("cont", "elmo") and row.get("words_per_second")]
+    whole = [
+        row for row in table if row["kind"] in ("cont", "elmo") and row.get("words_per_second")
+    ]
     if len(whole) == 2:
         rows += [
             "",
@@ -561,7 +594,11 @@ def format_table(
         ]
         for row in whole:
             name = "ELMo-C" if row["kind"] == "cont" else f"ELMo ({row['vocab']})"
-            memory = _with_ratio(f"{row['mem'] / 1024 ** 2:.0f} MB", row["ratios"]["mem"]) if row["mem"] else "-"
+            memory = (
+                _with_ratio(f"{row['mem'] / 1024 ** 2:.0f} MB", row["ratios"]["mem"])
+                if row["mem"]
+                else "-"
+            )
             speed = _with_ratio(f"{row['words_per_second']:.0f}", row["ratios"]["words_per_second"])
             rows.append(f"| {name} | {_millions(row['params'])} | {speed} | {memory} |")
     return "\n".join(rows)
@@ -580,21 +617,34 @@ def parse_args(argv=None):
     parser.add_argument("--tokens", type=int, help="words trained on for S2")
     parser.add_argument("--budget-gb", type=float, help="memory budget for the largest batch")
     parser.add_argument("--max-batch", type=int, help="largest batch tried (sentences)")
-    parser.add_argument("--memory-batch", type=int, help="batch at which Mem and Out%% are measured")
+    parser.add_argument(
+        "--memory-batch", type=int, help="batch at which Mem and Out%% are measured"
+    )
     parser.add_argument("--subword-vocab", type=int)
-    parser.add_argument("--subword-ratio", type=float, default=1.15,
-                        help="BPE pieces per word (sequence length of the subword LM)")
+    parser.add_argument(
+        "--subword-ratio",
+        type=float,
+        default=1.15,
+        help="BPE pieces per word (sequence length of the subword LM)",
+    )
     parser.add_argument("--fasttext-words", type=int, default=100_000)
     parser.add_argument("--fasttext-bucket", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed repeats of S1 and Out%% (the fastest is kept)")
-    parser.add_argument("--clock", choices=["wall", "cpu"], default=None,
-                        help="time the table reports (default: cpu on a CPU, wall on a GPU); "
-                        "both are in --output")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed repeats of S1 and Out%% (the fastest is kept)"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default=None,
+        help="time the table reports (default: cpu on a CPU, wall on a GPU); "
+        "both are in --output",
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per layer")
     parser.add_argument("--output", type=Path, help="write all results as JSON here")
     parser.add_argument("--markdown", type=Path, help="write the table and setup as Markdown here")
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "elmoc_benchmark")
+    parser.add_argument(
+        "--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "elmoc_benchmark"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -613,13 +663,24 @@ def main(argv=None) -> None:
     if args.clock is None:
         args.clock = "wall" if args.device.startswith("cuda") else "cpu"
     sizes = dict(SIZES["paper" if args.paper_sizes else "default"])
-    for key in ("cell_dim", "projection_dim", "embedding_dim", "vocab_sizes", "seq_len", "tokens",
-                "budget_gb", "max_batch", "memory_batch", "subword_vocab"):
+    for key in (
+        "cell_dim",
+        "projection_dim",
+        "embedding_dim",
+        "vocab_sizes",
+        "seq_len",
+        "tokens",
+        "budget_gb",
+        "max_batch",
+        "memory_batch",
+        "subword_vocab",
+    ):
         if getattr(args, key) is not None:
             sizes[key] = getattr(args, key)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     fasttext_path = random_fasttext(
-        args.work_dir / f"synthetic-{args.fasttext_words}-{args.fasttext_bucket}-{sizes['embedding_dim']}d.bin",
+        args.work_dir
+        / f"synthetic-{args.fasttext_words}-{args.fasttext_bucket}-{sizes['embedding_dim']}d.bin",
         args.fasttext_words,
         args.fasttext_bucket,
         sizes["embedding_dim"],
@@ -640,7 +701,10 @@ def main(argv=None) -> None:
         except subprocess.TimeoutExpired:
             result = {"error": f"timeout after {args.timeout:.0f}s"}
         results.append(result)
-        print(f"{result.get('wall', 0):.0f}s" if "error" not in result else result["error"], flush=True)
+        print(
+            f"{result.get('wall', 0):.0f}s" if "error" not in result else result["error"],
+            flush=True,
+        )
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()
     table = format_table(jobs, results, sizes, args.clock)
@@ -650,7 +714,9 @@ def main(argv=None) -> None:
             "\n\nWARNING: the code under test changed while the benchmark ran (source hashes "
             "differ between layers); rerun it."
         )
-    command = "python -m benchmarks.output_layers " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.output_layers " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     notes = (
         f"Command: `{command.strip()}` ({elapsed / 60:.1f} min). Machine: {machine}. "
         f"Load average before/after: {load_before[0]:.1f}/{load_after[0]:.1f}.\n"
@@ -666,10 +732,18 @@ def main(argv=None) -> None:
     print()
     print(notes)
     if args.output:
-        args.output.write_text(json.dumps(
-            {"machine": machine, "sizes": sizes, "jobs": jobs, "results": results, "notes": notes},
-            indent=2,
-        ))
+        args.output.write_text(
+            json.dumps(
+                {
+                    "machine": machine,
+                    "sizes": sizes,
+                    "jobs": jobs,
+                    "results": results,
+                    "notes": notes,
+                },
+                indent=2,
+            )
+        )
     if args.markdown:
         args.markdown.write_text(table + "\n\n" + notes + "\n")
 

@@ -17,6 +17,7 @@ least CPU time (all threads: steadier than the wall clock on a shared machine) o
 (repeated while they total under 3 s). The full matrix is skipped where its scores alone exceed `--full-max-gb`.
 Both methods' accuracies are printed: they must agree.
 """
+
 import argparse
 import json
 import os
@@ -68,7 +69,9 @@ def _cell(method: str, num_positions: int, dim: int, num_words: int) -> dict:
         meter = MemoryMeter("cpu")
         meter.reset()
         result = {}
-        timings = [Timer("cpu").time(lambda: result.update(accuracy=score(predictions, targets).item()))]
+        timings = [
+            Timer("cpu").time(lambda: result.update(accuracy=score(predictions, targets).item()))
+        ]
         peak = meter.peak()
         while len(timings) < 5 and sum(timing["wall"] for timing in timings) < 3.0:
             timings.append(Timer("cpu").time(lambda: score(predictions, targets).item()))
@@ -78,13 +81,28 @@ def _cell(method: str, num_positions: int, dim: int, num_words: int) -> dict:
 
 def _measure(method: str, num_positions: int, args) -> dict:
     command = [
-        sys.executable, "-m", "benchmarks.retrieval_scoring", "--cell", method,
-        "--sizes", str(num_positions), "--dim", str(args.dim), "--words", str(args.words),
+        sys.executable,
+        "-m",
+        "benchmarks.retrieval_scoring",
+        "--cell",
+        method,
+        "--sizes",
+        str(num_positions),
+        "--dim",
+        str(args.dim),
+        "--words",
+        str(args.words),
     ]
     environment = dict(os.environ, MALLOC_ARENA_MAX="2")
-    completed = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True)
+    completed = subprocess.run(
+        command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True
+    )
     if completed.returncode != 0:
-        return {"error": completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "failed"}
+        return {
+            "error": (
+                completed.stderr.strip().splitlines()[-1] if completed.stderr.strip() else "failed"
+            )
+        }
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
@@ -92,8 +110,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="2048,15360,30000,300000", help="comma-separated N")
     parser.add_argument("--dim", type=int, default=300, help="vector size (ELMo-C: fastText's 300)")
-    parser.add_argument("--words", type=int, default=10000, help="distinct words drawn from (PTB: 10,000)")
-    parser.add_argument("--full-max-gb", type=float, default=4.0, help="largest full score matrix run")
+    parser.add_argument(
+        "--words", type=int, default=10000, help="distinct words drawn from (PTB: 10,000)"
+    )
+    parser.add_argument(
+        "--full-max-gb", type=float, default=4.0, help="largest full score matrix run"
+    )
     parser.add_argument("--cell", choices=["full", "chunked"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
@@ -105,7 +127,9 @@ def main() -> None:
     from elmoc_allennlp.models.bilm_metrics import RETRIEVAL_SCORE_BUDGET
 
     print(machine_description())
-    print(f"dim {args.dim}, Zipfian ids over {args.words:,} words, budget {RETRIEVAL_SCORE_BUDGET:,} scores")
+    print(
+        f"dim {args.dim}, Zipfian ids over {args.words:,} words, budget {RETRIEVAL_SCORE_BUDGET:,} scores"
+    )
     header = (
         f"{'N':>9} {'distinct':>8} {'full matrix':>11} | {'full peak':>10} {'full cpu s':>10} {'acc':>7} | "
         f"{'chunked peak':>12} {'chunked cpu s':>13} {'acc':>7} | {'memory':>7} {'time':>6}"
@@ -126,7 +150,9 @@ def main() -> None:
             full_text = f"{full['error']:>10} {'':>10} {'':>7}"
             ratios = f"{'':>7} {'':>6}"
         else:
-            full_text = f"{full['peak_mb']:>7,.0f} MB {full['seconds']:>10.2f} {full['accuracy']:>7.4f}"
+            full_text = (
+                f"{full['peak_mb']:>7,.0f} MB {full['seconds']:>10.2f} {full['accuracy']:>7.4f}"
+            )
             ratios = (
                 f"{full['peak_mb'] / max(chunked['peak_mb'], 1):>6.0f}x "
                 f"{full['seconds'] / chunked['seconds']:>5.1f}x"

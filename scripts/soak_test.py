@@ -16,6 +16,7 @@ the checkpoint interval.
 
 Exit status 0 when every check passed; a JSON report is written to OUTPUT_DIR/report.json.
 """
+
 import argparse
 import json
 import os
@@ -142,7 +143,9 @@ def main() -> int:
     if output.exists():
         shutil.rmtree(output)
     output.mkdir(parents=True)
-    zipf_corpus(output / "corpus", args.sentences, 4, args.seed, vocabulary_size=2000, lengths=(4, 25))
+    zipf_corpus(
+        output / "corpus", args.sentences, 4, args.seed, vocabulary_size=2000, lengths=(4, 25)
+    )
     fasttext = random_fasttext(output / "vectors.bin", 2001, 5000, 16, args.seed, maxn=5)
     config = output / "soak.jsonnet"
     write_config(config, fasttext, output / "corpus", args)
@@ -234,7 +237,9 @@ def main() -> int:
     if not (run / "metrics.json").exists():
         problems.append("metrics.json is missing")
     if lost and max(lost) > args.checkpoint_every:
-        problems.append(f"a kill lost {max(lost)} steps > checkpoint interval {args.checkpoint_every}")
+        problems.append(
+            f"a kill lost {max(lost)} steps > checkpoint interval {args.checkpoint_every}"
+        )
 
     report = {
         "kills_requested": args.kills,

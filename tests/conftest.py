@@ -16,6 +16,7 @@ and the other workers wait for it and read it. `ELMOC_TEST_FIXTURE_CACHE=DIR` ke
 across runs instead, keyed by a hash of what they are built from (the package's and the test
 fixtures' files): `make mutation` uses it, so that each mutant's run does not retrain them.
 """
+
 import hashlib
 import io
 import json
@@ -124,7 +125,11 @@ def pytest_report_header(config) -> str:
 def _sources_digest() -> str:
     """A hash of every file a trained fixture can depend on: the package and the test fixtures."""
     digest = hashlib.sha256()
-    for root, pattern in ((PACKAGE_ROOT, "*.py"), (FIXTURES_ROOT, "*"), (PACKAGE_ROOT.parent / "training_configs", "*")):
+    for root, pattern in (
+        (PACKAGE_ROOT, "*.py"),
+        (FIXTURES_ROOT, "*"),
+        (PACKAGE_ROOT.parent / "training_configs", "*"),
+    ):
         for path in sorted(root.rglob(pattern)):
             # Hidden files are written by the runs themselves (corpus indexes beside the corpus),
             # and so are files beside the package's modules (mutmut's results).
@@ -134,7 +139,9 @@ def _sources_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-def shared_build(tmp_path_factory, name: str, build: Callable[[Path], None], key: Optional[Any] = None) -> Path:
+def shared_build(
+    tmp_path_factory, name: str, build: Callable[[Path], None], key: Optional[Any] = None
+) -> Path:
     """
     The folder `name`, filled by `build(folder)` once per test run and shared by every pytest-xdist
     worker of the run (the first to ask builds it under a file lock; the others wait and reuse
@@ -184,7 +191,10 @@ def train_tiny_fasttext(directory: Path, name: str, **options) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def tiny_fasttext_path(tmp_path_factory) -> Path:
     folder = shared_build(
-        tmp_path_factory, "fasttext", lambda directory: train_tiny_fasttext(directory, "tiny.bin"), TINY_FASTTEXT_OPTIONS
+        tmp_path_factory,
+        "fasttext",
+        lambda directory: train_tiny_fasttext(directory, "tiny.bin"),
+        TINY_FASTTEXT_OPTIONS,
     )
     path = folder / "tiny.bin"
     os.environ["ELMOC_TEST_FASTTEXT"] = str(path)
@@ -232,7 +242,11 @@ def elmoc_archive(tiny_fasttext_path, tmp_path_factory) -> Path:
             torch.set_num_threads(previous)
 
     # Keyed by the .bin it was trained with: its config records that path.
-    return shared_build(tmp_path_factory, "elmoc_bilm", train, str(tiny_fasttext_path)) / "run" / "model.tar.gz"
+    return (
+        shared_build(tmp_path_factory, "elmoc_bilm", train, str(tiny_fasttext_path))
+        / "run"
+        / "model.tar.gz"
+    )
 
 
 def rewrite_archive(

@@ -2,6 +2,7 @@
 Helpers for the tests that start processes: a child process killed mid-write, what it leaves,
 and waiting for a child without a wall-clock limit.
 """
+
 import os
 import signal
 import time

@@ -8,6 +8,7 @@ Training and the quickstart run in a fresh `allennlp` process (what reaches the 
 the logging that process sets up); `allennlp evaluate` runs in this one, through allennlp's
 `main`, its stdout captured.
 """
+
 import json
 import logging
 import os
@@ -48,7 +49,11 @@ def _evaluate_in_process(monkeypatch, *arguments: str) -> None:
     monkeypatch.setattr(
         sys, "argv", ["allennlp", "evaluate", *arguments, "--include-package", "elmoc_allennlp"]
     )
-    for name in ("allennlp.common.params", "allennlp.nn.initializers", "allennlp.modules.token_embedders.embedding"):
+    for name in (
+        "allennlp.common.params",
+        "allennlp.nn.initializers",
+        "allennlp.modules.token_embedders.embedding",
+    ):
         logger = logging.getLogger(name)
         monkeypatch.setattr(logger, "disabled", logger.disabled)
         monkeypatch.setattr(logger, "level", logger.level)
@@ -114,9 +119,7 @@ def test_the_bar_and_metrics_json_show_one_per_direction_loss(tiny_training):
     # The bar's last `loss` of the epoch is metrics.json's training_loss, then validation's
     # (one epoch: the training bar, then the validation bar, each drawn any number of times).
     training, validation = _counted_bars(result.stderr)
-    assert _bar_values(training[-1], "loss") == [
-        pytest.approx(metrics["training_loss"], abs=6e-5)
-    ]
+    assert _bar_values(training[-1], "loss") == [pytest.approx(metrics["training_loss"], abs=6e-5)]
     for name in ("forward_loss", "backward_loss", "loss"):
         assert _bar_values(validation[-1], name) == [
             pytest.approx(metrics[f"validation_{name}"], abs=6e-5)
@@ -187,7 +190,9 @@ def test_allennlp_evaluate_refuses_an_input_naming_no_data(
     output_file = tmp_path / "metrics.json"
     # Uncaught, the error ends `allennlp evaluate` with its traceback and a non-zero status.
     with pytest.raises(ConfigurationError) as refused:
-        _evaluate_in_process(monkeypatch, str(elmoc_archive), input_file, "--output-file", str(output_file))
+        _evaluate_in_process(
+            monkeypatch, str(elmoc_archive), input_file, "--output-file", str(output_file)
+        )
     named = input_file.rstrip(",") if input_file.strip() else repr(input_file)
     assert named in str(refused.value)
     assert "Final metrics" not in capsys.readouterr().out and not output_file.exists()

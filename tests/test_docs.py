@@ -22,6 +22,7 @@ A marker without a reason, a marker that is not followed by a block, a fence wit
 (output samples are ```text) and an unmarked block that is not run all fail. So do a page under
 docs/ that README.md does not link to and a relative link to a file that is not there.
 """
+
 import os
 import re
 import shutil
@@ -45,7 +46,9 @@ FENCE = re.compile(r"^(?P<indent>\s*)```(?P<language>[^`\s]*)\s*$")
 # What a page's blocks see as the repository (a symbolic link to this tree's folder).
 LINKED = ["training_configs", "scripts", "examples", "benchmarks"]
 # The names the docs give "your data", and the small files the test puts there.
-TRAIN_TEXT = "".join(path.read_text(encoding="utf-8") for path in sorted(LM_CORPUS.glob("train-*.txt")))
+TRAIN_TEXT = "".join(
+    path.read_text(encoding="utf-8") for path in sorted(LM_CORPUS.glob("train-*.txt"))
+)
 CONLL = (FIXTURES / "downstream" / "conll2003.txt").read_text(encoding="utf-8")
 PROVIDED = {
     "corpus/train.txt": TRAIN_TEXT,
@@ -96,7 +99,9 @@ def parse_blocks(page: Path) -> List[Block]:
         marker = MARKER.match(line)
         if marker:
             if pending_marker is not None:
-                raise DocsFormatError(f"{page}:{pending_marker + 1}: a `not run` marker with no block after it")
+                raise DocsFormatError(
+                    f"{page}:{pending_marker + 1}: a `not run` marker with no block after it"
+                )
             rest = marker.group("rest").strip()
             if not rest.startswith(":") or len(rest[1:].split()) < 2:
                 raise DocsFormatError(
@@ -108,7 +113,9 @@ def parse_blocks(page: Path) -> List[Block]:
         fence = FENCE.match(line)
         if not fence:
             if line.strip() and pending_marker is not None:
-                raise DocsFormatError(f"{page}:{pending_marker + 1}: a `not run` marker with no block after it")
+                raise DocsFormatError(
+                    f"{page}:{pending_marker + 1}: a `not run` marker with no block after it"
+                )
             index += 1
             continue
         language = fence.group("language").lower()
@@ -129,14 +136,20 @@ def parse_blocks(page: Path) -> List[Block]:
         reason = None
         if pending_marker is not None:
             if language not in RUN_LANGUAGES:
-                raise DocsFormatError(f"{page}:{pending_marker + 1}: `not run` marker before a {language} block")
+                raise DocsFormatError(
+                    f"{page}:{pending_marker + 1}: `not run` marker before a {language} block"
+                )
             reason = MARKER.match(lines[pending_marker]).group("rest").strip()[1:].strip()
             pending_marker = None
         indent = len(fence.group("indent"))
-        text = "\n".join(body_line[indent:] if body_line[:indent].isspace() else body_line for body_line in body)
+        text = "\n".join(
+            body_line[indent:] if body_line[:indent].isspace() else body_line for body_line in body
+        )
         blocks.append(Block(page, start + 1, language, text + "\n", reason))
     if pending_marker is not None:
-        raise DocsFormatError(f"{page}:{pending_marker + 1}: a `not run` marker with no block after it")
+        raise DocsFormatError(
+            f"{page}:{pending_marker + 1}: a `not run` marker with no block after it"
+        )
     return blocks
 
 
@@ -144,7 +157,9 @@ def block_environment() -> Dict[str, str]:
     environment = {key: value for key, value in os.environ.items() if not key.startswith("ELMOC_")}
     if "ELMOC_TEST_THREADS" in os.environ:
         environment["OMP_NUM_THREADS"] = os.environ["ELMOC_TEST_THREADS"]
-    environment["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), environment.get("PATH", "")])
+    environment["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), environment.get("PATH", "")]
+    )
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in environment.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
@@ -217,7 +232,9 @@ def test_the_format_rules_fail_as_described(tmp_path):
         page.write_text(text, encoding="utf-8")
         return parse_blocks(page)
 
-    blocks = parse("<!-- not run: needs a 7 GB .bin -->\n```bash\nexit 1\n```\n\n```python\nx = 1\n```\n")
+    blocks = parse(
+        "<!-- not run: needs a 7 GB .bin -->\n```bash\nexit 1\n```\n\n```python\nx = 1\n```\n"
+    )
     assert [(b.language, b.not_run_reason, b.text) for b in blocks] == [
         ("bash", "needs a 7 GB .bin", "exit 1\n"),
         ("python", None, "x = 1\n"),
@@ -239,16 +256,22 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 @pytest.mark.parametrize("page", documentation_files(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_every_relative_link_resolves(page):
-    targets = [target for target in LINK.findall(page.read_text(encoding="utf-8")) if "://" not in target]
+    targets = [
+        target for target in LINK.findall(page.read_text(encoding="utf-8")) if "://" not in target
+    ]
     missing = [target for target in targets if not (page.parent / target).exists()]
     assert not missing, f"{page.relative_to(REPO_ROOT)} links to files that do not exist: {missing}"
 
 
 def test_readme_links_every_docs_page():
     readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    linked = {(REPO_ROOT / target).resolve() for target in LINK.findall(readme) if "://" not in target}
+    linked = {
+        (REPO_ROOT / target).resolve() for target in LINK.findall(readme) if "://" not in target
+    }
     unlinked = [
-        page.name for page in sorted((REPO_ROOT / "docs").glob("*.md")) if page.resolve() not in linked
+        page.name
+        for page in sorted((REPO_ROOT / "docs").glob("*.md"))
+        if page.resolve() not in linked
     ]
     assert not unlinked, f"docs pages README.md does not link to: {unlinked}"
 
@@ -278,7 +301,9 @@ def test_readme_walk_through(readme_workspace):
     workspace, run = readme_workspace
     assert len(run) >= 4
     # The plugin line is added once: the folder already listed the plugin, as the repository does.
-    assert (workspace / ".allennlp_plugins").read_text(encoding="utf-8").split() == ["elmoc_allennlp"]
+    assert (workspace / ".allennlp_plugins").read_text(encoding="utf-8").split() == [
+        "elmoc_allennlp"
+    ]
     vectors = FastTextVectors(workspace / "fasttext" / "vectors.bin")
     corpus_words = set(TRAIN_TEXT.split())
     assert all(vectors.word_id(word) >= 0 for word in corpus_words)  # --min-count 1
@@ -286,8 +311,9 @@ def test_readme_walk_through(readme_workspace):
     # The NER run reads task text as its fastText model was trained (lowercased), and says so (issue #48).
     ner_log = (workspace / "runs" / "ner" / "out.log").read_text(encoding="utf-8")
     vectors_file = (workspace / "fasttext" / "vectors.bin").resolve()
-    assert f"fastText indexer lowercases tokens (as the model; the model {vectors_file} is trained on lowercased" in (
-        ner_log
+    assert (
+        f"fastText indexer lowercases tokens (as the model; the model {vectors_file} is trained on lowercased"
+        in (ner_log)
     )
     # The hdf5 export of the README: one dataset per line of sentences.txt, every layer.
     sentences = (workspace / "sentences.txt").read_text(encoding="utf-8").splitlines()
@@ -297,7 +323,9 @@ def test_readme_walk_through(readme_workspace):
             assert num_tokens == len(sentence.split()) and num_layers == hdf5.attrs["num_layers"]
 
 
-OTHER_PAGES = [page for page in documentation_files() if page.name != "README.md" or page.parent != REPO_ROOT]
+OTHER_PAGES = [
+    page for page in documentation_files() if page.name != "README.md" or page.parent != REPO_ROOT
+]
 
 
 @pytest.mark.parametrize("page", OTHER_PAGES, ids=lambda p: str(p.relative_to(REPO_ROOT)))

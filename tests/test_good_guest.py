@@ -11,6 +11,7 @@ tiny ELMo written here. Steps: `train`; `evaluate` and `predict` of the archive 
 the plugin; a `from_archive` fine-tune of it (trained, then evaluated); and `evaluate` of a copy
 whose `weights.th` is written with torch's legacy (non-zip) serialization.
 """
+
 import functools
 import http.server
 import json
@@ -27,10 +28,22 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 OPTIONS = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 4, "cell_clip": 3, "proj_clip": 3,
-             "dim": 6, "n_layers": 2},
-    "char_cnn": {"activation": "relu", "filters": [[1, 4], [2, 4]], "n_highway": 1,
-                 "embedding": {"dim": 3}, "n_characters": 262, "max_characters_per_token": 50},
+    "lstm": {
+        "use_skip_connections": True,
+        "projection_dim": 4,
+        "cell_clip": 3,
+        "proj_clip": 3,
+        "dim": 6,
+        "n_layers": 2,
+    },
+    "char_cnn": {
+        "activation": "relu",
+        "filters": [[1, 4], [2, 4]],
+        "n_highway": 1,
+        "embedding": {"dim": 3},
+        "n_characters": 262,
+        "max_characters_per_token": 50,
+    },
 }
 
 
@@ -50,8 +63,12 @@ def write_tiny_elmo(folder: Path) -> None:
         for index, (width, number) in enumerate(cnn["filters"]):
             out[f"CNN/W_cnn_{index}"] = values(1, width, cnn["embedding"]["dim"], number)
             out[f"CNN/b_cnn_{index}"] = values(number)
-        for name, shape in (("W_transform", (filters, filters)), ("W_carry", (filters, filters)),
-                            ("b_transform", (filters,)), ("b_carry", (filters,))):
+        for name, shape in (
+            ("W_transform", (filters, filters)),
+            ("W_carry", (filters, filters)),
+            ("b_transform", (filters,)),
+            ("b_carry", (filters,)),
+        ):
             out[f"CNN_high_0/{name}"] = values(*shape)
         out["CNN_proj/W_proj"] = values(filters, lstm["projection_dim"])
         out["CNN_proj/b_proj"] = values(lstm["projection_dim"])
@@ -70,24 +87,31 @@ def classifier_config(data: Path, elmo_url: str) -> Dict:
             "type": "text_classification_json",
             "tokenizer": {"type": "whitespace"},
             # `tokens`: basic_classifier reports the token ids, which ELMo's characters are not.
-            "token_indexers": {"elmo": {"type": "elmo_characters"}, "tokens": {"type": "single_id"}},
+            "token_indexers": {
+                "elmo": {"type": "elmo_characters"},
+                "tokens": {"type": "single_id"},
+            },
         },
         "train_data_path": str(data),
         "validation_data_path": str(data),
         "model": {
             "type": "basic_classifier",
-            "text_field_embedder": {"token_embedders": {"elmo": {
-                "type": "elmo_token_embedder",
-                "options_file": f"{elmo_url}/options.json",
-                "weight_file": f"{elmo_url}/weights.hdf5",
-                "do_layer_norm": False,
-                "dropout": 0.0,
-            }, "tokens": {"type": "embedding", "embedding_dim": 2}}},
+            "text_field_embedder": {
+                "token_embedders": {
+                    "elmo": {
+                        "type": "elmo_token_embedder",
+                        "options_file": f"{elmo_url}/options.json",
+                        "weight_file": f"{elmo_url}/weights.hdf5",
+                        "do_layer_norm": False,
+                        "dropout": 0.0,
+                    },
+                    "tokens": {"type": "embedding", "embedding_dim": 2},
+                }
+            },
             "seq2vec_encoder": {"type": "boe", "embedding_dim": 10},
         },
         "data_loader": {"batch_size": 2, "shuffle": False},
-        "trainer": {"optimizer": {"type": "adam", "lr": 0.01}, "num_epochs": 2,
-                    "cuda_device": -1},
+        "trainer": {"optimizer": {"type": "adam", "lr": 0.01}, "num_epochs": 2, "cuda_device": -1},
     }
 
 
@@ -141,7 +165,7 @@ if os.path.exists(reference) and not os.path.exists(legacy):
                 assert not data.startswith(b"PK")
                 member.size = len(data)
             copy.addfile(member, io.BytesIO(data) if data is not None else None)
-for name, archive in (("evaluate", reference), ("evaluate-legacy", reference.replace(".tar.gz", "-legacy.tar.gz"))):
+for name, archive in (("evaluate", reference), ("evaluate-legacy", legacy)):
     out = os.path.join(work, name + ".json")
     failed = allennlp("evaluate", archive, os.path.join(work, "data.jsonl"), "--output-file", out)
     result[name] = failed or {"metrics": numbers(out)}
@@ -161,8 +185,14 @@ result["from_archive"] = failed
 print("RESULT " + json.dumps(result))
 """
 
-LINES = [("a fine bank", "pos"), ("the river bank flooded", "neg"), ("rates rose", "pos"),
-         ("bad loans", "neg"), ("good news today", "pos"), ("a sad day", "neg")]
+LINES = [
+    ("a fine bank", "pos"),
+    ("the river bank flooded", "neg"),
+    ("rates rose", "pos"),
+    ("bad loans", "neg"),
+    ("good news today", "pos"),
+    ("a sad day", "neg"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -191,14 +221,25 @@ def _prepare(work: Path, url: str, reference: Path) -> None:
 
 
 def _run(mode: str, work: Path, reference: Path) -> Dict:
-    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), OMP_NUM_THREADS="1",
-                       ALLENNLP_CACHE_ROOT=str(work / "cache"), CACHED_PATH_CACHE_ROOT=str(work / "cache"))
+    environment = dict(
+        os.environ,
+        PYTHONPATH=str(REPO_ROOT),
+        OMP_NUM_THREADS="1",
+        ALLENNLP_CACHE_ROOT=str(work / "cache"),
+        CACHED_PATH_CACHE_ROOT=str(work / "cache"),
+    )
     environment.pop("HF_HUB_OFFLINE", None)
-    result = subprocess.run([sys.executable, "-c", PROBE, mode, str(work), str(reference)],
-                            cwd=work, env=environment, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, mode, str(work), str(reference)],
+        cwd=work,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, result.stderr[-4000:]
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 @pytest.fixture(scope="module")
@@ -238,11 +279,23 @@ def test_the_switch_refuses_what_it_documents_and_changes_nothing_else(outcomes)
     # An archive that names URLs, or whose weights are legacy, is refused naming the archive and
     # the key or member; the fine-tune opens such an archive.
     for step, words in (
-        ("evaluate", ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL")),
-        ("predict", ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL")),
-        ("from_archive", ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL")),
+        (
+            "evaluate",
+            ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL"),
+        ),
+        (
+            "predict",
+            ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL"),
+        ),
+        (
+            "from_archive",
+            ("model.tar.gz (config.json): model.text_field_embedder.token_embedders.elmo.", "URL"),
+        ),
         ("evaluate-legacy", ("model-legacy.tar.gz", "'weights.th'", "not a torch weights file")),
     ):
-        assert switch[step]["error"] in ("ConfigurationError", "UnsafeArchiveError"), (step, switch[step])
+        assert switch[step]["error"] in ("ConfigurationError", "UnsafeArchiveError"), (
+            step,
+            switch[step],
+        )
         for word in words:
             assert word in switch[step]["message"], (step, switch[step])

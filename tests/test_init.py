@@ -5,6 +5,7 @@ of `elmoc_allennlp.compat` and the guards of `elmoc_allennlp.hardening` declare 
 only with the switch), says so in one short log line, and offers its user-facing classes at the
 short path `elmoc_allennlp`; its folders import downwards only.
 """
+
 import ast
 import json
 import os
@@ -137,7 +138,9 @@ def test_the_plugin_replaces_exactly_what_its_shims_declare(plugin_import):
     # The opt-in guards are not installed without the switch.
     from elmoc_allennlp.hardening import OPT_IN
 
-    assert not {f"elmoc_allennlp.hardening.{name}" for name in OPT_IN} & set(plugin_import["installed"])
+    assert not {f"elmoc_allennlp.hardening.{name}" for name in OPT_IN} & set(
+        plugin_import["installed"]
+    )
 
 
 def test_the_switch_adds_exactly_the_opt_in_guards():
@@ -154,7 +157,9 @@ def test_importing_logs_one_short_line_and_the_list_at_debug(plugin_import):
     shown = [r["message"] for r in plugin if r["level"] >= 20]  # INFO and above
     assert len(shown) == 1 and len(shown[0]) <= 200, shown
     assert str(len(plugin_import["installed"])) in shown[0]
-    debug = [r["message"] for r in plugin if r["logger"] == "elmoc_allennlp.compat" and r["level"] == 10]
+    debug = [
+        r["message"] for r in plugin if r["logger"] == "elmoc_allennlp.compat" and r["level"] == 10
+    ]
     assert len(debug) == 1
     for shim in plugin_import["installed"]:
         assert shim.rsplit(".", 1)[1] in debug[0]
@@ -168,7 +173,11 @@ def test_every_registration_starts_with_elmoc(plugin_import):
         for name, cls in entries:
             checked += 1
             # Only a stock name that a shim declares it replaces may be taken.
-            assert name.startswith("elmoc") or f"{registry}[{name!r}]" in replacements, (registry, name, cls)
+            assert name.startswith("elmoc") or f"{registry}[{name!r}]" in replacements, (
+                registry,
+                name,
+                cls,
+            )
     assert checked >= 20
 
 
@@ -185,18 +194,36 @@ def test_the_classes_a_script_uses_import_from_the_package():
     )
     from elmoc_allennlp.downstream.archive import BilmArchive as archive_path
     from elmoc_allennlp.downstream.elmoc import ElmocBiLm as bilm_path, ElmocElmo as elmo_path
-    from elmoc_allennlp.downstream.embedder import ElmocEmbedder as embedder_path  # the README's older path
+    from elmoc_allennlp.downstream.embedder import (
+        ElmocEmbedder as embedder_path,
+    )  # the README's older path
     from elmoc_allennlp.downstream.token_embedder import ElmocTokenEmbedder as token_embedder_path
-    from elmoc_allennlp.models.bidirectional_language_model import BidirectionalLanguageModel as model_path
+    from elmoc_allennlp.models.bidirectional_language_model import (
+        BidirectionalLanguageModel as model_path,
+    )
     from elmoc_allennlp.fasttext.vectors import FastTextVectors as vectors_path
 
     assert (ElmocEmbedder, ElmocElmo, ElmocBiLm, ElmocTokenEmbedder) == (
-        embedder_path, elmo_path, bilm_path, token_embedder_path
+        embedder_path,
+        elmo_path,
+        bilm_path,
+        token_embedder_path,
     )
-    assert (BilmArchive, BidirectionalLanguageModel, FastTextVectors) == (archive_path, model_path, vectors_path)
+    assert (BilmArchive, BidirectionalLanguageModel, FastTextVectors) == (
+        archive_path,
+        model_path,
+        vectors_path,
+    )
     assert sorted(elmoc_allennlp.__all__) == sorted(
-        ["BidirectionalLanguageModel", "BilmArchive", "ElmocBiLm", "ElmocElmo", "ElmocEmbedder",
-         "ElmocTokenEmbedder", "FastTextVectors"]
+        [
+            "BidirectionalLanguageModel",
+            "BilmArchive",
+            "ElmocBiLm",
+            "ElmocElmo",
+            "ElmocEmbedder",
+            "ElmocTokenEmbedder",
+            "FastTextVectors",
+        ]
     )
 
 
@@ -242,7 +269,13 @@ def test_include_package_does_not_turn_the_switch_on():
         "print(json.dumps([scope.everywhere(), Registrable.resolve_class_name == before]))\n"
     )
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            env=environment, cwd=REPO_ROOT, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, True]

@@ -1,5 +1,6 @@
 """The README's quickstart table is what `scripts/quickstart.py` prints for the measured figures
 (docs/results.md#quickstart-figures): every row, in order (issue #48: it showed 8 of the 12)."""
+
 import importlib.util
 import re
 from pathlib import Path
@@ -8,7 +9,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _quickstart():
-    spec = importlib.util.spec_from_file_location("quickstart", REPO_ROOT / "scripts" / "quickstart.py")
+    spec = importlib.util.spec_from_file_location(
+        "quickstart", REPO_ROOT / "scripts" / "quickstart.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -41,7 +44,13 @@ def test_the_readme_shows_the_table_the_quickstart_prints(capsys):
     assert len(rows) == 12
     # A rerun reusing the vectors and the archive prints the same table without the two timings.
     reused = quickstart.result_rows(
-        2_420_680, 42_068, 887_521, 1, metrics, (0.6058, 0.0008), Path(".../quickstart_output/elmoc_small")
+        2_420_680,
+        42_068,
+        887_521,
+        1,
+        metrics,
+        (0.6058, 0.0008),
+        Path(".../quickstart_output/elmoc_small"),
     )
     assert [name for name, _ in reused] == [
         name for name, _ in rows if name not in ("training tokens/s", "fastText training")

@@ -6,6 +6,7 @@ One interpreter imports torch, allennlp and the plugin once, then forks a child 
 module as `__main__` with `--help` (what `python -m MODULE --help` does after its imports): each
 script still starts from the same fresh state, without paying twenty interpreter starts.
 """
+
 import json
 import os
 import subprocess
@@ -19,9 +20,11 @@ SCRIPTS = sorted(
     path
     for folder in ("benchmarks", "examples", "scripts")
     for path in (REPO_ROOT / folder).rglob("*.py")
-    if path.name != "__init__.py" and "if __name__ == \"__main__\":" in path.read_text()
+    if path.name != "__init__.py" and 'if __name__ == "__main__":' in path.read_text()
 )
-MODULES = [script.relative_to(REPO_ROOT).with_suffix("").as_posix().replace("/", ".") for script in SCRIPTS]
+MODULES = [
+    script.relative_to(REPO_ROOT).with_suffix("").as_posix().replace("/", ".") for script in SCRIPTS
+]
 
 # Runs in a fresh interpreter: `python -m MODULE --help` for each module, each in a forked child.
 HELP_RUNNER = r"""
@@ -84,7 +87,9 @@ def test_every_runnable_script_is_found():
     assert "examples/equal_compute_study/run_study.py" in names
 
 
-@pytest.mark.parametrize("module", MODULES, ids=[p.relative_to(REPO_ROOT).as_posix() for p in SCRIPTS])
+@pytest.mark.parametrize(
+    "module", MODULES, ids=[p.relative_to(REPO_ROOT).as_posix() for p in SCRIPTS]
+)
 def test_script_answers_help(module, help_outputs):
     completed = help_outputs[module]
     assert completed["returncode"] == 0, completed["stderr"][-2000:]

@@ -5,28 +5,37 @@ command does, and not without one.
 
     .venv/bin/python tools/check_wheel.py        # after `pip install dist/elmoc_allennlp-*.whl`
 """
+
 import os
 import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 
-EXPECTED = {"TokenEmbedder": ["elmoc_token_embedder", "elmoc_fasttext"],
-            "LanguageModelOutputLayer": ["elmoc_continuous", "elmoc_sampled_softmax"]}
+EXPECTED = {
+    "TokenEmbedder": ["elmoc_token_embedder", "elmoc_fasttext"],
+    "LanguageModelOutputLayer": ["elmoc_continuous", "elmoc_sampled_softmax"],
+}
 
 
 def registered():
     from allennlp.common import Registrable
 
     bases = {base.__name__: base for base in Registrable._registry}
-    return {base: sorted(set(names) & set(bases[base].list_available())) if base in bases else []
-            for base, names in EXPECTED.items()}
+    return {
+        base: sorted(set(names) & set(bases[base].list_available())) if base in bases else []
+        for base, names in EXPECTED.items()
+    }
 
 
 def main() -> int:
     here = Path(tempfile.mkdtemp(prefix="elmoc-wheel-check-"))
     os.chdir(here)  # no source tree on the path: what imports is the installed package
-    sys.path[:] = [p for p in sys.path if p not in ("", ".") and Path(p).resolve() != Path(__file__).resolve().parent]
+    sys.path[:] = [
+        p
+        for p in sys.path
+        if p not in ("", ".") and Path(p).resolve() != Path(__file__).resolve().parent
+    ]
     from allennlp.common.plugins import import_plugins
 
     import_plugins()

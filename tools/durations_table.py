@@ -8,6 +8,7 @@ runs side by side (before, after).
 Under pytest-xdist the times are each worker's own: their total is CPU-bound work spread over the
 workers, not the run's wall time.
 """
+
 import argparse
 import re
 import sys
@@ -48,7 +49,9 @@ def _cell(value: Optional[float]) -> str:
 def render(after: Dict[str, float], before: Optional[Dict[str, float]], top: int) -> str:
     lines = []
     reference = before if before is not None else after
-    lines.append(f"Slowest {top} tests{' (before, and the same test after)' if before is not None else ''}, seconds:")
+    lines.append(
+        f"Slowest {top} tests{' (before, and the same test after)' if before is not None else ''}, seconds:"
+    )
     lines.append("")
     lines.append("| test | before | after |" if before is not None else "| test | seconds |")
     lines.append("|---|---:|---:|" if before is not None else "|---|---:|")
@@ -79,7 +82,9 @@ def render(after: Dict[str, float], before: Optional[Dict[str, float]], top: int
             counts_before[folder_of(test)] += 1
         lines.append("| folder | before | after |")
         lines.append("|---|---:|---:|")
-        for folder in sorted(set(folders_before) | set(folders_after), key=lambda f: -folders_before.get(f, 0)):
+        for folder in sorted(
+            set(folders_before) | set(folders_after), key=lambda f: -folders_before.get(f, 0)
+        ):
             lines.append(
                 f"| `{folder}` | {_cell(folders_before.get(folder))} ({counts_before.get(folder, 0)}) "
                 f"| {_cell(folders_after.get(folder))} ({counts_after.get(folder, 0)}) |"
@@ -99,7 +104,9 @@ def render(after: Dict[str, float], before: Optional[Dict[str, float]], top: int
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("run", type=Path, help="pytest --durations=0 output")
-    parser.add_argument("--before", type=Path, help="an earlier run's output, for a before/after table")
+    parser.add_argument(
+        "--before", type=Path, help="an earlier run's output, for a before/after table"
+    )
     parser.add_argument("--top", type=int, default=30)
     arguments = parser.parse_args()
     after = read_durations(arguments.run)

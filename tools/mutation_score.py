@@ -10,6 +10,7 @@ the tests), as mutmut counts it.
 With PATTERNs (mutmut's mutant names, fnmatch patterns as `mutmut run` takes them), only the
 mutants they match count.
 """
+
 import argparse
 import fnmatch
 import json
@@ -28,7 +29,9 @@ def module_counts(meta: Path, patterns: Sequence[str] = ()) -> Counter:
     exit_codes = json.loads(meta.read_text(encoding="utf-8")).get("exit_code_by_key", {})
     if patterns:
         exit_codes = {
-            name: code for name, code in exit_codes.items() if any(fnmatch.fnmatch(name, p) for p in patterns)
+            name: code
+            for name, code in exit_codes.items()
+            if any(fnmatch.fnmatch(name, p) for p in patterns)
         }
     counts: Counter = Counter(total=len(exit_codes))
     for code in exit_codes.values():
@@ -72,7 +75,9 @@ def main() -> int:
     if len(results) == 1:
         print(f"no mutmut results under {arguments.mutants}", file=sys.stderr)
         return 1
-    print(f"{'module':<62} {'mutants':>7} {'killed':>6} {'survived':>8} {'other':>5} {'unchecked':>9} {'score':>6}")
+    print(
+        f"{'module':<62} {'mutants':>7} {'killed':>6} {'survived':>8} {'other':>5} {'unchecked':>9} {'score':>6}"
+    )
     for module, row in results.items():
         value = "-" if row["score"] is None else f"{100 * row['score']:.1f}%"
         print(

@@ -2,6 +2,7 @@
 The `elmoc-embed` subcommand: ELMo-C vectors of every line of a text file, one hdf5 dataset per
 line (as the removed `allennlp elmo` did); its safeguards: docs/trust_and_safety.md.
 """
+
 import argparse
 import contextlib
 import errno
@@ -64,13 +65,21 @@ class ElmocEmbed(PluginSubcommand):
         parser.add_argument("input_file", help="one tokenized sentence per line")
         parser.add_argument("output_file", help="the hdf5 file to write")
         layers = parser.add_mutually_exclusive_group(required=True)
-        layers.add_argument("--all", action="store_true", help="every layer: (num_layers, num_tokens, dim)")
+        layers.add_argument(
+            "--all", action="store_true", help="every layer: (num_layers, num_tokens, dim)"
+        )
         layers.add_argument("--top", action="store_true", help="the top layer: (num_tokens, dim)")
-        layers.add_argument("--average", action="store_true", help="the mean of the layers: (num_tokens, dim)")
+        layers.add_argument(
+            "--average", action="store_true", help="the mean of the layers: (num_tokens, dim)"
+        )
         parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-        parser.add_argument("--cuda-device", type=int, default=-1, help="the GPU to use; -1 for the CPU")
         parser.add_argument(
-            "--vectors-path", default=None, help="the biLM's fastText .bin, if it is not where the archive says"
+            "--cuda-device", type=int, default=-1, help="the GPU to use; -1 for the CPU"
+        )
+        parser.add_argument(
+            "--vectors-path",
+            default=None,
+            help="the biLM's fastText .bin, if it is not where the archive says",
         )
         parser.add_argument(
             "--allow-different-vectors",
@@ -78,10 +87,14 @@ class ElmocEmbed(PluginSubcommand):
             help="accept a fastText .bin other than the one the biLM was trained with",
         )
         parser.add_argument(
-            "--lowercase-tokens", action="store_true", help="lowercase tokens for a biLM whose input is not fastText"
+            "--lowercase-tokens",
+            action="store_true",
+            help="lowercase tokens for a biLM whose input is not fastText",
         )
         parser.add_argument(
-            "--forget-sentences", action="store_true", help=f"do not write the {SENTENCE_TO_INDEX} dataset"
+            "--forget-sentences",
+            action="store_true",
+            help=f"do not write the {SENTENCE_TO_INDEX} dataset",
         )
         parser.add_argument(
             "--file-friendly-logging",
@@ -122,15 +135,27 @@ def read_sentences(input_file: str) -> List[str]:
 
 
 def _check_output(
-    output_file: str, input_file: str, force: bool, archive_file: str, vectors_path: Optional[str], embedder=None
+    output_file: str,
+    input_file: str,
+    force: bool,
+    archive_file: str,
+    vectors_path: Optional[str],
+    embedder=None,
 ) -> Path:
     """
     `check_output` against the run's inputs (the fastText models once `embedder` is open), in a
     writable folder.
     """
-    inputs = [("the input file", input_file), ("the model archive", archive_file), ("the fastText model", vectors_path)]
+    inputs = [
+        ("the input file", input_file),
+        ("the model archive", archive_file),
+        ("the fastText model", vectors_path),
+    ]
     archive = getattr(getattr(embedder, "bilm", None), "archive", None)
-    inputs += [("the fastText model", path) for path in sorted(set(getattr(archive, "vectors_overrides", {}).values()))]
+    inputs += [
+        ("the fastText model", path)
+        for path in sorted(set(getattr(archive, "vectors_overrides", {}).values()))
+    ]
     output_path = check_output(output_file, force, inputs)
     if not output_path.parent.is_dir():
         raise ConfigurationError(f"the directory of output file {output_file} does not exist")
@@ -162,10 +187,14 @@ def _sentence_to_index(sentences: List[str]) -> str:
     return json.dumps({line: str(index) for index, line in enumerate(sentences)})
 
 
-def _bytes_needed(sentences: List[str], layers: int, dim: int, forget_sentences: bool = False) -> int:
+def _bytes_needed(
+    sentences: List[str], layers: int, dim: int, forget_sentences: bool = False
+) -> int:
     """An upper bound of the output's size: float32 values, HDF5's bookkeeping, `sentence_to_index`."""
     tokens = sum(len(line.split()) for line in sentences)
-    needed = tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET + _HDF5_BYTES_PER_FILE
+    needed = (
+        tokens * layers * dim * 4 + len(sentences) * _HDF5_BYTES_PER_DATASET + _HDF5_BYTES_PER_FILE
+    )
     # As JSON escapes them: a control character takes 6 bytes, an emoji 12.
     return needed + (0 if forget_sentences else len(_sentence_to_index(sentences)))
 
@@ -224,7 +253,9 @@ def embed_file(
         # The fastText models the archive reads are known once it is open; nothing is written yet.
         _check_output(output_file, input_file, force, archive_file, vectors_path, embedder)
         layers = embedder.num_layers if output == "all" else 1
-        _check_free_space(output_path, _bytes_needed(sentences, layers, embedder.output_dim, forget_sentences))
+        _check_free_space(
+            output_path, _bytes_needed(sentences, layers, embedder.output_dim, forget_sentences)
+        )
         with atomic_path(output_path) as temporary, HeldSignals() as signals:
             raw = HDF5Output(temporary)
             try:
@@ -237,7 +268,9 @@ def embed_file(
                     total = (len(sentences) + batch_size - 1) // batch_size
                     for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):
                         with signals.outside_hdf5():
-                            vectors = embedder.embed_batch([line.split() for _, line in batch], output)
+                            vectors = embedder.embed_batch(
+                                [line.split() for _, line in batch], output
+                            )
                         for (index, _), array in zip(batch, vectors):
                             if not numpy.isfinite(array).all():
                                 raise ConfigurationError(

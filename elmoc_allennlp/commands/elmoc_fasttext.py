@@ -30,9 +30,15 @@ class TrainFastText(PluginSubcommand):
     def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("corpus", help="a text file, one tokenized sentence per line")
         parser.add_argument("output_file", help="the .bin to write")
-        parser.add_argument("--model", choices=["skipgram", "cbow"], default="skipgram", help="fastText's model")
-        parser.add_argument("--dim", type=int, default=300, help="vector size (the biLM's embedding_dim)")
-        parser.add_argument("--min-count", type=int, default=5, help="words seen fewer times get no word row")
+        parser.add_argument(
+            "--model", choices=["skipgram", "cbow"], default="skipgram", help="fastText's model"
+        )
+        parser.add_argument(
+            "--dim", type=int, default=300, help="vector size (the biLM's embedding_dim)"
+        )
+        parser.add_argument(
+            "--min-count", type=int, default=5, help="words seen fewer times get no word row"
+        )
         parser.add_argument("--minn", type=int, default=3, help="shortest character n-gram")
         parser.add_argument("--maxn", type=int, default=6, help="longest character n-gram")
         parser.add_argument(
@@ -84,4 +90,6 @@ class TrainFastText(PluginSubcommand):
             allow_degenerate=args.allow_degenerate,
         )
         health = measure_vector_health(FastTextVectors(path))
-        print(f"fastText vectors ({args.dim}-d) written to {path}: {health.verdict()}: {health.summary()}")
+        print(
+            f"fastText vectors ({args.dim}-d) written to {path}: {health.verdict()}: {health.summary()}"
+        )

@@ -1,4 +1,5 @@
 """The hdf5 file `elmoc-embed` writes, safe from a failed write and from signals inside HDF5."""
+
 import io
 import os
 import signal
@@ -58,13 +59,15 @@ class HDF5Output(io.RawIOBase):
                 break
             if not data:
                 break
-            view[done:done + len(data)] = data
+            view[done : done + len(data)] = data
             done += len(data)
         view[done:] = bytes(size - done)
         for start, data in self._in_memory:
             low, high = max(start, self._position), min(start + len(data), self._position + size)
             if low < high:
-                view[low - self._position:high - self._position] = data[low - start:high - start]
+                view[low - self._position : high - self._position] = data[
+                    low - start : high - start
+                ]
         self._position += size
         return size
 
@@ -93,7 +96,7 @@ class HDF5Output(io.RawIOBase):
             except OSError as error:  # EFBIG: growing past `ulimit -f`
                 self.error = error
         self._on_disk = min(self._on_disk, size)
-        self._in_memory = [(at, data[:size - at]) for at, data in self._in_memory if at < size]
+        self._in_memory = [(at, data[: size - at]) for at, data in self._in_memory if at < size]
         self._size = size
         return size
 
@@ -108,7 +111,10 @@ class HDF5Output(io.RawIOBase):
             return
         if find_disk_full(self.error) is not None:
             raise disk_full_error(output_path, self.error)
-        raise OSError(self.error.errno, f"{self.error.strerror} while writing {output_path}; nothing of it was kept")
+        raise OSError(
+            self.error.errno,
+            f"{self.error.strerror} while writing {output_path}; nothing of it was kept",
+        )
 
 
 class HeldSignals:

@@ -2,6 +2,7 @@
 The `elmoc-merge-bilm` subcommand: merges a forward-only and a backward-only ELMo-C run into one
 biLM archive (Li et al., 2019, footnote 7; docs/pretraining.md). Also `python -m` this module.
 """
+
 import argparse
 import copy
 import json
@@ -44,7 +45,9 @@ class MergeBidirectionalLanguageModels(PluginSubcommand):
     def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("forward_archive", help="model.tar.gz of the forward-only run")
         parser.add_argument("backward_archive", help="model.tar.gz of the backward-only run")
-        parser.add_argument("-o", "--output-file", required=True, help="where to write the merged model.tar.gz")
+        parser.add_argument(
+            "-o", "--output-file", required=True, help="where to write the merged model.tar.gz"
+        )
         parser.add_argument(
             "--no-verify",
             action="store_true",
@@ -54,7 +57,11 @@ class MergeBidirectionalLanguageModels(PluginSubcommand):
     @staticmethod
     def run(args: argparse.Namespace) -> None:
         path = merge_bilm_archives(
-            args.forward_archive, args.backward_archive, args.output_file, verify=not args.no_verify, force=args.force
+            args.forward_archive,
+            args.backward_archive,
+            args.output_file,
+            verify=not args.no_verify,
+            force=args.force,
         )
         print(f"Merged biLM archive written to {path}")
 
@@ -63,12 +70,20 @@ def _first_difference(forward: Any, backward: Any, path: str) -> Optional[Tuple[
     """The first `(key, forward value, backward value)` that differ in two configs (`None`: none)."""
     if isinstance(forward, dict) and isinstance(backward, dict):
         keys = sorted(set(forward) | set(backward))
-        pairs = [(f"{path}.{key}", forward.get(key, "<absent>"), backward.get(key, "<absent>")) for key in keys]
+        pairs = [
+            (f"{path}.{key}", forward.get(key, "<absent>"), backward.get(key, "<absent>"))
+            for key in keys
+        ]
     elif isinstance(forward, list) and isinstance(backward, list) and len(forward) == len(backward):
-        pairs = [(f"{path}[{index}]", left, right) for index, (left, right) in enumerate(zip(forward, backward))]
+        pairs = [
+            (f"{path}[{index}]", left, right)
+            for index, (left, right) in enumerate(zip(forward, backward))
+        ]
     else:
         return None if forward == backward else (path, forward, backward)
-    return next(filter(None, (_first_difference(left, right, key) for key, left, right in pairs)), None)
+    return next(
+        filter(None, (_first_difference(left, right, key) for key, left, right in pairs)), None
+    )
 
 
 def _vocabulary_content(directory: Path) -> Dict[str, Any]:
@@ -107,9 +122,13 @@ class _SharedTensors:
         if forward.numel() == 0:
             return True
         (forward_address, forward_all), (backward_address, backward_all) = (
-            whole_storage(forward), whole_storage(backward)
+            whole_storage(forward),
+            whole_storage(backward),
         )
-        same_view = (forward.storage_offset(), forward.stride()) == (backward.storage_offset(), backward.stride())
+        same_view = (forward.storage_offset(), forward.stride()) == (
+            backward.storage_offset(),
+            backward.stride(),
+        )
         if same_view and forward_all.shape == backward_all.shape:
             pair = (forward_address, backward_address)
             if pair not in self._storages:
@@ -171,10 +190,15 @@ def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
     """Both runs are single-direction `elmoc_bilm`s with the same model and vocabulary."""
     for extracted, direction in ((forward, "forward"), (backward, "backward")):
         model = extracted.config["model"]
-        checks = (("type", model.get("type"), "elmoc_bilm"), ("directions", model.get("directions", "both"), direction))
+        checks = (
+            ("type", model.get("type"), "elmoc_bilm"),
+            ("directions", model.get("directions", "both"), direction),
+        )
         for key, found, expected in checks:
             if found != expected:
-                raise ConfigurationError(f"{extracted.archive}: model.{key} is {found!r}, expected {expected!r}")
+                raise ConfigurationError(
+                    f"{extracted.archive}: model.{key} is {found!r}, expected {expected!r}"
+                )
     models = [dict(run.config["model"], directions=None) for run in (forward, backward)]
     difference = _first_difference(*models, "model")
     if difference is not None:
@@ -183,9 +207,13 @@ def _check_runs(forward: ExtractedArchive, backward: ExtractedArchive) -> None:
             f"The two runs have different models: {key} is {left!r} in {forward.archive} "
             f"and {right!r} in {backward.archive}"
         )
-    vocabularies = [_vocabulary_content(run.directory / VOCABULARY_NAME) for run in (forward, backward)]
+    vocabularies = [
+        _vocabulary_content(run.directory / VOCABULARY_NAME) for run in (forward, backward)
+    ]
     if vocabularies[0] != vocabularies[1]:
-        raise ConfigurationError(f"{forward.archive} and {backward.archive} have different vocabularies")
+        raise ConfigurationError(
+            f"{forward.archive} and {backward.archive} have different vocabularies"
+        )
 
 
 def _load_weights(extracted: ExtractedArchive) -> Dict[str, torch.Tensor]:
@@ -263,7 +291,11 @@ def _verify(written: str, state: Dict[str, torch.Tensor], output_file: str) -> N
 
 
 def merge_bilm_archives(
-    forward_archive: str, backward_archive: str, output_file: str, verify: bool = True, force: bool = False
+    forward_archive: str,
+    backward_archive: str,
+    output_file: str,
+    verify: bool = True,
+    force: bool = False,
 ) -> str:
     """
     Merges a forward-only and a backward-only `elmoc_bilm` run (same config and seeds) into one biLM
@@ -311,7 +343,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     import elmoc_allennlp.modules  # noqa: F401
 
     command = MergeBidirectionalLanguageModels()
-    parser = argparse.ArgumentParser(prog="python -m elmoc_allennlp.commands.merge_bilm", description=command.help)
+    parser = argparse.ArgumentParser(
+        prog="python -m elmoc_allennlp.commands.merge_bilm", description=command.help
+    )
     command.add_arguments(parser)
     plugin_command(command.run_command)(parser.parse_args(argv))
 

@@ -1,4 +1,5 @@
 """The base of the plugin's subcommands (found through `.allennlp_plugins`), and their output check."""
+
 import argparse
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
@@ -32,7 +33,9 @@ class PluginSubcommand(Subcommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         self.add_own_arguments(parser)
-        parser.add_argument("--force", action="store_true", help="replace the output file if it exists")
+        parser.add_argument(
+            "--force", action="store_true", help="replace the output file if it exists"
+        )
         add_threads_argument(parser)
 
     def add_own_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -43,7 +46,9 @@ class PluginSubcommand(Subcommand):
         raise NotImplementedError
 
 
-def check_output(output_file: str, force: bool, inputs: Sequence[Tuple[str, Optional[str]]]) -> Path:
+def check_output(
+    output_file: str, force: bool, inputs: Sequence[Tuple[str, Optional[str]]]
+) -> Path:
     """
     The output's path, if writing it loses nothing: not a folder, none of `inputs` `(what, path)`,
     new or forced.

@@ -1,5 +1,7 @@
 """Crash-safe writing: under a temporary name in the file's folder, synced, renamed into place; a
-kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes)."""
+kill leaves the old or the new file (and a `.NAME.partial-*` that `remove_stale_partial_files` deletes).
+"""
+
 import contextlib
 import glob
 import logging
@@ -42,7 +44,9 @@ def atomic_path(path: Union[str, PathLike]) -> Iterator[str]:
     temporary = None
     try:
         # The writer's pid in the name: see `_writer_runs`.
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}{PARTIAL_MARKER}{os.getpid()}-")
+        handle, temporary = tempfile.mkstemp(
+            dir=directory, prefix=f".{name}{PARTIAL_MARKER}{os.getpid()}-"
+        )
         os.close(handle)
         os.chmod(temporary, _FILE_MODE)
         yield temporary

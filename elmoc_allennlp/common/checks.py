@@ -1,4 +1,5 @@
 """One-line checks of config values; each raises a `ConfigurationError` naming the key."""
+
 import difflib
 from typing import Any, Iterable, Optional, Sequence
 
@@ -47,7 +48,9 @@ def check_cuda_device(cuda_device: int, option: str) -> None:
         )
 
 
-def check_known_keys(keys: Iterable[str], known: Iterable[str], owner: str, prefix: str = "") -> None:
+def check_known_keys(
+    keys: Iterable[str], known: Iterable[str], owner: str, prefix: str = ""
+) -> None:
     """A `ConfigurationError` from `owner` naming each key not in `known` and the known one it probably meant."""
     known = sorted(set(known))
     unknown = [key for key in keys if key not in known]

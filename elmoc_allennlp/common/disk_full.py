@@ -1,4 +1,5 @@
 """A full disk, reported once: a `DiskFullError` naming the file, its folder and the free space."""
+
 import errno
 import os
 import shutil

@@ -1,5 +1,6 @@
 """`install_shim`, the one way the plugin replaces an allennlp object, once per process and shim;
 `installer` builds a shim module's `TARGETS` and `install()` from its guards."""
+
 import functools
 import inspect
 import pkgutil
@@ -9,14 +10,18 @@ from typing import Any, Callable, Dict, Optional, Tuple
 _ORIGINALS: Dict[Tuple[Any, str, str], Any] = {}
 
 
-def install_shim(owner: Any, name: str, make: Callable[[Callable], Callable], shim: Optional[Callable] = None) -> None:
+def install_shim(
+    owner: Any, name: str, make: Callable[[Callable], Callable], shim: Optional[Callable] = None
+) -> None:
     """Replaces `owner.name` by `make(original)`, once per process and `shim` (default `make`); a
     classmethod stays one (`make` gets and returns its function)."""
     shim = shim or make
     key = (owner, name, f"{shim.__module__}.{shim.__qualname__}")
     if key in _ORIGINALS:
         return
-    is_classmethod = isinstance(owner, type) and isinstance(inspect.getattr_static(owner, name), classmethod)
+    is_classmethod = isinstance(owner, type) and isinstance(
+        inspect.getattr_static(owner, name), classmethod
+    )
     original = getattr(owner, name).__func__ if is_classmethod else getattr(owner, name)
     replacement = make(original)
     _ORIGINALS[key] = original

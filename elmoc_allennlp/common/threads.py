@@ -1,4 +1,5 @@
 """The plugin commands' `--threads` knob (docs/install.md, "Threads"), and third-party warnings filtered."""
+
 import argparse
 import contextlib
 import functools

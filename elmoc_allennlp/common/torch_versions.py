@@ -1,4 +1,5 @@
 """The differences between the supported torch releases (1.10-1.12 and 2.x), one function each."""
+
 import collections
 import functools
 import pickle
@@ -27,7 +28,9 @@ def _allowed_globals() -> Dict[Tuple[str, str], Any]:
         ("torch", "Tensor"): torch.Tensor,
         ("torch.nn.parameter", "Parameter"): torch.nn.Parameter,
     }
-    rebuilt = "tensor tensor_v2 parameter parameter_with_state sparse_tensor sparse_csr_tensor qtensor"
+    rebuilt = (
+        "tensor tensor_v2 parameter parameter_with_state sparse_tensor sparse_csr_tensor qtensor"
+    )
     for name in (f"_rebuild_{kind}" for kind in rebuilt.split() + ["meta_tensor_no_storage"]):
         if hasattr(torch._utils, name):
             allowed[("torch._utils", name)] = getattr(torch._utils, name)

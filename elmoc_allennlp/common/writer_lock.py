@@ -1,4 +1,5 @@
 """One writer per output: an exclusive `flock` on a lock file the kernel releases (docs/trust_and_safety.md)."""
+
 import contextlib
 import errno
 import fcntl
@@ -56,7 +57,9 @@ class WriterLock:
         Lock a folder with a file inside it (`FOLDER_LOCK_NAME`) rather than next to it.
     """
 
-    def __init__(self, output: Union[str, os.PathLike], what: str = FILE, inside: bool = False) -> None:
+    def __init__(
+        self, output: Union[str, os.PathLike], what: str = FILE, inside: bool = False
+    ) -> None:
         self.output = os.path.abspath(os.fspath(output))
         self.what = what
         self.path = lock_path_of(self.output, inside)

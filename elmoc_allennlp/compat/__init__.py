@@ -1,5 +1,7 @@
 """The changes to allennlp 2.10.1 that cannot be scoped to the plugin's components (docs/compat.md). Each module
-has `REPLACES` (for the log), `TARGETS` and an idempotent `install() -> bool` (`False`: not needed here)."""
+has `REPLACES` (for the log), `TARGETS` and an idempotent `install() -> bool` (`False`: not needed here).
+"""
+
 import functools
 import importlib
 import logging
@@ -22,7 +24,9 @@ def _install() -> Tuple[str, ...]:
     from elmoc_allennlp.hardening import GUARDS
 
     installed, descriptions = [], []
-    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [f"{__name__}.{name}" for name in SHIMS]:
+    for module in [f"elmoc_allennlp.hardening.{name}" for name in GUARDS] + [
+        f"{__name__}.{name}" for name in SHIMS
+    ]:
         shim = importlib.import_module(module)
         if shim.install():
             installed.append(module)

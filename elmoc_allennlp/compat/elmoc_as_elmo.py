@@ -1,5 +1,6 @@
 """A model-level `elmo` block with an ELMo-C `archive_file` builds `ElmocElmo` (allennlp 2.10.1's `Elmo` is
 not `Registrable`; docs/compat.md)."""
+
 from allennlp.common import Params
 from allennlp.modules.elmo import Elmo
 
@@ -8,7 +9,9 @@ from elmoc_allennlp.common.shims import installer
 REPLACES = "an `Elmo` block with an ELMo-C archive_file builds ElmocElmo (bcn's elmo)"
 
 
-def _from_params(original, cls, params, constructor_to_call=None, constructor_to_inspect=None, **extras):
+def _from_params(
+    original, cls, params, constructor_to_call=None, constructor_to_inspect=None, **extras
+):
     from elmoc_allennlp.downstream.archive import naming_the_config_key
     from elmoc_allennlp.downstream.elmoc import ElmocElmo
     from elmoc_allennlp.downstream.token_embedder import reject_elmo_only_options
@@ -18,7 +21,11 @@ def _from_params(original, cls, params, constructor_to_call=None, constructor_to
         with naming_the_config_key(params):
             return original(ElmocElmo, params, **extras)
     return original(
-        cls, params, constructor_to_call=constructor_to_call, constructor_to_inspect=constructor_to_inspect, **extras
+        cls,
+        params,
+        constructor_to_call=constructor_to_call,
+        constructor_to_inspect=constructor_to_inspect,
+        **extras,
     )
 
 

@@ -2,6 +2,7 @@
 allennlp's `reduce_on_plateau`, registered again: passes `verbose` only to a PyTorch that has it
 (docs/compat.md).
 """
+
 import inspect
 from typing import List, Union
 
@@ -16,9 +17,13 @@ from allennlp.training.optimizers import Optimizer
 
 REPLACES = "LearningRateScheduler 'reduce_on_plateau' without PyTorch's removed `verbose`"
 NAME = "reduce_on_plateau"
-TARGETS = (f"allennlp.training.learning_rate_schedulers.learning_rate_scheduler.LearningRateScheduler['{NAME}']",)
+TARGETS = (
+    f"allennlp.training.learning_rate_schedulers.learning_rate_scheduler.LearningRateScheduler['{NAME}']",
+)
 
-_ACCEPTS_VERBOSE = "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
+_ACCEPTS_VERBOSE = (
+    "verbose" in inspect.signature(torch.optim.lr_scheduler.ReduceLROnPlateau).parameters
+)
 
 
 class ReduceOnPlateauLearningRateScheduler(_PyTorchLearningRateSchedulerWithMetricsWrapper):
@@ -87,5 +92,8 @@ def install() -> bool:
     if _ACCEPTS_VERBOSE:
         return False
     # Not `register(..., exist_ok=True)`, which logs an "overwriting" line of its own.
-    Registrable._registry[LearningRateScheduler][NAME] = (ReduceOnPlateauLearningRateScheduler, None)
+    Registrable._registry[LearningRateScheduler][NAME] = (
+        ReduceOnPlateauLearningRateScheduler,
+        None,
+    )
     return True

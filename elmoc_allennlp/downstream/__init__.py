@@ -2,6 +2,7 @@
 A trained biLM in downstream models: its archive, indexers, `Elmo`-like module, token embedder and
 Python API.
 """
+
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.indexers import BilmArchiveIndexer
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm, ElmocElmo

@@ -43,8 +43,15 @@ from elmoc_allennlp.fasttext.location import (
     read_locations,
     vectors_path_override,
 )
-from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import DEFAULT_END_TOKEN, DEFAULT_START_TOKEN
-from elmoc_allennlp.downstream.input_kinds import VECTORS_PATH_KEY, find_input_kind, registered_class
+from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import (
+    DEFAULT_END_TOKEN,
+    DEFAULT_START_TOKEN,
+)
+from elmoc_allennlp.downstream.input_kinds import (
+    VECTORS_PATH_KEY,
+    find_input_kind,
+    registered_class,
+)
 from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import returns_all_layers
 
 logger = logging.getLogger(__name__)
@@ -68,16 +75,23 @@ class BilmArchive:
     """
 
     def __init__(
-        self, archive_file: PathLike, vectors_path: Optional[str] = None, serialization_dir: Optional[PathLike] = None
+        self,
+        archive_file: PathLike,
+        vectors_path: Optional[str] = None,
+        serialization_dir: Optional[PathLike] = None,
     ) -> None:
         self.archive_file = os.fspath(archive_file)
-        carried = carried_bilm_directory(serialization_dir, archive_file) if serialization_dir else None
+        carried = (
+            carried_bilm_directory(serialization_dir, archive_file) if serialization_dir else None
+        )
         self.carried = carried is not None and (carried / CONFIG_NAME).is_file()
         if self.carried:
             self.local_path = carried
             self._directories = archive_directories(serialization_dir)
             given = vectors_path and Path(vectors_path).expanduser().is_file()
-            vectors_path = vectors_path_override(str(Path(vectors_path).expanduser().resolve()) if given else None)
+            vectors_path = vectors_path_override(
+                str(Path(vectors_path).expanduser().resolve()) if given else None
+            )
         else:
             try:
                 self.local_path = Path(cached_path(self.archive_file))
@@ -110,7 +124,9 @@ class BilmArchive:
             raise ConfigurationError(f"biLM archive {self.archive_file}: {error}") from None
         reader = self.config.get("dataset_reader", {})
         indexer = reader.get("token_indexers", {}).get(self.input_key, {})
-        self.boundary_tokens: List[str] = list(indexer.get("boundary_tokens", [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN]))
+        self.boundary_tokens: List[str] = list(
+            indexer.get("boundary_tokens", [DEFAULT_START_TOKEN, DEFAULT_END_TOKEN])
+        )
         # `None` (not recorded): pretraining followed the fastText model (resolved below).
         self.lowercase_tokens: Optional[bool] = indexer.get("lowercase_tokens")
         # Pretraining may have cut long tokens (`elmoc_lm_corpus`'s max_token_characters).
@@ -136,14 +152,20 @@ class BilmArchive:
         model_class = registered_class(Model, model.get("type"))
         bilm_class = Model.resolve_class_name("elmoc_bilm")[0]
         if not (isinstance(model_class, type) and issubclass(model_class, bilm_class)):
-            raise self._error(f"(archive_file) is not an ELMo-C biLM archive: model.type is {model.get('type')!r}")
+            raise self._error(
+                f"(archive_file) is not an ELMo-C biLM archive: model.type is {model.get('type')!r}"
+            )
         directions = model.get("directions", "both")
         if directions != "both":
-            raise self._error(f"has model.directions {directions!r}: merge it first (elmoc-merge-bilm)")
+            raise self._error(
+                f"has model.directions {directions!r}: merge it first (elmoc-merge-bilm)"
+            )
         contextualizer = model.get("contextualizer")
         encoder_type = contextualizer.get("type") if isinstance(contextualizer, dict) else None
         if not returns_all_layers(registered_class(Seq2SeqEncoder, encoder_type)):
-            raise self._error(f"has model.contextualizer {encoder_type!r}, not one returning all layers")
+            raise self._error(
+                f"has model.contextualizer {encoder_type!r}, not one returning all layers"
+            )
         if "projection_dim" not in contextualizer:
             raise self._error("has no model.contextualizer.projection_dim")
 
@@ -154,7 +176,9 @@ class BilmArchive:
         for key, recorded in recorded_paths.items():
             if key in resolved:
                 continue
-            candidates = fasttext_candidates(str(recorded), self._directories, self._locations.get(recorded))
+            candidates = fasttext_candidates(
+                str(recorded), self._directories, self._locations.get(recorded)
+            )
             found = next((path for path in candidates if path.is_file()), None)
             if found is None:
                 looked = ", ".join(str(path) for path in candidates[1:])
@@ -205,15 +229,22 @@ class BilmArchive:
         from allennlp.models import Model
         from allennlp.models.archival import load_archive
 
-        overrides = {**self.vectors_overrides, **self.input_kind.load_overrides(self, allow_different_vectors)}
-        with read_archive(self.local_path, self.archive_file) as extracted:  # removed after the block
+        overrides = {
+            **self.vectors_overrides,
+            **self.input_kind.load_overrides(self, allow_different_vectors),
+        }
+        with read_archive(
+            self.local_path, self.archive_file
+        ) as extracted:  # removed after the block
             if not self.carried:
                 archive = load_archive(str(extracted.directory), overrides=overrides)
                 return archive.model, archive.dataset_reader
             params = Params(with_overrides(self.config, overrides))
             # As allennlp's `Model._load` reads an archive's vocabulary.
             vocabulary_params = params.pop("vocabulary", Params({}))
-            vocabulary_type = vocabulary_params.pop_choice("type", Vocabulary.list_available(), True)
+            vocabulary_type = vocabulary_params.pop_choice(
+                "type", Vocabulary.list_available(), True
+            )
             vocabulary = Vocabulary.resolve_class_name(vocabulary_type)[0].from_files(
                 extracted.directory / _VOCABULARY_NAME,
                 vocabulary_params.get("padding_token"),
@@ -239,7 +270,8 @@ class BilmArchive:
             origin = {
                 "archive_file": self.archive_file,
                 "resolved_archive_file": str(Path(self.local_path).resolve()),
-                "vectors_path": self.input_vectors_path and str(Path(self.input_vectors_path).resolve()),
+                "vectors_path": self.input_vectors_path
+                and str(Path(self.input_vectors_path).resolve()),
             }
             (partial / "origin.json").write_text(json.dumps(origin, indent=2), encoding="utf-8")
             try:
@@ -254,7 +286,9 @@ class BilmArchive:
         logger.info("Carrying the config of ELMo-C biLM %s in %s", self.archive_file, directory)
         return directory
 
-    def open_for_training(self, serialization_dir: Optional[PathLike], allow_different_vectors: bool = False):
+    def open_for_training(
+        self, serialization_dir: Optional[PathLike], allow_different_vectors: bool = False
+    ):
         """`load()`; at training (`serialization_dir` given, no copy yet) the copy is written there."""
         model, reader = self.load(allow_different_vectors)
         if serialization_dir is not None and not self.carried:
@@ -265,7 +299,10 @@ class BilmArchive:
 
     @classmethod
     def open(
-        cls, archive_file: PathLike, vectors_path: Optional[str] = None, serialization_dir: Optional[PathLike] = None
+        cls,
+        archive_file: PathLike,
+        vectors_path: Optional[str] = None,
+        serialization_dir: Optional[PathLike] = None,
     ) -> "BilmArchive":
         """
         The `BilmArchive` of these arguments, once per process (again if its file changed or its
@@ -288,7 +325,9 @@ class BilmArchive:
             os.environ.get(VECTORS_PATH_VARIABLE),
         )
         opened = cls._opened.get(key)
-        if opened is None or not all(Path(path).is_file() for path in opened.vectors_overrides.values()):
+        if opened is None or not all(
+            Path(path).is_file() for path in opened.vectors_overrides.values()
+        ):
             opened = cls._opened[key] = BilmArchive(archive_file, vectors_path, serialization_dir)
         return opened
 
@@ -302,9 +341,15 @@ def _members(archive_path: Path, *names: str) -> Iterator[Path]:
         yield archive_path
         return
     path = str(archive_path)
-    seen, totals, limits = {}, [0, 0, 0], extraction_limits(os.path.getsize(path))  # as `_check_member` takes them
+    seen, totals, limits = (
+        {},
+        [0, 0, 0],
+        extraction_limits(os.path.getsize(path)),
+    )  # as `_check_member` takes them
     vocabulary = _VocabularyCount(
-        path, archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"), archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES")
+        path,
+        archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_LINES"),
+        archive_limit("ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES"),
     )
     with tempfile.TemporaryDirectory(prefix="elmoc-members-") as folder:
         with _damage_named(path, "not a tar archive, or "), _open_tar_stream(path) as tar:
@@ -341,15 +386,22 @@ def naming_the_config_key(params: Params) -> Iterator[None]:
         message = str(error)
         if not history or "(archive_file)" not in message or history in message:
             raise
-        raise ConfigurationError(message.replace("(archive_file)", f"({history}archive_file)")) from None
+        raise ConfigurationError(
+            message.replace("(archive_file)", f"({history}archive_file)")
+        ) from None
 
 
 class NamingTheConfigKey:
     """Mixed into a registrable built from a biLM archive: errors about the archive name its config key."""
 
     @classmethod
-    def from_params(cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras):
+    def from_params(
+        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
+    ):
         with naming_the_config_key(params):
             return super().from_params(  # type: ignore[misc]
-                params, constructor_to_call=constructor_to_call, constructor_to_inspect=constructor_to_inspect, **extras
+                params,
+                constructor_to_call=constructor_to_call,
+                constructor_to_inspect=constructor_to_inspect,
+                **extras,
             )

@@ -1,4 +1,5 @@
 """A trained biLM downstream: `ElmocBiLm` returns all layers (as `_ElmoBiLm`), `ElmocElmo` mixes them."""
+
 from typing import Dict, List, Optional, Union
 
 import torch
@@ -63,7 +64,9 @@ class ElmocBiLm(torch.nn.Module):
             for token in (self.archive.start_token, self.archive.end_token)
         ]
         # `(2, width)`: the start and end tokens' input ids, as in pretraining (0 padding).
-        self.register_buffer("boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False)
+        self.register_buffer(
+            "boundary_ids", pad_sequence(boundaries, batch_first=True), persistent=False
+        )
 
         self.num_layers = self.archive.num_layers
         self._output_dim = model.contextualizer.get_output_dim()
@@ -72,7 +75,9 @@ class ElmocBiLm(torch.nn.Module):
             layers = self(self.boundary_ids.new_ones(1, 1, 1))["activations"]
         shape = (len(layers), *layers[0].shape)
         expected = (self.num_layers, 1, 3, self._output_dim)
-        check_dimensions_match(shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config")
+        check_dimensions_match(
+            shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config"
+        )
 
     # Set by `ElmocElmo` from `cache_directory`.
     layer_cache: Optional[LayerCache] = None
@@ -95,12 +100,16 @@ class ElmocBiLm(torch.nn.Module):
         """`{"activations": [layer_0, ..., layer_L], "mask": mask}`, each `(batch, timesteps + 2, output_dim)`."""
         if word_inputs is not None:
             raise ConfigurationError("ELMo-C has no cached vocabulary: word_inputs must be None")
-        check_dimensions_match(inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)")
+        check_dimensions_match(
+            inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)"
+        )
         if self.layer_cache is not None:
             return self.layer_cache.activations(self, inputs, self.live_layers)
         return self.live_layers(inputs)
 
-    def live_layers(self, inputs: torch.Tensor) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
+    def live_layers(
+        self, inputs: torch.Tensor
+    ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         """What `forward` returns, computed by the biLM (without the layer cache)."""
         key = self.archive.input_key
         layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self.boundary_ids)
@@ -190,10 +199,18 @@ class ElmocElmo(Elmo):
         check_probability(dropout, "dropout")
         check_non_negative(scalar_mix_l2_penalty, "scalar_mix_l2_penalty")
         if scalar_mix_parameters is not None and scalar_mix_l2_penalty > 0:
-            raise ConfigurationError("set only one of scalar_mix_parameters and scalar_mix_l2_penalty")
+            raise ConfigurationError(
+                "set only one of scalar_mix_parameters and scalar_mix_l2_penalty"
+            )
         bilm = module
         if bilm is None:
-            bilm = ElmocBiLm(archive_file, requires_grad, vectors_path, allow_different_vectors, serialization_dir)
+            bilm = ElmocBiLm(
+                archive_file,
+                requires_grad,
+                vectors_path,
+                allow_different_vectors,
+                serialization_dir,
+            )
         if cache_directory is not None:
             if bilm.requires_grad:
                 raise ConfigurationError(
@@ -219,13 +236,16 @@ class ElmocElmo(Elmo):
         self._projections = None
         if projection_dim is not None:
             self._projections = torch.nn.ModuleList(
-                torch.nn.Linear(bilm.get_output_dim(), projection_dim) for _ in range(num_output_representations)
+                torch.nn.Linear(bilm.get_output_dim(), projection_dim)
+                for _ in range(num_output_representations)
             )
         penalty = scalar_mix_l2_penalty
         for scalar_mix in self._scalar_mixes if penalty > 0 else []:
             for parameter in scalar_mix.scalar_parameters:
                 # The gradient of `penalty * s^2`, added to the parameter's own.
-                parameter.register_hook(lambda gradient, s=parameter: gradient + 2.0 * penalty * s.detach())
+                parameter.register_hook(
+                    lambda gradient, s=parameter: gradient + 2.0 * penalty * s.detach()
+                )
 
     @property
     def bilm(self) -> ElmocBiLm:
@@ -240,5 +260,7 @@ class ElmocElmo(Elmo):
         output = super().forward(inputs, word_inputs)
         if self._projections is not None:
             representations = zip(self._projections, output["elmo_representations"])
-            output["elmo_representations"] = [projection(mixed) for projection, mixed in representations]
+            output["elmo_representations"] = [
+                projection(mixed) for projection, mixed in representations
+            ]
         return output

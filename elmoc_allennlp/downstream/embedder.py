@@ -1,4 +1,5 @@
 """A Python API for ELMo-C vectors, in the role of allennlp 0.x's `ElmoEmbedder`."""
+
 from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy
@@ -11,6 +12,7 @@ from allennlp.nn.util import remove_sentence_boundaries
 from elmoc_allennlp.common.checks import check_cuda_device, check_one_of, check_positive
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm
+
 Output = Union[str, Sequence[float]]
 
 
@@ -51,7 +53,9 @@ class ElmocEmbedder:
         lowercase_tokens: bool = False,
     ) -> None:
         check_cuda_device(cuda_device, "cuda_device")
-        self._bilm = ElmocBiLm(archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors)
+        self._bilm = ElmocBiLm(
+            archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
+        )
         self._bilm.eval()
         archive = self._bilm.archive
         self._indexer = archive.input_kind.indexer(archive, lowercase_tokens or None, 0)
@@ -74,18 +78,26 @@ class ElmocEmbedder:
         """The `elmo_tokens` tensor of a batch, as the `elmoc_bilm_inputs` indexer makes it."""
         return indexed_batch(self._indexer, sentences, self._device)
 
-    def embed_batch(self, sentences: List[List[str]], output: Output = "all") -> List[numpy.ndarray]:
+    def embed_batch(
+        self, sentences: List[List[str]], output: Output = "all"
+    ) -> List[numpy.ndarray]:
         """Embeds a batch of tokenized sentences; returns one array per sentence."""
         weights = self._mix_weights(output)
-        sentences = [sentence if isinstance(sentence, str) else list(sentence) for sentence in sentences]
+        sentences = [
+            sentence if isinstance(sentence, str) else list(sentence) for sentence in sentences
+        ]
         for sentence in sentences:
             if isinstance(sentence, str):
-                raise ConfigurationError(f"sentences must be lists of tokens, got {sentence[:50]!r}")
+                raise ConfigurationError(
+                    f"sentences must be lists of tokens, got {sentence[:50]!r}"
+                )
         if not sentences:
             return []
         with torch.no_grad():
             bilm_output = self._bilm(self.batch_to_ids(sentences))
-            activations = torch.stack(bilm_output["activations"], dim=2)  # (batch, timesteps, layers, dim)
+            activations = torch.stack(
+                bilm_output["activations"], dim=2
+            )  # (batch, timesteps, layers, dim)
             stacked, mask = remove_sentence_boundaries(activations, bilm_output["mask"])
             stacked = stacked.transpose(1, 2)  # (batch, num_layers, timesteps, dim)
             if weights is not None:

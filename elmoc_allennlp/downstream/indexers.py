@@ -1,4 +1,5 @@
 """`elmoc_bilm_inputs`: the token indexer of a trained biLM archive, for downstream models."""
+
 from typing import Optional
 
 from allennlp.data.token_indexers.token_indexer import TokenIndexer

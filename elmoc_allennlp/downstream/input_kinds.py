@@ -79,11 +79,15 @@ class BilmInputKind:
     types: Tuple[str, str, Optional[str]] = ("", "", None)
     ids_key = ""  # of the ids in the tensors the biLM's input embedder reads
 
-    def indexer(self, archive, lowercase_tokens: Optional[bool], token_min_padding_length: int) -> BilmInputIndexer:
+    def indexer(
+        self, archive, lowercase_tokens: Optional[bool], token_min_padding_length: int
+    ) -> BilmInputIndexer:
         """The downstream indexer (`elmo_tokens`); `lowercase_tokens=None`: as in pretraining."""
         raise NotImplementedError
 
-    def given_vectors(self, archive, recorded: Dict[str, Any], vectors_path: Optional[str]) -> Dict[str, str]:
+    def given_vectors(
+        self, archive, recorded: Dict[str, Any], vectors_path: Optional[str]
+    ) -> Dict[str, str]:
         """The config keys (of `recorded`, key -> path) the option `vectors_path` replaces, each with it."""
         if vectors_path is not None:
             raise ConfigurationError(
@@ -139,7 +143,10 @@ def add_boundaries(
 def pretraining_token_cap(archive) -> int:
     """Where a biLM archive's pretraining cut tokens: its indexer's or its reader's limit."""
     indexer = archive.config["dataset_reader"]["token_indexers"][archive.input_key]
-    limits = (archive.max_token_characters, indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS))
+    limits = (
+        archive.max_token_characters,
+        indexer.get("max_token_characters", MAX_TOKEN_CHARACTERS),
+    )
     return min(limit for limit in limits if limit is not None)
 
 
@@ -154,7 +161,9 @@ class FastTextInput(BilmInputKind):
         return ElmocFastTextIndexer(
             vectors_path=archive.input_vectors_path,
             boundary_tokens=archive.boundary_tokens,
-            lowercase_tokens=archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens,
+            lowercase_tokens=(
+                archive.lowercase_tokens if lowercase_tokens is None else lowercase_tokens
+            ),
             token_min_padding_length=token_min_padding_length,
             max_token_characters=pretraining_token_cap(archive),
         )
@@ -171,7 +180,11 @@ class FastTextInput(BilmInputKind):
         if not path.is_file():
             raise ConfigurationError(f"fastText model {vectors_path} (vectors_path) does not exist")
         input_recorded = recorded[f"{self._configs[1]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
-        return {key: str(path) for key, value in recorded.items() if key in keys or value == input_recorded}
+        return {
+            key: str(path)
+            for key, value in recorded.items()
+            if key in keys or value == input_recorded
+        }
 
     def load_overrides(self, archive, allow_different_vectors):
         """The embedder takes other vectors than the biLM's own with `allow_different_vectors`."""
@@ -181,12 +194,16 @@ class FastTextInput(BilmInputKind):
 
     def lowercased_input(self, archive):
         """The `elmoc_fasttext_subwords` default: as its fastText model (lowercased text: lowercase)."""
-        path = archive.vectors_overrides[f"{self._configs[0]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
+        path = archive.vectors_overrides[
+            f"{self._configs[0]}.{archive.input_key}.{VECTORS_PATH_KEY}"
+        ]
         return bool(FastTextVectors.from_path(path).case.lowercased)
 
     def input_vectors(self, archive):
         """The embedder's fastText model; its dimension must be the contextualizer's `input_dim`."""
-        path = archive.vectors_overrides[f"{self._configs[1]}.{archive.input_key}.{VECTORS_PATH_KEY}"]
+        path = archive.vectors_overrides[
+            f"{self._configs[1]}.{archive.input_key}.{VECTORS_PATH_KEY}"
+        ]
         expected = archive.config["model"]["contextualizer"].get("input_dim")
         dim = FastTextVectors.from_path(path).dim
         if expected is not None and dim != expected:
@@ -218,8 +235,12 @@ class PiecesInput(BilmInputKind):
     ids_key = "tokens"
 
     def indexer(self, archive, lowercase_tokens, token_min_padding_length):
-        tokenizer = Tokenizer.from_params(Params(dict(archive.config["dataset_reader"]["tokenizer"])))
-        embedder = archive.config["model"]["text_field_embedder"]["token_embedders"][archive.input_key]
+        tokenizer = Tokenizer.from_params(
+            Params(dict(archive.config["dataset_reader"]["tokenizer"]))
+        )
+        embedder = archive.config["model"]["text_field_embedder"]["token_embedders"][
+            archive.input_key
+        ]
         piece_ids = archive.vocabulary_namespace(embedder.get("vocab_namespace", "tokens"))
         return ElmocPieceIndexer(
             tokenizer,
@@ -263,7 +284,10 @@ def lay_out_pieces(
 
 
 def pieces_to_words(
-    layers: torch.Tensor, first: torch.LongTensor, last: torch.LongTensor, word_mask: torch.BoolTensor
+    layers: torch.Tensor,
+    first: torch.LongTensor,
+    last: torch.LongTensor,
+    word_mask: torch.BoolTensor,
 ) -> Tuple[torch.Tensor, torch.BoolTensor]:
     """Word states and mask, with boundaries: forward halves from last pieces, backward from first ones."""
     num_layers, batch_size, _, dim = layers.shape
@@ -273,7 +297,10 @@ def pieces_to_words(
     # Forward, backward: the piece position of <S> (0), of each word and of </S> (after the last piece).
     index = torch.nn.functional.pad(torch.stack([last, first]), (1, 1))
     index[:, rows, counts + 1] = last.max(-1).values + 1 if timesteps else last.new_ones(batch_size)
-    forward, backward = (layers.gather(2, i.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim)) for i in index)
+    forward, backward = (
+        layers.gather(2, i.view(1, batch_size, -1, 1).expand(num_layers, -1, -1, dim))
+        for i in index
+    )
     words = torch.cat([forward[..., : dim // 2], backward[..., dim // 2 :]], -1)
     mask = word_mask.new_zeros(batch_size, timesteps + 2)
     mask[:, 0] = True
@@ -324,8 +351,12 @@ def find_input_kind(config: Dict[str, Any]) -> Tuple[str, BilmInputKind]:
     reader = config.get("dataset_reader", {})
     indexer_type = _type_of(reader.get("token_indexers", {}).get(key))
     if not registered_as(TokenIndexer, indexer_type, indexer):
-        raise ConfigurationError(f"dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'")
+        raise ConfigurationError(
+            f"dataset_reader.token_indexers.{key} is {indexer_type!r}, not '{indexer}'"
+        )
     tokenizer_type = _type_of(reader.get("tokenizer"))
     if tokenizer is not None and not registered_as(Tokenizer, tokenizer_type, tokenizer):
-        raise ConfigurationError(f"dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'")
+        raise ConfigurationError(
+            f"dataset_reader.tokenizer is {tokenizer_type!r}, not '{tokenizer}'"
+        )
     return key, kinds[0]

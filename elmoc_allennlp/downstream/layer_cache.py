@@ -31,13 +31,17 @@ _VALUE_MAGIC = b"ELMOCLY1"
 _HEADER = struct.Struct("<8sBIIII")
 # The entry recording what a cache file holds (checked when it is opened).
 _METADATA_KEY = b"__elmoc_layer_cache__"
-_NO_SPACE = tuple(os.strerror(code) for code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)))
+_NO_SPACE = tuple(
+    os.strerror(code) for code in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+)
 
 
 def _without_paths(config: Any) -> Any:
     """`config` without its `vectors_path` values (machine-specific; the vectors are hashed)."""
     if isinstance(config, dict):
-        return {key: _without_paths(value) for key, value in config.items() if key != "vectors_path"}
+        return {
+            key: _without_paths(value) for key, value in config.items() if key != "vectors_path"
+        }
     if isinstance(config, list):
         return [_without_paths(value) for value in config]
     return config
@@ -99,9 +103,13 @@ class LayerStore(TensorCache):
         payload = array.astype(_NUMPY_DTYPES[self.cache_dtype], copy=False).tobytes()
         layers, timesteps, dim = array.shape
         code = _DTYPE_CODES[self.cache_dtype]
-        return _HEADER.pack(_VALUE_MAGIC, code, layers, timesteps, dim, zlib.crc32(payload)) + payload
+        return (
+            _HEADER.pack(_VALUE_MAGIC, code, layers, timesteps, dim, zlib.crc32(payload)) + payload
+        )
 
-    def decode(self, key: bytes, buffer: Any, expected: Optional[Tuple[int, int, int]] = None) -> numpy.ndarray:
+    def decode(
+        self, key: bytes, buffer: Any, expected: Optional[Tuple[int, int, int]] = None
+    ) -> numpy.ndarray:
         """The array viewing `buffer`; another layout, shape, size or checksum is refused, naming the entry."""
         problem = None
         if len(buffer) < _HEADER.size:
@@ -115,7 +123,9 @@ class LayerStore(TensorCache):
             elif expected is not None and (layers, timesteps, dim) != expected:
                 problem = f"has shape {(layers, timesteps, dim)}, not {expected}"
             elif len(payload) != layers * timesteps * dim * itemsize:
-                problem = f"has {len(payload)} bytes of values, not {layers * timesteps * dim * itemsize}"
+                problem = (
+                    f"has {len(payload)} bytes of values, not {layers * timesteps * dim * itemsize}"
+                )
             elif zlib.crc32(payload) != crc:
                 problem = "fails its checksum"
         if problem is not None:
@@ -123,9 +133,13 @@ class LayerStore(TensorCache):
                 f"Layer cache {self.lmdb_env.path()} is damaged: entry {bytes(key).decode('ascii', 'replace')} "
                 f"{problem}. Delete the file (and its -lock) to rebuild it."
             )
-        return numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(layers, timesteps, dim)
+        return numpy.frombuffer(payload, dtype=_NUMPY_DTYPES[self.cache_dtype]).reshape(
+            layers, timesteps, dim
+        )
 
-    def read_into(self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray) -> List[int]:
+    def read_into(
+        self, keys: Sequence[bytes], lengths: Sequence[int], layers: numpy.ndarray
+    ) -> List[int]:
         """Copies each stored sentence into its row of `layers` in one transaction; returns the rows not stored."""
         num_layers, _, _, dim = layers.shape
         missing = []
@@ -184,7 +198,9 @@ def resolve_cache_directories(params: Any) -> List[str]:
         elif isinstance(node, list):
             stack.extend(node)
     for path in resolved:
-        logger.info("Layer cache: cache_directory resolved to %s (recorded so in config.json)", path)
+        logger.info(
+            "Layer cache: cache_directory resolved to %s (recorded so in config.json)", path
+        )
     return resolved
 
 
@@ -195,12 +211,17 @@ class LayerCache:
     """
 
     def __init__(
-        self, directory: Union[str, os.PathLike], cache_dtype: str = "float32", map_size: int = 1 << 40
+        self,
+        directory: Union[str, os.PathLike],
+        cache_dtype: str = "float32",
+        map_size: int = 1 << 40,
     ) -> None:
         if cache_dtype not in CACHE_DTYPES:
             close = difflib.get_close_matches(str(cache_dtype), list(CACHE_DTYPES), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigurationError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}")
+            raise ConfigurationError(
+                f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}{hint}"
+            )
         self.directory = Path(directory).expanduser()
         if not self.directory.is_absolute():
             # Training records it absolute (`resolve_cache_directories`): a relative one comes from an
@@ -240,7 +261,9 @@ class LayerCache:
                 if self.path.exists()
                 else ("set cache_directory to a folder this user can write")
             )
-            raise ConfigurationError(f"Layer cache {self.path} cannot be opened ({error}): {advice}.") from None
+            raise ConfigurationError(
+                f"Layer cache {self.path} cannot be opened ({error}): {advice}."
+            ) from None
         store.cache_dtype = self.cache_dtype
         encoded = json.dumps(metadata, sort_keys=True).encode("utf-8")
         recorded = store.read_many([_METADATA_KEY])[0]
@@ -274,11 +297,17 @@ class LayerCache:
         return store
 
     def _stop_filling(self, error: BaseException) -> None:
-        if not (isinstance(error, lmdb.MapFullError) or any(text in str(error) for text in _NO_SPACE)):
-            raise ConfigurationError(f"Layer cache {self.path} could not be written: {error}") from error
+        if not (
+            isinstance(error, lmdb.MapFullError) or any(text in str(error) for text in _NO_SPACE)
+        ):
+            raise ConfigurationError(
+                f"Layer cache {self.path} could not be written: {error}"
+            ) from error
         if self.filling:
             logger.warning(
-                "Layer cache %s is full (%s): it stops filling; sentences not in it are computed live", self.path, error
+                "Layer cache %s is full (%s): it stops filling; sentences not in it are computed live",
+                self.path,
+                error,
             )
         self.filling = False
 
@@ -297,7 +326,10 @@ class LayerCache:
             )
 
     def activations(
-        self, bilm: torch.nn.Module, inputs: torch.Tensor, live: Callable[[torch.Tensor], Dict[str, Any]]
+        self,
+        bilm: torch.nn.Module,
+        inputs: torch.Tensor,
+        live: Callable[[torch.Tensor], Dict[str, Any]],
     ) -> Dict[str, Any]:
         """
         What `ElmocBiLm.forward(inputs)` returns: stored layers, `live(sub-batch)` for the others
@@ -328,5 +360,7 @@ class LayerCache:
                     store.write_many(items)
                 except lmdb.Error as error:
                     self._stop_filling(error)
-        mask = get_mask_from_sequence_lengths(torch.tensor(lengths, device=inputs.device) + 2, timesteps + 2)
+        mask = get_mask_from_sequence_lengths(
+            torch.tensor(lengths, device=inputs.device) + 2, timesteps + 2
+        )
         return {"activations": list(layers.unbind(0)), "mask": mask}

@@ -1,4 +1,5 @@
 """`elmoc_token_embedder`: one ELMo representation of a trained biLM, in place of ELMo's blocks."""
+
 from typing import List, Optional, Tuple
 
 import torch
@@ -20,7 +21,9 @@ def reject_elmo_only_options(params: Params) -> None:
             f"ELMo-C takes archive_file; remove options_file and weight_file ({', '.join(present)})"
         )
     if params.pop("vocab_to_cache", None) is not None:
-        raise ConfigurationError(f"{params.history}vocab_to_cache: ELMo-C has no word cache; remove it")
+        raise ConfigurationError(
+            f"{params.history}vocab_to_cache: ELMo-C has no word cache; remove it"
+        )
 
 
 @TokenEmbedder.register("elmoc_token_embedder")
@@ -143,7 +146,9 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
         self.output_dim = projection_dim or elmo_dim
 
     @classmethod
-    def from_params(cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras):
+    def from_params(
+        cls, params: Params, constructor_to_call=None, constructor_to_inspect=None, **extras
+    ):
         reject_elmo_only_options(params)
         return super().from_params(params, constructor_to_call, constructor_to_inspect, **extras)
 

@@ -1,4 +1,5 @@
 """A fastText `.bin` file (format 11 or 12) read without the fastText library."""
+
 import hashlib
 import mmap
 import os
@@ -74,7 +75,11 @@ class FastTextBinFile:
         except BaseException:
             buffer.close()
             raise
-        self._mmap, self._file_size, self._file_identity = buffer, stat.st_size, _file_identity(stat)
+        self._mmap, self._file_size, self._file_identity = (
+            buffer,
+            stat.st_size,
+            _file_identity(stat),
+        )
 
     def _error(self, problem: str) -> FastTextFormatError:
         return FastTextFormatError(f"fastText model {self.path}: {problem}")
@@ -87,7 +92,9 @@ class FastTextBinFile:
         self.num_rows = self.num_words + self.bucket
         self._matrix_offset = self._read_matrices(buffer, file_size, dictionary_end)
         # The table as bytes: a uint8 view is valid at any address.
-        values = np.frombuffer(buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset)
+        values = np.frombuffer(
+            buffer, dtype=np.uint8, count=self.num_rows * self.dim * 4, offset=self._matrix_offset
+        )
         self._matrix_bytes = torch.from_numpy(values.reshape(self.num_rows, self.dim * 4))
 
     def _read_header(self, buffer: mmap.mmap, file_size: int) -> int:
@@ -99,7 +106,9 @@ class FastTextBinFile:
         if version not in FASTTEXT_READABLE_VERSIONS:
             raise self._error(f"unsupported fastText format version {version} (readable: 11, 12)")
         if file_size < _HEADER_SIZE:
-            raise self._error(f"truncated: the header needs {_HEADER_SIZE:,} bytes, file has {file_size:,}")
+            raise self._error(
+                f"truncated: the header needs {_HEADER_SIZE:,} bytes, file has {file_size:,}"
+            )
         args = _ARGS.unpack_from(buffer, 8)
         dim, model, bucket, minn, maxn = args[0], args[7], args[8], args[9], args[10]
         if model not in (1, 2, 3):
@@ -113,15 +122,21 @@ class FastTextBinFile:
         dictionary_header = _DICTIONARY_HEADER.unpack_from(buffer, 8 + _ARGS.size)
         size, nwords, nlabels, _ntokens, pruneidx_size = dictionary_header
         if size < 0 or nwords < 0 or nlabels < 0 or size != nwords + nlabels:
-            raise self._error(f"corrupt dictionary header: size={size}, nwords={nwords}, nlabels={nlabels}")
+            raise self._error(
+                f"corrupt dictionary header: size={size}, nwords={nwords}, nlabels={nlabels}"
+            )
         if nlabels > 0:
             raise self._error(f"dictionary has {nlabels:,} labels ('__label__' tokens); use none")
         if pruneidx_size != -1:
-            raise self._error(f"has a pruned n-gram index (pruneidx_size={pruneidx_size}) of a quantized model")
+            raise self._error(
+                f"has a pruned n-gram index (pruneidx_size={pruneidx_size}) of a quantized model"
+            )
         self.dim, self.bucket, self.minn, self.maxn = dim, bucket, minn, maxn
         return nwords
 
-    def _read_dictionary(self, buffer: mmap.mmap, file_size: int, size: int) -> Tuple[List[str], int]:
+    def _read_dictionary(
+        self, buffer: mmap.mmap, file_size: int, size: int
+    ) -> Tuple[List[str], int]:
         """The words, in id order, and the offset after the dictionary."""
         offset = _HEADER_SIZE
         # Each entry takes at least 10 bytes (NUL, count, type): check before looping.
@@ -168,7 +183,9 @@ class FastTextBinFile:
 
     def _check_size(self, what: str, needed: int, available: int) -> None:
         if available < needed:
-            raise self._error(f"truncated: expected {needed:,} bytes for the {what}, file has {available:,}")
+            raise self._error(
+                f"truncated: expected {needed:,} bytes for the {what}, file has {available:,}"
+            )
 
     def check_unchanged(self) -> None:
         """A `FastTextFormatError` if the file changed since it was opened (one `stat`)."""
@@ -188,7 +205,9 @@ class FastTextBinFile:
         if self._fingerprint is None:
             words_end = self._matrix_offset + self.num_words * self.dim * 4
             rows_end = self._matrix_offset + self.num_rows * self.dim * 4
-            self._fingerprint = "2:" + self._sampled_digest([(self._matrix_offset, words_end), (words_end, rows_end)])
+            self._fingerprint = "2:" + self._sampled_digest(
+                [(self._matrix_offset, words_end), (words_end, rows_end)]
+            )
         return self._fingerprint
 
     def _sampled_digest(self, regions: List[Tuple[int, int]]) -> str:

@@ -55,7 +55,8 @@ class VectorHealth:
     @property
     def degenerate(self) -> bool:
         return self.words >= MIN_WORDS_JUDGED and (
-            self.mean_cosine >= DEGENERATE_MEAN_COSINE or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
+            self.mean_cosine >= DEGENERATE_MEAN_COSINE
+            or self.near_duplicate_fraction >= DEGENERATE_NEAR_DUPLICATES
         )
 
     def summary(self) -> str:
@@ -63,7 +64,11 @@ class VectorHealth:
             f"mean pairwise cosine of the {self.words:,} most frequent words {self.mean_cosine:.3f}, "
             f"{self.near_duplicate_fraction:.1%} of them with a neighbour at cosine "
             f"{NEAR_DUPLICATE_COSINE} or more"
-            + ("" if self.words >= MIN_WORDS_JUDGED else f" (too few words to judge: under {MIN_WORDS_JUDGED})")
+            + (
+                ""
+                if self.words >= MIN_WORDS_JUDGED
+                else f" (too few words to judge: under {MIN_WORDS_JUDGED})"
+            )
         )
 
     def verdict(self) -> str:
@@ -95,7 +100,9 @@ def frequent_word_matrix(vectors: FastTextVectors, count: int = FREQUENT_WORDS) 
     return matrix[norms > 0] / norms[norms > 0, None]
 
 
-def measure_vector_health(vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS) -> VectorHealth:
+def measure_vector_health(
+    vectors: Union[FastTextVectors, str, Path], count: int = FREQUENT_WORDS
+) -> VectorHealth:
     """The mean pairwise cosine of a model's `count` most frequent words, and their near duplicates."""
     if not isinstance(vectors, FastTextVectors):
         vectors = FastTextVectors.from_path(vectors)
@@ -126,7 +133,8 @@ def count_tokens(corpus: Union[str, Path]) -> int:
 
 
 def more_epochs_remedy(epoch: int, tokens: int) -> str:
-    """What to train after `epoch` epochs on `tokens` tokens gave degenerate vectors: the rule's epochs, or more."""
+    """What to train after `epoch` epochs on `tokens` tokens gave degenerate vectors: the rule's
+    epochs, or more."""
     rule = epochs_for(tokens)
     if epoch < rule:
         return (
@@ -165,4 +173,3 @@ def check_target_vectors(vectors: FastTextVectors) -> VectorHealth:
             "docs/pretraining.md#fasttext-vectors-on-your-own-corpus).",
         )
     return health
-

@@ -4,6 +4,7 @@ order: where it really was when the archive was written (`elmoc_fasttext.json`, 
 still matches), the recorded path, a relative one under the archive's folder and its parent, the
 last one to three components of the recorded path under those; `ELMOC_VECTORS_PATH` for a biLM's input.
 """
+
 import json
 import logging
 import os
@@ -48,7 +49,11 @@ def read_locations(directory: PathLike) -> Dict[str, Dict[str, str]]:
     except (ValueError, UnicodeDecodeError):
         logger.warning("Ignoring %s: not JSON", path)
         return {}
-    return {str(k): v for k, v in locations.items() if isinstance(v, dict)} if isinstance(locations, dict) else {}
+    return (
+        {str(k): v for k, v in locations.items() if isinstance(v, dict)}
+        if isinstance(locations, dict)
+        else {}
+    )
 
 
 def write_locations(serialization_dir: PathLike) -> Optional[str]:

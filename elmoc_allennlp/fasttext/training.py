@@ -137,7 +137,9 @@ def train_fasttext(
         )
     with atomic_path(output_path) as temporary_path:
         ft_model.save_model(temporary_path)
-        health = dataclasses.replace(measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path))
+        health = dataclasses.replace(
+            measure_vector_health(FastTextVectors(temporary_path)), path=str(output_path)
+        )
         logger.info("fastText vectors %s: %s", output_path, health.summary())
         if health.degenerate:
             remedy = more_epochs_remedy(epoch, count_tokens(corpus_path))

@@ -14,8 +14,17 @@ import torch
 from elmoc_allennlp.fasttext.bin_file import MAX_ABS_VALUE, FastTextBinFile, _file_identity
 
 # Importable from here too (benchmarks/common.py writes test models with the format's constants).
-from elmoc_allennlp.fasttext.bin_file import _ARGS, _DICTIONARY_HEADER, _ENTRY_TAIL, _MATRIX_HEADER  # noqa: F401
-from elmoc_allennlp.fasttext.bin_file import FASTTEXT_MAGIC, FASTTEXT_VERSION, FastTextFormatError  # noqa: F401
+from elmoc_allennlp.fasttext.bin_file import (
+    _ARGS,
+    _DICTIONARY_HEADER,
+    _ENTRY_TAIL,
+    _MATRIX_HEADER,
+)  # noqa: F401
+from elmoc_allennlp.fasttext.bin_file import (
+    FASTTEXT_MAGIC,
+    FASTTEXT_VERSION,
+    FastTextFormatError,
+)  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +72,8 @@ class DictionaryCase:
 
     @property
     def lowercased(self) -> Optional[bool]:
-        """`True`: no uppercase letter in a non-trivial dictionary; `False`: some; `None`: too few words to tell."""
+        """`True`: no uppercase letter in a non-trivial dictionary; `False`: some; `None`: too few
+        words to tell."""
         if self.cased_words:
             return False
         return True if self.words >= MIN_WORDS_FOR_CASE else None
@@ -71,7 +81,8 @@ class DictionaryCase:
     def summary(self) -> str:
         if self.lowercased is None:
             return (
-                f"of unknown case (only {self.words:,} words with cased letters, {MIN_WORDS_FOR_CASE} needed to tell)"
+                f"of unknown case (only {self.words:,} words with cased letters, "
+                f"{MIN_WORDS_FOR_CASE} needed to tell)"
             )
         if self.lowercased:
             return f"trained on lowercased text (none of its {self.words:,} words has an uppercase letter)"
@@ -110,7 +121,9 @@ class FastTextVectors(FastTextBinFile):
         super().__init__(path)
         self._input_matrix: Optional[torch.Tensor] = None
         self._case: Optional[DictionaryCase] = None
-        self._cached_subword_ids = lru_cache(maxsize=self.subword_cache_size)(self._compute_subword_ids)
+        self._cached_subword_ids = lru_cache(maxsize=self.subword_cache_size)(
+            self._compute_subword_ids
+        )
 
     @classmethod
     def from_path(cls, path: Union[str, os.PathLike]) -> "FastTextVectors":
@@ -196,10 +209,14 @@ class FastTextVectors(FastTextBinFile):
         return ids
 
     def rows(
-        self, ids: Union[torch.Tensor, Sequence[int], np.ndarray], out: Optional[torch.Tensor] = None
+        self,
+        ids: Union[torch.Tensor, Sequence[int], np.ndarray],
+        out: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """Rows `ids`, `(len(ids), dim)` (into `out`); a `FastTextFormatError` on NaN, inf or huge values."""
-        index = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64).reshape(-1)
+        index = np.asarray(
+            ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64
+        ).reshape(-1)
         if out is None:
             out = torch.empty(len(index), self.dim, dtype=torch.float32)
         elif out.shape != (len(index), self.dim) or out.dtype != torch.float32:
@@ -208,7 +225,9 @@ class FastTextVectors(FastTextBinFile):
             bad = index.min() if index.min() < 0 else index.max()
             raise IndexError(f"row {bad} is out of range for {self.num_rows:,} rows of {self.path}")
         # numpy copies whole rows (a memcpy each); "clip" skips its buffered bounds check.
-        np.take(self._matrix_bytes.numpy(), index, axis=0, out=out.numpy().view(np.uint8), mode="clip")
+        np.take(
+            self._matrix_bytes.numpy(), index, axis=0, out=out.numpy().view(np.uint8), mode="clip"
+        )
         self._check_finite(out, index)
         return out
 
@@ -266,5 +285,7 @@ def mean_subword_vectors(vectors: FastTextVectors, subword_ids: torch.Tensor) ->
     local = np.full(flat.shape, len(needed), dtype=np.int64)
     local[valid] = inverse.reshape(-1)
     weights = torch.from_numpy(valid / valid.sum(-1, keepdims=True).clip(min=1)).float()
-    embedded = torch.nn.functional.embedding_bag(torch.from_numpy(local), table, mode="sum", per_sample_weights=weights)
+    embedded = torch.nn.functional.embedding_bag(
+        torch.from_numpy(local), table, mode="sum", per_sample_weights=weights
+    )
     return embedded.view(*subword_ids.shape[:-1], vectors.dim)

@@ -1,4 +1,5 @@
 """A biLM archive with its own fastText model: the biLM to fine-tune and its indexer."""
+
 import logging
 import os
 from typing import Optional
@@ -21,7 +22,10 @@ def same_fasttext_model(first: PathLike, second: PathLike) -> bool:
     """Whether two paths hold the same fastText model (the same file, or identical copies)."""
     if same_file(first, second):
         return True
-    return FastTextVectors.from_path(first).fingerprint == FastTextVectors.from_path(second).fingerprint
+    return (
+        FastTextVectors.from_path(first).fingerprint
+        == FastTextVectors.from_path(second).fingerprint
+    )
 
 
 def different_fasttext_error(
@@ -50,10 +54,17 @@ def archive_with_its_fasttext(
     try:
         own = BilmArchive.open(archive_file)
     except ConfigurationError as error:
-        logger.warning("%s: its own fastText model is missing (%s); using %s", archive_file, error, vectors_path)
+        logger.warning(
+            "%s: its own fastText model is missing (%s); using %s",
+            archive_file,
+            error,
+            vectors_path,
+        )
         return given
     if not same_fasttext_model(own.input_vectors_path, vectors_path):
-        raise different_fasttext_error(archive_file, own.input_vectors_path, vectors_path, config_key)
+        raise different_fasttext_error(
+            archive_file, own.input_vectors_path, vectors_path, config_key
+        )
     return given
 
 
@@ -77,7 +88,10 @@ class ArchiveFastTextIndexer(FastTextSubwordIndexer):
     """
 
     def __init__(
-        self, archive_file: str, vectors_path: Optional[str] = None, token_min_padding_length: int = 0
+        self,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        token_min_padding_length: int = 0,
     ) -> None:
         archive = archive_with_its_fasttext(
             archive_file, vectors_path, "dataset_reader.token_indexers.<key>.vectors_path"
@@ -112,7 +126,10 @@ class BilmFromArchive(Model):
 
     @classmethod
     def from_archive(  # type: ignore[override]
-        cls, archive_file: str, vectors_path: Optional[str] = None, vocab: Optional[Vocabulary] = None
+        cls,
+        archive_file: str,
+        vectors_path: Optional[str] = None,
+        vocab: Optional[Vocabulary] = None,
     ) -> BidirectionalLanguageModel:
         archive = archive_with_its_fasttext(archive_file, vectors_path, "model.vectors_path")
         model, _ = archive.load()
@@ -127,5 +144,9 @@ class BilmFromArchive(Model):
                 f"layer ({type(model.output_layer()).__name__}); fine-tuning supports "
                 "continuous-output biLMs (model.output_layer.type 'continuous')"
             )
-        logger.info("Fine-tuning the biLM of %s (fastText model %s)", archive_file, archive.input_vectors_path)
+        logger.info(
+            "Fine-tuning the biLM of %s (fastText model %s)",
+            archive_file,
+            archive.input_vectors_path,
+        )
         return model

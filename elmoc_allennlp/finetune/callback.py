@@ -1,4 +1,5 @@
 """`elmoc_finetune`: checks a fine-tuning run's indexing, and makes its archive an ordinary biLM archive."""
+
 import copy
 import json
 import logging
@@ -66,8 +67,12 @@ class FineTuneCallback(TrainerCallback):
         with open(os.path.join(self.serialization_dir, CONFIG_NAME), encoding="utf-8") as handle:
             model = json.load(handle).get("model", {})
         if not registered_as(Model, model.get("type"), "elmoc_bilm_from_archive"):
-            raise ConfigurationError("model.type must be 'elmoc_bilm_from_archive' with the 'elmoc_finetune' callback")
-        archive = archive_with_its_fasttext(model["archive_file"], model.get("vectors_path"), "model.vectors_path")
+            raise ConfigurationError(
+                "model.type must be 'elmoc_bilm_from_archive' with the 'elmoc_finetune' callback"
+            )
+        archive = archive_with_its_fasttext(
+            model["archive_file"], model.get("vectors_path"), "model.vectors_path"
+        )
         self._archive = archive
         # allennlp's trainer has no public accessor of its validation data loader.
         loaders = [("dataset_reader", trainer.data_loader)]
@@ -94,7 +99,10 @@ class FineTuneCallback(TrainerCallback):
             )
         if not same_fasttext_model(indexer.vectors.path, archive.input_vectors_path):
             raise different_fasttext_error(
-                archive.archive_file, archive.input_vectors_path, str(indexer.vectors.path), f"{where}.vectors_path"
+                archive.archive_file,
+                archive.input_vectors_path,
+                str(indexer.vectors.path),
+                f"{where}.vectors_path",
             )
         checks = [
             (f"{where}.lowercase_tokens", indexer.lowercase_tokens, archive.lowercase_tokens),
@@ -111,7 +119,12 @@ class FineTuneCallback(TrainerCallback):
                 )
 
     def on_end(
-        self, trainer, metrics: Dict[str, Any] = None, epoch: int = None, is_primary: bool = True, **kwargs
+        self,
+        trainer,
+        metrics: Dict[str, Any] = None,
+        epoch: int = None,
+        is_primary: bool = True,
+        **kwargs,
     ) -> None:
         # `metrics` is None when training raised.
         if not is_primary or metrics is None or self._archive is None:

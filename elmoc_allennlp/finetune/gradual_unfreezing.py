@@ -1,4 +1,5 @@
 """`elmoc_slanted_triangular`: allennlp's slanted triangular schedule, resumable with gradual unfreezing."""
+
 import logging
 from typing import Any, Dict, List, Optional
 
@@ -71,7 +72,9 @@ class RecoverableSlantedTriangular(SlantedTriangular):
                 "group: use the 'elmoc_bilm_layerwise' optimizer"
             )
         if not 0.0 < cut_frac < 1.0:
-            raise ConfigurationError(f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}")
+            raise ConfigurationError(
+                f"trainer.learning_rate_scheduler.cut_frac must be in (0, 1), got {cut_frac}"
+            )
         if num_steps_per_epoch is None:
             logger.warning("Without a data loader length the first epoch runs at the lowest rate")
         if gradual_unfreezing and num_epochs < len(groups) - 1:

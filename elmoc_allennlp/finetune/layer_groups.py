@@ -1,4 +1,5 @@
 """`elmoc_bilm_layerwise`: one optimizer parameter group per biLM layer, for ULMFiT-style fine-tuning."""
+
 import logging
 import re
 from typing import List, Tuple
@@ -45,4 +46,6 @@ class BilmLayerwiseOptimizer(Optimizer):
         for label, names in groups:
             logger.info("Parameter group %s: %s", label, ", ".join(names))
         parameter_groups = [([f"^{re.escape(name)}$" for name in names], {}) for _, names in groups]
-        return optimizer.construct(model_parameters=model_parameters, parameter_groups=parameter_groups)
+        return optimizer.construct(
+            model_parameters=model_parameters, parameter_groups=parameter_groups
+        )

@@ -1,5 +1,7 @@
 """Guards against bad input around allennlp 2.10.1 (docs/trust_and_safety.md): `GUARDS` act on the plugin's
-own (`scope.py`); `OPT_IN`, and the guards for everything, only with the plugin line `elmoc_allennlp_hardening`."""
+own (`scope.py`); `OPT_IN`, and the guards for everything, only with the plugin line `elmoc_allennlp_hardening`.
+"""
+
 import contextlib
 import importlib
 from typing import Iterator, List
@@ -8,7 +10,13 @@ from elmoc_allennlp.hardening import scope
 
 GUARDS = ("safe_archive_extraction", "atomic_train_files", "serialization_lock")
 # They guard or polish what stock allennlp does for every model: installed by the switch only.
-OPT_IN = ("safe_config_types", "weights_only_loading", "quiet_log_files", "evaluate_summary", "predict_files")
+OPT_IN = (
+    "safe_config_types",
+    "weights_only_loading",
+    "quiet_log_files",
+    "evaluate_summary",
+    "predict_files",
+)
 
 
 def harden_everywhere() -> List[str]:

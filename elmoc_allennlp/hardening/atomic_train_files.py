@@ -2,6 +2,7 @@
 them in place: a kill leaves a truncated config, a full disk an empty meta.json), and a full disk while the
 vocabulary is saved is a `DiskFullError` naming its folder; its `model.tar.gz` is written atomically by
 `compat/carried_files.py`."""
+
 import os
 
 from elmoc_allennlp.common.atomic_files import atomic_path
@@ -22,7 +23,9 @@ def _to_file(original, self, params_file: str, preference_orders=None) -> None:
 def _meta_to_file(original, self, path) -> None:
     if not plugin_run(os.path.dirname(os.path.abspath(os.fspath(path)))):
         return original(self, path)
-    with atomic_path(path) as temporary:  # a full disk: a `DiskFullError` naming meta.json, none left
+    with atomic_path(
+        path
+    ) as temporary:  # a full disk: a `DiskFullError` naming meta.json, none left
         original(self, temporary)
 
 

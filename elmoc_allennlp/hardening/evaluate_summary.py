@@ -1,5 +1,7 @@
 """Opt-in: `allennlp evaluate` refuses an input naming no dataset (an unset shell
-variable) and prints "Final metrics:" to four decimals (allennlp 2.10.1: only in its progress bar)."""
+variable) and prints "Final metrics:" to four decimals (allennlp 2.10.1: only in its progress bar).
+"""
+
 import math
 from typing import Any, Dict
 
@@ -36,4 +38,6 @@ def _format(value: Any) -> str:
     return f"{value:.4f}"
 
 
-TARGETS, install = installer({"allennlp.commands.evaluate.evaluate_from_archive": _evaluate_from_archive})
+TARGETS, install = installer(
+    {"allennlp.commands.evaluate.evaluate_from_archive": _evaluate_from_archive}
+)

@@ -1,5 +1,7 @@
 """Opt-in: `allennlp predict` refuses an `--output-file` that is its input (allennlp 2.10.1
-truncates the input, exits 0) and names an input line that is not UTF-8 (allennlp 2.10.1: a bare error)."""
+truncates the input, exits 0) and names an input line that is not UTF-8 (allennlp 2.10.1: a bare error).
+"""
+
 import os
 import sys
 from typing import Iterable, Iterator
@@ -17,7 +19,9 @@ def _init(original, self, predictor, input_file, output_file, *args, **kwargs):
     if output_file is not None and input_file != "-" and os.path.exists(output_file):
         same = os.path.exists(input_file) and os.path.samefile(input_file, output_file)
         if same and everywhere():
-            raise ConfigurationError(f"--output-file {output_file} is the input file {input_file}: choose another")
+            raise ConfigurationError(
+                f"--output-file {output_file} is the input file {input_file}: choose another"
+            )
     original(self, predictor, input_file, output_file, *args, **kwargs)
 
 
@@ -38,7 +42,11 @@ def _get_json_data(original, self) -> Iterator:
         yield from original(self)
     elif self._input_file == "-":
         # A text stream that is not a file (tests) has no `buffer`.
-        lines = _decoded(sys.stdin.buffer, "standard input") if hasattr(sys.stdin, "buffer") else sys.stdin
+        lines = (
+            _decoded(sys.stdin.buffer, "standard input")
+            if hasattr(sys.stdin, "buffer")
+            else sys.stdin
+        )
         yield from _json_lines(self, lines)
     else:
         with open_compressed(cached_path(self._input_file), "rb", encoding=None) as file_input:

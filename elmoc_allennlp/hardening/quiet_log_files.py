@@ -1,5 +1,6 @@
 """Opt-in: each log file of `prepare_global_logging` reports a failed write once, naming the file
 (allennlp 2.10.1 prints a traceback per record on a full disk)."""
+
 import functools
 import logging
 import sys
@@ -32,7 +33,11 @@ def _handle_error(handler: logging.FileHandler, original, record: logging.LogRec
     elif not handler._elmoc_reported:  # type: ignore[attr-defined]
         handler._elmoc_reported = True  # type: ignore[attr-defined]
         reason = error.strerror or str(error)
-        sys.stderr.write(f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n")
+        sys.stderr.write(
+            f"Logging to {handler.baseFilename} failed ({reason}); later records dropped\n"
+        )
 
 
-TARGETS, install = installer({"allennlp.common.logging.prepare_global_logging": _prepare_global_logging})
+TARGETS, install = installer(
+    {"allennlp.common.logging.prepare_global_logging": _prepare_global_logging}
+)

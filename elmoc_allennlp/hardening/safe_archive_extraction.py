@@ -1,5 +1,6 @@
 """`load_archive` extracts the plugin's archives with `common.archives` and reads their config with
 `read_config` (allennlp 2.10.1 extracts unfiltered and reads jsonnet, importing any dotted type)."""
+
 import json
 import os
 
@@ -10,7 +11,9 @@ from elmoc_allennlp.common.archives import extracted_archive, extracted_from, re
 from elmoc_allennlp.common.shims import install_shim, installer
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
-REPLACES = "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
+REPLACES = (
+    "the plugin's archives are extracted checked and bounded; their config.json is strict JSON"
+)
 
 
 class ArchiveParams(Params):
@@ -35,7 +38,9 @@ def _extracted_archive(original, resolved_archive_file, cleanup: bool = True):
     return chosen(resolved_archive_file, cleanup=cleanup)
 
 
-_EXTRACTION, _install_extraction = installer({"allennlp.models.archival.extracted_archive": _extracted_archive})
+_EXTRACTION, _install_extraction = installer(
+    {"allennlp.models.archival.extracted_archive": _extracted_archive}
+)
 TARGETS = _EXTRACTION + ("allennlp.models.archival.Params",)
 
 

@@ -2,6 +2,7 @@
 plugin's when its config names a component the plugin registers, or is no config allennlp writes (no
 JSON object, none in an archive), decided once per config file (docs/compat.md). Nothing else of an
 archive counts: not its members' names, not their sizes."""
+
 import functools
 import json
 import os
@@ -19,7 +20,9 @@ _PACKAGE = "elmoc_allennlp."
 _STANDINS = "elmoc_allennlp.compat"  # registrations standing in for allennlp's own
 # The most of a config.json read to decide (past it, the text read so far decides).
 _READ_BYTES = 16 << 20
-_DECIDED: Dict[Tuple, bool] = {}  # (device, inode, size, mtime) of a config.json or archive -> the plugin's?
+_DECIDED: Dict[Tuple, bool] = (
+    {}
+)  # (device, inode, size, mtime) of a config.json or archive -> the plugin's?
 
 
 def set_everywhere(value: bool) -> None:
@@ -51,8 +54,14 @@ def plugin_config(config: Any) -> bool:
     if _EVERYWHERE:
         return True
     names = plugin_names()
-    for _, key, value, _ in walk(getattr(config, "params", config)):  # `Params` hold their dict there
-        if key == "type" and isinstance(value, str) and (value in names or value.startswith(_PACKAGE)):
+    for _, key, value, _ in walk(
+        getattr(config, "params", config)
+    ):  # `Params` hold their dict there
+        if (
+            key == "type"
+            and isinstance(value, str)
+            and (value in names or value.startswith(_PACKAGE))
+        ):
             return True
         # A model-level `elmo` block with an `archive_file` (compat/elmoc_as_elmo.py).
         if key == "elmo" and isinstance(value, dict) and "archive_file" in value:
@@ -62,7 +71,8 @@ def plugin_config(config: Any) -> bool:
 
 def plugin_text(data: bytes) -> bool:
     """Whether the text of a `config.json` is the plugin's: a JSON object by `plugin_config`; any other text,
-    which allennlp never writes, gets the plugin's checks (unless cut at `_READ_BYTES` and not saying `elmoc`)."""
+    which allennlp never writes, gets the plugin's checks (unless cut at `_READ_BYTES` and not saying `elmoc`).
+    """
     try:
         config = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -78,7 +88,8 @@ def plugin_run(serialization_dir: Any) -> bool:
 
 def plugin_archive(archive_file: Any) -> bool:
     """Whether an archive (a `.tar.gz` or a folder) is the plugin's, from its `config.json`: for a `.tar.gz`
-    the first member of that name, read without going further (allennlp's `archive_model` writes it first)."""
+    the first member of that name, read without going further (allennlp's `archive_model` writes it first).
+    """
     path = os.fspath(archive_file)
     if os.path.isdir(path):
         return plugin_run(path)
@@ -108,7 +119,9 @@ def _read_member(path: str) -> bool:
     try:
         with tarfile.open(path, "r|*") as tar:  # a stream: read up to the config only
             for member in tar:
-                if posixpath.normpath(member.name) == CONFIG_NAME:  # not a file: allennlp reports it
+                if (
+                    posixpath.normpath(member.name) == CONFIG_NAME
+                ):  # not a file: allennlp reports it
                     return plugin_text(tar.extractfile(member).read(_READ_BYTES))
                 tar.members = []  # headers only: keep none of them in memory
     except Exception:  # noqa: BLE001  (no tar archive, truncated, ...: allennlp reports it)
@@ -117,4 +130,3 @@ def _read_member(path: str) -> bool:
             data is None or plugin_text(data) for _, data in zipped_configs(path, _READ_BYTES)
         )
     return True  # no config.json, which allennlp always writes: the plugin's checks say so
-

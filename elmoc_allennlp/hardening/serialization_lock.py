@@ -27,7 +27,9 @@ def _create_serialization_dir(original, params, serialization_dir, recover, forc
         lock = None
     try:
         original(params, serialization_dir, recover, force)
-        lock = lock or WriterLock(folder, FOLDER, inside=True).acquire()  # inside the folder, now there
+        lock = (
+            lock or WriterLock(folder, FOLDER, inside=True).acquire()
+        )  # inside the folder, now there
     except BaseException:
         if lock is not None:
             lock.release()

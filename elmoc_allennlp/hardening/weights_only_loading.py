@@ -1,5 +1,6 @@
 """Opt-in: `read_state_dict`, `Checkpointer.load_checkpoint` and the `pretrained` initializer load
 tensors only (allennlp 2.10.1 calls `torch.load` without `weights_only`)."""
+
 import collections
 import os
 import tarfile

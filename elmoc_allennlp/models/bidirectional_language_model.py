@@ -127,7 +127,9 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         self._target_indexer = target_indexer
         self._dropout = torch.nn.Dropout(dropout)
         continuous = not output_layer.requires_target_ids
-        self._init_metrics(output_layer.get_output_dim() if continuous else None, retrieval_sample_size)
+        self._init_metrics(
+            output_layer.get_output_dim() if continuous else None, retrieval_sample_size
+        )
         if continuous:
             self._check_target_vectors()
         if initializer is not None:
@@ -203,7 +205,9 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         ):
             if not self.trains(direction):
                 continue
-            targets = None if target_embeddings is None else target_embeddings[:, target_at][pair_mask]
+            targets = (
+                None if target_embeddings is None else target_embeddings[:, target_at][pair_mask]
+            )
             head_output = self.output_layer(direction)(
                 states[:, predict_at][pair_mask],
                 target_embeddings=targets,
@@ -216,7 +220,12 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
             self._losses[direction](direction_loss)
             if "predictions" in head_output:
                 self._update_vector_metrics(
-                    direction, head_output["predictions"], targets, pair_mask, predict_at, output_dict
+                    direction,
+                    head_output["predictions"],
+                    targets,
+                    pair_mask,
+                    predict_at,
+                    output_dict,
                 )
         output_dict["loss"] = sum(losses[1:], losses[0]) / len(losses)
         return output_dict
@@ -244,7 +253,9 @@ class BidirectionalLanguageModel(BilmDirections, BilmMetrics, Model):
         """
         if self._output_layer.requires_target_ids:
             head = type(self._output_layer).__name__
-            raise ConfigurationError(f"model.output_layer {head} predicts word ids, not target vectors")
+            raise ConfigurationError(
+                f"model.output_layer {head} predicts word ids, not target vectors"
+            )
         embedder = self._target_embedder or self._text_field_embedder
         return embedder(tokens).detach(), util.get_text_field_mask(tokens)
 

@@ -14,7 +14,10 @@ logger = logging.getLogger(__name__)
 
 _LSTM_LAYER = re.compile(r"^_contextualizer\.(forward|backward)_layer(?:s|_norms)\.(\d+)\.")
 _INPUT_PREFIXES = ("_contextualizer.", "_text_field_embedder.", "_target_embedder.")
-_BACKWARD_INPUT = ("_contextualizer.backward_input_projection.", "_contextualizer.backward_input_layer_norm.")
+_BACKWARD_INPUT = (
+    "_contextualizer.backward_input_projection.",
+    "_contextualizer.backward_input_layer_norm.",
+)
 _FORWARD_INPUT = ("_contextualizer.input_projection.", "_contextualizer.input_layer_norm.")
 OUTPUT_LAYER_PREFIX, BACKWARD_OUTPUT_LAYER_PREFIX = "_output_layer.", "_backward_output_layer."
 

@@ -1,4 +1,5 @@
 """The biLM's metrics, summed on the device (a training step never waits for it), in bounded memory."""
+
 from typing import Callable, Dict, Optional
 
 import torch
@@ -18,7 +19,9 @@ def _first_occurrences(targets: torch.Tensor) -> torch.Tensor:
     """
     rows = targets.reshape(targets.size(0), -1).contiguous()
     as_integers = {2: torch.int16, 4: torch.int32, 8: torch.int64}[rows.element_size()]
-    _, inverse, counts = torch.unique(rows.view(as_integers), dim=0, return_inverse=True, return_counts=True)
+    _, inverse, counts = torch.unique(
+        rows.view(as_integers), dim=0, return_inverse=True, return_counts=True
+    )
     # Each group's rows, in position order, start at the group's offset: that row is its first.
     by_group = torch.sort(inverse, stable=True).indices
     return by_group[counts.cumsum(0) - counts].sort().values
@@ -124,7 +127,9 @@ class BilmMetrics:
         self._retrieval_accuracy = DeviceAverage()
         self._constant_baselines: Dict[str, ConstantBaseline] = {}
         if target_dim is not None:
-            self._constant_baselines = {direction: ConstantBaseline(target_dim) for direction in self._losses}
+            self._constant_baselines = {
+                direction: ConstantBaseline(target_dim) for direction in self._losses
+            }
 
     def _update_vector_metrics(
         self,
@@ -147,7 +152,9 @@ class BilmMetrics:
             self._retrieval_accuracy(self._retrieval_accuracy_of(predictions, targets))
             self._constant_baselines[direction](targets)
 
-    def _retrieval_accuracy_of(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def _retrieval_accuracy_of(
+        self, predictions: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
         """The fraction of predictions nearest to their own target of the batch (compared by value)."""
         gold = targets
         if self.training and predictions.size(0) > self._retrieval_sample_size:
@@ -162,11 +169,16 @@ class BilmMetrics:
             # Asked after every training step: reading the device sums there would sync.
             return {}
         directions = [direction for direction in ("forward", "backward") if self.trains(direction)]
-        metrics = {f"{direction}_loss": self._losses[direction].get_metric(reset) for direction in directions}
+        metrics = {
+            f"{direction}_loss": self._losses[direction].get_metric(reset)
+            for direction in directions
+        }
         if self._constant_baselines:  # a continuous head
             metrics["cosine_similarity"] = self._cosine_similarity.get_metric(reset)
             metrics["retrieval_accuracy"] = self._retrieval_accuracy.get_metric(reset)
-            baselines = [self._constant_baselines[direction].get_metric(reset) for direction in directions]
+            baselines = [
+                self._constant_baselines[direction].get_metric(reset) for direction in directions
+            ]
             for direction, baseline in zip(directions, baselines):
                 metrics[f"{direction}_constant_baseline_loss"] = baseline
             metrics["constant_baseline_loss"] = sum(baselines) / len(baselines)

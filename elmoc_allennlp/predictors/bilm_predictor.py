@@ -46,7 +46,9 @@ class BidirectionalLanguageModelPredictor(Predictor):
         if not isinstance(json_dict, dict):
             raise _wrong_type('expected a JSON object like {"sentence": "the bank"}', json_dict)
         if "sentence" not in json_dict:
-            raise ConfigurationError(f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}")
+            raise ConfigurationError(
+                f"elmoc_bilm predictor input needs a 'sentence' key, got {sorted(json_dict)}"
+            )
         sentence = json_dict["sentence"]
         if not isinstance(sentence, (str, list)):
             raise _wrong_type("'sentence' must be a string (or a list of token strings)", sentence)

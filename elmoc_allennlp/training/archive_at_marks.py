@@ -34,10 +34,14 @@ class ArchiveAtMarksCallback(TrainerCallback):
         Folder under the serialization directory for the archives and `marks.json`.
     """
 
-    def __init__(self, serialization_dir: str, minutes: List[float], directory: str = "archives") -> None:
+    def __init__(
+        self, serialization_dir: str, minutes: List[float], directory: str = "archives"
+    ) -> None:
         super().__init__(serialization_dir)
         if not minutes or any(m <= 0 for m in minutes) or list(minutes) != sorted(set(minutes)):
-            raise ConfigurationError(f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}")
+            raise ConfigurationError(
+                f"elmoc_archive_at_marks.minutes must be positive and increasing, got {minutes!r}"
+            )
         self._minutes = [float(m) for m in minutes]
         names: Dict[str, float] = {}
         for mark in self._minutes:
@@ -93,12 +97,20 @@ class ArchiveAtMarksCallback(TrainerCallback):
         atomic_torch_save(trainer.model.state_dict(), weights_path)
         try:
             train_command.archive_model(
-                self.serialization_dir, weights=weights, archive_path=os.path.join(self._directory, name)
+                self.serialization_dir,
+                weights=weights,
+                archive_path=os.path.join(self._directory, name),
             )
         finally:
             os.remove(weights_path)
         self._done.append(
-            {"minutes": minutes, "elapsed_seconds": round(elapsed, 3), "epoch": epoch, "batch": batch, "archive": name}
+            {
+                "minutes": minutes,
+                "elapsed_seconds": round(elapsed, 3),
+                "epoch": epoch,
+                "batch": batch,
+                "archive": name,
+            }
         )
         with atomic_write(os.path.join(self._directory, MARKS_FILE), "w") as marks:
             json.dump(self._done, marks, indent=2)

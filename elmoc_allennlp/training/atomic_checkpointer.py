@@ -92,7 +92,9 @@ class AtomicCheckpointer(Checkpointer):
     def save_checkpoint(self, trainer: Trainer) -> None:
         if self._serialization_dir is None:
             return
-        checkpoint = trainer.get_checkpoint_state()  # `None` on a non-primary worker: the primary saves
+        checkpoint = (
+            trainer.get_checkpoint_state()
+        )  # `None` on a non-primary worker: the primary saves
         if checkpoint is not None:
             point_in_time = (
                 checkpoint.trainer_state["epochs_completed"],

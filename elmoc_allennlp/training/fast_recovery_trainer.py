@@ -23,7 +23,8 @@ _KNOWN_KEYS = {
     name
     for method in (GradientDescentTrainer.__init__, GradientDescentTrainer.from_partial_objects)
     for name, parameter in inspect.signature(method).parameters.items()
-    if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) and name not in ("self", "cls")
+    if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    and name not in ("self", "cls")
 } | {"run_sanity_checks"}
 
 
@@ -35,7 +36,9 @@ def _quiet_default_console_logger(arguments: Dict[str, Any]) -> None:
         type(callback) is ConsoleLoggerCallback for callback in given
     ):
         serialization_dir = arguments.get("serialization_dir")
-        arguments["callbacks"] = given + [ConsoleLoggerCallback(serialization_dir, should_log_inputs=False)]
+        arguments["callbacks"] = given + [
+            ConsoleLoggerCallback(serialization_dir, should_log_inputs=False)
+        ]
 
 
 class _TotalBatches(TrainerCallback):
@@ -89,7 +92,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         if hasattr(scheduler, "set_global_batch"):
             sampler = getattr(self.data_loader, "batch_sampler", None)
             batch_size = (
-                sampler.get_batch_size() if sampler is not None else getattr(self.data_loader, "batch_size", None)
+                sampler.get_batch_size()
+                if sampler is not None
+                else getattr(self.data_loader, "batch_size", None)
             )
             if batch_size is None:
                 raise ConfigurationError(
@@ -107,7 +112,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
         """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""
         model = self.model
-        if getattr(model, "directions", None) != "both" or not hasattr(model, "direction_parameters"):
+        if getattr(model, "directions", None) != "both" or not hasattr(
+            model, "direction_parameters"
+        ):
             return None
         groups = [[p for _, p in model.direction_parameters(d)] for d in ("forward", "backward")]
         if {id(p) for p in groups[0]} & {id(p) for p in groups[1]}:
@@ -128,7 +135,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         if self._scaler is not None:
             self._scaler.unscale_(self.optimizer)
         norms = [
-            torch.nn.utils.clip_grad_norm_([p for p in group if p.grad is not None], self._grad_norm)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in group if p.grad is not None], self._grad_norm
+            )
             for group in self._clip_groups
         ]
         return torch.stack(norms).norm().item()
@@ -147,7 +156,9 @@ class FastRecoveryTrainer(GradientDescentTrainer):
 
     def _check_settings(self) -> None:
         check_positive(self._num_epochs, "trainer.num_epochs")
-        check_positive(self._num_gradient_accumulation_steps, "trainer.num_gradient_accumulation_steps")
+        check_positive(
+            self._num_gradient_accumulation_steps, "trainer.num_gradient_accumulation_steps"
+        )
         for key, value in (("grad_norm", self._grad_norm), ("grad_clipping", self._grad_clipping)):
             if not isinstance(value, bool):
                 check_positive(value, f"trainer.{key}", allow_none=True)
@@ -165,8 +176,15 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def _maybe_restore_checkpoint(self) -> None:
         super()._maybe_restore_checkpoint()
         # More epochs than `trainer.num_epochs` would train nothing and exit 0; fewer than 0 start over.
-        epochs, batches = self._start_after_epochs_completed, self._start_after_batches_in_epoch_completed
-        if not (0 <= epochs <= self._num_epochs) or batches < 0 or (epochs == self._num_epochs and batches):
+        epochs, batches = (
+            self._start_after_epochs_completed,
+            self._start_after_batches_in_epoch_completed,
+        )
+        if (
+            not (0 <= epochs <= self._num_epochs)
+            or batches < 0
+            or (epochs == self._num_epochs and batches)
+        ):
             raise ConfigurationError(
                 f"--recover: the training state in {self._serialization_dir} has epochs_completed "
                 f"= {epochs} and batches_in_epoch_completed = {batches}, outside this run of "
@@ -205,10 +223,14 @@ def _quiet_disabled_autocast(use_amp: bool) -> Iterator[None]:
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(
-            "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", category=FutureWarning
+            "ignore",
+            message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated",
+            category=FutureWarning,
         )
         if not use_amp:
             warnings.filterwarnings(
-                "ignore", message="User provided device_type of 'cuda', but CUDA is not available", category=UserWarning
+                "ignore",
+                message="User provided device_type of 'cuda', but CUDA is not available",
+                category=UserWarning,
             )
         yield

@@ -20,7 +20,15 @@ REFUSALS = (ConfigurationError, TypeError)
 # What `train_model` writes before training (with the copy of each biLM a downstream model carries): nothing
 # of a trained model.
 WRITTEN_BEFORE_TRAINING = frozenset(
-    {"config.json", "meta.json", "out.log", "stderr.log", "vocabulary", CARRIED_DIRECTORY, FOLDER_LOCK_NAME}
+    {
+        "config.json",
+        "meta.json",
+        "out.log",
+        "stderr.log",
+        "vocabulary",
+        CARRIED_DIRECTORY,
+        FOLDER_LOCK_NAME,
+    }
 )
 
 
@@ -33,7 +41,9 @@ def folder_before_run(serialization_dir: "os.PathLike[str] | str") -> Optional[F
 
 
 def remove_refused_run(
-    serialization_dir: "os.PathLike[str] | str", before: Optional[FrozenSet[str]], error: BaseException
+    serialization_dir: "os.PathLike[str] | str",
+    before: Optional[FrozenSet[str]],
+    error: BaseException,
 ) -> bool:
     """
     After `error` ended a run: if it is a refused config (`REFUSALS`), the folder was new or
@@ -55,5 +65,9 @@ def remove_refused_run(
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.remove(path)
-    logger.info("Refused before training: removed what the run had made of %s (%s)", folder, ", ".join(sorted(left)))
+    logger.info(
+        "Refused before training: removed what the run had made of %s (%s)",
+        folder,
+        ", ".join(sorted(left)),
+    )
     return True

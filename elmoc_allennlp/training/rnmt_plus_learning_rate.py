@@ -1,4 +1,5 @@
 """The RNMT+ learning-rate schedule (Chen et al. 2018), as published and as the authors of ELMo-C use it."""
+
 import logging
 import math
 from typing import Any, Dict, List, Optional
@@ -86,7 +87,9 @@ class RnmtPlusLearningRate(LearningRateScheduler):
         if decay_end <= decay_start:
             raise ConfigurationError(f"{_KEY}decay_end must exceed decay_start, got {decay_end}")
         if formula == "rnmt_plus" and (num_replicas < 1 or num_replicas != int(num_replicas)):
-            raise ConfigurationError(f"{_KEY}num_replicas must be an integer >= 1, got {num_replicas}")
+            raise ConfigurationError(
+                f"{_KEY}num_replicas must be an integer >= 1, got {num_replicas}"
+            )
         self.warmup_steps = warmup_steps
         self.decay_start = decay_start
         self.decay_end = decay_end
@@ -231,7 +234,9 @@ class RnmtPlusLearningRate(LearningRateScheduler):
             min_learning_rate=min_learning_rate,
             last_epoch=last_epoch,
         )
-        scheduler._log_schedule(f"elmoc_rnmt_plus_run: {num_epochs} epochs of {num_steps_per_epoch} steps")
+        scheduler._log_schedule(
+            f"elmoc_rnmt_plus_run: {num_epochs} epochs of {num_steps_per_epoch} steps"
+        )
         return scheduler
 
     def set_global_batch(self, global_batch: int, from_trainer: bool = True) -> None:
@@ -259,7 +264,12 @@ class RnmtPlusLearningRate(LearningRateScheduler):
 
     def _log_schedule(self, setting: str) -> None:
         steps = (self.warmup_steps, self.decay_start, self.decay_end)
-        logger.info("%s: n = %g, warm-up p = %d steps, decay from s = %d to e = %d", setting, self.num_replicas, *steps)
+        logger.info(
+            "%s: n = %g, warm-up p = %d steps, decay from s = %d to e = %d",
+            setting,
+            self.num_replicas,
+            *steps,
+        )
 
     def get_values(self) -> List[float]:
         steps = (self.warmup_steps, self.decay_start, self.decay_end)
@@ -292,7 +302,12 @@ class RnmtPlusLearningRate(LearningRateScheduler):
 
 
 def learning_rate_factor(
-    formula: str, num_replicas: float, warmup_steps: int, decay_start: int, decay_end: int, step: int
+    formula: str,
+    num_replicas: float,
+    warmup_steps: int,
+    decay_start: int,
+    decay_end: int,
+    step: int,
 ) -> float:
     """The multiplier of `lr0` after `step` steps (before the floor): `RnmtPlusLearningRate`'s formulas."""
     n = num_replicas

@@ -56,14 +56,23 @@ class StepLogCallback(TrainerCallback):
         if not is_training:
             return
         self._step += 1
-        loss = sum(float(output["loss"].detach()) for output in batch_outputs) / max(len(batch_outputs), 1)
+        loss = sum(float(output["loss"].detach()) for output in batch_outputs) / max(
+            len(batch_outputs), 1
+        )
         instances = tokens = 0
         for batch in batch_inputs:
             mask = _first_mask(batch)
             if mask is not None:
                 instances += int(mask.size(0))
                 tokens += int(mask.sum())
-        record = dict(epoch=epoch, batch=batch_number, step=self._step, loss=loss, instances=instances, tokens=tokens)
+        record = dict(
+            epoch=epoch,
+            batch=batch_number,
+            step=self._step,
+            loss=loss,
+            instances=instances,
+            tokens=tokens,
+        )
         self._write({**record, "time": time.time()})
 
     def state_dict(self) -> Dict[str, Any]:

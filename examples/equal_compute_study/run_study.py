@@ -24,6 +24,7 @@ not run again, so an interrupted study resumes where it stopped; pretraining row
         --pretrain ELMo=runs/elmo --pretrain ELMo-C=runs/elmoc --pretrain-tokens ptb.train.txt \\
         --data-dir ../shared/data --train-size 500 --eval-size 300 --epochs 4 --seeds 3 --jobs 2
 """
+
 import argparse
 import json
 import math
@@ -47,6 +48,7 @@ from examples.common import (
 
 # ---------------------------------------------------------------------- pretraining rows
 
+
 def pretraining_row(name: str, serialization_dir: Path, num_tokens: Optional[int]) -> Dict:
     import elmoc_allennlp  # noqa: F401
     from allennlp.models.archival import load_archive
@@ -60,7 +62,9 @@ def pretraining_row(name: str, serialization_dir: Path, num_tokens: Optional[int
         "trainable_parameters": parameters,
         "epochs": metrics.get("epoch", 0) + 1,
         "pretraining_minutes": round(seconds / 60, 1),
-        "tokens_per_second": round(num_tokens * (metrics.get("epoch", 0) + 1) / seconds) if num_tokens else None,
+        "tokens_per_second": (
+            round(num_tokens * (metrics.get("epoch", 0) + 1) / seconds) if num_tokens else None
+        ),
         "validation_loss": metrics.get("validation_loss"),
     }
     if "validation_cosine_similarity" in metrics:
@@ -90,6 +94,7 @@ def pretraining_token_files(names: List[str], values: List[str]) -> Dict[str, Op
 
 # ---------------------------------------------------------------------- table
 
+
 def table(results: Dict) -> str:
     tasks = results["settings"]["tasks"]
     pretraining = {row["model"]: row for row in results["pretraining"]}
@@ -108,7 +113,10 @@ def table(results: Dict) -> str:
         ]
         for task in tasks:
             runs = [r for r in results["runs"] if r["task"] == task and r["model"] == model]
-            cells += [mean_std([r["dev"] for r in runs], digits=1), mean_std([r["test"] for r in runs], digits=1)]
+            cells += [
+                mean_std([r["dev"] for r in runs], digits=1),
+                mean_std([r["test"] for r in runs], digits=1),
+            ]
             if runs and len(runs) < len(results["settings"]["seeds"]):
                 cells[-1] += f" ({len(runs)} seeds)"
         lines.append("| " + " | ".join(cells) + " |")
@@ -116,6 +124,7 @@ def table(results: Dict) -> str:
 
 
 # ---------------------------------------------------------------------- main
+
 
 def _pairs(values: List[str], option: str) -> Dict[str, str]:
     pairs = {}
@@ -129,11 +138,15 @@ def _pairs(values: List[str], option: str) -> Dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fasttext", type=Path, required=True, help="frozen fastText .bin for every model")
+    parser.add_argument(
+        "--fasttext", type=Path, required=True, help="frozen fastText .bin for every model"
+    )
     parser.add_argument("--bilm", action="append", default=[], help="NAME=model.tar.gz of a biLM")
     parser.add_argument("--pretrain", action="append", default=[], help="NAME=serialization dir")
     parser.add_argument(
-        "--pretrain-tokens", action="append", default=[],
+        "--pretrain-tokens",
+        action="append",
+        default=[],
         help="the pretraining text, to count tokens/s: PATH for every --pretrain, or NAME=PATH",
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
@@ -148,10 +161,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, help="override the configs' batch size")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--collect-only", action="store_true", help="only tabulate finished runs")
-    parser.add_argument("--lowercase", action="store_true", help="lowercase task text (fastText/biLM trained lowercased)")
+    parser.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="lowercase task text (fastText/biLM trained lowercased)",
+    )
     args = parser.parse_args()
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    args.task_epochs = {task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()}
+    args.task_epochs = {
+        task: int(epochs) for task, epochs in _pairs(args.task_epochs, "--task-epochs").items()
+    }
 
     from elmoc_allennlp.downstream.archive import BilmArchive
     from elmoc_allennlp.fasttext.vectors import FastTextVectors
@@ -169,8 +188,12 @@ def main() -> None:
         for name, path in pretrain_dirs.items()
     ]
 
-    grid = [(task, model, archive, seed) for task in args.tasks for seed in args.seeds
-            for model, archive in models]
+    grid = [
+        (task, model, archive, seed)
+        for task in args.tasks
+        for seed in args.seeds
+        for model, archive in models
+    ]
     runs: List[Dict] = []
     failures: List[str] = []
 
@@ -188,11 +211,18 @@ def main() -> None:
     def write_results() -> None:
         results = {
             "settings": {
-                "tasks": args.tasks, "models": [name for name, _ in models], "seeds": args.seeds,
-                "train_size": args.train_size, "eval_size": args.eval_size, "dev_size": args.dev_size, "epochs": args.epochs,
+                "tasks": args.tasks,
+                "models": [name for name, _ in models],
+                "seeds": args.seeds,
+                "train_size": args.train_size,
+                "eval_size": args.eval_size,
+                "dev_size": args.dev_size,
+                "epochs": args.epochs,
                 "task_epochs": args.task_epochs,
                 "batch_size": args.batch_size,
-                "fasttext": str(args.fasttext), "bilms": bilms, "lowercase": args.lowercase,
+                "fasttext": str(args.fasttext),
+                "bilms": bilms,
+                "lowercase": args.lowercase,
             },
             "pretraining": pretraining,
             "runs": sorted(runs, key=lambda r: (r["task"], r["model"], r["seed"])),

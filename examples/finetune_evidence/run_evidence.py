@@ -25,6 +25,7 @@ run resumes where it stopped (a half-finished training run is started again). Th
         [--data-dir ../shared/data] [--seeds 3] [--epochs 10] [--max-train 2000]
         [--output-dir runs/finetune_evidence]
 """
+
 import argparse
 import json
 import os
@@ -46,8 +47,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_ARCHIVE = REPO_ROOT / "quickstart_output" / "elmoc_small" / "model.tar.gz"
 # The shared data next to the checkout (or next to one of its parent folders, for a worktree).
 DEFAULT_DATA = next(
-    (folder / "shared" / "data" for folder in REPO_ROOT.parents
-     if (folder / "shared" / "data" / "sst5").is_dir()),
+    (
+        folder / "shared" / "data"
+        for folder in REPO_ROOT.parents
+        if (folder / "shared" / "data" / "sst5").is_dir()
+    ),
     REPO_ROOT.parent / "shared" / "data",
 )
 FINETUNE_CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "finetune_domain.jsonnet"
@@ -145,12 +149,13 @@ def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
             "oov_token_rate": sum(vectors.word_id(t) < 0 for t in tokens) / len(tokens),
             "oov_type_rate": sum(vectors.word_id(t) < 0 for t in types) / len(types),
         }
-    for split, size, seed in (("train", args.max_train, 13), ("dev", args.max_dev, 14),
-                              ("test", args.max_test, 15)):
+    for split, size, seed in (
+        ("train", args.max_train, 13),
+        ("dev", args.max_dev, 14),
+        ("test", args.max_test, 15),
+    ):
         statistics_[f"labelled_{split}_sentences"] = sample_trees(args, split, size, seed, text_dir)
-    statistics_["unlabelled_train_sentences"] = unlabelled_subset(
-        text_dir, args.finetune_sentences
-    )
+    statistics_["unlabelled_train_sentences"] = unlabelled_subset(text_dir, args.finetune_sentences)
     write_json(stats_path, statistics_)
     return statistics_
 
@@ -162,7 +167,10 @@ def prepare_text(args, text_dir: Path, vectors_path: str) -> Dict[str, Any]:
 EVALUATION_LOADER = {
     "data_loader": {
         "batch_sampler": {
-            "type": "bucket", "batch_size": 64, "sorting_keys": ["tokens"], "padding_noise": 0.0
+            "type": "bucket",
+            "batch_size": 64,
+            "sorting_keys": ["tokens"],
+            "padding_noise": 0.0,
         }
     }
 }
@@ -178,8 +186,13 @@ def intrinsic(archive: Path, name: str, files: Dict[str, Path], out_dir: Path) -
             log(f"allennlp evaluate {name} biLM on {text_name}")
             run(
                 allennlp(
-                    "evaluate", str(archive), str(path), "--output-file", str(output),
-                    "-o", json.dumps(EVALUATION_LOADER),
+                    "evaluate",
+                    str(archive),
+                    str(path),
+                    "--output-file",
+                    str(output),
+                    "-o",
+                    json.dumps(EVALUATION_LOADER),
                 ),
                 out_dir / "logs" / f"{name}_{slug}.log",
                 {},
@@ -247,7 +260,12 @@ def fasttext_only_config(settings: Dict[str, str], path: Path) -> Path:
 
 
 def downstream_run(
-    condition: str, seed: int, archive: Optional[Path], args, text_dir: Path, out_dir: Path,
+    condition: str,
+    seed: int,
+    archive: Optional[Path],
+    args,
+    text_dir: Path,
+    out_dir: Path,
     general_settings: Dict[str, str],
 ) -> Dict[str, Any]:
     run_dir = out_dir / "downstream" / condition / f"seed{seed}"
@@ -258,13 +276,17 @@ def downstream_run(
         shutil.rmtree(run_dir)
     settings = bilm_settings(archive) if archive is not None else dict(general_settings)
     train_path = str(trees_file(text_dir, "train", args.max_train))
-    settings.update({
-        "SST_TRAIN_DATA_PATH": train_path,
-        "SST_VALIDATION_DATA_PATH": str(trees_file(text_dir, "dev", args.max_dev)),
-        "SST_TEST_DATA_PATH": str(trees_file(text_dir, "test", args.max_test)),
-    })
+    settings.update(
+        {
+            "SST_TRAIN_DATA_PATH": train_path,
+            "SST_VALIDATION_DATA_PATH": str(trees_file(text_dir, "dev", args.max_dev)),
+            "SST_TEST_DATA_PATH": str(trees_file(text_dir, "test", args.max_test)),
+        }
+    )
     if condition == "fasttext":
-        config = fasttext_only_config(settings, out_dir / "downstream" / "sst5_bcn_fasttext_only.json")
+        config = fasttext_only_config(
+            settings, out_dir / "downstream" / "sst5_bcn_fasttext_only.json"
+        )
     else:
         config = BCN_CONFIG
     overrides = {
@@ -364,19 +386,31 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archive", type=Path, default=DEFAULT_ARCHIVE)
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="with sst5/")
-    parser.add_argument("--pretraining-valid", type=Path, default=None,
-                        help="the biLM's pretraining validation text (default: the quickstart's "
-                             "PTB valid, next to the archive's folder)")
-    parser.add_argument("--pretraining-valid-sentences", type=int, default=-1,
-                        help="evaluate on the first N of them (-1: all, 0: skip)")
+    parser.add_argument(
+        "--pretraining-valid",
+        type=Path,
+        default=None,
+        help="the biLM's pretraining validation text (default: the quickstart's "
+        "PTB valid, next to the archive's folder)",
+    )
+    parser.add_argument(
+        "--pretraining-valid-sentences",
+        type=int,
+        default=-1,
+        help="evaluate on the first N of them (-1: all, 0: skip)",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=10, help="downstream epochs")
     parser.add_argument("--max-train", type=int, default=2000, help="labelled train sentences")
     parser.add_argument("--max-dev", type=int, default=0, help="dev sentences (0: all 1,101)")
     parser.add_argument("--max-test", type=int, default=0, help="test sentences (0: all 2,210)")
     parser.add_argument("--jobs", type=int, default=1, help="downstream runs in parallel")
-    parser.add_argument("--finetune-sentences", type=int, default=0,
-                        help="unlabelled train sentences to fine-tune on (0: all 8,544)")
+    parser.add_argument(
+        "--finetune-sentences",
+        type=int,
+        default=0,
+        help="unlabelled train sentences to fine-tune on (0: all 8,544)",
+    )
     parser.add_argument("--finetune-overrides", default="", help="-o for the fine-tuning run")
     parser.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "finetune_evidence")
@@ -395,12 +429,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.conditions == ["fasttext"]:
         # No biLM involved: these runs can go first (e.g. while the biLM is still pretraining).
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(
-                lambda seed: downstream_run(
-                    "fasttext", seed, None, args, text_dir, out_dir, general_settings
-                ),
-                range(args.seeds),
-            ))
+            list(
+                pool.map(
+                    lambda seed: downstream_run(
+                        "fasttext", seed, None, args, text_dir, out_dir, general_settings
+                    ),
+                    range(args.seeds),
+                )
+            )
         log("fastText-only runs done; run again with all --conditions for the tables")
         return 0
     intrinsic_files = {"SST-5 dev": text_dir / "sst_dev.txt"}

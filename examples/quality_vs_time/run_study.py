@@ -11,6 +11,7 @@ sentences/s, side by side). Writes `results.json`, `results.md` and `quality_vs_
     OMP_NUM_THREADS=1 python -m examples.quality_vs_time.run_study --data-dir ../shared/data \\
         --marks 2.5 5 10 20 --models elmo elmoc --train-size 2000 --jobs 2
 """
+
 import argparse
 import json
 import math
@@ -63,26 +64,41 @@ def pretrain(name: str, args, corpus: Dict[str, Path], environment: Dict[str, st
         "trainer.learning_rate_scheduler.decay_end_fraction": 1.0 / args.max_epochs,
         "trainer.callbacks": [{"type": "elmoc_archive_at_marks", "minutes": args.marks}],
     }
-    command = [str(common.ALLENNLP), "train", str(config), "-s", str(run_dir),
-               "--include-package", "elmoc_allennlp", "-o", json.dumps(overrides)]
+    command = [
+        str(common.ALLENNLP),
+        "train",
+        str(config),
+        "-s",
+        str(run_dir),
+        "--include-package",
+        "elmoc_allennlp",
+        "-o",
+        json.dumps(overrides),
+    ]
     log(f"pretraining {label} to {args.marks[-1]:g} min ({config.name})")
     with open(run_dir.parent / f"{name}.log", "w") as output:
-        process = subprocess.Popen(command, env=environment, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, env=environment, stdout=output, stderr=subprocess.STDOUT
+        )
         done = 0
         while process.poll() is None:
             time.sleep(5)
             records = read_marks(str(run_dir))
             if len(records) > done:
                 done = len(records)
-                log(f"  {label}: {done}/{len(args.marks)} marks archived "
-                         f"(epoch {records[-1]['epoch'] + 1}, {records[-1]['minutes']:g} min)")
+                log(
+                    f"  {label}: {done}/{len(args.marks)} marks archived "
+                    f"(epoch {records[-1]['epoch'] + 1}, {records[-1]['minutes']:g} min)"
+                )
             if done == len(args.marks):
                 process.send_signal(signal.SIGTERM)
                 process.wait()
     records = read_marks(str(run_dir))
     if len(records) < len(args.marks):
-        raise SystemExit(f"{label} stopped before its last mark; see {run_dir.parent / f'{name}.log'}"
-                         f" (raise --max-epochs if it ran out of epochs)")
+        raise SystemExit(
+            f"{label} stopped before its last mark; see {run_dir.parent / f'{name}.log'}"
+            f" (raise --max-epochs if it ran out of epochs)"
+        )
     return records
 
 
@@ -99,8 +115,17 @@ def embedding_speed(archives: Dict[str, str], corpus: Dict[str, Path], args, env
     for round_number in range(2):
         for label, archive in archives.items():
             output = args.output_dir / "embed" / f"{label}.hdf5"
-            command = [str(common.ALLENNLP), "elmoc-embed", archive, str(text), str(output),
-                       "--all", "--force", "--include-package", "elmoc_allennlp"]
+            command = [
+                str(common.ALLENNLP),
+                "elmoc-embed",
+                archive,
+                str(text),
+                str(output),
+                "--all",
+                "--force",
+                "--include-package",
+                "elmoc_allennlp",
+            ]
             started = time.perf_counter()
             run_logged(command, output.with_suffix(".log"), environment)
             seconds[label].append(time.perf_counter() - started)
@@ -116,9 +141,18 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
     from elmoc_allennlp.fasttext.vectors import FastTextVectors
 
     settings = Namespace(
-        output_dir=args.output_dir / "downstream", data_dir=args.data_dir, tasks=args.tasks,
-        train_size=args.train_size, eval_size=args.eval_size, dev_size=args.dev_size, epochs=args.epochs,
-        task_epochs={}, batch_size=args.batch_size, lowercase=True, collect_only=False, fasttext=args.fasttext,
+        output_dir=args.output_dir / "downstream",
+        data_dir=args.data_dir,
+        tasks=args.tasks,
+        train_size=args.train_size,
+        eval_size=args.eval_size,
+        dev_size=args.dev_size,
+        epochs=args.epochs,
+        task_epochs={},
+        batch_size=args.batch_size,
+        lowercase=True,
+        collect_only=False,
+        fasttext=args.fasttext,
         fasttext_dim=FastTextVectors.from_path(args.fasttext).dim,
         bilm_dims={name: BilmArchive.open(path).output_dim for name, path in archives.items()},
     )
@@ -130,12 +164,15 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
         for model, archive in [(common.FASTTEXT_ONLY, None)] + list(archives.items()):
             seeds = args.seeds if model in last or archive is None else args.seeds[:1]
             items += [(task, model, archive, seed) for seed in seeds]
+
     def run_or_wait(item) -> Dict:
         while True:
             try:
                 return common.run_one(*item, settings, data)
             except common.RunElsewhere:
-                time.sleep(30)  # another driver (e.g. --downstream-only) is running it: take its result
+                time.sleep(
+                    30
+                )  # another driver (e.g. --downstream-only) is running it: take its result
 
     os.environ.update(environment)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -145,19 +182,29 @@ def downstream(archives: Dict[str, str], args, environment) -> List[Dict]:
 def table(results: Dict) -> str:
     tasks = results["settings"]["tasks"]
     header = ["biLM", "minutes", "epoch", "intrinsic (PTB valid)"] + [
-        f"{common.TASKS[task][5]} test" for task in tasks]
+        f"{common.TASKS[task][5]} test" for task in tasks
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for point in results["points"]:
-        cells = [point["model"], f"{point['minutes']:g}", str(point["epoch"] + 1), point["intrinsic"]]
+        cells = [
+            point["model"],
+            f"{point['minutes']:g}",
+            str(point["epoch"] + 1),
+            point["intrinsic"],
+        ]
         cells += [mean_std(point["test"][task], digits=1) for task in tasks]
         lines.append("| " + " | ".join(cells) + " |")
     for task in tasks:
-        lines.append(f"\nfastText only, {common.TASKS[task][5]} test: "
-                     f"{mean_std(results['reference'][task], digits=1)}")
+        lines.append(
+            f"\nfastText only, {common.TASKS[task][5]} test: "
+            f"{mean_std(results['reference'][task], digits=1)}"
+        )
     speed = results.get("embedding_sentences_per_second", {})
     if speed:
-        lines.append("\nallennlp elmoc-embed, sentences/s: "
-                     + ", ".join(f"{label} {value:,}" for label, value in speed.items()))
+        lines.append(
+            "\nallennlp elmoc-embed, sentences/s: "
+            + ", ".join(f"{label} {value:,}" for label, value in speed.items())
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -175,22 +222,44 @@ def plot(results: Dict, path: Path) -> None:
         for label in labels:
             points = [p for p in results["points"] if p["label"] == label]
             means = [100 * statistics.mean(p["test"][task]) for p in points]
-            errors = [100 * statistics.stdev(p["test"][task]) if len(p["test"][task]) > 1 else 0
-                      for p in points]
-            axis.errorbar([p["minutes"] for p in points], means, yerr=errors, marker="o", label=label,
-                          capsize=3, color=colors[label])
-        axis.axhline(100 * statistics.mean(results["reference"][task]), color="grey", linestyle="--",
-                     label="fastText only")
-        axis.set(title=f"{common.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log")
+            errors = [
+                100 * statistics.stdev(p["test"][task]) if len(p["test"][task]) > 1 else 0
+                for p in points
+            ]
+            axis.errorbar(
+                [p["minutes"] for p in points],
+                means,
+                yerr=errors,
+                marker="o",
+                label=label,
+                capsize=3,
+                color=colors[label],
+            )
+        axis.axhline(
+            100 * statistics.mean(results["reference"][task]),
+            color="grey",
+            linestyle="--",
+            label="fastText only",
+        )
+        axis.set(
+            title=f"{common.TASKS[task][5]} (test)", xlabel="pretraining minutes", xscale="log"
+        )
         axis.legend()
     axes[len(tasks)].set_yscale("log")
-    for axis, (key, title) in zip(axes[len(tasks):], [("perplexity", "ELMo / ELMo-A perplexity"),
-                                                      ("cosine_loss", "ELMo-C 1 - cosine")]):
+    for axis, (key, title) in zip(
+        axes[len(tasks) :],
+        [("perplexity", "ELMo / ELMo-A perplexity"), ("cosine_loss", "ELMo-C 1 - cosine")],
+    ):
         for label in labels:
             points = [p for p in results["points"] if p["label"] == label and key in p]
             if points:
-                axis.plot([p["minutes"] for p in points], [p[key] for p in points], marker="o",
-                          label=label, color=colors[label])
+                axis.plot(
+                    [p["minutes"] for p in points],
+                    [p[key] for p in points],
+                    marker="o",
+                    label=label,
+                    color=colors[label],
+                )
         axis.set(title=f"{title} (PTB valid)", xlabel="pretraining minutes", xscale="log")
         axis.legend()
     marks = results["settings"]["marks"]
@@ -202,7 +271,12 @@ def plot(results: Dict, path: Path) -> None:
     low, high = axes[len(tasks)].get_ylim()
     decades = range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
     for steps in ((1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2, 5), (1,)):
-        ticks = [step * 10.0 ** decade for decade in decades for step in steps if low <= step * 10.0 ** decade <= high]
+        ticks = [
+            step * 10.0**decade
+            for decade in decades
+            for step in steps
+            if low <= step * 10.0**decade <= high
+        ]
         if len(ticks) <= 6:
             break
     axes[len(tasks)].set_yticks(ticks, [f"{tick:g}" for tick in ticks])
@@ -215,24 +289,48 @@ def main() -> None:
     parser.add_argument("--output-dir", type=Path, default=REPO_ROOT / "runs" / "quality_vs_time")
     parser.add_argument("--data-dir", type=Path, default=common.DEFAULT_DATA)
     parser.add_argument("--models", nargs="+", default=["elmo", "elmoc"], choices=list(MODELS))
-    parser.add_argument("--marks", type=float, nargs="+", default=[2.5, 5, 10, 20],
-                        help="minutes of pretraining at which an archive is kept")
-    parser.add_argument("--max-epochs", type=int, default=100, help="an upper bound; runs stop at the last mark")
+    parser.add_argument(
+        "--marks",
+        type=float,
+        nargs="+",
+        default=[2.5, 5, 10, 20],
+        help="minutes of pretraining at which an archive is kept",
+    )
+    parser.add_argument(
+        "--max-epochs", type=int, default=100, help="an upper bound; runs stop at the last mark"
+    )
     parser.add_argument("--tasks", nargs="+", default=["pos", "ner"], choices=list(common.TASKS))
     parser.add_argument("--train-size", type=int, default=2000, help="training sentences per task")
     parser.add_argument("--eval-size", type=int, help="dev/test sentences per task (default: all)")
-    parser.add_argument("--dev-size", type=int, help="dev sentences per task (default: --eval-size)")
+    parser.add_argument(
+        "--dev-size", type=int, help="dev sentences per task (default: --eval-size)"
+    )
     parser.add_argument("--epochs", type=int, default=5, help="downstream epochs")
-    parser.add_argument("--batch-size", type=int, help="downstream batch size (default: the configs')")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
-                        help="seeds at the last mark and for fastText only; the first elsewhere")
-    parser.add_argument("--embed-sentences", type=int, default=3000, help="PTB test sentences to embed")
+    parser.add_argument(
+        "--batch-size", type=int, help="downstream batch size (default: the configs')"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
+        help="seeds at the last mark and for fastText only; the first elsewhere",
+    )
+    parser.add_argument(
+        "--embed-sentences", type=int, default=3000, help="PTB test sentences to embed"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="downstream runs at a time")
-    parser.add_argument("--downstream-only", action="store_true",
-                        help="stop after the downstream grid of the given --models (e.g. on a spare core"
-                             " while the next model pretrains); a full invocation then adds the rest")
-    parser.add_argument("--plot-only", action="store_true",
-                        help="redraw the figure from --output-dir's results.json (no training)")
+    parser.add_argument(
+        "--downstream-only",
+        action="store_true",
+        help="stop after the downstream grid of the given --models (e.g. on a spare core"
+        " while the next model pretrains); a full invocation then adds the rest",
+    )
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="redraw the figure from --output-dir's results.json (no training)",
+    )
     args = parser.parse_args()
     if args.plot_only:
         plot(json.loads((args.output_dir / "results.json").read_text()), args.output_dir / FIGURE)
@@ -248,9 +346,13 @@ def main() -> None:
     if not args.fasttext.exists():
         log("fastText on PTB train")
         quickstart.train_vectors(corpus["train"], args.fasttext, threads=os.cpu_count() or 1)
-    environment = dict(os.environ, ELMOC_FASTTEXT=str(args.fasttext),
-                       ELMOC_TRAIN_DATA=str(corpus["train"]), ELMOC_VALIDATION_DATA=str(corpus["valid"]),
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    environment = dict(
+        os.environ,
+        ELMOC_FASTTEXT=str(args.fasttext),
+        ELMOC_TRAIN_DATA=str(corpus["train"]),
+        ELMOC_VALIDATION_DATA=str(corpus["valid"]),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    )
     marks = {name: pretrain(name, args, corpus, environment) for name in args.models}
 
     archives, points = {}, []
@@ -263,8 +365,9 @@ def main() -> None:
             per_direction = (metrics["forward_loss"] + metrics["backward_loss"]) / 2
             if "cosine_similarity" in metrics:
                 point["cosine_loss"] = round(per_direction, 4)
-                point["intrinsic"] = (f"1-cos {per_direction:.4f}, "
-                                      f"retrieval {metrics['retrieval_accuracy']:.3f}")
+                point["intrinsic"] = (
+                    f"1-cos {per_direction:.4f}, " f"retrieval {metrics['retrieval_accuracy']:.3f}"
+                )
             else:
                 point["perplexity"] = round(math.exp(per_direction), 1)
                 point["intrinsic"] = f"perplexity {point['perplexity']}"
@@ -275,17 +378,29 @@ def main() -> None:
         log(f"downstream of {', '.join(archives)} done in {(time.time() - started) / 60:.1f} min")
         return
     for point in points:
-        point["test"] = {task: [r["test"] for r in runs if r["model"] == point["model"] and r["task"] == task]
-                         for task in args.tasks}
+        point["test"] = {
+            task: [r["test"] for r in runs if r["model"] == point["model"] and r["task"] == task]
+            for task in args.tasks
+        }
     last = {MODELS[name][0]: records[-1]["archive"] for name, records in marks.items()}
     results = {
-        "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
-        "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                    "python": platform.python_version()},
+        "settings": {
+            key: (str(value) if isinstance(value, Path) else value)
+            for key, value in vars(args).items()
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+        },
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "points": points,
-        "reference": {task: [r["test"] for r in runs if r["model"] == common.FASTTEXT_ONLY and r["task"] == task]
-                      for task in args.tasks},
+        "reference": {
+            task: [
+                r["test"] for r in runs if r["model"] == common.FASTTEXT_ONLY and r["task"] == task
+            ]
+            for task in args.tasks
+        },
         "embedding_sentences_per_second": embedding_speed(last, corpus, args, environment),
         "runs": runs,
     }
@@ -294,7 +409,9 @@ def main() -> None:
     write_text(args.output_dir / "results.md", table(results))
     plot(results, args.output_dir / FIGURE)
     print(table(results))
-    log(f"done in {results['total_minutes_this_invocation']} min; figure: {args.output_dir / FIGURE}")
+    log(
+        f"done in {results['total_minutes_this_invocation']} min; figure: {args.output_dir / FIGURE}"
+    )
 
 
 if __name__ == "__main__":

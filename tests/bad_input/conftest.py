@@ -2,6 +2,7 @@
 Fixtures of the bad-input suite: the tiny trained biLM archive of `tests/conftest.py`, and the
 crafted archives made from it once per session.
 """
+
 import io
 import json
 import tarfile
@@ -108,9 +109,14 @@ def crafted(elmoc_archive, outside, tmp_path_factory) -> Dict[str, Path]:
         "duplicate-config": [_file("config.json", b'{"model": {"type": "basic_classifier"}}')],
         "config-is-a-folder": [_file("config.json", kind=tarfile.DIRTYPE)],
         "file-inside-config": [_file("config.json/" + ESCAPE_NAME)],
-        "inner-link-to-a-sibling": [_file("notes.txt"),
-                                    _file("link", kind=tarfile.SYMTYPE, link="notes.txt")],
-        "inner-hard-link": [_file("notes.txt"), _file("hard", kind=tarfile.LNKTYPE, link="notes.txt")],
+        "inner-link-to-a-sibling": [
+            _file("notes.txt"),
+            _file("link", kind=tarfile.SYMTYPE, link="notes.txt"),
+        ],
+        "inner-hard-link": [
+            _file("notes.txt"),
+            _file("hard", kind=tarfile.LNKTYPE, link="notes.txt"),
+        ],
         "sparse-config": [_sparse("config.json")],
     }
     archives = {}

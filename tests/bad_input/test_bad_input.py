@@ -12,6 +12,7 @@ left behind (`tempfile`'s folder, redirected into the sandbox, holds at most the
 The tiny archives are built once per session (`conftest.py`); the whole suite runs in well under
 a minute, one command-line case (`allennlp evaluate` in a fresh process) included.
 """
+
 import errno
 import hashlib
 import json
@@ -274,16 +275,27 @@ for _kind, _reason in UNSAFE_KINDS.items():
         )(lambda sandbox, kind=_kind, call=_call: call(sandbox, kind))
 
 
-@case("archive-crafted-elmoc-embed-cli", UnsafeArchiveError, "{archive}", "'..' component",
-      absent=("out.hdf5",))
+@case(
+    "archive-crafted-elmoc-embed-cli",
+    UnsafeArchiveError,
+    "{archive}",
+    "'..' component",
+    absent=("out.hdf5",),
+)
 def _crafted_elmoc_embed(sandbox):
     from allennlp.commands import main
 
     path = sandbox.crafted_copy("dotdot-name")
     sentences = sandbox.root / "in.txt"
     sentences.write_text("the bank raised its rate\n")
-    argv = ["allennlp", "elmoc-embed", str(path), str(sentences), str(sandbox.root / "out.hdf5"),
-            "--top"]
+    argv = [
+        "allennlp",
+        "elmoc-embed",
+        str(path),
+        str(sentences),
+        str(sandbox.root / "out.hdf5"),
+        "--top",
+    ]
 
     def run():
         previous = sys.argv
@@ -296,8 +308,14 @@ def _crafted_elmoc_embed(sandbox):
     return run
 
 
-@case("archive-crafted-downstream-config", UnsafeArchiveError, "{archive}", "absolute name",
-      unchanged=("absolute-name.tar.gz",), absent=("run/model.tar.gz",))
+@case(
+    "archive-crafted-downstream-config",
+    UnsafeArchiveError,
+    "{archive}",
+    "absolute name",
+    unchanged=("absolute-name.tar.gz",),
+    absent=("run/model.tar.gz",),
+)
 def _crafted_downstream_config(sandbox):
     from allennlp.commands.train import train_model_from_file
 
@@ -344,8 +362,14 @@ class _environment:
                 os.environ[name] = value
 
 
-@case("archive-config-runs-subprocess-load_archive", ConfigurationError,
-      "{archive}", "model.type", "subprocess.Popen", "never imported")
+@case(
+    "archive-config-runs-subprocess-load_archive",
+    ConfigurationError,
+    "{archive}",
+    "model.type",
+    "subprocess.Popen",
+    "never imported",
+)
 def _config_type_load_archive(sandbox):
     from allennlp.models.archival import load_archive
 
@@ -353,8 +377,14 @@ def _config_type_load_archive(sandbox):
     return lambda: load_archive(str(path))
 
 
-@case("archive-config-runs-subprocess-ElmocEmbedder", ConfigurationError,
-      "{archive}", "model.type", "subprocess.Popen", "never imported")
+@case(
+    "archive-config-runs-subprocess-ElmocEmbedder",
+    ConfigurationError,
+    "{archive}",
+    "model.type",
+    "subprocess.Popen",
+    "never imported",
+)
 def _config_type_embedder(sandbox):
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
@@ -382,8 +412,9 @@ def _archive_config(sandbox) -> Dict:
 
 def _config_archive_call(sandbox, config, loader: str = "load_archive", extra=(), **changes):
     """`loader` on a copy of the tiny archive whose `config.json` is `config` (dict or bytes)."""
-    path = write_archive(sandbox.archive, sandbox.root / "crafted.tar.gz", list(extra),
-                         config=config, **changes)
+    path = write_archive(
+        sandbox.archive, sandbox.root / "crafted.tar.gz", list(extra), config=config, **changes
+    )
     sandbox.paths["archive"] = str(path)
     if loader == "ElmocEmbedder":
         from elmoc_allennlp.downstream.embedder import ElmocEmbedder
@@ -409,19 +440,26 @@ _ARCHIVE_CONFIG_CASES = {
     "not-utf8": (lambda sandbox: b'{"model": "\xff"}', ("is not JSON",)),
     "deeply-nested": (lambda sandbox: b"[" * 200_000 + b"]" * 200_000, ("is not JSON",)),
     "a-list": (lambda sandbox: b"[1, 2]", ("not a JSON object",)),
-    "type-never-imported": (lambda sandbox: _with_model_type(sandbox, "this.Zen"),
-                            ("model.type", "'this.Zen'", "never imported")),
+    "type-never-imported": (
+        lambda sandbox: _with_model_type(sandbox, "this.Zen"),
+        ("model.type", "'this.Zen'", "never imported"),
+    ),
     "type-in-a-module-of-the-archive": (
         lambda sandbox: _with_model_type(sandbox, "elmoc_planted.Model"),
-        ("model.type", "'elmoc_planted.Model'", "never imported")),
+        ("model.type", "'elmoc_planted.Model'", "never imported"),
+    ),
     "type-of-an-imported-module-not-a-component": (
-        lambda sandbox: _with_model_type(sandbox, "os.system"), ("model.type", "'os.system'")),
+        lambda sandbox: _with_model_type(sandbox, "os.system"),
+        ("model.type", "'os.system'"),
+    ),
 }
 for _name, (_config, _words) in _ARCHIVE_CONFIG_CASES.items():
     for _loader in ("load_archive", "ElmocEmbedder"):
         case(f"archive-config-{_name}-{_loader}", ConfigurationError, "{archive}", *_words)(
             lambda sandbox, config=_config, loader=_loader: _config_archive_call(
-                sandbox, config(sandbox), loader))
+                sandbox, config(sandbox), loader
+            )
+        )
 
 
 def _vocabulary_members(sandbox) -> Tuple[str, ...]:
@@ -430,27 +468,50 @@ def _vocabulary_members(sandbox) -> Tuple[str, ...]:
 
 
 for _loader in ("load_archive", "ElmocEmbedder"):
-    case(f"archive-without-config-{_loader}", ConfigurationError, "{archive}",
-         "has no config.json")(lambda sandbox, loader=_loader: _config_archive_call(
-             sandbox, None, loader, drop=("config.json",)))
-    case(f"archive-without-weights-{_loader}", ConfigurationError, "{archive}",
-         "has no weights.th")(lambda sandbox, loader=_loader: _config_archive_call(
-             sandbox, None, loader, drop=("weights.th",)))
-    case(f"archive-without-vocabulary-{_loader}", ConfigurationError, "{archive}",
-         "has no vocabulary/")(lambda sandbox, loader=_loader: _config_archive_call(
-             sandbox, None, loader, drop=_vocabulary_members(sandbox)))
-    case(f"archive-config-without-model-{_loader}", ConfigurationError, "{archive}",
-         "config.json", "has no model section")(
+    case(
+        f"archive-without-config-{_loader}", ConfigurationError, "{archive}", "has no config.json"
+    )(
         lambda sandbox, loader=_loader: _config_archive_call(
-            sandbox, {"dataset_reader": {"type": "elmoc_lm_corpus"}}, loader))
+            sandbox, None, loader, drop=("config.json",)
+        )
+    )
+    case(
+        f"archive-without-weights-{_loader}", ConfigurationError, "{archive}", "has no weights.th"
+    )(
+        lambda sandbox, loader=_loader: _config_archive_call(
+            sandbox, None, loader, drop=("weights.th",)
+        )
+    )
+    case(
+        f"archive-without-vocabulary-{_loader}",
+        ConfigurationError,
+        "{archive}",
+        "has no vocabulary/",
+    )(
+        lambda sandbox, loader=_loader: _config_archive_call(
+            sandbox, None, loader, drop=_vocabulary_members(sandbox)
+        )
+    )
+    case(
+        f"archive-config-without-model-{_loader}",
+        ConfigurationError,
+        "{archive}",
+        "config.json",
+        "has no model section",
+    )(
+        lambda sandbox, loader=_loader: _config_archive_call(
+            sandbox, {"dataset_reader": {"type": "elmoc_lm_corpus"}}, loader
+        )
+    )
 
 
 @case("archive-meta-not-json", ConfigurationError, "{archive}", "meta.json", "is not JSON")
 def _bad_meta(sandbox):
     from tests.bad_input.conftest import _file
 
-    return _config_archive_call(sandbox, None, drop=("meta.json",),
-                                extra=[_file("meta.json", b"{not json")])
+    return _config_archive_call(
+        sandbox, None, drop=("meta.json",), extra=[_file("meta.json", b"{not json")]
+    )
 
 
 def _limited(variable: str, value: str, loader: str = "load_archive"):
@@ -467,17 +528,35 @@ def _limited(variable: str, value: str, loader: str = "load_archive"):
 
 
 for _loader in ("load_archive", "ElmocEmbedder"):
-    case(f"archive-too-many-members-{_loader}", UnsafeArchiveError, "{archive}",
-         "ELMOC_ARCHIVE_MAX_MEMBERS")(_limited("ELMOC_ARCHIVE_MAX_MEMBERS", "2", _loader))
-    case(f"archive-too-many-bytes-{_loader}", UnsafeArchiveError, "{archive}",
-         "ELMOC_ARCHIVE_MAX_BYTES")(_limited("ELMOC_ARCHIVE_MAX_BYTES", "2000", _loader))
-    case(f"archive-json-member-too-large-{_loader}", UnsafeArchiveError, "{archive}",
-         "'config.json'", "ELMOC_ARCHIVE_MAX_JSON_BYTES")(
-        _limited("ELMOC_ARCHIVE_MAX_JSON_BYTES", "100", _loader))
+    case(
+        f"archive-too-many-members-{_loader}",
+        UnsafeArchiveError,
+        "{archive}",
+        "ELMOC_ARCHIVE_MAX_MEMBERS",
+    )(_limited("ELMOC_ARCHIVE_MAX_MEMBERS", "2", _loader))
+    case(
+        f"archive-too-many-bytes-{_loader}",
+        UnsafeArchiveError,
+        "{archive}",
+        "ELMOC_ARCHIVE_MAX_BYTES",
+    )(_limited("ELMOC_ARCHIVE_MAX_BYTES", "2000", _loader))
+    case(
+        f"archive-json-member-too-large-{_loader}",
+        UnsafeArchiveError,
+        "{archive}",
+        "'config.json'",
+        "ELMOC_ARCHIVE_MAX_JSON_BYTES",
+    )(_limited("ELMOC_ARCHIVE_MAX_JSON_BYTES", "100", _loader))
 
 
-@case("archive-decompression-bomb", UnsafeArchiveError, "{archive}", "'weights.th'",
-      "ELMOC_ARCHIVE_MAX_RATIO", absent=("extracted",))
+@case(
+    "archive-decompression-bomb",
+    UnsafeArchiveError,
+    "{archive}",
+    "'weights.th'",
+    "ELMOC_ARCHIVE_MAX_RATIO",
+    absent=("extracted",),
+)
 def _bomb(sandbox):
     """A few KB declaring a 3 GiB member: refused from its header, before a byte is written."""
     import gzip
@@ -490,7 +569,13 @@ def _bomb(sandbox):
     return lambda: extract_archive(path, sandbox.root / "extracted")
 
 
-@case("archive-is-a-zip", CorruptArchiveError, "{archive}", "is a zip archive", "holding 'config.json'")
+@case(
+    "archive-is-a-zip",
+    CorruptArchiveError,
+    "{archive}",
+    "is a zip archive",
+    "holding 'config.json'",
+)
 def _zip_archive(sandbox):
     import zipfile
 
@@ -503,8 +588,13 @@ def _zip_archive(sandbox):
     return _switched(lambda: load_archive(str(path)))
 
 
-@case("weights-legacy-declaring-32-gib-posing-as-a-zip", UnsafeArchiveError, "{archive}", "'weights.th'",
-      "a zip archive from its first byte")
+@case(
+    "weights-legacy-declaring-32-gib-posing-as-a-zip",
+    UnsafeArchiveError,
+    "{archive}",
+    "'weights.th'",
+    "a zip archive from its first byte",
+)
 def _legacy_weights(sandbox):
     """A few-KB `weights.th` in torch's legacy format declaring a 2^33-value storage, a real weights
     zip appended (which `zipfile` reads): refused before torch allocates, naming the archive."""
@@ -513,7 +603,9 @@ def _legacy_weights(sandbox):
 
     with tarfile.open(sandbox.archive) as tar:
         weights = _legacy_with_a_zip_appended(tar.extractfile("weights.th").read())
-    return _config_archive_call(sandbox, None, drop=("weights.th",), extra=[_file("weights.th", weights)])
+    return _config_archive_call(
+        sandbox, None, drop=("weights.th",), extra=[_file("weights.th", weights)]
+    )
 
 
 def _elmoc_zip(sandbox, config: Optional[Dict] = None) -> Path:
@@ -557,9 +649,14 @@ def _zip_call(sandbox, loader: str):
 # A zip holding an ELMo-C model is the plugin's, by default (allennlp reads no zip: stock allennlp
 # would raise tarfile's "not a gzip file" and leave its temporary folder).
 for _loader in ("load_archive", "allennlp-evaluate", "ElmocEmbedder", "BilmArchive", "elmoc-embed"):
-    case(f"elmoc-model-in-a-zip-{_loader}", CorruptArchiveError, "{archive}", "is a zip archive",
-         "holding 'config.json'", "nothing was extracted")(
-        lambda sandbox, loader=_loader: _zip_call(sandbox, loader))
+    case(
+        f"elmoc-model-in-a-zip-{_loader}",
+        CorruptArchiveError,
+        "{archive}",
+        "is a zip archive",
+        "holding 'config.json'",
+        "nothing was extracted",
+    )(lambda sandbox, loader=_loader: _zip_call(sandbox, loader))
 
 
 def test_a_stock_model_in_a_zip_is_left_to_stock_allennlp(elmoc_archive, tmp_path, monkeypatch):
@@ -569,7 +666,10 @@ def test_a_stock_model_in_a_zip_is_left_to_stock_allennlp(elmoc_archive, tmp_pat
 
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    config = {"model": {"type": "basic_classifier"}, "dataset_reader": {"type": "text_classification_json"}}
+    config = {
+        "model": {"type": "basic_classifier"},
+        "dataset_reader": {"type": "text_classification_json"},
+    }
     path = _elmoc_zip(Sandbox(tmp_path, {}, elmoc_archive, Path(), Path()), config)
     with pytest.raises(tarfile.ReadError, match="^not a gzip file$"):
         load_archive(str(path))
@@ -596,8 +696,13 @@ def _fifo_archive(sandbox):
     return _switched(lambda: load_archive(str(path)))
 
 
-@case("serialization-dir-config-type-never-imported", ConfigurationError, "{folder}",
-      "model.type", "'this.Zen'")
+@case(
+    "serialization-dir-config-type-never-imported",
+    ConfigurationError,
+    "{folder}",
+    "model.type",
+    "'this.Zen'",
+)
 def _folder_type(sandbox):
     """A biLM given as a folder (a serialization directory, or a carried `elmoc_bilm/<key>/`)."""
     from elmoc_allennlp.downstream.archive import BilmArchive
@@ -636,28 +741,60 @@ def _swap(section: str, value: Callable[[Dict], object]) -> Callable[[Dict], Non
 
 _SLOT_SWAPS = {
     # name: (edit of the config, key, words)
-    "model-is-a-reader": (_swap("model.type", lambda config: _READER_CLASS), "model.type", "not a Model"),
-    "reader-is-the-bilm": (_swap("dataset_reader", _model_as_reader), "dataset_reader.type",
-                           "not a DatasetReader"),
-    "validation-reader-is-the-bilm": (_swap("validation_dataset_reader", _model_as_reader),
-                                      "validation_dataset_reader.type", "not a DatasetReader"),
-    "vocabulary-is-the-bilm": (_swap("vocabulary.type", lambda config: _BILM_CLASS), "vocabulary.type",
-                               "not a Vocabulary"),
-    "contextualizer-is-a-reader": (_swap("model.contextualizer.type", lambda config: _READER_CLASS),
-                                   "model.contextualizer.type", "not a Seq2SeqEncoder"),
+    "model-is-a-reader": (
+        _swap("model.type", lambda config: _READER_CLASS),
+        "model.type",
+        "not a Model",
+    ),
+    "reader-is-the-bilm": (
+        _swap("dataset_reader", _model_as_reader),
+        "dataset_reader.type",
+        "not a DatasetReader",
+    ),
+    "validation-reader-is-the-bilm": (
+        _swap("validation_dataset_reader", _model_as_reader),
+        "validation_dataset_reader.type",
+        "not a DatasetReader",
+    ),
+    "vocabulary-is-the-bilm": (
+        _swap("vocabulary.type", lambda config: _BILM_CLASS),
+        "vocabulary.type",
+        "not a Vocabulary",
+    ),
+    "contextualizer-is-a-reader": (
+        _swap("model.contextualizer.type", lambda config: _READER_CLASS),
+        "model.contextualizer.type",
+        "not a Seq2SeqEncoder",
+    ),
     "token-embedder-named-as-a-reader": (
-        _swap("model.text_field_embedder.token_embedders.fasttext.type", lambda config: "elmoc_lm_corpus"),
-        "model.text_field_embedder.token_embedders.fasttext.type", "not a registered TokenEmbedder"),
+        _swap(
+            "model.text_field_embedder.token_embedders.fasttext.type",
+            lambda config: "elmoc_lm_corpus",
+        ),
+        "model.text_field_embedder.token_embedders.fasttext.type",
+        "not a registered TokenEmbedder",
+    ),
     "token-indexer-is-the-bilm": (
         _swap("dataset_reader.token_indexers.fasttext.type", lambda config: _BILM_CLASS),
-        "dataset_reader.token_indexers.fasttext.type", "not a TokenIndexer"),
+        "dataset_reader.token_indexers.fasttext.type",
+        "not a TokenIndexer",
+    ),
     # `allennlp evaluate` builds the data loader and the evaluator from the archive's config.
-    "data-loader-is-the-bilm": (_swap("data_loader.type", lambda config: _BILM_CLASS), "data_loader.type",
-                                "not a DataLoader"),
-    "batch-sampler-is-a-reader": (_swap("data_loader.batch_sampler.type", lambda config: _READER_CLASS),
-                                  "data_loader.batch_sampler.type", "not a BatchSampler"),
-    "evaluator-is-a-reader": (_swap("evaluation", lambda config: {"type": _READER_CLASS}), "evaluation.type",
-                              "not an Evaluator"),
+    "data-loader-is-the-bilm": (
+        _swap("data_loader.type", lambda config: _BILM_CLASS),
+        "data_loader.type",
+        "not a DataLoader",
+    ),
+    "batch-sampler-is-a-reader": (
+        _swap("data_loader.batch_sampler.type", lambda config: _READER_CLASS),
+        "data_loader.batch_sampler.type",
+        "not a BatchSampler",
+    ),
+    "evaluator-is-a-reader": (
+        _swap("evaluation", lambda config: {"type": _READER_CLASS}),
+        "evaluation.type",
+        "not an Evaluator",
+    ),
 }
 
 
@@ -708,10 +845,21 @@ def _allennlp_main(arguments: List[str]) -> Callable[[], None]:
 
 
 for _name, (_edit, _key, _words) in _SLOT_SWAPS.items():
-    for _loader in ("load_archive", "Predictor.from_path", "allennlp-predict", "allennlp-evaluate", "ElmocEmbedder"):
-        case(f"slot-swap-{_name}-{_loader}", ConfigurationError, "{archive}", _key, _words,
-             "nothing was built")(
-            lambda sandbox, edit=_edit, loader=_loader: _swapped_call(sandbox, edit, loader))
+    for _loader in (
+        "load_archive",
+        "Predictor.from_path",
+        "allennlp-predict",
+        "allennlp-evaluate",
+        "ElmocEmbedder",
+    ):
+        case(
+            f"slot-swap-{_name}-{_loader}",
+            ConfigurationError,
+            "{archive}",
+            _key,
+            _words,
+            "nothing was built",
+        )(lambda sandbox, edit=_edit, loader=_loader: _swapped_call(sandbox, edit, loader))
 
 
 def _huge_reader(config: Dict) -> None:
@@ -722,7 +870,11 @@ def _huge_reader(config: Dict) -> None:
 def _sized_reader(config: Dict) -> None:
     """A reader of its own kind whose config implies a huge layer (readers hold no weights, but what
     their sizes imply is built all the same)."""
-    config["dataset_reader"]["encoder"] = {"input_dim": 10**6, "hidden_dim": 10**6, "num_layers": 10**9}
+    config["dataset_reader"]["encoder"] = {
+        "input_dim": 10**6,
+        "hidden_dim": 10**6,
+        "num_layers": 10**9,
+    }
 
 
 class _TookTooLong(BaseException):
@@ -749,12 +901,21 @@ def _within(seconds: float, call: Callable[[], object]) -> Callable[[], object]:
 
 
 for _loader in ("load_archive", "allennlp-predict", "ElmocEmbedder"):
-    case(f"billion-layer-reader-{_loader}", ConfigurationError, "{archive}", "dataset_reader.type",
-         "not a DatasetReader")(
-        lambda sandbox, loader=_loader: _within(10, _swapped_call(sandbox, _huge_reader, loader)))
-    case(f"reader-past-max-parameters-{_loader}", ConfigurationError, "{archive}",
-         "dataset_reader.encoder.num_layers", "ELMOC_ARCHIVE_MAX_PARAMETERS", "nothing was built")(
-        lambda sandbox, loader=_loader: _swapped_call(sandbox, _sized_reader, loader))
+    case(
+        f"billion-layer-reader-{_loader}",
+        ConfigurationError,
+        "{archive}",
+        "dataset_reader.type",
+        "not a DatasetReader",
+    )(lambda sandbox, loader=_loader: _within(10, _swapped_call(sandbox, _huge_reader, loader)))
+    case(
+        f"reader-past-max-parameters-{_loader}",
+        ConfigurationError,
+        "{archive}",
+        "dataset_reader.encoder.num_layers",
+        "ELMOC_ARCHIVE_MAX_PARAMETERS",
+        "nothing was built",
+    )(lambda sandbox, loader=_loader: _swapped_call(sandbox, _sized_reader, loader))
 
 
 # Truncated archives: the real archive cut at random places, and other damaged files.
@@ -787,12 +948,16 @@ for _fraction in _ARCHIVE_CUTS:
             CorruptArchiveError,
             "{archive} is not a readable model archive",
             "download or copy it again",
-        )(lambda sandbox, fraction=_fraction, loader=_loader: _truncated_call(
-            sandbox, fraction, loader))
+        )(
+            lambda sandbox, fraction=_fraction, loader=_loader: _truncated_call(
+                sandbox, fraction, loader
+            )
+        )
 
 
 def _damaged_archive(data: Callable[[bytes], bytes], switched: bool = False):
     """`switched`: nothing in the file says it is an ELMo-C archive (see `_switched`)."""
+
     def prepare(sandbox):
         from allennlp.models.archival import load_archive
 
@@ -806,21 +971,29 @@ def _damaged_archive(data: Callable[[bytes], bytes], switched: bool = False):
 
 
 case("archive-empty-file", CorruptArchiveError, "{archive}", "the file is empty")(
-    _damaged_archive(lambda data: b"", switched=True))
+    _damaged_archive(lambda data: b"", switched=True)
+)
 case("archive-random-bytes", CorruptArchiveError, "{archive}", "not a tar archive")(
-    _damaged_archive(lambda data: bytes(random.Random(3).getrandbits(8) for _ in range(5000)),
-                     switched=True))
+    _damaged_archive(
+        lambda data: bytes(random.Random(3).getrandbits(8) for _ in range(5000)), switched=True
+    )
+)
 case("archive-gzip-trailer-cut", CorruptArchiveError, "{archive}", "truncated or corrupt")(
-    _damaged_archive(lambda data: data[:-4]))
+    _damaged_archive(lambda data: data[:-4])
+)
 case("archive-flipped-byte-in-weights", CorruptArchiveError, "{archive}")(
-    _damaged_archive(lambda data: data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF])
-                     + data[len(data) // 2 + 1:]))
+    _damaged_archive(
+        lambda data: data[: len(data) // 2]
+        + bytes([data[len(data) // 2] ^ 0xFF])
+        + data[len(data) // 2 + 1 :]
+    )
+)
 case("archive-text-file", CorruptArchiveError, "{archive}", "not a tar archive")(
-    _damaged_archive(lambda data: b'{"model": "not an archive"}\n', switched=True))
+    _damaged_archive(lambda data: b'{"model": "not an archive"}\n', switched=True)
+)
 
 
-@case("archive-truncated-merge-bilm", CorruptArchiveError, "{archive}",
-      absent=("merged.tar.gz",))
+@case("archive-truncated-merge-bilm", CorruptArchiveError, "{archive}", absent=("merged.tar.gz",))
 def _truncated_merge(sandbox):
     from elmoc_allennlp.commands.merge_bilm import merge_bilm_archives
 
@@ -850,17 +1023,23 @@ def _vectors_lookup(sandbox, values, word):
     return lambda: FastTextVectors(path).word_vector(word)
 
 
-case("fasttext-nan-in-a-word-vector", FastTextFormatError, "{bin}", "row 2 ",
-     "the word 'bank'", "nan")(
-    lambda sandbox: _vectors_lookup(sandbox, {2: float("nan")}, "bank"))
+case(
+    "fasttext-nan-in-a-word-vector",
+    FastTextFormatError,
+    "{bin}",
+    "row 2 ",
+    "the word 'bank'",
+    "nan",
+)(lambda sandbox: _vectors_lookup(sandbox, {2: float("nan")}, "bank"))
 case("fasttext-inf-in-a-word-vector", FastTextFormatError, "{bin}", "the word 'rate'", "inf")(
-    lambda sandbox: _vectors_lookup(sandbox, {3: float("inf")}, "rate"))
+    lambda sandbox: _vectors_lookup(sandbox, {3: float("inf")}, "rate")
+)
 case("fasttext-huge-value", FastTextFormatError, "{bin}", "3e+38", "magnitude")(
-    lambda sandbox: _vectors_lookup(sandbox, {1: 3e38}, "the"))
+    lambda sandbox: _vectors_lookup(sandbox, {1: 3e38}, "the")
+)
 
 
-@case("fasttext-nan-in-an-ngram-bucket", FastTextFormatError, "{bin}",
-      "character n-gram bucket")
+@case("fasttext-nan-in-an-ngram-bucket", FastTextFormatError, "{bin}", "character n-gram bucket")
 def _nan_bucket(sandbox):
     buckets = {row: float("nan") for row in range(6, 36)}  # every n-gram row
     path = _tiny_vectors(sandbox.root / "vectors.bin", values=buckets)
@@ -895,13 +1074,14 @@ def _patched_bin(sandbox, offset: int, value: int) -> Path:
 
 
 case("fasttext-version-13", FastTextFormatError, "{bin}", "unsupported fastText format version 13")(
-    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 13): lambda: FastTextVectors(path))())
+    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 13): lambda: FastTextVectors(path))()
+)
 case("fasttext-version-10", FastTextFormatError, "{bin}", "version 10", "readable: 11, 12")(
-    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 10): lambda: FastTextVectors(path))())
+    lambda sandbox: (lambda path=_patched_bin(sandbox, 4, 10): lambda: FastTextVectors(path))()
+)
 
 
-@case("fasttext-version-11-without-pruneidx-field", FastTextFormatError, "{bin}",
-      "pruneidx_size")
+@case("fasttext-version-11-without-pruneidx-field", FastTextFormatError, "{bin}", "pruneidx_size")
 def _version_11_old_layout(sandbox):
     # A version-11 dictionary without the 8-byte pruneidx_size field (a layout older than what
     # fastText 0.9 reads): it cannot be read correctly, so it is refused, not misread.
@@ -915,8 +1095,9 @@ def _version_11_old_layout(sandbox):
     return lambda: FastTextVectors(path)
 
 
-@case("fasttext-replaced-while-in-use", FastTextFormatError, "{bin}", "changed on disk",
-      unchanged=())
+@case(
+    "fasttext-replaced-while-in-use", FastTextFormatError, "{bin}", "changed on disk", unchanged=()
+)
 def _replaced_bin(sandbox):
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,
@@ -937,8 +1118,9 @@ def _replaced_bin(sandbox):
     return run
 
 
-@case("fasttext-truncated-while-in-use", FastTextFormatError, "{bin}", "changed on disk",
-      unchanged=())
+@case(
+    "fasttext-truncated-while-in-use", FastTextFormatError, "{bin}", "changed on disk", unchanged=()
+)
 def _truncated_bin(sandbox):
     from elmoc_allennlp.modules.token_embedders.fasttext_token_embedder import (
         FastTextTokenEmbedder,
@@ -959,8 +1141,13 @@ def _truncated_bin(sandbox):
     return run
 
 
-@case("fasttext-deleted-while-in-use", FastTextFormatError, "{bin}", "cannot be found any more",
-      unchanged=())
+@case(
+    "fasttext-deleted-while-in-use",
+    FastTextFormatError,
+    "{bin}",
+    "cannot be found any more",
+    unchanged=(),
+)
 def _deleted_bin(sandbox):
     path = _tiny_vectors(sandbox.root / "vectors.bin")
     sandbox.paths["bin"] = str(path)
@@ -973,9 +1160,15 @@ def _deleted_bin(sandbox):
     return run
 
 
-@case("fasttext-replaced-during-training", FastTextFormatError, "{bin}", "changed on disk",
-      unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
-      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+@case(
+    "fasttext-replaced-during-training",
+    FastTextFormatError,
+    "{bin}",
+    "changed on disk",
+    unchanged=(),
+    absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+    intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+)
 def _replaced_during_training(sandbox):
     """The .bin of a run replaced after its first epoch: the run stops at the next batch,
     naming the file, and its last checkpoint stays as it was."""
@@ -992,11 +1185,14 @@ def _replaced_during_training(sandbox):
                 os.replace(replacement, path)
 
     key = "fasttext.vectors_path"
-    train = _train_tiny(sandbox, {
-        "trainer.num_epochs": 2,
-        f"dataset_reader.token_indexers.{key}": str(path),
-        f"model.text_field_embedder.token_embedders.{key}": str(path),
-    })
+    train = _train_tiny(
+        sandbox,
+        {
+            "trainer.num_epochs": 2,
+            f"dataset_reader.token_indexers.{key}": str(path),
+            f"model.text_field_embedder.token_embedders.{key}": str(path),
+        },
+    )
     original_init = None
 
     def run():
@@ -1030,8 +1226,13 @@ def _other_vectors(sandbox, name: str = "other.bin") -> Path:
     return path
 
 
-@case("fingerprint-other-vectors-ElmocEmbedder", ConfigurationError, "{fasttext}", "{other}",
-      "allow_different_vectors")
+@case(
+    "fingerprint-other-vectors-ElmocEmbedder",
+    ConfigurationError,
+    "{fasttext}",
+    "{other}",
+    "allow_different_vectors",
+)
 def _fingerprint_embedder(sandbox):
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
@@ -1039,8 +1240,13 @@ def _fingerprint_embedder(sandbox):
     return lambda: ElmocEmbedder(str(sandbox.archive), vectors_path=str(other))
 
 
-@case("fingerprint-other-vectors-load_archive", ConfigurationError, "{fasttext}", "{other}",
-      "fingerprint")
+@case(
+    "fingerprint-other-vectors-load_archive",
+    ConfigurationError,
+    "{fasttext}",
+    "{other}",
+    "fingerprint",
+)
 def _fingerprint_load_archive(sandbox):
     from allennlp.models.archival import load_archive
 
@@ -1053,8 +1259,13 @@ def _fingerprint_load_archive(sandbox):
     return lambda: load_archive(str(sandbox.archive), overrides=overrides)
 
 
-@case("fingerprint-unrelated-bin-next-to-moved-archive", ConfigurationError, "{other}",
-      "{fasttext}", "a different file")
+@case(
+    "fingerprint-unrelated-bin-next-to-moved-archive",
+    ConfigurationError,
+    "{other}",
+    "{fasttext}",
+    "a different file",
+)
 def _fingerprint_moved(sandbox):
     """An archive moved to another machine, next to an unrelated .bin with the same name."""
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
@@ -1065,8 +1276,9 @@ def _fingerprint_moved(sandbox):
     config["dataset_reader"]["token_indexers"]["fasttext"]["vectors_path"] = elsewhere
     embedders = config["model"]["text_field_embedder"]["token_embedders"]
     embedders["fasttext"]["vectors_path"] = elsewhere
-    moved = write_archive(sandbox.archive, sandbox.root / "moved" / "model.tar.gz", [],
-                          config=config)
+    moved = write_archive(
+        sandbox.archive, sandbox.root / "moved" / "model.tar.gz", [], config=config
+    )
     _other_vectors(sandbox, "moved/" + sandbox.fasttext.name)
     return lambda: ElmocEmbedder(str(moved))
 
@@ -1092,26 +1304,36 @@ def _embed_existing(sandbox):
     return call
 
 
-case("elmoc-embed-batch-size-0", ConfigurationError, "--batch-size", "got 0",
-     absent=("out.hdf5",))(lambda sandbox: _embed_call(sandbox, batch_size=0))
+case("elmoc-embed-batch-size-0", ConfigurationError, "--batch-size", "got 0", absent=("out.hdf5",))(
+    lambda sandbox: _embed_call(sandbox, batch_size=0)
+)
 case("elmoc-embed-output-is-the-input", ConfigurationError, "is the input file")(
-    lambda sandbox: _embed_call(sandbox, output="in.txt"))
+    lambda sandbox: _embed_call(sandbox, output="in.txt")
+)
 case("elmoc-embed-output-is-a-directory", ConfigurationError, "is a directory")(
-    lambda sandbox: (sandbox.root / "dir").mkdir() or _embed_call(sandbox, output="dir"))
+    lambda sandbox: (sandbox.root / "dir").mkdir() or _embed_call(sandbox, output="dir")
+)
 case("elmoc-embed-output-folder-missing", ConfigurationError, "does not exist")(
-    lambda sandbox: _embed_call(sandbox, output="missing/out.hdf5"))
+    lambda sandbox: _embed_call(sandbox, output="missing/out.hdf5")
+)
 
 
-@case("elmoc-embed-input-not-utf8", ConfigurationError, "{input}", "not UTF-8",
-      absent=("out.hdf5",))
+@case(
+    "elmoc-embed-input-not-utf8", ConfigurationError, "{input}", "not UTF-8", absent=("out.hdf5",)
+)
 def _embed_latin1(sandbox):
     call = _embed_call(sandbox)
     Path(sandbox.paths["input"]).write_bytes("caf\xe9 au lait\n".encode("latin-1"))
     return call
 
 
-@case("elmoc-embed-disk-full", DiskFullError, "No space left on device", "{output}",
-      absent=("out.hdf5",))
+@case(
+    "elmoc-embed-disk-full",
+    DiskFullError,
+    "No space left on device",
+    "{output}",
+    absent=("out.hdf5",),
+)
 def _embed_disk_full(sandbox):
     """The first failed write stops the export, with one error naming the file (no partial)."""
     import h5py
@@ -1131,8 +1353,13 @@ def _embed_disk_full(sandbox):
     return run
 
 
-@case("elmoc-embed-input-is-a-folder", ConfigurationError, "{folder}", "is a directory",
-      absent=("out.hdf5",))
+@case(
+    "elmoc-embed-input-is-a-folder",
+    ConfigurationError,
+    "{folder}",
+    "is a directory",
+    absent=("out.hdf5",),
+)
 def _embed_folder_input(sandbox):
     from elmoc_allennlp.commands.elmoc_embed import embed_file
 
@@ -1142,8 +1369,12 @@ def _embed_folder_input(sandbox):
     return lambda: embed_file(str(sandbox.archive), str(folder), str(sandbox.root / "out.hdf5"))
 
 
-@case("elmoc-embed-output-folder-not-writable", ConfigurationError, "not writable",
-      absent=("locked/out.hdf5",))
+@case(
+    "elmoc-embed-output-folder-not-writable",
+    ConfigurationError,
+    "not writable",
+    absent=("locked/out.hdf5",),
+)
 def _embed_unwritable(sandbox):
     if os.geteuid() == 0:
         pytest.skip("root may write anywhere")
@@ -1151,16 +1382,24 @@ def _embed_unwritable(sandbox):
     return _embed_call(sandbox, output="locked/out.hdf5")
 
 
-@case("elmoc-embed-cuda-device-without-cuda", ConfigurationError, "--cuda-device 0",
-      absent=("out.hdf5",))
+@case(
+    "elmoc-embed-cuda-device-without-cuda",
+    ConfigurationError,
+    "--cuda-device 0",
+    absent=("out.hdf5",),
+)
 def _embed_cuda(sandbox):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     return _embed_call(sandbox, cuda_device=0)
 
 
-@case("elmoc-embed-archive-refused-before-anything-is-written", UnsafeArchiveError, "{archive}",
-      absent=("out.hdf5",))
+@case(
+    "elmoc-embed-archive-refused-before-anything-is-written",
+    UnsafeArchiveError,
+    "{archive}",
+    absent=("out.hdf5",),
+)
 def _embed_unsafe(sandbox):
     from elmoc_allennlp.commands.elmoc_embed import embed_file
 
@@ -1200,9 +1439,14 @@ def _fifo_vectors(sandbox):
     return lambda: FastTextVectors(path)
 
 
-@case("recover-with-only-a-damaged-checkpoint", ConfigurationError, "--recover",
-      "{run}/model_state_e1_b0.th", unchanged=("run/model_state_e1_b0.th",),
-      absent=("run/model_state_e1_b0.th.corrupt",))
+@case(
+    "recover-with-only-a-damaged-checkpoint",
+    ConfigurationError,
+    "--recover",
+    "{run}/model_state_e1_b0.th",
+    unchanged=("run/model_state_e1_b0.th",),
+    absent=("run/model_state_e1_b0.th.corrupt",),
+)
 def _recover_damaged(sandbox):
     from allennlp.commands.train import train_model_from_file
 
@@ -1241,8 +1485,15 @@ def _predict_call(sandbox, lines: List[str], command_line: bool = False, onto_in
         _PREDICTORS["bilm"]._lines_read = 0  # a new input file
         manager = _PredictManager(_PREDICTORS["bilm"], str(path), output, 1, False, False)
         return manager.run
-    argv = ["allennlp", "predict", str(sandbox.archive), str(path), "--silent",
-            "--output-file", output]
+    argv = [
+        "allennlp",
+        "predict",
+        str(sandbox.archive),
+        str(path),
+        "--silent",
+        "--output-file",
+        output,
+    ]
 
     def run():
         previous = sys.argv
@@ -1265,35 +1516,55 @@ _PREDICT_CASES = {
     "no-sentence-key": ('{"text": "the bank"}', "needs a 'sentence' key"),
     "line-is-a-list": ('["the", "bank"]', "expected a JSON object"),
 }
-_PREDICT_CASES.update({
-    "deeply-nested": ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
-    # Python >= 3.11 refuses to parse the number, older ones parse it and the key is named.
-    "huge-number": ('{"sentence": ' + "9" * 10_000 + "}", "input line 3"),
-})
+_PREDICT_CASES.update(
+    {
+        "deeply-nested": ("[" * 100_000 + "]" * 100_000, "not valid JSON"),
+        # Python >= 3.11 refuses to parse the number, older ones parse it and the key is named.
+        "huge-number": ('{"sentence": ' + "9" * 10_000 + "}", "input line 3"),
+    }
+)
 for _name, (_line, _words) in _PREDICT_CASES.items():
     # The bad line is the 3rd non-blank line of the file (allennlp skips blank lines before the
     # predictor sees them).
-    case(f"predict-{_name}", ConfigurationError, "input line 3", _words,
-         unchanged=("input.jsonl",))(
-        lambda sandbox, line=_line: _predict_call(sandbox, [_GOOD_LINE, _GOOD_LINE, "", line]))
-case("predict-malformed-json-command-line", ConfigurationError, "input line 2",
-     "not valid JSON", unchanged=("input.jsonl",))(
-    lambda sandbox: _predict_call(sandbox, [_GOOD_LINE, "", "{oops"], command_line=True))
+    case(
+        f"predict-{_name}", ConfigurationError, "input line 3", _words, unchanged=("input.jsonl",)
+    )(lambda sandbox, line=_line: _predict_call(sandbox, [_GOOD_LINE, _GOOD_LINE, "", line]))
+case(
+    "predict-malformed-json-command-line",
+    ConfigurationError,
+    "input line 2",
+    "not valid JSON",
+    unchanged=("input.jsonl",),
+)(lambda sandbox: _predict_call(sandbox, [_GOOD_LINE, "", "{oops"], command_line=True))
 
 
-@case("predict-input-not-utf8", ConfigurationError, "{input}", "line 4", "not UTF-8",
-      unchanged=("input.jsonl",))
+@case(
+    "predict-input-not-utf8",
+    ConfigurationError,
+    "{input}",
+    "line 4",
+    "not UTF-8",
+    unchanged=("input.jsonl",),
+)
 def _predict_latin1(sandbox):
     """The line named counts every line (blank ones too), as an editor numbers them."""
-    run = _predict_call(sandbox, [_GOOD_LINE, "", _GOOD_LINE, '{"sentence": "caf\u00e9"}'],
-                        command_line=True)
+    run = _predict_call(
+        sandbox, [_GOOD_LINE, "", _GOOD_LINE, '{"sentence": "caf\u00e9"}'], command_line=True
+    )
     path = Path(sandbox.paths["input"])
-    path.write_bytes(path.read_bytes().replace("\u00e9".encode("utf-8"), "\u00e9".encode("latin-1")))
+    path.write_bytes(
+        path.read_bytes().replace("\u00e9".encode("utf-8"), "\u00e9".encode("latin-1"))
+    )
     return _switched(run)  # polish of allennlp-wide behaviour: the switch's (docs/compat.md)
 
 
-@case("predict-output-file-is-the-input", ConfigurationError, "--output-file", "{input}",
-      unchanged=("input.jsonl",))
+@case(
+    "predict-output-file-is-the-input",
+    ConfigurationError,
+    "--output-file",
+    "{input}",
+    unchanged=("input.jsonl",),
+)
 def _predict_onto_input(sandbox):
     return _switched(_predict_call(sandbox, [_GOOD_LINE], command_line=True, onto_input=True))
 
@@ -1331,24 +1602,50 @@ _CONFIG_CASES = {
     "dataset_reader.max_token_characters": (0, "max_token_characters"),
 }
 for _key, (_value, _words) in _CONFIG_CASES.items():
-    case(f"config-{_key}", ConfigurationError, _words, str(_value),
-         unchanged=(), absent=("run/model.tar.gz", "run/model_state_e1_b0.th"))(
+    case(
+        f"config-{_key}",
+        ConfigurationError,
+        _words,
+        str(_value),
+        unchanged=(),
+        absent=("run/model.tar.gz", "run/model_state_e1_b0.th"),
+    )(
         lambda sandbox, key=_key.split("=")[0], value=_value: _train_tiny(
-            sandbox, {key: value, "trainer.num_epochs": 1} if key != "trainer.num_epochs"
-            else {key: value}))
+            sandbox,
+            {key: value, "trainer.num_epochs": 1} if key != "trainer.num_epochs" else {key: value},
+        )
+    )
 
 
-@case("config-empty-training-data", ConfigurationError, "{empty}", "has no text",
-      unchanged=("empty.txt",), absent=("run/model.tar.gz",))
+@case(
+    "config-empty-training-data",
+    ConfigurationError,
+    "{empty}",
+    "has no text",
+    unchanged=("empty.txt",),
+    absent=("run/model.tar.gz",),
+)
 def _empty_corpus(sandbox):
     (sandbox.root / "empty.txt").write_text("\n\n")
     sandbox.paths["empty"] = str(sandbox.root / "empty.txt")
-    return _train_tiny(sandbox, {"train_data_path": str(sandbox.root / "empty.txt"),
-                                 "validation_data_path": None, "trainer.num_epochs": 1})
+    return _train_tiny(
+        sandbox,
+        {
+            "train_data_path": str(sandbox.root / "empty.txt"),
+            "validation_data_path": None,
+            "trainer.num_epochs": 1,
+        },
+    )
 
 
-@case("config-no-training-instances", ConfigurationError, "Epoch 0 had no training batch",
-      "max_instances", unchanged=(), absent=("run/model.tar.gz",))
+@case(
+    "config-no-training-instances",
+    ConfigurationError,
+    "Epoch 0 had no training batch",
+    "max_instances",
+    unchanged=(),
+    absent=("run/model.tar.gz",),
+)
 def _no_instances(sandbox):
     return _train_tiny(sandbox, {"dataset_reader.max_instances": 0, "trainer.num_epochs": 1})
 
@@ -1363,26 +1660,47 @@ def _train_ner_with(sandbox, **variables):
 
     def run():
         with _environment(environment):
-            train_model_from_file(str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
-                                  str(sandbox.root / "run"))
+            train_model_from_file(
+                str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"), str(sandbox.root / "run")
+            )
 
     return run
 
 
-@case("config-wrong-ELMOC_DIM", ConfigurationError, "ELMOC_DIM", "is 1024", "gives 12-",
-      unchanged=(), absent=("run/model.tar.gz",))
+@case(
+    "config-wrong-ELMOC_DIM",
+    ConfigurationError,
+    "ELMOC_DIM",
+    "is 1024",
+    "gives 12-",
+    unchanged=(),
+    absent=("run/model.tar.gz",),
+)
 def _wrong_elmoc_dim(sandbox):
     return _train_ner_with(sandbox, ELMOC_DIM="1024")
 
 
-@case("config-wrong-ELMOC_FASTTEXT_DIM", ConfigurationError, "ELMOC_FASTTEXT_DIM", "is 300",
-      "{fasttext}", "has 16 dimensions", unchanged=(), absent=("run/model.tar.gz",))
+@case(
+    "config-wrong-ELMOC_FASTTEXT_DIM",
+    ConfigurationError,
+    "ELMOC_FASTTEXT_DIM",
+    "is 300",
+    "{fasttext}",
+    "has 16 dimensions",
+    unchanged=(),
+    absent=("run/model.tar.gz",),
+)
 def _wrong_fasttext_dim(sandbox):
     return _train_ner_with(sandbox, ELMOC_FASTTEXT_DIM="300")
 
 
-@case("config-dotted-type-that-is-no-model", ConfigurationError, "os.system", "is not a Model",
-      unchanged=())
+@case(
+    "config-dotted-type-that-is-no-model",
+    ConfigurationError,
+    "os.system",
+    "is not a Model",
+    unchanged=(),
+)
 def _dotted_type(sandbox):
     # A config you write may name your own classes; the switch checks their kind.
     return _switched(_train_tiny(sandbox, {"model.type": "os.system", "trainer.num_epochs": 1}))
@@ -1395,9 +1713,16 @@ def _no_space(path="checkpoint"):
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
 
-@case("disk-full-at-a-checkpoint", DiskFullError, "No space left on device", "{run}",
-      "intact", unchanged=(), absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
-      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+@case(
+    "disk-full-at-a-checkpoint",
+    DiskFullError,
+    "No space left on device",
+    "{run}",
+    "intact",
+    unchanged=(),
+    absent=("run/model.tar.gz", "run/model_state_e2_b0.th"),
+    intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+)
 def _full_disk_checkpoint(sandbox):
     """A checkpoint written when the disk is full: one clear error; no half checkpoint."""
     train = _train_tiny(sandbox, {"trainer.num_epochs": 2})
@@ -1421,9 +1746,14 @@ def _full_disk_checkpoint(sandbox):
     return run
 
 
-@case("disk-full-on-recover", DiskFullError, "No space left on device", "--recover",
-      unchanged=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
-      intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"))
+@case(
+    "disk-full-on-recover",
+    DiskFullError,
+    "No space left on device",
+    "--recover",
+    unchanged=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+    intact=("run/model_state_e1_b0.th", "run/training_state_e1_b0.th"),
+)
 def _full_disk_recover(sandbox):
     from allennlp.commands.train import train_model_from_file
 
@@ -1495,7 +1825,9 @@ def _disk_full_under(folder: Path, after: Callable[[], bool] = lambda: True):
 
             def full_open(file, mode="r", *args, **kwargs):
                 handle = opened(file, mode, *args, **kwargs)
-                path = os.path.abspath(os.fspath(file)) if isinstance(file, (str, os.PathLike)) else ""
+                path = (
+                    os.path.abspath(os.fspath(file)) if isinstance(file, (str, os.PathLike)) else ""
+                )
                 if path.startswith(str(folder) + os.sep) and set(mode) & set("wax+") and after():
                     return _FullFile(handle, path)
                 return handle
@@ -1511,18 +1843,31 @@ def _disk_full_under(folder: Path, after: Callable[[], bool] = lambda: True):
     return prepare
 
 
-@case("disk-full-before-the-first-checkpoint", DiskFullError, "No space left on device", "{run}/meta.json",
-      unchanged=(), absent=("run/meta.json", "run/model_state_e1_b0.th"))
+@case(
+    "disk-full-before-the-first-checkpoint",
+    DiskFullError,
+    "No space left on device",
+    "{run}/meta.json",
+    unchanged=(),
+    absent=("run/meta.json", "run/model_state_e1_b0.th"),
+)
 def _full_disk_before_checkpoints(sandbox):
     """The disk fills once config.json is written: meta.json is the first file refused. One
-    `DiskFullError` naming it; no empty meta.json (allennlp 2.10.1: a bare OSError, meta.json empty)."""
+    `DiskFullError` naming it; no empty meta.json (allennlp 2.10.1: a bare OSError, meta.json empty).
+    """
     run_dir = sandbox.root / "run"
     train = _train_tiny(sandbox, {"trainer.num_epochs": 1})
     return _disk_full_under(run_dir, after=lambda: (run_dir / "config.json").exists())(train)
 
 
-@case("disk-full-at-the-vocabulary", DiskFullError, "No space left on device", "{run}/vocabulary",
-      unchanged=(), absent=("run/model_state_e1_b0.th",))
+@case(
+    "disk-full-at-the-vocabulary",
+    DiskFullError,
+    "No space left on device",
+    "{run}/vocabulary",
+    unchanged=(),
+    absent=("run/model_state_e1_b0.th",),
+)
 def _full_disk_at_vocabulary(sandbox):
     """The disk fills once meta.json is written: the vocabulary's files are refused, one
     `DiskFullError` naming its folder."""
@@ -1565,8 +1910,12 @@ def test_a_run_stopped_by_a_full_disk_recovers_once_there_is_space(sandbox):
     run_dir = sandbox.root / "run"
     from allennlp.commands.train import train_model_from_file
 
-    train_model_from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(run_dir),
-                          overrides=json.dumps({"trainer.num_epochs": 2}), recover=True)
+    train_model_from_file(
+        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+        str(run_dir),
+        overrides=json.dumps({"trainer.num_epochs": 2}),
+        recover=True,
+    )
     assert (run_dir / "model.tar.gz").is_file()
 
 
@@ -1579,8 +1928,9 @@ def test_a_stale_partial_export_is_removed_by_the_next_run(sandbox):
     stale.write_bytes(b"half an hdf5 file")
     other = sandbox.root / ".other.hdf5.partial-abc123"  # another output's: left alone
     other.write_bytes(b"x")
-    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True)
+    finished = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     dead = sandbox.root / f".out.hdf5.partial-{finished.stdout.strip()}-x1"  # its writer is gone
     dead.write_bytes(b"x")
     # A running pid proves nothing (another PID namespace, another machine): a writer holds the
@@ -1591,16 +1941,18 @@ def test_a_stale_partial_export_is_removed_by_the_next_run(sandbox):
     embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top")
     assert not stale.exists() and not dead.exists() and not live.exists()
     assert other.exists()
-    embed_file(str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top",
-               force=True)
+    embed_file(
+        str(sandbox.archive), str(sentences), str(sandbox.root / "out.hdf5"), "top", force=True
+    )
 
 
 def test_allow_different_vectors_is_the_documented_override(sandbox):
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     other = _other_vectors(sandbox)
-    embedder = ElmocEmbedder(str(sandbox.archive), vectors_path=str(other),
-                             allow_different_vectors=True)
+    embedder = ElmocEmbedder(
+        str(sandbox.archive), vectors_path=str(other), allow_different_vectors=True
+    )
     assert embedder.embed_sentence(["the", "bank"]).shape == (3, 2, 12)
 
 
@@ -1610,8 +1962,7 @@ def test_a_sound_archive_is_extracted_once_and_its_folder_removed_after_a_failur
     from elmoc_allennlp.common.archives import read_archive
     from tests.bad_input.conftest import _file
 
-    path = write_archive(sandbox.archive, sandbox.root / "extra.tar.gz",
-                         [_file("extra/notes.txt")])
+    path = write_archive(sandbox.archive, sandbox.root / "extra.tar.gz", [_file("extra/notes.txt")])
     first = read_archive(path)
     assert read_archive(str(path)) is first
     assert (first.directory / "extra" / "notes.txt").read_bytes() == b"planted\n"
@@ -1637,8 +1988,7 @@ def test_a_dotted_type_in_an_archive_is_never_imported(sandbox):
     assert "this" not in sys.modules
 
 
-def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sandbox,
-                                                                                 monkeypatch):
+def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sandbox, monkeypatch):
     """`TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`, torch's opt-out: weights are still tensors only."""
     import pickle
 
@@ -1652,8 +2002,12 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
             return (os.system, (f"touch {marker}",))
 
     payload = pickle.dumps({"weight": Payload()})
-    path = write_archive(sandbox.archive, sandbox.root / "pickle.tar.gz",
-                         [_file("weights.th", payload)], drop=("weights.th",))
+    path = write_archive(
+        sandbox.archive,
+        sandbox.root / "pickle.tar.gz",
+        [_file("weights.th", payload)],
+        drop=("weights.th",),
+    )
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     with pytest.raises((pickle.UnpicklingError, ConfigurationError, RuntimeError)):
         load_archive(str(path))
@@ -1693,7 +2047,11 @@ def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(sandbox.root / "tmp"))
     result = subprocess.run(
         command + ["predict", str(archive), str(lines), "--include-package", "elmoc_allennlp"],
-        cwd=sandbox.root, env=environment, capture_output=True, text=True, timeout=300,
+        cwd=sandbox.root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode != 0
     assert "Beautiful is better than ugly" not in result.stdout + result.stderr
@@ -1711,9 +2069,19 @@ def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_p
     command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(temporary))
     result = subprocess.run(
-        command + ["evaluate", str(archive), str(FIXTURES_ROOT / "lm_corpus" / "valid.txt"),
-                   "--include-package", "elmoc_allennlp"],
-        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=300,
+        command
+        + [
+            "evaluate",
+            str(archive),
+            str(FIXTURES_ROOT / "lm_corpus" / "valid.txt"),
+            "--include-package",
+            "elmoc_allennlp",
+        ],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode != 0
     assert f"Refusing to extract model archive {archive}" in result.stderr

@@ -3,6 +3,7 @@ Bad input at scale: fuzzing the corpus reader and the fastText loader. Every cas
 one of: instances, a skipped-and-counted line, or a `ConfigurationError` naming the file (and
 the line, for corpus text); never another exception, a crash or a hang.
 """
+
 import contextlib
 import random
 import signal
@@ -111,7 +112,10 @@ def _random_corpus_bytes(rng: random.Random) -> bytes:
         return bytes(rng.getrandbits(8) for _ in range(size))
     if kind == 1:  # random bytes, many newlines and spaces
         return bytes(rng.choice(b"ab \n\n\x00\xff\xc3\xa9\r") for _ in range(size))
-    text = " ".join(rng.choice(["the", "bank", "caf\u00e9", "\u65e5\u672c", "\U0001f600", "x"]) for _ in range(size // 5))
+    text = " ".join(
+        rng.choice(["the", "bank", "caf\u00e9", "\u65e5\u672c", "\U0001f600", "x"])
+        for _ in range(size // 5)
+    )
     lines = [text[i : i + rng.randrange(1, 80)] for i in range(0, len(text), 40)]
     data = "\n".join(lines).encode("utf-8")
     if kind == 2:  # valid UTF-8, cut at a random byte (possibly inside a character)
@@ -201,7 +205,9 @@ def test_empty_shards_and_globs_that_match_nothing(tmp_path, caplog):
     (shards / "news.en-00004").write_text("one sentence\n")
     reader = LanguageModelCorpusReader()
     assert len(list(reader.read(str(shards / "news.en-*")))) == 1
-    assert reader.last_read_statistics["files"] == 1  # its index shows the 4 blank files: not opened
+    assert (
+        reader.last_read_statistics["files"] == 1
+    )  # its index shows the 4 blank files: not opened
 
     with pytest.raises(ConfigurationError, match="No corpus files found matching .*nothing-\\*"):
         list(LanguageModelCorpusReader().read(str(tmp_path / "nothing-*")))

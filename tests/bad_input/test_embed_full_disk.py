@@ -10,6 +10,7 @@ EFBIG, Python ignoring SIGXFSZ), and, where `unshare -rm` is allowed, a small tm
 process fills once the output's temporary file exists (ENOSPC). In this process, a failing
 `os.pwrite` picks the write that fails (the last one is made while HDF5 closes the file).
 """
+
 import errno
 import json
 import os
@@ -60,8 +61,19 @@ def sentences(tmp_path_factory) -> Path:
 
 
 def _embed_command(archive: Path, sentences: Path, output: Path):
-    return [sys.executable, "-c", _CLI, str(ROOT), "elmoc-embed", str(archive), str(sentences),
-            str(output), "--all", "--batch-size", "16"]
+    return [
+        sys.executable,
+        "-c",
+        _CLI,
+        str(ROOT),
+        "elmoc-embed",
+        str(archive),
+        str(sentences),
+        str(output),
+        "--all",
+        "--batch-size",
+        "16",
+    ]
 
 
 def _environment():
@@ -76,8 +88,11 @@ def _assert_one_clear_error(returncode: int, stderr: str, output: Path, code: in
     assert str(output) in last
     assert stderr.count("Traceback") == 1 and "Exception ignored" not in stderr
     # What is neither a log line nor the progress bar: warnings at import, the traceback.
-    other = [line for line in stderr.splitlines()
-             if line.strip() and not _LOG_LINE.match(line) and not _BAR_DRAWING.match(line)]
+    other = [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not _LOG_LINE.match(line) and not _BAR_DRAWING.match(line)
+    ]
     assert len(other) <= 40, stderr
 
 
@@ -90,8 +105,12 @@ def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_SIZE_LIMIT, _FILE_SIZE_LIMIT))
 
     result = subprocess.run(
-        _embed_command(elmoc_archive, sentences, output), env=_environment(),
-        preexec_fn=limit_file_size, capture_output=True, text=True, timeout=300,
+        _embed_command(elmoc_archive, sentences, output),
+        env=_environment(),
+        preexec_fn=limit_file_size,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     _assert_one_clear_error(result.returncode, result.stderr, output, errno.EFBIG)
     # No output, no partial `.vectors.hdf5.partial-*` file, no `.vectors.hdf5.lock`.
@@ -140,7 +159,9 @@ def _unshare_fails(folder: Path) -> str:
     try:
         result = subprocess.run(
             ["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)],
-            capture_output=True, text=True, timeout=30,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"unshare -rm failed: {error}"
@@ -157,9 +178,21 @@ def test_a_disk_filled_by_another_process_mid_run(elmoc_archive, sentences, tmp_
     log = tmp_path / "stderr.txt"
     command = _embed_command(elmoc_archive, sentences, output)
     result = subprocess.run(
-        ["unshare", "-rm", sys.executable, "-c", _IN_NAMESPACE, str(output_folder), _TMPFS,
-         str(log), json.dumps(command)],
-        env=_environment(), capture_output=True, text=True, timeout=300,
+        [
+            "unshare",
+            "-rm",
+            sys.executable,
+            "-c",
+            _IN_NAMESPACE,
+            str(output_folder),
+            _TMPFS,
+            str(log),
+            json.dumps(command),
+        ],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -177,8 +210,15 @@ def embedder(elmoc_archive):
 
 
 def _export(embedder, elmoc_archive, sentences, output: Path) -> None:
-    elmoc_embed.embed_file(str(elmoc_archive), str(sentences), str(output), "all",
-                           batch_size=16, embedder=embedder, force=True)
+    elmoc_embed.embed_file(
+        str(elmoc_archive),
+        str(sentences),
+        str(output),
+        "all",
+        batch_size=16,
+        embedder=embedder,
+        force=True,
+    )
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])

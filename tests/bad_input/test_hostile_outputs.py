@@ -5,6 +5,7 @@ output with `--force`, and a merge whose result fails its own check. Each must e
 `ConfigurationError` naming the paths at fault, with every file that was there unchanged and no
 output (or the earlier output, byte for byte) left.
 """
+
 import errno
 import hashlib
 import io
@@ -107,7 +108,9 @@ def own_copy(elmoc_archive, tiny_fasttext_path, tmp_path) -> Dict[str, Path]:
 
     def point_here(config):
         config["dataset_reader"]["token_indexers"]["fasttext"]["vectors_path"] = str(vectors)
-        config["model"]["text_field_embedder"]["token_embedders"]["fasttext"]["vectors_path"] = str(vectors)
+        config["model"]["text_field_embedder"]["token_embedders"]["fasttext"]["vectors_path"] = str(
+            vectors
+        )
 
     archive = rewrite_archive(elmoc_archive, run / "model.tar.gz", point_here)
     return {"run": run, "archive": archive, "vectors": vectors}
@@ -137,7 +140,11 @@ def test_force_never_replaces_the_fasttext_model(own_copy, sentences, vectors_gi
     before = _digests(run)
     with pytest.raises(ConfigurationError, match="the fastText model") as raised:
         embed_file(
-            str(archive), str(sentences), str(vectors), output="top", force=True,
+            str(archive),
+            str(sentences),
+            str(vectors),
+            output="top",
+            force=True,
             vectors_path=str(vectors) if vectors_given else None,
         )
     assert str(vectors) in str(raised.value)
@@ -145,7 +152,9 @@ def test_force_never_replaces_the_fasttext_model(own_copy, sentences, vectors_gi
     # A fastText model the archive reads through a hard link of another name is the same file.
     os.link(vectors, run / "vectors.hdf5")
     with pytest.raises(ConfigurationError, match="the fastText model"):
-        embed_file(str(archive), str(sentences), str(run / "vectors.hdf5"), output="top", force=True)
+        embed_file(
+            str(archive), str(sentences), str(run / "vectors.hdf5"), output="top", force=True
+        )
     assert hashlib.sha256(vectors.read_bytes()).hexdigest() == before["vectors.bin"]
 
 
@@ -164,10 +173,13 @@ def direction_runs(elmoc_archive, tmp_path) -> Dict[str, Path]:
     """The tiny biLM as a forward-only and a backward-only run (its weights serve both)."""
     runs = {}
     for direction in ("forward", "backward"):
+
         def single(config, direction=direction):
             config["model"]["directions"] = direction
 
-        runs[direction] = rewrite_archive(elmoc_archive, tmp_path / direction / "model.tar.gz", single)
+        runs[direction] = rewrite_archive(
+            elmoc_archive, tmp_path / direction / "model.tar.gz", single
+        )
     return runs
 
 
@@ -207,9 +219,14 @@ def test_a_merge_of_non_finite_weights_names_the_parameter_and_leaves_nothing(
     before = _digests(tmp_path)
     with pytest.raises(ConfigurationError, match="non-finite") as raised:
         merge_bilm_archives(
-            str(direction_runs["forward"]), str(direction_runs["backward"]), str(output), force=earlier_output
+            str(direction_runs["forward"]),
+            str(direction_runs["backward"]),
+            str(output),
+            force=earlier_output,
         )
-    assert BACKWARD_KEY in str(raised.value) and str(direction_runs["backward"]) in str(raised.value)
+    assert BACKWARD_KEY in str(raised.value) and str(direction_runs["backward"]) in str(
+        raised.value
+    )
     assert "does not load as written" not in str(raised.value)
     assert _digests(tmp_path) == before
 
@@ -246,7 +263,9 @@ def test_a_sound_merge_is_verified_and_written(direction_runs, tmp_path):
     from allennlp.models.archival import load_archive
 
     output = merge_bilm_archives(
-        str(direction_runs["forward"]), str(direction_runs["backward"]), str(tmp_path / "merged.tar.gz")
+        str(direction_runs["forward"]),
+        str(direction_runs["backward"]),
+        str(tmp_path / "merged.tar.gz"),
     )
     merged = load_archive(output).model.state_dict()
     source = load_archive(direction_runs["forward"]).model.state_dict()

@@ -4,6 +4,7 @@ and 4): a serialization folder and an `elmoc-embed` output have one writer at a 
 the kernel releases when its process dies), a CR inside a line is whitespace, non-finite vectors
 and a disk too small are refused before anything is written.
 """
+
 import errno
 import fcntl
 import io
@@ -37,7 +38,10 @@ from tests.conftest import FIXTURES_ROOT
 
 def is_locked(output, what: str = FILE) -> bool:
     """Whether a process (another, or this one through another lock object) holds `output`'s lock."""
-    return any(_is_locked(lock_path_of(os.path.abspath(output), inside)) for inside in (False, what == FOLDER))
+    return any(
+        _is_locked(lock_path_of(os.path.abspath(output), inside))
+        for inside in (False, what == FOLDER)
+    )
 
 
 def _is_locked(path: str) -> bool:
@@ -52,6 +56,7 @@ def _is_locked(path: str) -> bool:
     finally:
         os.close(descriptor)
     return False
+
 
 # Another process holding the lock: a bare `flock` on the lock file (no plugin import), as a run
 # in another container or on another machine sharing the disk would. It holds it until it is
@@ -68,8 +73,10 @@ _HOLDER = (
 class _Holder:
     def __init__(self, lock_file: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER, lock_file], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-c", _HOLDER, lock_file],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert self.process.stdout.readline().strip() == "held"
 
@@ -79,15 +86,19 @@ class _Holder:
 
 
 def _snapshot(folder: Path):
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def _train(folder: Path, **kwargs):
     from allennlp.commands.train import train_model_from_file
 
     return train_model_from_file(
-        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(folder),
-        overrides=json.dumps({"trainer.num_epochs": 1}), **kwargs,
+        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+        str(folder),
+        overrides=json.dumps({"trainer.num_epochs": 1}),
+        **kwargs,
     )
 
 
@@ -137,7 +148,9 @@ def test_the_folder_is_locked_before_it_is_made_or_removed(tmp_path, monkeypatch
     monkeypatch.setattr(shutil, "rmtree", rmtree)
     monkeypatch.setattr(os, "makedirs", makedirs)
     _train(folder, force=True)
-    assert [kind for kind, _ in seen][: 1 if fresh else 2] == ["rmtree", "makedirs"][1 if fresh else 0 :]
+    assert [kind for kind, _ in seen][: 1 if fresh else 2] == ["rmtree", "makedirs"][
+        1 if fresh else 0 :
+    ]
     assert all(locked for _, locked in seen)
     assert not is_locked(folder, FOLDER)
 
@@ -212,15 +225,20 @@ def test_a_file_system_without_flock_trains_and_embeds_unlocked_with_a_warning(
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
     # Only the writer lock's flock fails (allennlp's own file locks keep theirs).
-    monkeypatch.setattr(writer_lock, "fcntl", types.SimpleNamespace(
-        flock=no_flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
+    monkeypatch.setattr(
+        writer_lock,
+        "fcntl",
+        types.SimpleNamespace(flock=no_flock, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB),
+    )
     (tmp_path / "in.txt").write_text("the bank\n")
     embed_file(str(elmoc_archive), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5"), "top")
     folder = tmp_path / "run"
     _train(folder)  # last: allennlp's logging set-up replaces the handler caplog reads
     assert (folder / "model.tar.gz").is_file()
     assert not is_locked(folder, FOLDER)  # an flock that fails this way is no lock held
-    warnings = [r.getMessage() for r in caplog.records if "does not support flock" in r.getMessage()]
+    warnings = [
+        r.getMessage() for r in caplog.records if "does not support flock" in r.getMessage()
+    ]
     assert len(warnings) == 2 and "out.hdf5" in warnings[0] and str(folder) in warnings[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.hdf5", "run"]
 
@@ -284,7 +302,9 @@ def test_nan_weights_are_refused_naming_the_line(elmoc_archive, tmp_path, senten
     info = tarfile.TarInfo("weights.th")
     info.size = len(buffer.getvalue())
     buffer.seek(0)
-    path = write_archive(elmoc_archive, tmp_path / "nan.tar.gz", [(info, buffer)], drop=("weights.th",))
+    path = write_archive(
+        elmoc_archive, tmp_path / "nan.tar.gz", [(info, buffer)], drop=("weights.th",)
+    )
     output = tmp_path / "out.hdf5"
     with pytest.raises(ConfigurationError) as raised:
         embed_file(str(path), str(sentences), str(output), "top")
@@ -292,7 +312,9 @@ def test_nan_weights_are_refused_naming_the_line(elmoc_archive, tmp_path, senten
     assert not output.exists()
 
 
-def test_a_disk_too_small_is_refused_before_writing(elmoc_archive, tmp_path, sentences, monkeypatch):
+def test_a_disk_too_small_is_refused_before_writing(
+    elmoc_archive, tmp_path, sentences, monkeypatch
+):
     import shutil
 
     from elmoc_allennlp.commands import elmoc_embed

@@ -2,6 +2,7 @@
 `--recover` checks the training state's values, not only its keys, and `archives/marks.json`
 is read with errors naming it (issue #35, section 4).
 """
+
 import json
 import os
 import shutil
@@ -20,8 +21,10 @@ def _train(folder: Path, epochs: int, recover: bool = False):
     from allennlp.commands.train import train_model_from_file
 
     train_model_from_file(
-        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(folder),
-        overrides=json.dumps({"trainer.num_epochs": epochs}), recover=recover,
+        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+        str(folder),
+        overrides=json.dumps({"trainer.num_epochs": epochs}),
+        recover=recover,
     )
 
 
@@ -59,7 +62,9 @@ def test_recover_refuses_a_checkpoint_named_past_the_run(one_epoch, tmp_path):
     state = torch.load(path, weights_only=False) if torch.__version__ >= "2" else torch.load(path)
     state["epochs_completed"] = 10**9
     torch.save(state, folder / "training_state_e1000000000_b0.th")
-    os.replace(str(path).replace("training_state", "model_state"), folder / "model_state_e1000000000_b0.th")
+    os.replace(
+        str(path).replace("training_state", "model_state"), folder / "model_state_e1000000000_b0.th"
+    )
     path.unlink()
     archive = (folder / "model.tar.gz").read_bytes()
     with pytest.raises(ConfigurationError) as raised:
@@ -69,9 +74,16 @@ def test_recover_refuses_a_checkpoint_named_past_the_run(one_epoch, tmp_path):
     assert (folder / "model.tar.gz").read_bytes() == archive
 
 
-@pytest.mark.parametrize("content", [b"{not json", b'{"minutes": 1}', b"[1, 2]",
-                                     b'[{"minutes": 1, "archive": "../../x.tar.gz"}]',
-                                     b"[" * 600 + b"]" * 600])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b'{"minutes": 1}',
+        b"[1, 2]",
+        b'[{"minutes": 1, "archive": "../../x.tar.gz"}]',
+        b"[" * 600 + b"]" * 600,
+    ],
+)
 def test_a_damaged_marks_file_is_named(tmp_path, content):
     folder = tmp_path / "archives"
     folder.mkdir()

@@ -9,6 +9,7 @@ writer in tests/fasttext/test_vectors.py, the layer cache in
 tests/downstream/test_layer_cache.py, `elmoc-embed`'s HDF5 output in
 tests/commands/test_elmoc_embed.py and the merge's comparison in tests/commands/test_merge_bilm.py.)
 """
+
 import json
 import logging
 import math
@@ -48,7 +49,10 @@ def test_the_default_token_limit_refuses_one_token_past_it(predictor, monkeypatc
         if offset <= 0:
             predictor.validate_json({"sentence": given})
         else:
-            with pytest.raises(ConfigurationError, match=rf"'sentence' has 4,097 tokens, past {MAX_TOKENS_VARIABLE} \(4,096\)"):
+            with pytest.raises(
+                ConfigurationError,
+                match=rf"'sentence' has 4,097 tokens, past {MAX_TOKENS_VARIABLE} \(4,096\)",
+            ):
                 predictor.validate_json({"sentence": given})
 
 
@@ -100,7 +104,10 @@ def test_softmax_losses_in_chunks_of_2_to_the_25_logits_equal_the_row_by_row_los
     with torch.no_grad():
         losses = layer.target_loss(hidden, targets)
         expected = torch.stack(
-            [-F.log_softmax(layer.logits(hidden[row : row + 1]), dim=-1)[0, targets[row]] for row in range(rows)]
+            [
+                -F.log_softmax(layer.logits(hidden[row : row + 1]), dim=-1)[0, targets[row]]
+                for row in range(rows)
+            ]
         )
     assert losses.shape == (rows,)
     torch.testing.assert_close(losses, expected, rtol=1e-6, atol=1e-5)
@@ -174,10 +181,12 @@ def test_fasttext_locations_are_read_up_to_1_mib(tmp_path, caplog, offset):
 
 
 @pytest.mark.parametrize("components", [2, 3, 4])
-def test_a_moved_fasttext_file_is_looked_for_under_its_last_three_path_components(tmp_path, components):
+def test_a_moved_fasttext_file_is_looked_for_under_its_last_three_path_components(
+    tmp_path, components
+):
     from elmoc_allennlp.fasttext.location import fasttext_candidates
 
-    parts = ["a", "b", "c", "d"][-(components - 1):] + ["tiny.bin"]
+    parts = ["a", "b", "c", "d"][-(components - 1) :] + ["tiny.bin"]
     recorded = "/" + "/".join(parts)  # not here: the candidates are tried in order
     candidates = fasttext_candidates(recorded, [tmp_path])
     expected = [tmp_path.joinpath(*parts[-count:]) for count in range(1, min(3, len(parts)) + 1)]

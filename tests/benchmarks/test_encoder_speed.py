@@ -1,4 +1,5 @@
 """`benchmarks/encoder_speed.py` runs (tiny shape, CPU) and refuses `--device cuda` without CUDA."""
+
 import subprocess
 import sys
 from pathlib import Path

@@ -2,6 +2,7 @@
 `benchmarks/gpu_check.py` cannot rot: its dry run (tiny sizes, CPU, the code paths that need no
 CUDA) runs here, and the results it leaves are checked for what a GPU run must report.
 """
+
 import json
 import subprocess
 import sys
@@ -19,8 +20,12 @@ def check_format(out):
     """Both files are there; every section reported, or recorded why not; units are named."""
     document = json.loads((out / gpu_check.RESULTS_JSON).read_text())
     assert document["format"] == gpu_check.FORMAT_VERSION and document["finished"] is True
-    assert isinstance(document["seconds"], float) and document["seconds"] <= document["budget_seconds"]
-    assert {"seconds", "words_per_second", "sentences_per_second", "peak_memory_mib"} <= set(document["units"])
+    assert (
+        isinstance(document["seconds"], float) and document["seconds"] <= document["budget_seconds"]
+    )
+    assert {"seconds", "words_per_second", "sentences_per_second", "peak_memory_mib"} <= set(
+        document["units"]
+    )
     markdown = (out / gpu_check.RESULTS_MD).read_text()
     for name, record in document["sections"].items():
         assert record["status"] in gpu_check.STATUSES, name
@@ -43,20 +48,26 @@ def dry_run(tmp_path_factory):
 def test_the_dry_run_is_green_and_reports_every_section(dry_run):
     sections = dry_run["sections"]
     assert list(sections) == gpu_check.SECTIONS
-    assert {name: record["status"] for name, record in sections.items()} == dict.fromkeys(gpu_check.SECTIONS, "ok")
+    assert {name: record["status"] for name, record in sections.items()} == dict.fromkeys(
+        gpu_check.SECTIONS, "ok"
+    )
     assert dry_run["dry_run"] is True and dry_run["device"] == "cpu"
 
 
 def test_the_dry_run_measures_what_the_gpu_run_reports(dry_run):
     results = {name: record["results"] for name, record in dry_run["sections"].items()}
-    assert results["environment"]["torch"] == torch.__version__ and results["environment"]["allennlp"]
+    assert (
+        results["environment"]["torch"] == torch.__version__ and results["environment"]["allennlp"]
+    )
     # The GPU tests were collected and skipped here (no CUDA), none failed.
     counts = results["cuda_tests"]["counts"]
     assert counts["failed"] == 0 and counts["skipped"] >= 4
     recurrence = results["recurrence"]["dtypes"]
     assert recurrence["float32"]["status"] == "ok"
     assert recurrence["float32"]["fast_vs_reference"]["output"] <= gpu_check.TOLERANCE["float32"]
-    assert recurrence["float16"]["status"] == "skipped" and "CUDA" in recurrence["float16"]["reason"]
+    assert (
+        recurrence["float16"]["status"] == "skipped" and "CUDA" in recurrence["float16"]["reason"]
+    )
     assert results["amp_step"]["bfloat16"]["gradients_finite"] is True
     # Table 4: one row per model, ELMo-C the reference of every ratio.
     rows = {row["model"]: row for row in results["table4"]["rows"]}
@@ -83,10 +94,15 @@ def test_a_failing_section_is_recorded_and_the_others_still_report(tmp_path, mon
         raise ValueError("planted")
 
     monkeypatch.setitem(gpu_check.FUNCTIONS, "recurrence", broken)
-    gpu_check.main(["--dry-run", "--out", str(tmp_path), "--sections", "environment", "recurrence", "amp_step"])
+    gpu_check.main(
+        ["--dry-run", "--out", str(tmp_path), "--sections", "environment", "recurrence", "amp_step"]
+    )
     sections = check_format(tmp_path)["sections"]
     assert sections["recurrence"]["status"] == "failed"
-    assert "ValueError: planted" in sections["recurrence"]["reason"] and "planted" in sections["recurrence"]["traceback"]
+    assert (
+        "ValueError: planted" in sections["recurrence"]["reason"]
+        and "planted" in sections["recurrence"]["traceback"]
+    )
     assert sections["environment"]["status"] == sections["amp_step"]["status"] == "ok"
 
 
@@ -94,14 +110,20 @@ def test_without_allennlp_the_torch_sections_run_and_the_others_say_why(tmp_path
     # The device image has torch but not allennlp: `None` in sys.modules makes its import fail.
     code = (
         "import sys; sys.modules['allennlp'] = None; from benchmarks import gpu_check; "
-        f"gpu_check.main(['--dry-run', '--out', {str(tmp_path)!r}, '--sections', 'environment', 'recurrence', 'encoder'])"
+        f"gpu_check.main(['--dry-run', '--out', {str(tmp_path)!r}, "
+        "'--sections', 'environment', 'recurrence', 'encoder'])"
     )
-    completed = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     sections = check_format(tmp_path)["sections"]
     assert sections["environment"]["status"] == "ok"
     assert sections["environment"]["results"]["allennlp"] is None
-    assert sections["recurrence"]["status"] == "skipped" and "allennlp" in sections["recurrence"]["reason"]
+    assert (
+        sections["recurrence"]["status"] == "skipped"
+        and "allennlp" in sections["recurrence"]["reason"]
+    )
     # The torch-only baseline still measured, the rest of the section said why not.
     assert sections["encoder"]["status"] == "failed" and "allennlp" in sections["encoder"]["reason"]
     assert sections["encoder"]["results"]["nn_lstm_only"]["tiny"]["ms"] > 0
@@ -110,7 +132,12 @@ def test_without_allennlp_the_torch_sections_run_and_the_others_say_why(tmp_path
 def test_the_encoder_shapes_are_the_benchmarks():
     for name, (batch, timesteps, projection, cell) in gpu_check.ENCODER_SHAPE_SIZES.items():
         shape = encoder_speed.SHAPES[name]
-        assert (shape.batch, shape.timesteps, shape.projection, shape.cell) == (batch, timesteps, projection, cell)
+        assert (shape.batch, shape.timesteps, shape.projection, shape.cell) == (
+            batch,
+            timesteps,
+            projection,
+            cell,
+        )
     assert set(gpu_check.ENCODER_SHAPES) == set(gpu_check.ENCODER_SHAPE_SIZES)
 
 

@@ -1,4 +1,5 @@
 """`benchmarks/layer_cache_speed.py` leaves no temporary folder behind."""
+
 import pytest
 
 

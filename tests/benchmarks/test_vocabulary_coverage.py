@@ -1,4 +1,5 @@
 """The OOV report (benchmarks/vocabulary_coverage.py), on a toy corpus."""
+
 from benchmarks import vocabulary_coverage
 
 
@@ -7,7 +8,9 @@ def test_vocabulary_coverage_counts_out_of_vocabulary_tokens(tmp_path, capsys):
     train.write_text("a a a b b c <unk>\na d\n")
     valid = tmp_path / "valid.txt"
     valid.write_text("a b e e\n")
-    vocabulary_coverage.main(["--train", str(train), "--eval", str(valid), "--caps", "1", "2", "10"])
+    vocabulary_coverage.main(
+        ["--train", str(train), "--eval", str(valid), "--caps", "1", "2", "10"]
+    )
     output = capsys.readouterr().out
     assert "9 tokens, 5 distinct words" in output
     # cap 1: {a}; train has 4 a of 9 tokens -> 5/9 out (incl. 1/9 <unk>); valid 3/4 out.

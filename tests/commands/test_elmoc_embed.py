@@ -1,4 +1,5 @@
 """The Python API (`ElmocEmbedder`) and the `allennlp elmoc-embed` export command."""
+
 import json
 import os
 import subprocess
@@ -87,7 +88,11 @@ def test_api_rejects_bad_arguments(embedder):
 
 def test_export_all_equals_the_python_api(embedder, elmoc_archive, sentences_file, tmp_path):
     output = embed_file(
-        str(elmoc_archive), str(sentences_file), str(tmp_path / "out.hdf5"), "all", batch_size=4,
+        str(elmoc_archive),
+        str(sentences_file),
+        str(tmp_path / "out.hdf5"),
+        "all",
+        batch_size=4,
         embedder=embedder,
     )
     expected = list(embedder.embed_sentences([line.split() for line in LINES], batch_size=4))
@@ -107,8 +112,13 @@ def test_export_all_equals_the_python_api(embedder, elmoc_archive, sentences_fil
 @pytest.mark.parametrize("mode", ["top", "average"])
 def test_export_top_and_average(embedder, elmoc_archive, sentences_file, tmp_path, mode):
     output = embed_file(
-        str(elmoc_archive), str(sentences_file), str(tmp_path / f"{mode}.hdf5"), mode,
-        batch_size=64, forget_sentences=True, embedder=embedder,
+        str(elmoc_archive),
+        str(sentences_file),
+        str(tmp_path / f"{mode}.hdf5"),
+        mode,
+        batch_size=64,
+        forget_sentences=True,
+        embedder=embedder,
     )
     expected = embedder.embed_batch([line.split() for line in LINES], output=mode)
     with h5py.File(output, "r") as hdf5:
@@ -139,15 +149,24 @@ def test_interrupted_export_leaves_no_file_and_keeps_an_old_one(
     output = tmp_path / "out.hdf5"
     with pytest.raises(type(exception)):
         embed_file(
-            str(elmoc_archive), str(sentences_file), str(output), "all", batch_size=2,
+            str(elmoc_archive),
+            str(sentences_file),
+            str(output),
+            "all",
+            batch_size=2,
             embedder=_FailingEmbedder(embedder, exception),
         )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["sentences.txt"]
     output.write_bytes(b"an earlier, complete export")
     with pytest.raises(type(exception)):
         embed_file(
-            str(elmoc_archive), str(sentences_file), str(output), "all", batch_size=2,
-            embedder=_FailingEmbedder(embedder, exception), force=True,
+            str(elmoc_archive),
+            str(sentences_file),
+            str(output),
+            "all",
+            batch_size=2,
+            embedder=_FailingEmbedder(embedder, exception),
+            force=True,
         )
     assert output.read_bytes() == b"an earlier, complete export"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out.hdf5", "sentences.txt"]
@@ -155,14 +174,27 @@ def test_interrupted_export_leaves_no_file_and_keeps_an_old_one(
 
 def test_export_bad_paths(embedder, elmoc_archive, sentences_file, tmp_path):
     with pytest.raises(ConfigurationError, match="does not exist"):
-        embed_file(str(elmoc_archive), str(tmp_path / "none.txt"), str(tmp_path / "o.hdf5"),
-                   embedder=embedder)
+        embed_file(
+            str(elmoc_archive),
+            str(tmp_path / "none.txt"),
+            str(tmp_path / "o.hdf5"),
+            embedder=embedder,
+        )
     with pytest.raises(ConfigurationError, match="directory of output file"):
-        embed_file(str(elmoc_archive), str(sentences_file), str(tmp_path / "no" / "o.hdf5"),
-                   embedder=embedder)
+        embed_file(
+            str(elmoc_archive),
+            str(sentences_file),
+            str(tmp_path / "no" / "o.hdf5"),
+            embedder=embedder,
+        )
     with pytest.raises(ConfigurationError, match="batch-size"):
-        embed_file(str(elmoc_archive), str(sentences_file), str(tmp_path / "o.hdf5"),
-                   batch_size=0, embedder=embedder)
+        embed_file(
+            str(elmoc_archive),
+            str(sentences_file),
+            str(tmp_path / "o.hdf5"),
+            batch_size=0,
+            embedder=embedder,
+        )
 
 
 def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_path):
@@ -174,9 +206,23 @@ def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_pa
     command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
     environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     result = subprocess.run(
-        command + ["elmoc-embed", str(elmoc_archive), str(sentences_file), "vectors.hdf5",
-                   "--top", "--batch-size", "3", "--include-package", "elmoc_allennlp"],
-        cwd=workdir, env=environment, capture_output=True, text=True, timeout=300,
+        command
+        + [
+            "elmoc-embed",
+            str(elmoc_archive),
+            str(sentences_file),
+            "vectors.hdf5",
+            "--top",
+            "--batch-size",
+            "3",
+            "--include-package",
+            "elmoc_allennlp",
+        ],
+        cwd=workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "elmoc-embed: 100%" in result.stderr  # the progress bar
@@ -201,17 +247,28 @@ def test_lines_at_multiples_of_the_batch_size_are_each_written_once(
     embedder, elmoc_archive, tmp_path, k, offset
 ):
     batch_size = 3
-    lines = [SHORT_LINES[index % len(SHORT_LINES)] + f" w{index}" for index in range(k * batch_size + offset)]
+    lines = [
+        SHORT_LINES[index % len(SHORT_LINES)] + f" w{index}"
+        for index in range(k * batch_size + offset)
+    ]
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = embed_file(
-        str(elmoc_archive), str(source), str(tmp_path / "out.hdf5"), output="top",
-        batch_size=batch_size, embedder=embedder,
+        str(elmoc_archive),
+        str(source),
+        str(tmp_path / "out.hdf5"),
+        output="top",
+        batch_size=batch_size,
+        embedder=embedder,
     )
     expected = embedder.embed_batch([line.split() for line in lines], output="top")  # one batch
     with h5py.File(output, "r") as hdf5:
-        assert sorted(hdf5) == sorted([str(index) for index in range(len(lines))] + ["sentence_to_index"])
-        assert json.loads(hdf5["sentence_to_index"][()]) == {line: str(i) for i, line in enumerate(lines)}
+        assert sorted(hdf5) == sorted(
+            [str(index) for index in range(len(lines))] + ["sentence_to_index"]
+        )
+        assert json.loads(hdf5["sentence_to_index"][()]) == {
+            line: str(i) for i, line in enumerate(lines)
+        }
         for index, vectors in enumerate(expected):
             numpy.testing.assert_allclose(hdf5[str(index)][()], vectors, atol=1e-5)
 
@@ -219,21 +276,32 @@ def test_lines_at_multiples_of_the_batch_size_are_each_written_once(
 # Datasets whose values are a token short of, or a token past, 4,096 bytes (k pages of 48-byte
 # top-layer tokens), and lines that JSON escapes to several times their UTF-8 size.
 _SIZED_LINES = [
-    " ".join(["the"] * 85), " ".join(["the"] * 86), " ".join(["cat"] * 170), " ".join(["cat"] * 171),
-    "\U0001F600" * 1000, "\x01" * 1000, "",
+    " ".join(["the"] * 85),
+    " ".join(["the"] * 86),
+    " ".join(["cat"] * 170),
+    " ".join(["cat"] * 171),
+    "\U0001f600" * 1000,
+    "\x01" * 1000,
+    "",
 ]
 
 
 @pytest.mark.parametrize("forget_sentences", [False, True])
-def test_the_free_space_estimate_bounds_the_file_written(embedder, elmoc_archive, tmp_path, forget_sentences):
+def test_the_free_space_estimate_bounds_the_file_written(
+    embedder, elmoc_archive, tmp_path, forget_sentences
+):
     from elmoc_allennlp.commands.elmoc_embed import _bytes_needed
 
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(_SIZED_LINES) + "\n", encoding="utf-8")
     for output, layers in (("top", 1), ("all", embedder.num_layers)):
         path = embed_file(
-            str(elmoc_archive), str(source), str(tmp_path / f"{output}.hdf5"), output=output,
-            embedder=embedder, forget_sentences=forget_sentences,
+            str(elmoc_archive),
+            str(source),
+            str(tmp_path / f"{output}.hdf5"),
+            output=output,
+            embedder=embedder,
+            forget_sentences=forget_sentences,
         )
         needed = _bytes_needed(_SIZED_LINES, layers, embedder.output_dim, forget_sentences)
         assert path.stat().st_size <= needed, (output, path.stat().st_size, needed)
@@ -241,8 +309,12 @@ def test_the_free_space_estimate_bounds_the_file_written(embedder, elmoc_archive
     for index, lines in enumerate([[line] for line in _SIZED_LINES] + [[]]):
         source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         path = embed_file(
-            str(elmoc_archive), str(source), str(tmp_path / f"line{index}.hdf5"), output="top",
-            embedder=embedder, forget_sentences=forget_sentences,
+            str(elmoc_archive),
+            str(source),
+            str(tmp_path / f"line{index}.hdf5"),
+            output="top",
+            embedder=embedder,
+            forget_sentences=forget_sentences,
         )
         needed = _bytes_needed(lines, 1, embedder.output_dim, forget_sentences)
         assert path.stat().st_size <= needed, (lines[:1], path.stat().st_size, needed)
@@ -263,10 +335,18 @@ def test_the_free_space_check_refuses_only_what_does_not_fit(
     output = tmp_path / "out.hdf5"
     if spare < 0:
         with pytest.raises(DiskFullError, match=str(output)):
-            embed_file(str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder)
+            embed_file(
+                str(elmoc_archive),
+                str(sentences_file),
+                str(output),
+                output="top",
+                embedder=embedder,
+            )
         assert sorted(os.listdir(tmp_path)) == ["sentences.txt"]
     else:
-        embed_file(str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder)
+        embed_file(
+            str(elmoc_archive), str(sentences_file), str(output), output="top", embedder=embedder
+        )
         with h5py.File(output, "r") as hdf5:
             assert len(hdf5) == len(LINES) + 1
 

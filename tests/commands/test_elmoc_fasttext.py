@@ -1,4 +1,5 @@
 """`allennlp elmoc-fasttext`: trains a fastText `.bin` that the plugin's reader loads."""
+
 import sys
 from pathlib import Path
 
@@ -22,12 +23,29 @@ def run(monkeypatch, *arguments: str) -> None:
 def test_trains_a_bin_with_the_options_given(monkeypatch, tmp_path):
     output = tmp_path / "vectors.bin"
     # The sizes of the session's tiny model (tests/conftest.py).
-    run(monkeypatch, str(CORPUS), str(output), "--dim", "16", "--min-count", "1",
-        "--minn", "2", "--maxn", "4", "--bucket", "20000", "--epoch", "2")
+    run(
+        monkeypatch,
+        str(CORPUS),
+        str(output),
+        "--dim",
+        "16",
+        "--min-count",
+        "1",
+        "--minn",
+        "2",
+        "--maxn",
+        "4",
+        "--bucket",
+        "20000",
+        "--epoch",
+        "2",
+    )
     vectors = FastTextVectors(output)
     assert (vectors.dim, vectors.bucket, vectors.minn, vectors.maxn) == (16, 20000, 2, 4)
     # --min-count 1: every word of the corpus has its own row, and a vector that is not zero.
-    words = {word for line in CORPUS.read_text(encoding="utf-8").splitlines() for word in line.split()}
+    words = {
+        word for line in CORPUS.read_text(encoding="utf-8").splitlines() for word in line.split()
+    }
     assert all(vectors.word_id(word) >= 0 for word in words)
     assert all(numpy.abs(vectors.word_vector(word)).sum() > 0 for word in words)
     assert [path.name for path in tmp_path.iterdir()] == ["vectors.bin"]  # no partial file left
@@ -37,10 +55,32 @@ def test_keeps_an_existing_output_unless_forced(monkeypatch, tmp_path):
     output = tmp_path / "vectors.bin"
     output.write_bytes(b"precious")
     with pytest.raises(ConfigurationError, match="exists; pass --force"):
-        run(monkeypatch, str(CORPUS), str(output), "--dim", "16", "--min-count", "1", "--bucket", "20000")
+        run(
+            monkeypatch,
+            str(CORPUS),
+            str(output),
+            "--dim",
+            "16",
+            "--min-count",
+            "1",
+            "--bucket",
+            "20000",
+        )
     assert output.read_bytes() == b"precious"
-    run(monkeypatch, str(CORPUS), str(output), "--dim", "16", "--min-count", "1", "--bucket", "20000",
-        "--epoch", "2", "--force")
+    run(
+        monkeypatch,
+        str(CORPUS),
+        str(output),
+        "--dim",
+        "16",
+        "--min-count",
+        "1",
+        "--bucket",
+        "20000",
+        "--epoch",
+        "2",
+        "--force",
+    )
     assert FastTextVectors(output).dim == 16
 
 
@@ -77,7 +117,10 @@ def test_degenerate_vectors_stop_the_command_with_the_remedy(monkeypatch, tmp_pa
     tokens = sum(len(line.split()) for line in CORPUS.read_text(encoding="utf-8").splitlines())
     # --epoch 3, below what the rule picks for the corpus: the remedy is the rule's epochs.
     rule = epochs_for(tokens)
-    remedy = f"Train the {rule} epochs the rule picks for {tokens:,} tokens \\(this run: 3\\): leave --epoch out, or --epoch {rule}\\."
+    remedy = (
+        f"Train the {rule} epochs the rule picks for {tokens:,} tokens \\(this run: 3\\): "
+        f"leave --epoch out, or --epoch {rule}\\."
+    )
     with pytest.raises(DegenerateVectorsError, match=r"vectors\.bin are degenerate: .*" + remedy):
         run(monkeypatch, str(CORPUS), str(output), "--dim", "4", "--epoch", "3")
     assert list(tmp_path.iterdir()) == []

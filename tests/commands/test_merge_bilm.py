@@ -1,5 +1,6 @@
 """Single-direction training (`model.directions`) and the forward + backward merge command (its
 work on crafted weights bounded, issue #35)."""
+
 import copy
 import io
 import json
@@ -35,7 +36,9 @@ class RecordInitialWeights(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         state = trainer.model.state_dict()
-        INITIAL_WEIGHTS[Path(self.serialization_dir).name] = {k: v.clone() for k, v in state.items()}
+        INITIAL_WEIGHTS[Path(self.serialization_dir).name] = {
+            k: v.clone() for k, v in state.items()
+        }
 
 
 def _old_layout(model: dict) -> dict:
@@ -60,7 +63,9 @@ def _train(serialization_dir: Path, directions: str, old_layout: bool = False):
 @pytest.fixture(scope="module")
 def single_direction_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("directions")
-    models = {direction: _train(root / direction, direction) for direction in ("forward", "backward")}
+    models = {
+        direction: _train(root / direction, direction) for direction in ("forward", "backward")
+    }
     return root, models
 
 
@@ -130,7 +135,9 @@ def test_a_single_direction_job_trains_its_input_projection(single_direction_run
     initial = INITIAL_WEIGHTS[direction]
     trained = models[direction].state_dict()
     changed = {
-        name for name in trained if not torch.equal(trained[name], initial[name].to(trained[name].dtype))
+        name
+        for name in trained
+        if not torch.equal(trained[name], initial[name].to(trained[name].dtype))
     }
     own_projection = "_contextualizer." + ("" if direction == "forward" else "backward_")
     for name in ("input_projection.weight", "input_projection.bias", "input_layer_norm.weight"):
@@ -162,8 +169,12 @@ def test_merged_archive_is_exactly_both_runs(single_direction_runs, tmp_path):
         merged_output = merged(**tensors)
         forward_output = forward(**tensors)
         backward_output = backward(**tensors)
-        assert torch.allclose(merged_output["forward_loss"], forward_output["forward_loss"], atol=1e-6)
-        assert torch.allclose(merged_output["backward_loss"], backward_output["backward_loss"], atol=1e-6)
+        assert torch.allclose(
+            merged_output["forward_loss"], forward_output["forward_loss"], atol=1e-6
+        )
+        assert torch.allclose(
+            merged_output["backward_loss"], backward_output["backward_loss"], atol=1e-6
+        )
         # The two heads really differ (each run trained its own).
         assert not torch.equal(
             merged._output_layer.projection.weight, merged._backward_output_layer.projection.weight
@@ -197,7 +208,9 @@ def test_merge_refuses_wrong_inputs(single_direction_runs, tmp_path):
     root, _ = single_direction_runs
     forward = str(root / "forward" / "model.tar.gz")
     backward = str(root / "backward" / "model.tar.gz")
-    with pytest.raises(ConfigurationError, match="model.directions is 'forward', expected 'backward'"):
+    with pytest.raises(
+        ConfigurationError, match="model.directions is 'forward', expected 'backward'"
+    ):
         merge_bilm_archives(forward, forward, str(tmp_path / "x.tar.gz"), verify=False)
     with pytest.raises(ConfigurationError, match="does not exist"):
         merge_bilm_archives(forward, str(tmp_path / "missing.tar.gz"), str(tmp_path / "x.tar.gz"))
@@ -231,8 +244,9 @@ def _repacked(source: str, destination: Path, change) -> str:
     return str(destination)
 
 
-def test_vocabularies_are_compared_by_content_and_output_needs_force(single_direction_runs,
-                                                                     tmp_path):
+def test_vocabularies_are_compared_by_content_and_output_needs_force(
+    single_direction_runs, tmp_path
+):
     """allennlp writes non_padded_namespaces.txt in set order (it differs with PYTHONHASHSEED):
     the same vocabulary in another order merges; another vocabulary does not."""
     root, _ = single_direction_runs
@@ -320,14 +334,20 @@ def test_runs_with_a_shared_input_projection_and_head_merge(old_layout_runs, tmp
     )
 
     # Old single-direction jobs still merge, into the old layout with two heads.
-    merged_path = merge_bilm_archives(paths["forward"], paths["backward"], str(tmp_path / "m.tar.gz"))
+    merged_path = merge_bilm_archives(
+        paths["forward"], paths["backward"], str(tmp_path / "m.tar.gz")
+    )
     merged = load_archive(merged_path).model
     tensors = _validation_batch(merged)
     old_backward = load_archive(paths["backward"]).model
     merged_loss, merged_layers = _outputs(merged, tensors)
     half = merged_layers.size(-1) // 2
-    torch.testing.assert_close(merged_layers[..., :half], _outputs(old_forward, tensors)[1][..., :half])
-    torch.testing.assert_close(merged_layers[..., half:], _outputs(old_backward, tensors)[1][..., half:])
+    torch.testing.assert_close(
+        merged_layers[..., :half], _outputs(old_forward, tensors)[1][..., :half]
+    )
+    torch.testing.assert_close(
+        merged_layers[..., half:], _outputs(old_backward, tensors)[1][..., half:]
+    )
 
 
 # ------------------------------------------------- the comparison's budget at its boundaries
@@ -398,7 +418,10 @@ def _through_a_file(state, tmp_path, name):
 
 
 def _views(storage, offsets, length=999_000):
-    return {f"_contextualizer.input_projection.p{i}": storage[o : o + length] for i, o in enumerate(offsets)}
+    return {
+        f"_contextualizer.input_projection.p{i}": storage[o : o + length]
+        for i, o in enumerate(offsets)
+    }
 
 
 @pytest.fixture

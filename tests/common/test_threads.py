@@ -3,6 +3,7 @@
 command's process (and fastText's, at least 11, where it trains); `OMP_NUM_THREADS` does the same
 for `allennlp train`.
 """
+
 import importlib.util
 import os
 import subprocess
@@ -49,14 +50,23 @@ def _run(monkeypatch, *arguments: str) -> None:
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_elmoc_fasttext_threads_set_torch_and_fasttext(threads, monkeypatch, tmp_path, restore_threads):
+def test_elmoc_fasttext_threads_set_torch_and_fasttext(
+    threads, monkeypatch, tmp_path, restore_threads
+):
     from elmoc_allennlp.commands import elmoc_fasttext
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c\n")
     seen: dict = {}
     monkeypatch.setattr(elmoc_fasttext, "train_fasttext", _record(seen))
-    _run(monkeypatch, "elmoc-fasttext", str(corpus), str(tmp_path / "v.bin"), "--threads", str(threads))
+    _run(
+        monkeypatch,
+        "elmoc-fasttext",
+        str(corpus),
+        str(tmp_path / "v.bin"),
+        "--threads",
+        str(threads),
+    )
     assert seen["torch"] == threads
     # fastText is given the knob; its training uses at least MIN_THREADS (fasttext_training).
     assert seen["thread"] == threads
@@ -80,8 +90,16 @@ def test_elmoc_embed_threads(threads, monkeypatch, tmp_path, restore_threads):
 
     seen: dict = {}
     monkeypatch.setattr(elmoc_embed, "embed_file", _record(seen))
-    _run(monkeypatch, "elmoc-embed", "a.tar.gz", "in.txt", str(tmp_path / "o.hdf5"), "--top",
-         "--threads", str(threads))
+    _run(
+        monkeypatch,
+        "elmoc-embed",
+        "a.tar.gz",
+        "in.txt",
+        str(tmp_path / "o.hdf5"),
+        "--top",
+        "--threads",
+        str(threads),
+    )
     assert seen["torch"] == threads
 
 
@@ -91,8 +109,16 @@ def test_elmoc_merge_bilm_threads(threads, monkeypatch, tmp_path, restore_thread
 
     seen: dict = {}
     monkeypatch.setattr(merge_bilm, "merge_bilm_archives", _record(seen))
-    _run(monkeypatch, "elmoc-merge-bilm", "f.tar.gz", "b.tar.gz", "-o", str(tmp_path / "m.tar.gz"),
-         "--threads", str(threads))
+    _run(
+        monkeypatch,
+        "elmoc-merge-bilm",
+        "f.tar.gz",
+        "b.tar.gz",
+        "-o",
+        str(tmp_path / "m.tar.gz"),
+        "--threads",
+        str(threads),
+    )
     assert seen["torch"] == threads
 
 
@@ -111,7 +137,9 @@ def test_threads_must_be_positive(command, monkeypatch, tmp_path, restore_thread
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_quickstart_threads(threads, monkeypatch, tmp_path, restore_threads):
-    spec = importlib.util.spec_from_file_location("quickstart", REPO_ROOT / "scripts" / "quickstart.py")
+    spec = importlib.util.spec_from_file_location(
+        "quickstart", REPO_ROOT / "scripts" / "quickstart.py"
+    )
     quickstart = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(quickstart)
     seen: dict = {}
@@ -134,13 +162,19 @@ def test_omp_num_threads_limits_torch_under_allennlp():
     for value in ("1", "2"):
         environment = {**os.environ, "OMP_NUM_THREADS": value}
         completed = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=300,
         )
         assert completed.returncode == 0, completed.stderr[-2000:]
         assert completed.stdout.split()[-1] == value
 
 
-def test_plugin_commands_filter_third_party_warnings_while_they_run(monkeypatch, tmp_path, restore_threads):
+def test_plugin_commands_filter_third_party_warnings_while_they_run(
+    monkeypatch, tmp_path, restore_threads
+):
     import warnings
 
     from elmoc_allennlp.commands import elmoc_embed

@@ -1,5 +1,6 @@
 """The torch-release differences (`common/torch_versions.py`), on whichever torch runs the suite:
 torch 1.12 in the published allennlp environment, torch 2.x in the modern one."""
+
 import collections
 import io
 import pickle
@@ -61,8 +62,10 @@ def test_load_tensors_refuses_a_pickle_payload(tmp_path, zipfile):
         torch_versions.load_tensors(buffer)
     assert not marker.exists(), "the payload ran"
     # the same file loads with plain pickle semantics, so it is the loader that refused it
-    torch.load(_saved({"extra": _Payload(marker)}, zipfile), **(
-        {"weights_only": False} if torch_versions.TORCH_VERSION >= (1, 13) else {}))
+    torch.load(
+        _saved({"extra": _Payload(marker)}, zipfile),
+        **({"weights_only": False} if torch_versions.TORCH_VERSION >= (1, 13) else {}),
+    )
     assert marker.exists()
 
 

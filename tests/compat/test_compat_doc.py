@@ -1,5 +1,6 @@
 """docs/compat.md lists every allennlp object the plugin replaces, in the section of its kind: the shims
 of `elmoc_allennlp.compat`, the guards of the plugin's own, and the opt-in ones of the switch."""
+
 import importlib
 import re
 from pathlib import Path
@@ -25,8 +26,12 @@ def _shown(target: str) -> str:
 
 def test_every_replaced_object_is_listed_in_the_section_of_its_kind():
     sections = {
-        "Process-wide, because the plugin's components need them": [f"compat.{name}" for name in compat.SHIMS],
-        "Guards of the plugin's own archives, configs and runs": [f"hardening.{name}" for name in hardening.GUARDS],
+        "Process-wide, because the plugin's components need them": [
+            f"compat.{name}" for name in compat.SHIMS
+        ],
+        "Guards of the plugin's own archives, configs and runs": [
+            f"hardening.{name}" for name in hardening.GUARDS
+        ],
         "Opt-in: the switch": [f"hardening.{name}" for name in hardening.OPT_IN],
     }
     for title, modules in sections.items():

@@ -1,10 +1,14 @@
 """allennlp's `reduce_on_plateau`, as re-registered for current PyTorch."""
+
 import torch
 
 from allennlp.common import Params
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
-from elmoc_allennlp.compat.reduce_on_plateau import _ACCEPTS_VERBOSE, ReduceOnPlateauLearningRateScheduler
+from elmoc_allennlp.compat.reduce_on_plateau import (
+    _ACCEPTS_VERBOSE,
+    ReduceOnPlateauLearningRateScheduler,
+)
 
 
 def test_reduce_on_plateau_builds_from_a_recipe_config_and_halves_the_rate():
@@ -13,7 +17,13 @@ def test_reduce_on_plateau_builds_from_a_recipe_config_and_halves_the_rate():
     scheduler = LearningRateScheduler.from_params(
         optimizer=optimizer,
         params=Params(
-            {"type": "reduce_on_plateau", "factor": 0.5, "mode": "max", "patience": 0, "verbose": True}
+            {
+                "type": "reduce_on_plateau",
+                "factor": 0.5,
+                "mode": "max",
+                "patience": 0,
+                "verbose": True,
+            }
         ),
     )
     # replaced only where PyTorch removed `verbose` (torch 1.12, the published environment, has it)

@@ -2,6 +2,7 @@
 ELMo-C pretraining on allennlp's distributed engine: 2 CPU worker processes (gloo) against one
 process on the same global batch; the gradient all-reduce volume; the data split.
 """
+
 from pathlib import Path
 from typing import Dict, List
 
@@ -30,7 +31,9 @@ def _equal_length_corpus(path: Path) -> Path:
     Distinct sentences of the same length: then the mean per-token loss of a global batch is the
     mean of its halves' per-token losses, which is what DDP's gradient averaging optimises.
     """
-    words = sorted({w for line in (LM_CORPUS / "valid.txt").read_text().split("\n") for w in line.split()})
+    words = sorted(
+        {w for line in (LM_CORPUS / "valid.txt").read_text().split("\n") for w in line.split()}
+    )
     words += sorted(
         {w for p in LM_CORPUS.glob("train-*.txt") for w in p.read_text().split()} - set(words)
     )

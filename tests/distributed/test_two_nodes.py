@@ -10,6 +10,7 @@ runs when `ELMOC_TEST_TWO_NODES=1` (a CI step):
 
     ELMOC_TEST_TWO_NODES=1 python -m pytest tests/distributed/test_two_nodes.py
 """
+
 import json
 import os
 import random
@@ -70,8 +71,12 @@ def _start_nodes(run: Path, corpus: Path, port: int, recover: bool) -> List[subp
         "trainer.num_epochs": 2,
         "trainer.checkpointer.save_every_num_batches": 3,
         "trainer.callbacks": [{"type": "elmoc_step_log"}, {"type": "test_node_down"}],
-        "distributed": {"cuda_devices": [-1, -1], "num_nodes": 2, "primary_address": "127.0.0.1",
-                        "primary_port": port},
+        "distributed": {
+            "cuda_devices": [-1, -1],
+            "num_nodes": 2,
+            "primary_address": "127.0.0.1",
+            "primary_port": port,
+        },
     }
     nodes = []
     for node in (0, 1):
@@ -80,15 +85,33 @@ def _start_nodes(run: Path, corpus: Path, port: int, recover: bool) -> List[subp
         if node == 1 and not recover:
             environment[NODE_DOWN_VARIABLE] = NODE_DOWN
         command = [
-            sys.executable, "-c", "from allennlp.commands import main; main(prog='allennlp')", "train",
-            str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), "-s", str(run / f"node{node}"), "--node-rank", str(node),
-            "--include-package", "elmoc_allennlp", "--include-package", NODE_DOWN_MODULE,
-            "-o", json.dumps(overrides),
+            sys.executable,
+            "-c",
+            "from allennlp.commands import main; main(prog='allennlp')",
+            "train",
+            str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+            "-s",
+            str(run / f"node{node}"),
+            "--node-rank",
+            str(node),
+            "--include-package",
+            "elmoc_allennlp",
+            "--include-package",
+            NODE_DOWN_MODULE,
+            "-o",
+            json.dumps(overrides),
         ] + (["--recover"] if recover else [])
         log = open(run / f"node{node}{'-recovered' if recover else ''}.log", "w")
         # Own process group: node 1 is killed whole, as a machine going down.
-        nodes.append(subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
+        nodes.append(
+            subprocess.Popen(
+                command,
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
     return nodes
 
 
@@ -107,7 +130,11 @@ def _epoch_counts(run: Path, epoch: int) -> Dict[str, int]:
     logs = sorted(run.glob("node*/step_log_w*.jsonl"))
     assert [log.name for log in logs] == [f"step_log_w{rank}.jsonl" for rank in range(RANKS)]
     for log in logs:
-        batches = {r["batch"]: r for r in read_step_log(str(log)) if r.get("epoch") == epoch and "batch" in r}
+        batches = {
+            r["batch"]: r
+            for r in read_step_log(str(log))
+            if r.get("epoch") == epoch and "batch" in r
+        }
         for record in batches.values():
             totals["instances"] += record["instances"]
             totals["tokens"] += record["tokens"]
@@ -133,7 +160,9 @@ def test_two_nodes_read_the_corpus_once_and_recover_from_a_lost_node(tmp_path, t
 
     # The same settings (allennlp refuses a config that differs from the one it recovers).
     node0, node1 = _start_nodes(run, corpus, port, recover=True)
-    assert [_wait(node0, 400), _wait(node1, 400)] == [0, 0], (run / "node0-recovered.log").read_text()[-3000:]
+    assert [_wait(node0, 400), _wait(node1, 400)] == [0, 0], (
+        run / "node0-recovered.log"
+    ).read_text()[-3000:]
     # The interrupted epoch, finished after the restart: every sentence once.
     assert _epoch_counts(run, 1) == expected
     metrics = json.loads((run / "node0" / "metrics.json").read_text())

@@ -3,6 +3,7 @@ Fixtures for the downstream configs: the environment they read, pointing at tiny
 the tiny biLM archive of `tests/conftest.py`; and what the tests of `elmoc_allennlp/downstream/`
 share: the tiny biLM as `ElmocBiLm`, its indexer, and its layers computed the pretraining way.
 """
+
 from pathlib import Path
 from typing import Dict
 
@@ -104,4 +105,3 @@ def expected_layers(elmoc_archive):
 
 def embed(module, indexer, sentences):
     return module(indexed_batch(indexer, sentences))
-

@@ -1,5 +1,6 @@
 """The biLM of an archive as a module (`ElmocBiLm`) and the Elmo-like module (`ElmocElmo`): layers
 equal to pretraining's, boundaries, eval mode, the mixes, batches and lengths."""
+
 import numpy
 import pytest
 import torch
@@ -66,9 +67,7 @@ def test_scalar_mix_l2_penalty_adds_its_gradient_once_per_backward(bilm, indexer
     ids = indexed_batch(indexer, SENTENCES)
     gradients = []
     for penalty in (0.0, 0.25):
-        elmo = ElmocElmo(
-            None, 1, dropout=0.0, scalar_mix_l2_penalty=penalty, module=bilm
-        )
+        elmo = ElmocElmo(None, 1, dropout=0.0, scalar_mix_l2_penalty=penalty, module=bilm)
         with torch.no_grad():
             for parameter, value in zip(elmo.scalar_mix_0.scalar_parameters, [0.5, -1.0, 2.0]):
                 parameter.fill_(value)
@@ -119,4 +118,3 @@ def test_sentences_longer_than_in_pretraining_and_empty_batches(elmoc_archive, i
     numpy.testing.assert_allclose(output[0].numpy(), expected[-1], atol=1e-4)
     empty = embed(embedder, indexer, [[], []])
     assert empty.shape == (2, 0, 12)
-

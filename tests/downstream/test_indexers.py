@@ -1,5 +1,6 @@
 """The vocabulary-free indexer of a biLM archive (`elmoc_bilm_inputs`): the pretraining ids, cut and
 lowercased as in pretraining, beside other indexers of a text field."""
+
 import pickle
 
 import numpy
@@ -59,8 +60,12 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
 
         return rewrite
 
-    lowered_archive = rewrite_archive(elmoc_archive, tmp_path / "lower.tar.gz", pretraining_lowercases(True))
-    cased_archive = rewrite_archive(elmoc_archive, tmp_path / "cased.tar.gz", pretraining_lowercases(False))
+    lowered_archive = rewrite_archive(
+        elmoc_archive, tmp_path / "lower.tar.gz", pretraining_lowercases(True)
+    )
+    cased_archive = rewrite_archive(
+        elmoc_archive, tmp_path / "cased.tar.gz", pretraining_lowercases(False)
+    )
     assert BilmArchive(lowered_archive).lowercase_tokens
     assert not BilmArchive(cased_archive).lowercase_tokens
     # Not recorded: pretraining's indexer followed its fastText model, trained on lowercased text.
@@ -68,14 +73,24 @@ def test_lowercasing_follows_pretraining_unless_overridden(elmoc_archive, indexe
     cased, lower = [Token("The"), Token("CAT")], [Token("the"), Token("cat")]
     keeping = BilmArchiveIndexer.from_archive(str(cased_archive))
     inherited = BilmArchiveIndexer.from_archive(str(lowered_archive))
-    assert inherited.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(lower, Vocabulary())
-    assert indexer.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(lower, Vocabulary())
-    assert keeping.tokens_to_indices(cased, Vocabulary()) != keeping.tokens_to_indices(lower, Vocabulary())
+    assert inherited.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(
+        lower, Vocabulary()
+    )
+    assert indexer.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(
+        lower, Vocabulary()
+    )
+    assert keeping.tokens_to_indices(cased, Vocabulary()) != keeping.tokens_to_indices(
+        lower, Vocabulary()
+    )
     overridden = BilmArchiveIndexer.from_archive(str(lowered_archive), lowercase_tokens=False)
-    assert overridden.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(cased, Vocabulary())
+    assert overridden.tokens_to_indices(cased, Vocabulary()) == keeping.tokens_to_indices(
+        cased, Vocabulary()
+    )
     # The Python API uses the archive's own indexer, so it lowercases too.
     api = ElmocEmbedder(str(lowered_archive))
-    numpy.testing.assert_allclose(api.embed_sentence(["The", "CAT"]), api.embed_sentence(["the", "cat"]), atol=1e-6)
+    numpy.testing.assert_allclose(
+        api.embed_sentence(["The", "CAT"]), api.embed_sentence(["the", "cat"]), atol=1e-6
+    )
     assert not numpy.allclose(
         ElmocEmbedder(str(cased_archive)).embed_sentence(["The", "CAT"]),
         api.embed_sentence(["the", "cat"]),
@@ -99,4 +114,3 @@ def test_text_field_mask_and_padding_with_and_without_another_masked_indexer(
         tensors = batch.as_tensor_dict()["tokens"]
         assert tensors["elmo"]["elmo_tokens"].shape[:2] == (2, 3)
         assert get_text_field_mask(tensors).tolist() == [[True] * 3, [True, False, False]]
-

@@ -4,6 +4,7 @@ Every biLM the project pretrains works downstream: fastText input (ELMo-C), char
 `elmoc_token_embedder`, `ElmocBiLm`/`ElmocElmo`, `ElmocEmbedder` and `elmoc-embed`, each on a
 tiny trained archive. The downstream layers equal the biLM run the way pretraining ran it.
 """
+
 import json
 from pathlib import Path
 
@@ -138,10 +139,16 @@ def _pretraining_layers(bilm: ElmocBiLm, pieces_or_tokens):
     """The biLM's layers on one sentence indexed the way pretraining indexed it (with boundaries)."""
     indexer = bilm.indexer
     archive = bilm.archive
-    tokens = [Token(archive.start_token)] + [Token(t) for t in pieces_or_tokens] + [Token(archive.end_token)]
+    tokens = (
+        [Token(archive.start_token)]
+        + [Token(t) for t in pieces_or_tokens]
+        + [Token(archive.end_token)]
+    )
     indexed = indexer.tokens_to_indices(tokens, bilm.bilm.vocab)
     padding = indexer.get_padding_lengths(indexed)
-    tensors = {k: v.unsqueeze(0) for k, v in indexer.as_padded_tensor_dict(indexed, padding).items()}
+    tensors = {
+        k: v.unsqueeze(0) for k, v in indexer.as_padded_tensor_dict(indexed, padding).items()
+    }
     with torch.no_grad():
         layers, _ = bilm.bilm.contextual_layers({archive.input_key: tensors})
     return layers[:, 0]
@@ -180,15 +187,21 @@ def test_piece_bilm_words_take_last_and_first_piece_states(archives, one_torch_t
     position = 1
     for word_index, row in enumerate(piece_rows):
         first, last = position, position + len(row) - 1
-        torch.testing.assert_close(layers[:, word_index + 1, :half], expected_layers[:, last, :half], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(layers[:, word_index + 1, half:], expected_layers[:, first, half:], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            layers[:, word_index + 1, :half], expected_layers[:, last, :half], rtol=1e-5, atol=1e-5
+        )
+        torch.testing.assert_close(
+            layers[:, word_index + 1, half:], expected_layers[:, first, half:], rtol=1e-5, atol=1e-5
+        )
         position = last + 1
     torch.testing.assert_close(layers[:, 0], expected_layers[:, 0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(layers[:, -1], expected_layers[:, -1], rtol=1e-5, atol=1e-5)
 
 
 def test_lay_out_pieces_positions():
-    piece_ids = torch.tensor([[[5, 6, 0], [7, 0, 0], [0, 0, 0]], [[8, 0, 0], [9, 10, 11], [12, 0, 0]]])
+    piece_ids = torch.tensor(
+        [[[5, 6, 0], [7, 0, 0], [0, 0, 0]], [[8, 0, 0], [9, 10, 11], [12, 0, 0]]]
+    )
     sequence, first, last, mask = lay_out_pieces(piece_ids, start_id=2, end_id=3)
     assert sequence.tolist() == [[2, 5, 6, 7, 3, 0, 0], [2, 8, 9, 10, 11, 12, 3]]
     assert first.tolist() == [[1, 3, 0], [1, 2, 5]]
@@ -205,12 +218,18 @@ def test_lay_out_pieces_positions():
 def test_embedder_api_and_elmoc_embed(archives, kind, tmp_path, one_torch_thread):
     embedder = ElmocEmbedder(str(archives[kind]))
     vectors = embedder.embed_batch(SENTENCES, output="all")
-    assert [v.shape for v in vectors] == [(3, 4, OUTPUT_DIM), (3, 2, OUTPUT_DIM), (3, 0, OUTPUT_DIM)]
+    assert [v.shape for v in vectors] == [
+        (3, 4, OUTPUT_DIM),
+        (3, 2, OUTPUT_DIM),
+        (3, 0, OUTPUT_DIM),
+    ]
     elmo = ElmocElmo(str(archives[kind]), num_output_representations=2, dropout=0.0)
     assert len(elmo(embedder.batch_to_ids(SENTENCES))["elmo_representations"]) == 2
     text = tmp_path / "input.txt"
     text.write_text("the bank raised rates\na boat\n")
-    output = embed_file(str(archives[kind]), str(text), str(tmp_path / "out.hdf5"), output="top", embedder=embedder)
+    output = embed_file(
+        str(archives[kind]), str(text), str(tmp_path / "out.hdf5"), output="top", embedder=embedder
+    )
     with h5py.File(output, "r") as hdf5:
         assert hdf5["1"].shape == (2, OUTPUT_DIM)
         assert json.loads(hdf5["sentence_to_index"][()])["a boat"] == "1"
@@ -218,13 +237,23 @@ def test_embedder_api_and_elmoc_embed(archives, kind, tmp_path, one_torch_thread
 
 def test_character_indexer_lowercases_when_asked(archives):
     upper = TokenIndexer.from_params(
-        Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT]), "lowercase_tokens": True})
+        Params(
+            {
+                "type": "elmoc_bilm_inputs",
+                "archive_file": str(archives[CHARACTERS_INPUT]),
+                "lowercase_tokens": True,
+            }
+        )
     )
     plain = TokenIndexer.from_params(
         Params({"type": "elmoc_bilm_inputs", "archive_file": str(archives[CHARACTERS_INPUT])})
     )
-    assert upper.tokens_to_indices([Token("Bank")], None) == plain.tokens_to_indices([Token("bank")], None)
-    assert plain.tokens_to_indices([Token("Bank")], None) != plain.tokens_to_indices([Token("bank")], None)
+    assert upper.tokens_to_indices([Token("Bank")], None) == plain.tokens_to_indices(
+        [Token("bank")], None
+    )
+    assert plain.tokens_to_indices([Token("Bank")], None) != plain.tokens_to_indices(
+        [Token("bank")], None
+    )
 
 
 def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
@@ -235,38 +264,60 @@ def test_errors_name_the_key(archives, tiny_fasttext_path, tmp_path):
         archive_with_its_fasttext(characters)
 
     def unsupported_embedder(config):
-        config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"]["type"] = "pass_through"
-        config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"]["hidden_dim"] = 8
+        config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"][
+            "type"
+        ] = "pass_through"
+        config["model"]["text_field_embedder"]["token_embedders"]["elmo_characters"][
+            "hidden_dim"
+        ] = 8
 
-    broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "a" / "model.tar.gz", unsupported_embedder)
+    broken = rewrite_archive(
+        archives[CHARACTERS_INPUT], tmp_path / "a" / "model.tar.gz", unsupported_embedder
+    )
     with pytest.raises(ConfigurationError, match=r"token_embedders\.elmo_characters"):
         BilmArchive(broken)
 
     def wrong_indexer(config):
         config["dataset_reader"]["token_indexers"]["elmo_characters"] = {"type": "single_id"}
 
-    broken = rewrite_archive(archives[CHARACTERS_INPUT], tmp_path / "b" / "model.tar.gz", wrong_indexer)
-    with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
+    broken = rewrite_archive(
+        archives[CHARACTERS_INPUT], tmp_path / "b" / "model.tar.gz", wrong_indexer
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"
+    ):
         BilmArchive(broken)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_ner_tagger_config_trains_with_every_kind(archives, kind, tiny_fasttext_path, tmp_path, monkeypatch, one_torch_thread):
+def test_ner_tagger_config_trains_with_every_kind(
+    archives, kind, tiny_fasttext_path, tmp_path, monkeypatch, one_torch_thread
+):
     from allennlp.commands.train import train_model_from_file
     from allennlp.common.util import import_module_and_submodules
 
     import_module_and_submodules("allennlp_models.tagging")
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "downstream" / "conll2003.txt"
     environment = {
-        "ELMOC_ARCHIVE": str(archives[kind]), "ELMOC_DIM": str(OUTPUT_DIM),
-        "ELMOC_FASTTEXT": str(tiny_fasttext_path), "ELMOC_FASTTEXT_DIM": "16",
-        "NER_TRAIN_DATA_PATH": str(fixtures), "NER_VALIDATION_DATA_PATH": str(fixtures),
+        "ELMOC_ARCHIVE": str(archives[kind]),
+        "ELMOC_DIM": str(OUTPUT_DIM),
+        "ELMOC_FASTTEXT": str(tiny_fasttext_path),
+        "ELMOC_FASTTEXT_DIM": "16",
+        "NER_TRAIN_DATA_PATH": str(fixtures),
+        "NER_VALIDATION_DATA_PATH": str(fixtures),
         "NER_TEST_DATA_PATH": str(fixtures),
     }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    config = Path(__file__).resolve().parents[2] / "training_configs" / "downstream" / "ner_crf_tagger.jsonnet"
-    train_model_from_file(str(config), str(tmp_path / "run"), overrides=json.dumps({"trainer.num_epochs": 1}))
+    config = (
+        Path(__file__).resolve().parents[2]
+        / "training_configs"
+        / "downstream"
+        / "ner_crf_tagger.jsonnet"
+    )
+    train_model_from_file(
+        str(config), str(tmp_path / "run"), overrides=json.dumps({"trainer.num_epochs": 1})
+    )
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert 0.0 <= metrics["test_f1-measure-overall"] <= 1.0
 
@@ -275,10 +326,15 @@ def test_elmoc_embed_lowercases_a_character_biLM_when_asked(archives, tmp_path, 
     text = tmp_path / "input.txt"
     text.write_text("The Bank\nthe bank\n")
     output = embed_file(
-        str(archives[CHARACTERS_INPUT]), str(text), str(tmp_path / "lower.hdf5"), output="all",
+        str(archives[CHARACTERS_INPUT]),
+        str(text),
+        str(tmp_path / "lower.hdf5"),
+        output="all",
         lowercase_tokens=True,
     )
-    cased = embed_file(str(archives[CHARACTERS_INPUT]), str(text), str(tmp_path / "cased.hdf5"), output="all")
+    cased = embed_file(
+        str(archives[CHARACTERS_INPUT]), str(text), str(tmp_path / "cased.hdf5"), output="all"
+    )
     with h5py.File(output, "r") as lower, h5py.File(cased, "r") as plain:
         numpy.testing.assert_allclose(lower["0"][()], lower["1"][()], rtol=1e-5, atol=1e-6)
         assert numpy.abs(plain["0"][()] - plain["1"][()]).max() > 1e-4

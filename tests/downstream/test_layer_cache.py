@@ -2,6 +2,7 @@
 The layer cache of a frozen biLM (`cache_directory`, issue #36): a cached run equals a live one,
 a cache is only read for the biLM that made it, and a damaged or foreign cache is refused.
 """
+
 import json
 import logging
 import multiprocessing
@@ -20,13 +21,36 @@ from allennlp.predictors import Predictor
 from allennlp.training.util import evaluate
 from allennlp.data.data_loaders import SimpleDataLoader
 
-from elmoc_allennlp.downstream.layer_cache import CACHE_DTYPES, LayerCache, LayerStore, bilm_fingerprint
+from elmoc_allennlp.downstream.layer_cache import (
+    CACHE_DTYPES,
+    LayerCache,
+    LayerStore,
+    bilm_fingerprint,
+)
 from elmoc_allennlp.downstream.elmoc import ElmocElmo
 from tests.crash_safety import wait_for_child
 from tests.downstream.conftest import DOWNSTREAM_CONFIGS
 
-WORDS = "U.N. official Ekeus heads for Baghdad . AI2 engineer Joel lives in Seattle Paris talks".split()
-TAGS = ["I-ORG", "O", "I-PER", "O", "O", "I-LOC", "O", "I-ORG", "O", "I-PER", "O", "O", "I-LOC", "I-LOC", "O"]
+WORDS = (
+    "U.N. official Ekeus heads for Baghdad . AI2 engineer Joel lives in Seattle Paris talks".split()
+)
+TAGS = [
+    "I-ORG",
+    "O",
+    "I-PER",
+    "O",
+    "O",
+    "I-LOC",
+    "O",
+    "I-ORG",
+    "O",
+    "I-PER",
+    "O",
+    "O",
+    "I-LOC",
+    "I-LOC",
+    "O",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,17 +116,27 @@ def test_cached_and_live_training_give_the_same_losses_and_metrics(
         "model.text_field_embedder.token_embedders.elmo.dropout": 0.3,
     }
     runs = {}
-    for name, extra in (("live", {}), ("cached", {
-        "model.text_field_embedder.token_embedders.elmo.cache_directory": str(cache_directory),
-        "model.text_field_embedder.token_embedders.elmo.cache_dtype": cache_dtype,
-    })):
+    for name, extra in (
+        ("live", {}),
+        (
+            "cached",
+            {
+                "model.text_field_embedder.token_embedders.elmo.cache_directory": str(
+                    cache_directory
+                ),
+                "model.text_field_embedder.token_embedders.elmo.cache_dtype": cache_dtype,
+            },
+        ),
+    ):
         serialization_dir = tmp_path / name
         train_model_from_file(
-            str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"), str(serialization_dir),
+            str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+            str(serialization_dir),
             overrides=json.dumps({**small, **extra}),
         )
         runs[name] = [
-            json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(3)
+            json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text())
+            for epoch in range(3)
         ]
         runs[name].append(json.loads((serialization_dir / "metrics.json").read_text()))
     compared = 0
@@ -130,7 +164,9 @@ def test_cached_and_live_training_give_the_same_losses_and_metrics(
         loader.index_with(archive.model.vocab)
         evaluations[name] = evaluate(archive.model, loader)
         if name == "cached":
-            cache = next(m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None))
+            cache = next(
+                m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None)
+            )
             assert cache.hits == len(instances) and cache.misses == 0
         predictions[name] = Predictor(archive.model, reader).predict_batch_instance(instances)
     for key, value in evaluations["live"].items():
@@ -169,7 +205,9 @@ def test_stored_layers_are_read_and_equal_live_ones_in_any_batch(elmoc_archive, 
     got, mask = _layers(cached, batch)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     representation = cached(batch)["elmo_representations"][0]
-    torch.testing.assert_close(representation, live(batch)["elmo_representations"][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        representation, live(batch)["elmo_representations"][0], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_float16_storage_rounds_the_layers_and_halves_the_disk(elmoc_archive, tmp_path):
@@ -189,13 +227,17 @@ def test_float16_storage_rounds_the_layers_and_halves_the_disk(elmoc_archive, tm
             assert torch.equal(got, expected)
         store = cached.bilm.layer_cache._store
         with store.lmdb_env.begin() as transaction:
-            sizes[dtype] = sum(len(value) for key, value in transaction.cursor() if not key.startswith(b"__"))
+            sizes[dtype] = sum(
+                len(value) for key, value in transaction.cursor() if not key.startswith(b"__")
+            )
     values = sum(len(s) + 2 for s in sentences) * expected.size(0) * expected.size(-1)
     assert sizes["float32"] - 4 * values == sizes["float16"] - 2 * values  # same headers
 
 
 def test_cache_dtype_typo_is_an_error_with_the_nearest_name(elmoc_archive, tmp_path):
-    with pytest.raises(ConfigurationError, match=r"cache_dtype .* 'float61' \(did you mean 'float16'\?\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"cache_dtype .* 'float61' \(did you mean 'float16'\?\)"
+    ):
         _elmo(elmoc_archive, cache_directory=str(tmp_path), cache_dtype="float61")
 
 
@@ -231,7 +273,9 @@ def test_another_biLMs_cache_is_never_read(elmoc_archive, tmp_path):
         _layers(third, batch)
 
 
-def test_the_fingerprint_is_the_same_with_the_fasttext_model_elsewhere(elmoc_archive, tiny_fasttext_path, tmp_path):
+def test_the_fingerprint_is_the_same_with_the_fasttext_model_elsewhere(
+    elmoc_archive, tiny_fasttext_path, tmp_path
+):
     # The state dict carries the vectors record (the fastText path inside); the fingerprint
     # hashes the weights and the model's fingerprint instead, so a copy of the file reads the cache.
     copy = shutil.copy(tiny_fasttext_path, tmp_path / "elsewhere.bin")
@@ -264,7 +308,7 @@ def test_damaged_cache_file_is_refused_naming_it(elmoc_archive, tmp_path):
     # A value with a forged shape is refused before any bytes are used.
     with environment.begin(write=True) as txn:
         forged = bytearray(value)
-        forged[13:17] = (10 ** 6).to_bytes(4, "little")
+        forged[13:17] = (10**6).to_bytes(4, "little")
         txn.put(key, bytes(forged))
     reader = _elmo(elmoc_archive, cache_directory=str(tmp_path / "cache"))
     with pytest.raises(ConfigurationError, match=r"is damaged: entry .* has shape"):
@@ -275,7 +319,9 @@ def test_damaged_cache_file_is_refused_naming_it(elmoc_archive, tmp_path):
     other.mkdir()
     (other / path.name).write_bytes(b"\x80\x04not a cache" * 100)
     reader = _elmo(elmoc_archive, cache_directory=str(other))
-    with pytest.raises(ConfigurationError, match=rf"Layer cache {other / path.name} cannot be opened"):
+    with pytest.raises(
+        ConfigurationError, match=rf"Layer cache {other / path.name} cannot be opened"
+    ):
         _layers(reader, batch)
 
 
@@ -293,7 +339,9 @@ def test_a_fine_tuned_or_training_biLM_is_refused(elmoc_archive, tmp_path):
         _layers(elmo, batch)
 
 
-def test_a_full_cache_stops_filling_with_one_warning_and_goes_on_live(elmoc_archive, tmp_path, caplog):
+def test_a_full_cache_stops_filling_with_one_warning_and_goes_on_live(
+    elmoc_archive, tmp_path, caplog
+):
     live = _elmo(elmoc_archive)
     elmo = _elmo(elmoc_archive)
     elmo.bilm.layer_cache = LayerCache(tmp_path, map_size=40 * 4096)  # a few pages
@@ -320,11 +368,16 @@ def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
     directory = str(tmp_path / "cache")
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    workers = [context.Process(target=_fill, args=(str(elmoc_archive), directory, 8, queue)) for _ in range(2)]
+    workers = [
+        context.Process(target=_fill, args=(str(elmoc_archive), directory, 8, queue))
+        for _ in range(2)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:  # however long a busy machine takes; a hang still fails
-        wait_for_child(worker.pid, lambda: worker.exitcode is not None, "a worker filling the cache")
+        wait_for_child(
+            worker.pid, lambda: worker.exitcode is not None, "a worker filling the cache"
+        )
         assert worker.exitcode == 0
     assert all(0 <= queue.get(timeout=5) <= 12 for _ in workers)
     live = _elmo(elmoc_archive)
@@ -332,7 +385,9 @@ def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
     reader.bilm.live_layers = None  # everything must be read
     sentences = _sentences(12, 8)
     batch = _batch(live, sentences)
-    torch.testing.assert_close(_layers(reader, batch)[0], _layers(live, batch)[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        _layers(reader, batch)[0], _layers(live, batch)[0], rtol=1e-5, atol=1e-6
+    )
 
 
 # ---------------------------------------------------------------- values at LMDB's page boundaries
@@ -367,14 +422,15 @@ def test_values_filling_whole_pages_round_trip(tmp_path, k, offset, cache_dtype)
     for row, (key, value) in enumerate(items.items()):
         expected = value.to(CACHE_DTYPES[cache_dtype]).float().numpy()
         numpy.testing.assert_array_equal(read[:, row, : value.size(1)], expected)
-        numpy.testing.assert_array_equal(read[:, row, value.size(1):], 0.0)
+        numpy.testing.assert_array_equal(read[:, row, value.size(1) :], 0.0)
         numpy.testing.assert_array_equal(store[key.decode()].numpy(), expected)
 
 
 def test_a_relative_cache_directory_is_resolved_when_training_and_evaluate_says_where(
     downstream_environment, monkeypatch, tmp_path
 ):
-    """Issue #48: evaluated from another folder, an archive trained with `runs/layer_cache` wrote a new cache there."""
+    """Issue #48: evaluated from another folder, an archive trained with `runs/layer_cache` wrote a
+    new cache there."""
     monkeypatch.setenv("NER_TRAIN_DATA_PATH", str(_conll_file(tmp_path / "train.txt", 12, 0)))
     monkeypatch.setenv("NER_VALIDATION_DATA_PATH", str(_conll_file(tmp_path / "dev.txt", 4, 1)))
     monkeypatch.setenv("NER_TEST_DATA_PATH", str(tmp_path / "dev.txt"))
@@ -389,13 +445,15 @@ def test_a_relative_cache_directory_is_resolved_when_training_and_evaluate_says_
         "model.text_field_embedder.token_embedders.elmo.cache_directory": "runs/layer_cache",
     }
     train_model_from_file(
-        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"), "runs/ner", overrides=json.dumps(overrides)
+        str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
+        "runs/ner",
+        overrides=json.dumps(overrides),
     )
     cache_directory = tmp_path / "work" / "runs" / "layer_cache"
     recorded = json.loads((tmp_path / "work" / "runs" / "ner" / "config.json").read_text())
-    assert recorded["model"]["text_field_embedder"]["token_embedders"]["elmo"]["cache_directory"] == str(
-        cache_directory
-    )
+    assert recorded["model"]["text_field_embedder"]["token_embedders"]["elmo"][
+        "cache_directory"
+    ] == str(cache_directory)
     assert len(list(cache_directory.glob("*.lmdb"))) == 1
 
     monkeypatch.chdir(tmp_path / "elsewhere")
@@ -417,17 +475,23 @@ def test_a_relative_cache_directory_is_resolved_when_training_and_evaluate_says_
     assert list((tmp_path / "elsewhere").iterdir()) == []  # no cache written here
     cache = next(m.layer_cache for m in archive.model.modules() if getattr(m, "layer_cache", None))
     assert cache.hits == len(instances) and cache.misses == 0
-    assert f"Layer cache of the biLM's layers (float32): {cache.path}, 16 sentences stored, read and filled" in messages
+    assert (
+        f"Layer cache of the biLM's layers (float32): {cache.path}, 16 sentences stored, read and filled"
+        in messages
+    )
     assert str(cache.path).startswith(str(cache_directory))
 
 
-def test_a_relative_cache_directory_outside_training_warns_where_it_goes(elmoc_archive, tmp_path, monkeypatch, caplog):
+def test_a_relative_cache_directory_outside_training_warns_where_it_goes(
+    elmoc_archive, tmp_path, monkeypatch, caplog
+):
     monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.WARNING, logger="elmoc_allennlp.downstream.layer_cache"):
         elmo = _elmo(elmoc_archive, cache_directory="layer_cache")
     assert elmo.bilm.layer_cache.directory == tmp_path / "layer_cache"
     assert (
-        f"cache_directory layer_cache is relative: the biLM's layers are read and stored in {tmp_path}" in caplog.text
+        f"cache_directory layer_cache is relative: the biLM's layers are read and stored in {tmp_path}"
+        in caplog.text
     )
 
 
@@ -439,11 +503,16 @@ def test_resolve_cache_directories_only_touches_relative_biLM_blocks():
         "model": {
             "elmo": {"archive_file": "a.tar.gz", "cache_directory": "cache"},
             "other": {"archive_file": "b.tar.gz", "cache_directory": "/abs/cache"},
-            "list": [{"archive_file": "c.tar.gz", "cache_directory": "~/cache"}, {"cache_directory": "no_bilm"}],
+            "list": [
+                {"archive_file": "c.tar.gz", "cache_directory": "~/cache"},
+                {"cache_directory": "no_bilm"},
+            ],
         }
     }
     assert resolve_cache_directories(config) == [os.path.abspath("cache")]
     assert config["model"]["elmo"]["cache_directory"] == os.path.abspath("cache")
     assert config["model"]["other"]["cache_directory"] == "/abs/cache"
-    assert config["model"]["list"][0]["cache_directory"] == "~/cache"  # expanded to a home path: absolute
+    assert (
+        config["model"]["list"][0]["cache_directory"] == "~/cache"
+    )  # expanded to a home path: absolute
     assert config["model"]["list"][1]["cache_directory"] == "no_bilm"

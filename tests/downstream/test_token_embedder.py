@@ -3,6 +3,7 @@ The ELMo-C token embedder (`elmoc_token_embedder`): options of the blocks ELMo-C
 (`elmo_token_embedder`, `bidirectional_lm_token_embedder`, `bcn`'s `elmo`), accepted where they
 mean something for a biLM, else a precise error; the learned mix, its options and bad input.
 """
+
 import numpy
 import pytest
 import torch
@@ -26,8 +27,9 @@ EMBEDDERS = "model.text_field_embedder.token_embedders.elmo."
 
 
 def embedder_params(archive, **options) -> Params:
-    return Params({"type": "elmoc_token_embedder", "archive_file": str(archive), **options},
-                  history=EMBEDDERS)
+    return Params(
+        {"type": "elmoc_token_embedder", "archive_file": str(archive), **options}, history=EMBEDDERS
+    )
 
 
 @pytest.mark.parametrize("keys", [["options_file", "weight_file"], ["weight_file"]])
@@ -50,8 +52,12 @@ def test_vocab_to_cache_has_no_elmoc_meaning_but_null_is_accepted(elmoc_archive)
 
 def test_bidirectional_lm_token_embedder_options_are_accepted(elmoc_archive):
     # The options of allennlp-models' constituency_parser_transformer_elmo block.
-    options = {"dropout": 0.0, "bos_eos_tokens": ["<S>", "</S>"], "remove_bos_eos": True,
-               "requires_grad": False}
+    options = {
+        "dropout": 0.0,
+        "bos_eos_tokens": ["<S>", "</S>"],
+        "remove_bos_eos": True,
+        "requires_grad": False,
+    }
     embedder = TokenEmbedder.from_params(embedder_params(elmoc_archive, **options))
     kept = TokenEmbedder.from_params(
         embedder_params(elmoc_archive, **{**options, "remove_bos_eos": False})
@@ -78,8 +84,12 @@ def test_other_boundary_tokens_are_refused_naming_the_biLMs(elmoc_archive):
 
 
 def test_an_elmo_block_with_archive_file_builds_elmoc(elmoc_archive):
-    block = {"archive_file": str(elmoc_archive), "do_layer_norm": False, "dropout": 0.0,
-             "num_output_representations": 2}
+    block = {
+        "archive_file": str(elmoc_archive),
+        "do_layer_norm": False,
+        "dropout": 0.0,
+        "num_output_representations": 2,
+    }
     elmo = Elmo.from_params(Params(dict(block)))
     assert isinstance(elmo, ElmocElmo)
     assert len(elmo._scalar_mixes) == 2 and elmo.get_output_dim() == 12
@@ -87,9 +97,15 @@ def test_an_elmo_block_with_archive_file_builds_elmoc(elmoc_archive):
         Elmo.from_params(Params({**block, "options_file": "o.json", "weight_file": "w.hdf5"}))
     # Without archive_file it is allennlp's Elmo (which here fails looking for ELMo's files).
     with pytest.raises(FileNotFoundError, match="/nonexistent/o.json"):
-        Elmo.from_params(Params({"options_file": "/nonexistent/o.json",
-                                 "weight_file": "/nonexistent/w.hdf5",
-                                 "num_output_representations": 1}))
+        Elmo.from_params(
+            Params(
+                {
+                    "options_file": "/nonexistent/o.json",
+                    "weight_file": "/nonexistent/w.hdf5",
+                    "num_output_representations": 1,
+                }
+            )
+        )
 
 
 def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monkeypatch):
@@ -98,12 +114,23 @@ def test_a_missing_biLM_archive_names_the_config_key_and_the_base(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     missing = "runs/elmoc/model.tar.gz"
     blocks = [
-        (TokenEmbedder, Params({"type": "elmoc_token_embedder", "archive_file": missing},
-                               history=EMBEDDERS)),
-        (TokenIndexer, Params({"type": "elmoc_bilm_inputs", "archive_file": missing},
-                              history="validation_dataset_reader.token_indexers.elmo.")),
-        (Elmo, Params({"archive_file": missing, "num_output_representations": 1},
-                      history="model.elmo.")),
+        (
+            TokenEmbedder,
+            Params({"type": "elmoc_token_embedder", "archive_file": missing}, history=EMBEDDERS),
+        ),
+        (
+            TokenIndexer,
+            Params(
+                {"type": "elmoc_bilm_inputs", "archive_file": missing},
+                history="validation_dataset_reader.token_indexers.elmo.",
+            ),
+        ),
+        (
+            Elmo,
+            Params(
+                {"archive_file": missing, "num_output_representations": 1}, history="model.elmo."
+            ),
+        ),
     ]
     for base, params in blocks:
         key = params.history + "archive_file"
@@ -219,4 +246,3 @@ def test_bad_mixing_options(elmoc_archive, bilm):
         ElmocElmo(None, 1, dropout=1.5, module=bilm)
     with pytest.raises(ConfigurationError, match="projection_dim"):
         ElmocTokenEmbedder(str(elmoc_archive), projection_dim=0)
-

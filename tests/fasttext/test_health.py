@@ -1,4 +1,5 @@
 """Degenerate fastText vectors are measured as such; the constant-prediction baseline is exact."""
+
 import itertools
 
 import numpy as np
@@ -26,7 +27,9 @@ def vectors_file(path, spread: float, seed: int = 0, maxn: int = 0):
     bucket = 10 if maxn else 0
     shared = rng.standard_normal(DIM)
     matrix = shared + spread * rng.standard_normal((len(words) + bucket, DIM))
-    return write_fasttext_bin(path, words, matrix.astype(np.float32), minn=3, maxn=maxn, bucket=bucket)
+    return write_fasttext_bin(
+        path, words, matrix.astype(np.float32), minn=3, maxn=maxn, bucket=bucket
+    )
 
 
 def plain_mean_cosine(vectors: FastTextVectors, words) -> float:
@@ -63,23 +66,38 @@ def test_near_duplicates_alone_make_vectors_degenerate(tmp_path):
     base = rng.standard_normal((WORDS // 2, DIM))
     matrix = np.concatenate([rng.standard_normal((1, DIM)), base, base + 1e-4]).astype(np.float32)
     words = ["</s>"] + [f"word{index}" for index in range(WORDS)]
-    health = measure_vector_health(write_fasttext_bin(tmp_path / "v.bin", words, matrix, minn=3, maxn=0, bucket=0))
+    health = measure_vector_health(
+        write_fasttext_bin(tmp_path / "v.bin", words, matrix, minn=3, maxn=0, bucket=0)
+    )
     assert abs(health.mean_cosine) < 0.2
     assert health.near_duplicate_fraction == 1.0 and health.degenerate
 
 
 def test_check_target_vectors_names_the_file_the_figure_and_the_remedy(tmp_path):
     path = vectors_file(tmp_path / "bad.bin", spread=0.05)
-    with pytest.raises(DegenerateVectorsError, match=r"bad\.bin are degenerate: mean pairwise cosine") as error:
+    with pytest.raises(
+        DegenerateVectorsError, match=r"bad\.bin are degenerate: mean pairwise cosine"
+    ) as error:
         check_target_vectors(FastTextVectors(path))
-    assert "--epoch N" in str(error.value) and f"{measure_vector_health(path).mean_cosine:.3f}" in str(error.value)
+    assert "--epoch N" in str(
+        error.value
+    ) and f"{measure_vector_health(path).mean_cosine:.3f}" in str(error.value)
     healthy = FastTextVectors(vectors_file(tmp_path / "good.bin", spread=3.0))
     assert check_target_vectors(healthy).words == WORDS
 
 
 @pytest.mark.parametrize(
     "tokens, epochs",
-    [(887_521, 6), (1_000_000, 5), (50_000_000, 5), (500_000, 10), (211_000, 24), (100_000, 50), (359, 13_928), (0, 5)],
+    [
+        (887_521, 6),
+        (1_000_000, 5),
+        (50_000_000, 5),
+        (500_000, 10),
+        (211_000, 24),
+        (100_000, 50),
+        (359, 13_928),
+        (0, 5),
+    ],
 )
 def test_epochs_grow_as_the_corpus_shrinks(tokens, epochs):
     assert epochs_for(tokens) == epochs
@@ -96,7 +114,9 @@ def test_vectors_of_fewer_words_than_can_be_judged_are_measured_but_not_refused(
     # The same nearly collinear vectors (spread 0.05) at the judged minimum's boundary.
     rng = np.random.default_rng(2)
     names = ["</s>"] + [f"word{index}" for index in range(words)]
-    matrix = (rng.standard_normal(DIM) + 0.05 * rng.standard_normal((len(names), DIM))).astype(np.float32)
+    matrix = (rng.standard_normal(DIM) + 0.05 * rng.standard_normal((len(names), DIM))).astype(
+        np.float32
+    )
     path = write_fasttext_bin(tmp_path / "few.bin", names, matrix, minn=3, maxn=0, bucket=0)
     health = measure_vector_health(path)
     assert health.words == words and health.mean_cosine > 0.9

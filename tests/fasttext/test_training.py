@@ -2,6 +2,7 @@
 `train_fasttext` never saves a matrix the fastText package left partly uninitialised, nor
 degenerate vectors, and chooses its epochs from the corpus size.
 """
+
 import json
 import os
 import subprocess
@@ -91,7 +92,10 @@ def test_degenerate_vectors_are_refused_and_an_existing_file_kept(monkeypatch, t
     output.write_bytes(b"precious")
     monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
     # 7 epochs, fewer than the rule's for 3 tokens: the remedy names the rule's.
-    with pytest.raises(DegenerateVectorsError, match=r"out\.bin are degenerate: .* --epoch 1666667\. Nothing was written"):
+    with pytest.raises(
+        DegenerateVectorsError,
+        match=r"out\.bin are degenerate: .* --epoch 1666667\. Nothing was written",
+    ):
         fasttext_training.train_fasttext(corpus, output, dim=4, epoch=7)
     assert output.read_bytes() == b"precious"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "out.bin"]
@@ -109,7 +113,8 @@ def test_the_remedy_names_the_epochs_the_rule_picks():
     )
     # Already the rule's (or more): twice as many.
     assert more_epochs_remedy(46, 110_000) == (
-        "Train more epochs than this run's 46 (the rule picks 46 for 110,000 tokens): --epoch 92, or give a larger corpus."
+        "Train more epochs than this run's 46 (the rule picks 46 for 110,000 tokens): --epoch 92, "
+        "or give a larger corpus."
     )
 
 
@@ -117,7 +122,10 @@ def test_degenerate_vectors_at_the_rules_epochs_name_twice_as_many(monkeypatch, 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b c\n" * 100_000, encoding="utf-8")
     monkeypatch.setattr(fasttext_training, "import_fasttext", lambda: _FastText([_degenerate()]))
-    with pytest.raises(DegenerateVectorsError, match=r"this run's 17 \(the rule picks 17 for 300,000 tokens\): --epoch 34,"):
+    with pytest.raises(
+        DegenerateVectorsError,
+        match=r"this run's 17 \(the rule picks 17 for 300,000 tokens\): --epoch 34,",
+    ):
         fasttext_training.train_fasttext(corpus, tmp_path / "out.bin", dim=4)
 
 
@@ -156,7 +164,10 @@ def test_every_value_of_the_input_matrix_is_initialised(tmp_path):
     environment = dict(os.environ, MALLOC_PERTURB_="128", MALLOC_MMAP_THRESHOLD_="1000000000")
     done = subprocess.run(
         [sys.executable, "-c", _TRAIN_AND_PRINT_TAIL, str(corpus), str(tmp_path / "out.bin")],
-        env=environment, capture_output=True, text=True, timeout=300,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     remainder, tail = json.loads(done.stdout.strip().splitlines()[-1])

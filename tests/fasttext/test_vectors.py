@@ -314,7 +314,7 @@ def test_the_fingerprint_samples_both_the_word_and_the_ngram_rows(tmp_path):
     matrix = np.random.default_rng(0).standard_normal((len(words) + bucket, dim)).astype(np.float32)
     original = write_fasttext_bin(tmp_path / "a.bin", words, matrix, minn=2, maxn=3, bucket=bucket)
     replaced = matrix.copy()
-    replaced[len(words):] = np.random.default_rng(1).standard_normal((bucket, dim))
+    replaced[len(words) :] = np.random.default_rng(1).standard_normal((bucket, dim))
     forged = write_fasttext_bin(tmp_path / "b.bin", words, replaced, minn=2, maxn=3, bucket=bucket)
     assert original.stat().st_size == forged.stat().st_size
     first, second = FastTextVectors(original), FastTextVectors(forged)
@@ -332,7 +332,12 @@ def test_the_writer_streams_row_blocks_into_the_same_file(tmp_path):
     matrix = np.random.default_rng(0).standard_normal((3 + 7, 4), dtype=np.float32)
     whole = write_fasttext_bin(tmp_path / "whole.bin", words, matrix, minn=2, maxn=3, bucket=7)
     blocks = write_fasttext_bin(
-        tmp_path / "blocks.bin", words, (matrix[i : i + 4] for i in range(0, 10, 4)), minn=2, maxn=3, bucket=7
+        tmp_path / "blocks.bin",
+        words,
+        (matrix[i : i + 4] for i in range(0, 10, 4)),
+        minn=2,
+        maxn=3,
+        bucket=7,
     )
     assert blocks.read_bytes() == whole.read_bytes()
     vectors = FastTextVectors(str(blocks))
@@ -344,7 +349,9 @@ def test_the_writer_refuses_blocks_of_the_wrong_size_and_leaves_no_file(tmp_path
     matrix = np.zeros((rows, 4), dtype=np.float32)
     path = tmp_path / "short.bin"
     with pytest.raises(ConfigurationError, match="expected 10"):
-        write_fasttext_bin(path, ["</s>", "a", "bc"], iter([matrix[:5], matrix[5:]]), minn=2, maxn=3, bucket=7)
+        write_fasttext_bin(
+            path, ["</s>", "a", "bc"], iter([matrix[:5], matrix[5:]]), minn=2, maxn=3, bucket=7
+        )
     assert not path.exists()
 
 
@@ -359,7 +366,7 @@ def test_the_writer_zero_fills_the_output_matrix_in_blocks_of_65536_rows(tmp_pat
     matrix = np.arange(len(words), dtype=np.float32).reshape(-1, 1)
     path = write_fasttext_bin(tmp_path / "words.bin", words, matrix, minn=0, maxn=0, bucket=0)
     data = path.read_bytes()
-    tail = data[len(data) - (1 + 16 + len(words) * 4):]
+    tail = data[len(data) - (1 + 16 + len(words) * 4) :]
     assert tail[:17] == b"\0" + struct.pack("<qq", len(words), 1)
     assert tail[17:] == bytes(len(words) * 4)  # every row, once, zero
     vectors = FastTextVectors(path)  # the reader checks the file's size to the byte
@@ -427,7 +434,9 @@ def test_rows_at_the_largest_magnitude_accepted(tmp_path, value, refused):
     path = write_fasttext_bin(tmp_path / "large.bin", words, matrix, minn=2, maxn=3, bucket=5)
     vectors = FastTextVectors(path)
     if refused:
-        with pytest.raises(FastTextFormatError, match=r"row 2 of the input matrix, the vector of the word 'cat'"):
+        with pytest.raises(
+            FastTextFormatError, match=r"row 2 of the input matrix, the vector of the word 'cat'"
+        ):
             vectors.rows([0, 1, 2])
     else:
         assert vectors.rows([0, 1, 2])[2, 1].item() == value

@@ -3,6 +3,7 @@ The fine-tuning runs the tests of `elmoc_allennlp/finetune/` share: the session'
 for one epoch), fine-tuned with `training_configs/pretrain/finetune_domain.jsonnet`, and another
 fastText model, each built once per run.
 """
+
 import json
 import shutil
 from pathlib import Path
@@ -35,9 +36,7 @@ def base_archive(elmoc_archive) -> Path:
     return elmoc_archive
 
 
-def finetune(
-    archive: Path, serialization_dir: Path, monkeypatch, overrides: Dict = None
-) -> Path:
+def finetune(archive: Path, serialization_dir: Path, monkeypatch, overrides: Dict = None) -> Path:
     monkeypatch.setenv("ELMOC_ARCHIVE", str(archive))
     monkeypatch.setenv("ELMOC_TRAIN_DATA", str(LM_CORPUS / "train-*.txt"))
     monkeypatch.setenv("ELMOC_VALIDATION_DATA", str(LM_CORPUS / "valid.txt"))
@@ -71,7 +70,9 @@ def finetuned(base_archive, tmp_path_factory):
             monkeypatch.undo()
         shutil.rmtree(copy_dir)
 
-    serialization_dir = shared_build(tmp_path_factory, "finetuned", build, str(base_archive)) / "run"
+    serialization_dir = (
+        shared_build(tmp_path_factory, "finetuned", build, str(base_archive)) / "run"
+    )
     return serialization_dir / "model.tar.gz", serialization_dir
 
 
@@ -80,6 +81,9 @@ def other_fasttext(tmp_path_factory) -> Path:
     """Another fastText model of the same dimension (trained differently)."""
     options = dict(epoch=2, minn=3)
     folder = shared_build(
-        tmp_path_factory, "other_fasttext", lambda directory: train_tiny_fasttext(directory, "other.bin", **options), options
+        tmp_path_factory,
+        "other_fasttext",
+        lambda directory: train_tiny_fasttext(directory, "other.bin", **options),
+        options,
     )
     return folder / "other.bin"

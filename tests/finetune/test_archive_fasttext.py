@@ -2,6 +2,7 @@
 A biLM archive's own fastText model: a copy is accepted, another model refused
 (`elmoc_bilm_from_archive`, `elmoc_archive_fasttext`).
 """
+
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,11 @@ import pytest
 
 from allennlp.common.checks import ConfigurationError
 
-from elmoc_allennlp.finetune.archive_fasttext import ArchiveFastTextIndexer, BilmFromArchive, same_fasttext_model
+from elmoc_allennlp.finetune.archive_fasttext import (
+    ArchiveFastTextIndexer,
+    BilmFromArchive,
+    same_fasttext_model,
+)
 
 
 def test_a_different_fasttext_model_is_refused(base_archive, other_fasttext, tiny_fasttext_path):

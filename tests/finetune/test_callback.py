@@ -3,6 +3,7 @@
 the new archive is an ordinary biLM archive for every downstream tool; at the start, a reader that
 indexes with another fastText model is refused before training.
 """
+
 import json
 from pathlib import Path
 
@@ -44,9 +45,7 @@ def test_finetuned_archive_is_an_ordinary_bilm_archive(finetuned, tiny_fasttext_
         assert torch.equal(value, best[name]), name
 
 
-def test_finetuned_archive_works_with_every_downstream_tool(
-    base_archive, finetuned, tmp_path
-):
+def test_finetuned_archive_works_with_every_downstream_tool(base_archive, finetuned, tmp_path):
     archive, _ = finetuned
     tuned = ElmocEmbedder(str(archive))
     general = ElmocEmbedder(str(base_archive))
@@ -66,7 +65,9 @@ def test_finetuned_archive_works_with_every_downstream_tool(
 
     # The token embedder of the downstream configs, with its indexer.
     indexer = BilmArchiveIndexer.from_archive(str(archive))
-    embedder = ElmocTokenEmbedder(str(archive), dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1])
+    embedder = ElmocTokenEmbedder(
+        str(archive), dropout=0.0, scalar_mix_parameters=[-9e10, -9e10, 1]
+    )
     indexed = indexer.tokens_to_indices([Token(word) for word in SENTENCE], Vocabulary())
     padded = indexer.as_padded_tensor_dict(indexed, indexer.get_padding_lengths(indexed))
     with torch.no_grad():
@@ -81,9 +82,12 @@ def test_finetuned_archive_works_with_every_downstream_tool(
 def test_a_reader_with_another_fasttext_model_is_refused_before_training(
     base_archive, other_fasttext, tmp_path, monkeypatch
 ):
-    swapped = {"dataset_reader.token_indexers.fasttext": {
-        "type": "elmoc_fasttext_subwords", "vectors_path": str(other_fasttext)
-    }}
+    swapped = {
+        "dataset_reader.token_indexers.fasttext": {
+            "type": "elmoc_fasttext_subwords",
+            "vectors_path": str(other_fasttext),
+        }
+    }
     with pytest.raises(
         ConfigurationError, match=r"dataset_reader\.token_indexers\.fasttext\.vectors_path"
     ):

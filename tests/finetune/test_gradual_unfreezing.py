@@ -1,4 +1,5 @@
 """`elmoc_slanted_triangular`: which layer groups train in which epoch, also after `--recover`."""
+
 import re
 from pathlib import Path
 from typing import Dict, List
@@ -16,7 +17,9 @@ from tests.finetune.test_layer_groups import GROUPS
 
 
 def _base_state(archive: Path) -> Dict[str, torch.Tensor]:
-    return {name: value.clone() for name, value in load_archive(str(archive)).model.state_dict().items()}
+    return {
+        name: value.clone() for name, value in load_archive(str(archive)).model.state_dict().items()
+    }
 
 
 def _epoch_states(serialization_dir: Path) -> List[Dict[str, torch.Tensor]]:
@@ -56,7 +59,10 @@ def test_resumed_schedule_freezes_the_groups_of_its_epoch():
         groups = [{"params": list(layer.parameters())} for layer in layers] + [{"params": []}]
         optimizer = torch.optim.Adam(groups, lr=1e-3)
         scheduler = RecoverableSlantedTriangular(
-            optimizer, num_epochs=6, num_steps_per_epoch=3, gradual_unfreezing=True,
+            optimizer,
+            num_epochs=6,
+            num_steps_per_epoch=3,
+            gradual_unfreezing=True,
             discriminative_fine_tuning=True,
         )
         return scheduler

@@ -1,4 +1,5 @@
 """`elmoc_bilm_layerwise`: one parameter group per biLM layer, bottom to top, and the rates it gets."""
+
 import pytest
 
 from allennlp.common.checks import ConfigurationError

@@ -3,6 +3,7 @@ GPU checks (skipped without CUDA; see benchmarks/README.md for the GPU run): the
 equals the reference on CUDA, mixed-precision training of a tiny biLM, no host synchronisation
 from the fastText lookup and the metrics, and 2-GPU DDP training when two GPUs are present.
 """
+
 import linecache
 import os
 import warnings
@@ -76,7 +77,11 @@ def test_amp_training_of_a_tiny_bilm(dtype):
     assert losses[-1] < losses[0]
     after = [p.detach() for p in model.parameters() if p.requires_grad]
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
-    assert all(0.0 <= value <= 1.0 for name, value in model.get_metrics().items() if name == "retrieval_accuracy")
+    assert all(
+        0.0 <= value <= 1.0
+        for name, value in model.get_metrics().items()
+        if name == "retrieval_accuracy"
+    )
 
 
 def test_embedder_and_metrics_never_synchronize():
@@ -94,7 +99,9 @@ def test_embedder_and_metrics_never_synchronize():
         embedded = embedder(tensors["tokens"])
         embedded.sum().backward() if embedded.requires_grad else None
         average(embedded.mean())
-        model._update_vector_metrics("forward", predictions, targets, pair_mask, slice(None, -1), {})
+        model._update_vector_metrics(
+            "forward", predictions, targets, pair_mask, slice(None, -1), {}
+        )
         average(model._retrieval_accuracy_of(predictions, targets))
     finally:
         torch.cuda.set_sync_debug_mode(0)
@@ -124,7 +131,11 @@ def test_the_training_step_synchronizes_only_where_documented():
         if "synchroniz" in str(w.message)
     }
     for name, line in sites:
-        assert name in {"layer_norm_lstm.py", "lstm_recurrence.py", "bidirectional_language_model.py"}, (name, line)
+        assert name in {
+            "layer_norm_lstm.py",
+            "lstm_recurrence.py",
+            "bidirectional_language_model.py",
+        }, (name, line)
         assert "fasttext" not in name
         if name == "bidirectional_language_model.py":
             assert "[pair_mask]" in line, line

@@ -1,4 +1,5 @@
 """`allennlp train` writes its archive and config.json atomically once the plugin is imported."""
+
 import json
 import os
 import signal
@@ -25,8 +26,11 @@ def _tiny_params() -> Params:
 def test_only_the_train_commands_archive_model_is_wrapped():
     from elmoc_allennlp.common.shims import _ORIGINALS
 
-    wrapped = [original for (owner, name, _), original in _ORIGINALS.items()
-               if owner is train_command and name == "archive_model"]
+    wrapped = [
+        original
+        for (owner, name, _), original in _ORIGINALS.items()
+        if owner is train_command and name == "archive_model"
+    ]
     assert train_command.archive_model is not allennlp.models.archival.archive_model
     # allennlp's own function, as other callers import it, stays allennlp's.
     assert allennlp.models.archive_model is allennlp.models.archival.archive_model

@@ -1,4 +1,5 @@
 """Every entry point of the plugin refuses a GPU this machine lacks the same way: one line, before any work."""
+
 import pytest
 import torch
 
@@ -13,7 +14,9 @@ MISSING = torch.cuda.device_count()  # the first index this machine does not hav
 
 def _one_line(error) -> str:
     message = str(error.value)
-    assert "\n" not in message and f"{MISSING}: this machine has {MISSING} CUDA device(s)" in message
+    assert (
+        "\n" not in message and f"{MISSING}: this machine has {MISSING} CUDA device(s)" in message
+    )
     return message
 
 
@@ -27,6 +30,8 @@ def test_elmoc_embed(elmoc_archive, tmp_path):
     sentences = tmp_path / "in.txt"
     sentences.write_text("the cat\n")
     with pytest.raises(ConfigurationError) as error:
-        embed_file(str(elmoc_archive), str(sentences), str(tmp_path / "out.hdf5"), cuda_device=MISSING)
+        embed_file(
+            str(elmoc_archive), str(sentences), str(tmp_path / "out.hdf5"), cuda_device=MISSING
+        )
     assert _one_line(error).startswith("--cuda-device")
     assert not (tmp_path / "out.hdf5").exists()

@@ -1,5 +1,6 @@
 """With the switch, allennlp's out.log reports a full disk once, naming the file
 (hardening/quiet_log_files.py); without it, allennlp's handlers are left as they are."""
+
 import errno
 
 import pytest
@@ -43,6 +44,8 @@ def test_a_full_disk_is_reported_once_naming_the_log_file(tmp_path, capsys, swit
     finally:
         for handler in root.handlers:
             if handler not in saved_handlers:
-                handler.stream = None if isinstance(handler, logging.FileHandler) else handler.stream
+                handler.stream = (
+                    None if isinstance(handler, logging.FileHandler) else handler.stream
+                )
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)

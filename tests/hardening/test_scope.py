@@ -1,6 +1,8 @@
 """The ownership rule of the guards (`elmoc_allennlp/hardening/scope.py`): a config, run or archive is the
 plugin's when its config names a component the plugin registers, decided once per config file; an
-archive's member names and sizes never count, and a `.tar.gz` is read only up to its `config.json`."""
+archive's member names and sizes never count, and a `.tar.gz` is read only up to its `config.json`.
+"""
+
 import io
 import json
 import os
@@ -45,7 +47,11 @@ def test_the_plugin_names_are_its_registrations_less_its_stand_ins():
         for name, (cls, _) in entries.items()
         if cls.__module__.startswith("elmoc_allennlp.")
     }
-    assert names == {name for name, module in registered.items() if not module.startswith("elmoc_allennlp.compat")}
+    assert names == {
+        name
+        for name, module in registered.items()
+        if not module.startswith("elmoc_allennlp.compat")
+    }
     assert scope.plugin_names() is names  # computed once
     assert "elmoc_bilm" in names and "reduce_on_plateau" not in names
 
@@ -55,8 +61,14 @@ def test_the_plugin_names_are_its_registrations_less_its_stand_ins():
     [
         (STOCK, False),
         (PLUGIN, True),
-        ({"model": {"type": "basic_classifier", "elmoc_notes": "elmoc_bilm"}}, False),  # a name, not a type
-        ({"model": {"type": "bcn", "elmo": {"archive_file": "bilm.tar.gz"}}}, True),  # compat/elmoc_as_elmo.py
+        (
+            {"model": {"type": "basic_classifier", "elmoc_notes": "elmoc_bilm"}},
+            False,
+        ),  # a name, not a type
+        (
+            {"model": {"type": "bcn", "elmo": {"archive_file": "bilm.tar.gz"}}},
+            True,
+        ),  # compat/elmoc_as_elmo.py
         ({"model": {"type": "elmoc_allennlp.models.BidirectionalLanguageModel"}}, True),
     ],
 )
@@ -68,29 +80,46 @@ def test_a_config_is_the_plugins_when_it_names_a_plugin_component(config, expect
 def test_member_names_and_sizes_never_make_a_stock_archive_the_plugins(tmp_path, monkeypatch):
     stock = _archive(
         tmp_path / "stock.tar.gz",
-        [("config.json", _config(STOCK)), ("elmoc_notes.txt", b"x" * 5000), ("elmoc_bilm/a/config.json", b"{")],
+        [
+            ("config.json", _config(STOCK)),
+            ("elmoc_notes.txt", b"x" * 5000),
+            ("elmoc_bilm/a/config.json", b"{"),
+        ],
     )
-    for variable in ("ELMOC_ARCHIVE_MAX_MEMBERS", "ELMOC_ARCHIVE_MAX_BYTES", "ELMOC_ARCHIVE_MAX_JSON_BYTES"):
+    for variable in (
+        "ELMOC_ARCHIVE_MAX_MEMBERS",
+        "ELMOC_ARCHIVE_MAX_BYTES",
+        "ELMOC_ARCHIVE_MAX_JSON_BYTES",
+    ):
         monkeypatch.setenv(variable, "1")
     assert not scope.plugin_archive(stock)
     # allennlp's own extraction, unchanged (the plugin's would refuse an archive without weights.th).
     with archival.extracted_archive(str(stock)) as directory:
         assert os.path.getsize(os.path.join(directory, "elmoc_notes.txt")) == 5000
     # Its config decides: the same archive naming a plugin component gets the plugin's checks.
-    plugin = _archive(tmp_path / "plugin.tar.gz", [("config.json", _config(PLUGIN)), ("notes.txt", b"x")])
+    plugin = _archive(
+        tmp_path / "plugin.tar.gz", [("config.json", _config(PLUGIN)), ("notes.txt", b"x")]
+    )
     assert scope.plugin_archive(plugin)
-    with pytest.raises(ConfigurationError, match="Refusing to extract .* past ELMOC_ARCHIVE_MAX_BYTES"):
+    with pytest.raises(
+        ConfigurationError, match="Refusing to extract .* past ELMOC_ARCHIVE_MAX_BYTES"
+    ):
         with archival.extracted_archive(str(plugin)):
             pass
 
 
 def test_an_archive_is_read_up_to_its_config_only(tmp_path):
-    path = _archive(tmp_path / "model.tar.gz", [("config.json", _config(PLUGIN)), ("weights.th", os.urandom(1 << 20))])
+    path = _archive(
+        tmp_path / "model.tar.gz",
+        [("config.json", _config(PLUGIN)), ("weights.th", os.urandom(1 << 20))],
+    )
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # damaged after the config: never read
     assert scope.plugin_archive(path)
     # A config.json that is not the first member is found further on.
-    later = _archive(tmp_path / "later.tar.gz", [("notes.txt", b"x"), ("./config.json", _config(PLUGIN))])
+    later = _archive(
+        tmp_path / "later.tar.gz", [("notes.txt", b"x"), ("./config.json", _config(PLUGIN))]
+    )
     assert scope.plugin_archive(later)
 
 
@@ -110,7 +139,13 @@ def test_the_decision_is_taken_once_per_version_of_the_config(tmp_path, monkeypa
 
 @pytest.mark.parametrize(
     "config",
-    [None, b'{"model": importstr "/etc/passwd"}', b'{"model": "\xff"}', b"[" * 5000 + b"]" * 5000, b"[1, 2]"],
+    [
+        None,
+        b'{"model": importstr "/etc/passwd"}',
+        b'{"model": "\xff"}',
+        b"[" * 5000 + b"]" * 5000,
+        b"[1, 2]",
+    ],
     ids=["none", "jsonnet", "not-utf8", "deeply-nested", "a-list"],
 )
 def test_an_archive_without_a_config_allennlp_writes_gets_the_checks(tmp_path, config):
@@ -124,8 +159,12 @@ def test_an_archive_without_a_config_allennlp_writes_gets_the_checks(tmp_path, c
 
 def test_a_config_cut_at_the_bound_decides_by_what_was_read(tmp_path, monkeypatch):
     monkeypatch.setattr(scope, "_READ_BYTES", 64)
-    stock = _archive(tmp_path / "stock.tar.gz", [("config.json", _config(dict(STOCK, notes="x" * 100)))])
-    plugin = _archive(tmp_path / "plugin.tar.gz", [("config.json", _config(dict(PLUGIN, notes="x" * 100)))])
+    stock = _archive(
+        tmp_path / "stock.tar.gz", [("config.json", _config(dict(STOCK, notes="x" * 100)))]
+    )
+    plugin = _archive(
+        tmp_path / "plugin.tar.gz", [("config.json", _config(dict(PLUGIN, notes="x" * 100)))]
+    )
     assert not scope.plugin_archive(stock) and scope.plugin_archive(plugin)
 
 

@@ -1,4 +1,5 @@
 """The `elmoc_bilm` predictor on the tiny trained biLM: outputs, their shapes and their values."""
+
 import json
 import sys
 

@@ -2,6 +2,7 @@
 `tools/busy.sh` (`make test-busy`, CI's busy run): the command's exit status is the script's, and
 its busy loops never outlive it, even when it is killed with SIGKILL.
 """
+
 import os
 import re
 import signal
@@ -39,8 +40,9 @@ def _environment(**extra: str):
 
 def test_the_command_runs_beside_the_loops_and_its_status_is_kept():
     command = [str(BUSY), sys.executable, "-c", "import sys; print('ran'); sys.exit(3)"]
-    result = subprocess.run(command, env=_environment(BUSY_LOOPS="2"), capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        command, env=_environment(BUSY_LOOPS="2"), capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 3 and result.stdout == "ran\n"
     loops = _loops(result.stderr)
     assert len(loops) == 2
@@ -58,8 +60,13 @@ def _wait_until(condition, what: str) -> None:
 def test_the_loops_end_when_the_script_is_killed():
     # The command waits for its stdin to close: it ends when this test says so.
     command = [str(BUSY), sys.executable, "-c", "import sys; sys.stdin.read()"]
-    script = subprocess.Popen(command, env=_environment(BUSY_LOOPS="2"), stdin=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    script = subprocess.Popen(
+        command,
+        env=_environment(BUSY_LOOPS="2"),
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         loops = _loops(script.stderr.readline())
         _wait_until(lambda: all(_running(pid) for pid in loops), "the loops did not start")

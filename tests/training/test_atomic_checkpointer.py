@@ -1,4 +1,5 @@
 """Crash safety: checkpoints are never half-written, even under SIGKILL."""
+
 import io
 import os
 import signal

@@ -18,9 +18,18 @@ from tests.training.toy_models import ToyRegression
 
 def _trainer(tmp_path, trainer_type="elmoc_checked_gradient_descent", **settings):
     model = ToyRegression()
-    instances = [Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})] * 2
+    instances = [
+        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
+    ] * 2
     return Trainer.from_params(
-        params=Params({"type": trainer_type, "optimizer": {"type": "sgd", "lr": 0.1}, "num_epochs": 1, **settings}),
+        params=Params(
+            {
+                "type": trainer_type,
+                "optimizer": {"type": "sgd", "lr": 0.1},
+                "num_epochs": 1,
+                **settings,
+            }
+        ),
         model=model,
         serialization_dir=str(tmp_path),
         data_loader=SimpleDataLoader(instances, batch_size=1, vocab=model.vocab),
@@ -28,7 +37,9 @@ def _trainer(tmp_path, trainer_type="elmoc_checked_gradient_descent", **settings
 
 
 def _console_loggers(trainer):
-    return [callback for callback in trainer._callbacks if isinstance(callback, ConsoleLoggerCallback)]
+    return [
+        callback for callback in trainer._callbacks if isinstance(callback, ConsoleLoggerCallback)
+    ]
 
 
 def test_the_first_batch_is_logged_only_when_asked(tmp_path):
@@ -36,7 +47,9 @@ def test_the_first_batch_is_logged_only_when_asked(tmp_path):
     assert isinstance(trainer, CheckedGradientDescentTrainer)
     (default,) = _console_loggers(trainer)
     assert default._should_log_inputs is False
-    asked = _trainer(tmp_path / "asked", callbacks=[{"type": "console_logger", "should_log_inputs": True}])
+    asked = _trainer(
+        tmp_path / "asked", callbacks=[{"type": "console_logger", "should_log_inputs": True}]
+    )
     assert [logger._should_log_inputs for logger in _console_loggers(asked)] == [True]
     # allennlp's own trainer is unchanged.
     (stock,) = _console_loggers(_trainer(tmp_path / "stock", "gradient_descent"))
@@ -56,5 +69,7 @@ def _autocast_warnings(trainer):
 
 def test_training_on_cpu_shows_no_cuda_autocast_warning(tmp_path):
     assert _autocast_warnings(_trainer(tmp_path / "checked")) == []
-    if not torch.cuda.is_available():  # what allennlp's own trainer shows on CPU (torch 1.12 and 2.x)
+    if (
+        not torch.cuda.is_available()
+    ):  # what allennlp's own trainer shows on CPU (torch 1.12 and 2.x)
         assert _autocast_warnings(_trainer(tmp_path / "stock", "gradient_descent"))

@@ -15,16 +15,22 @@ from tests.conftest import FIXTURES_ROOT
 CONFIG = str(FIXTURES_ROOT / "elmoc_tiny.jsonnet")
 
 
-def test_a_refused_config_leaves_no_folder_and_the_corrected_rerun_trains(tmp_path, one_torch_thread):
+def test_a_refused_config_leaves_no_folder_and_the_corrected_rerun_trains(
+    tmp_path, one_torch_thread
+):
     import_module_and_submodules("elmoc_allennlp")
     serialization_dir = tmp_path / "runs" / "elmoc"
     with pytest.raises(TypeError, match="no_such_option"):
         train_model_from_file(
-            CONFIG, str(serialization_dir), overrides=json.dumps({"trainer.num_epochs": 1, "model.no_such_option": 1})
+            CONFIG,
+            str(serialization_dir),
+            overrides=json.dumps({"trainer.num_epochs": 1, "model.no_such_option": 1}),
         )
     assert not serialization_dir.exists()
     assert list((tmp_path / "runs").iterdir()) == []  # nor its lock file
-    train_model_from_file(CONFIG, str(serialization_dir), overrides=json.dumps({"trainer.num_epochs": 1}))
+    train_model_from_file(
+        CONFIG, str(serialization_dir), overrides=json.dumps({"trainer.num_epochs": 1})
+    )
     assert (serialization_dir / "model.tar.gz").is_file()
 
 
@@ -52,7 +58,10 @@ def test_only_a_new_or_empty_folder_holding_nothing_trained_is_removed(tmp_path)
 
     # Something trained (a checkpoint), a folder that held files, another error: kept.
     trained = _folder(tmp_path / "trained", "config.json", "model_state_e0_b0.th")
-    assert not remove_refused_run(trained, None, refused) and (trained / "model_state_e0_b0.th").exists()
+    assert (
+        not remove_refused_run(trained, None, refused)
+        and (trained / "model_state_e0_b0.th").exists()
+    )
     full = _folder(tmp_path / "full", "notes.txt")
     before = folder_before_run(full)
     (full / "config.json").write_text("{}")

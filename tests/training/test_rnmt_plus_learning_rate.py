@@ -42,7 +42,7 @@ N1_EXPECTED = [
     (100, 1.0),  # end of warm-up
     (2000, 1.0),  # plateau
     (4000, 1.0),  # decay start: 1 * 2 ** 0
-    (8000, 2 ** -0.5),  # midway
+    (8000, 2**-0.5),  # midway
     (12000, 0.5),  # decay end: 1 * 2 ** -1
     (120000, 0.5),  # held
 ]
@@ -52,8 +52,8 @@ N4_EXPECTED = [
     (400, 4.0),  # end of warm-up
     (700, 4.0),  # plateau
     (1000, 4.0),  # n * t = s: 4 * 8 ** 0
-    (1500, 4 * 8 ** -0.25),  # n * t = 6000
-    (2000, 4 * 8 ** -0.5),  # midway
+    (1500, 4 * 8**-0.25),  # n * t = 6000
+    (2000, 4 * 8**-0.5),  # midway
     (3000, 0.5),  # n * t = e: 4 * 8 ** -1
     (30000, 0.5),  # held
 ]
@@ -94,7 +94,7 @@ def test_floor_applies_per_group():
     optimizer = _optimizer(1.0, 0.1)
     scheduler = RnmtPlusLearningRate(optimizer, 0, 10, 20, min_learning_rate=0.3)
     scheduler.step_batch(15)  # factor 2 ** -0.5 = 0.707
-    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([2 ** -0.5, 0.3])
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([2**-0.5, 0.3])
     scheduler.step_batch(1000)  # factor 0.5
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([0.5, 0.3])
 
@@ -297,8 +297,23 @@ def test_authors_schedule_for_any_batch_and_number_of_workers(global_batch, work
     assert (scheduler.decay_start, scheduler.decay_end) == (start, end)
     assert scheduler.num_replicas == global_batch / 128
     ten_epochs = int(4e8 / global_batch)  # 4e8 windows: the authors' 10 epochs
-    for step in (1, 2, 5000, 9999, 10000, 20000, start - 1, start, start + 1, (start + end) // 2,
-                 ten_epochs, end - 1, end, end + 1, 3 * end):
+    for step in (
+        1,
+        2,
+        5000,
+        9999,
+        10000,
+        20000,
+        start - 1,
+        start,
+        start + 1,
+        (start + end) // 2,
+        ten_epochs,
+        end - 1,
+        end,
+        end + 1,
+        3 * end,
+    ):
         expected = authors_learning_rate(step, global_batch)
         assert _lr_at(scheduler, step) == pytest.approx(expected, rel=1e-12), step
 
@@ -309,7 +324,7 @@ def test_authors_schedule_peak_and_end_of_ten_epochs():
     scheduler = _authors_scheduler(256)
     values = [_lr_at(scheduler, t) for t in range(0, int(4e8 / 256) + 1, 997)]
     assert max(values) == pytest.approx(2e-4)
-    assert _lr_at(scheduler, int(4e8 / 256)) == pytest.approx(2e-4 * 4 ** -0.375, rel=1e-9)
+    assert _lr_at(scheduler, int(4e8 / 256)) == pytest.approx(2e-4 * 4**-0.375, rel=1e-9)
     # The same number of windows with 4 workers of 256 (B = 1024): peak 8e-4, same 1.6e8-window
     # decay start.
     scheduler = _authors_scheduler(256, world_size=4)
@@ -319,13 +334,17 @@ def test_authors_schedule_peak_and_end_of_ten_epochs():
 
 def test_authors_schedule_explicit_arguments_and_errors():
     scheduler = _authors_scheduler(
-        8, world_size=2, warmup_steps=10, decay_start_instances=1600, decay_end_instances=3200,
+        8,
+        world_size=2,
+        warmup_steps=10,
+        decay_start_instances=1600,
+        decay_end_instances=3200,
         reference_batch_size=4,
     )
     assert scheduler.formula == "authors"
     assert (scheduler.num_replicas, scheduler.decay_start, scheduler.decay_end) == (4, 100, 200)
     assert _lr_at(scheduler, 5) == pytest.approx(1e-4 * (1 + 5 * 3 / 10))
-    assert _lr_at(scheduler, 150) == pytest.approx(1e-4 * 4 * 8 ** -0.5)
+    assert _lr_at(scheduler, 150) == pytest.approx(1e-4 * 4 * 8**-0.5)
     assert _lr_at(scheduler, 199) < 1e-4 * 0.6 and _lr_at(scheduler, 200) == pytest.approx(5e-5)
     for bad in ({"batch_size": 0}, {"world_size": 0}, {"reference_batch_size": 0}):
         with pytest.raises(ConfigurationError, match=next(iter(bad))):
@@ -341,30 +360,40 @@ def test_authors_schedule_with_a_small_batch_still_halves_at_the_end():
     assert all(math.isfinite(_lr_at(scheduler, t)) for t in (0, 10**6, 10**8))
 
 
-@pytest.mark.parametrize("loader_batch, accumulation, world_size", [(8, 1, 1), (4, 3, 1), (6, 2, 4)])
+@pytest.mark.parametrize(
+    "loader_batch, accumulation, world_size", [(8, 1, 1), (4, 3, 1), (6, 2, 4)]
+)
 def test_the_trainer_gives_the_schedule_the_global_batch(loader_batch, accumulation, world_size):
     # B = the loader's batch x gradient accumulation x world size, whatever the config says
     # elsewhere: `-o '{"data_loader.batch_sampler.batch_size": N}'` moves the schedule with it.
     model = ToyRegression()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     scheduler = RnmtPlusLearningRate.from_global_batch(
-        optimizer, warmup_steps=10, decay_start_instances=4800, decay_end_instances=9600,
+        optimizer,
+        warmup_steps=10,
+        decay_start_instances=4800,
+        decay_end_instances=9600,
         reference_batch_size=4,
     )
     with pytest.raises(ConfigurationError, match="global batch"):
         scheduler.step_batch(1)  # no trainer has told it B yet
-    instances = [
-        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
-    ]
+    instances = [Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})]
     FastRecoveryTrainer(
-        model, optimizer, SimpleDataLoader(instances, batch_size=loader_batch, vocab=model.vocab),
-        num_epochs=1, num_gradient_accumulation_steps=accumulation, world_size=world_size,
+        model,
+        optimizer,
+        SimpleDataLoader(instances, batch_size=loader_batch, vocab=model.vocab),
+        num_epochs=1,
+        num_gradient_accumulation_steps=accumulation,
+        world_size=world_size,
         learning_rate_scheduler=scheduler,
     )
     global_batch = loader_batch * accumulation * world_size
     assert scheduler.global_batch == global_batch
     assert scheduler.num_replicas == global_batch / 4
-    assert (scheduler.decay_start, scheduler.decay_end) == (4800 // global_batch, 9600 // global_batch)
+    assert (scheduler.decay_start, scheduler.decay_end) == (
+        4800 // global_batch,
+        9600 // global_batch,
+    )
 
 
 def test_a_config_batch_size_that_disagrees_with_the_loader_is_an_error():
@@ -375,7 +404,11 @@ def test_a_config_batch_size_that_disagrees_with_the_loader_is_an_error():
     for configured, accumulation, ok in ((16, 1, True), (16, 2, False), (768, 1, False)):
         scheduler = RnmtPlusLearningRate.from_global_batch(optimizer, batch_size=configured)
         build = lambda: FastRecoveryTrainer(  # noqa: E731
-            model, optimizer, loader, num_epochs=1, num_gradient_accumulation_steps=accumulation,
+            model,
+            optimizer,
+            loader,
+            num_epochs=1,
+            num_gradient_accumulation_steps=accumulation,
             learning_rate_scheduler=scheduler,
         )
         if ok:
@@ -406,7 +439,7 @@ def test_run_fractions_decay_alike_for_any_corpus_length(steps_per_epoch, num_ep
     assert (scheduler.decay_start, scheduler.decay_end) == (total // 2, total)
     # The same curve at the same fractions of the run: held at lr0 for the first half, then down
     # to lr0 / 2 at the last step, whatever the corpus's length.
-    for fraction, factor in ((0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (0.75, 2 ** -0.5), (1.0, 0.5)):
+    for fraction, factor in ((0.0, 1.0), (0.25, 1.0), (0.5, 1.0), (0.75, 2**-0.5), (1.0, 0.5)):
         assert _lr_at(scheduler, round(fraction * total)) == pytest.approx(LR0 * factor, rel=1e-12)
 
 
@@ -414,7 +447,12 @@ def test_run_fractions_equal_the_explicit_steps_they_stand_for():
     # 660 steps, n = 4: the warm-up ends at 10% of the run (t = n * p = 66), the decay runs
     # from 50% to 100% of it (n * t from 1320 to 2640).
     fractions = _run_scheduler(
-        1, 660, warmup_fraction=0.1, decay_start_fraction=0.5, decay_end_fraction=1.0, num_replicas=4
+        1,
+        660,
+        warmup_fraction=0.1,
+        decay_start_fraction=0.5,
+        decay_end_fraction=1.0,
+        num_replicas=4,
     )
     steps = RnmtPlusLearningRate(
         _optimizer(LR0), warmup_steps=16, decay_start=1320, decay_end=2640, num_replicas=4

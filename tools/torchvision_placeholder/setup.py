@@ -3,6 +3,7 @@
 The `.pth` must land at the root of site-packages, so the build step copies it there explicitly
 (an editable install would not).
 """
+
 import shutil
 from pathlib import Path
 

@@ -7,6 +7,7 @@ this package calls `install()` at interpreter start-up: it appends a finder to t
 `sys.meta_path`, so a real torchvision, when installed, is always found first.
 Any use of the placeholder (calling or instantiating anything from it) raises a clear error.
 """
+
 import importlib.abc
 import importlib.machinery
 import sys

@@ -1,5 +1,6 @@
 """The one reader of model archives, which may come from strangers (docs/trust_and_safety.md), by concern;
 `limits.py` holds what the modules share."""
+
 from elmoc_allennlp.common.archives.config_policy import (  # noqa: F401
     carried_bilm_directory,
     check_config_types,

@@ -1,6 +1,7 @@
 """The self-contained policy of archived configs: strict JSON, dotted types never imported and of the
 kind their slot takes, no URL and no other archive in the sections loading builds, which together imply
 at most `ELMOC_ARCHIVE_MAX_PARAMETERS`."""
+
 import hashlib
 import json
 import os
@@ -37,7 +38,9 @@ class _NotJson:
         self.name = name
 
 
-def read_config(directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME) -> Dict[str, Any]:
+def read_config(
+    directory: Union[str, os.PathLike], archive: str, member: str = CONFIG_NAME
+) -> Dict[str, Any]:
     """The strict-JSON config `member` of an extracted archive, its types checked."""
     path = _regular_file(directory, member, archive)
     if path is None:
@@ -64,7 +67,8 @@ def read_config(directory: Union[str, os.PathLike], archive: str, member: str = 
             )
         if isinstance(value, _NotJson):
             raise ConfigurationError(
-                f"{source}: {key} is {value.name}, which strict JSON does not have (archived configs are strict JSON)"
+                f"{source}: {key} is {value.name}, which strict JSON does not have "
+                "(archived configs are strict JSON)"
             )
     if member.endswith(CONFIG_NAME) and not isinstance(config.get("model"), dict):
         raise ConfigurationError(f"The {member} of model archive {archive} has no model section")
@@ -100,9 +104,12 @@ def carried_bilm_directory(serialization_dir: Union[str, os.PathLike], archive_f
     return Path(serialization_dir) / CARRIED_DIRECTORY / key
 
 
-def check_self_contained(config: Dict[str, Any], directory: Union[str, os.PathLike], source: str) -> None:
+def check_self_contained(
+    config: Dict[str, Any], directory: Union[str, os.PathLike], source: str
+) -> None:
     """The sections loading builds (less the keys allennlp drops) name no URL and no other archive: no
-    `from_archive`, `elmoc_bilm_from_archive` or biLM `archive_file` not carried in `elmoc_bilm/`."""
+    `from_archive`, `elmoc_bilm_from_archive` or biLM `archive_file` not carried in `elmoc_bilm/`.
+    """
     for section in _LOADED_SECTIONS:
         for key, name, value, _ in walk(config.get(section), section, skip=_DROPPED_AT_LOADING):
             if not isinstance(value, str):

@@ -1,5 +1,7 @@
 """`extract_archive`: only regular files and folders, each member checked from its header, then the weights
-header, the configs and their parameter bound; `read_archive` shares one extraction per archive in use."""
+header, the configs and their parameter bound; `read_archive` shares one extraction per archive in use.
+"""
+
 import atexit
 import contextlib
 import logging
@@ -29,7 +31,11 @@ from elmoc_allennlp.common.archives.limits import (
     extraction_limits,
 )
 from elmoc_allennlp.common.archives.parameter_bound import config_parameter_bound
-from elmoc_allennlp.common.archives.vocabulary import _is_vocabulary, _VocabularyCount, check_carried_vocabularies
+from elmoc_allennlp.common.archives.vocabulary import (
+    _is_vocabulary,
+    _VocabularyCount,
+    check_carried_vocabularies,
+)
 from elmoc_allennlp.common.archives.weights_header import check_weights_file
 from elmoc_allennlp.common.archives.zip_archives import refuse_zip
 from elmoc_allennlp.common.disk_full import DiskFullError, find_disk_full
@@ -38,7 +44,11 @@ logger = logging.getLogger(__name__)
 
 
 def _check_member(
-    archive: str, member: tarfile.TarInfo, names: Dict[str, bool], totals: List[int], limits: Tuple[int, ...]
+    archive: str,
+    member: tarfile.TarInfo,
+    names: Dict[str, bool],
+    totals: List[int],
+    limits: Tuple[int, ...],
 ) -> str:
     """The member's normalised name, or `UnsafeArchiveError`. `names`: every name seen -> is a folder;
     `totals`: members, bytes and folders; `limits`: `extraction_limits`."""
@@ -60,11 +70,17 @@ def _check_member(
     components = name.count("/") + 1
     if components > limits[4]:
         raise UnsafeArchiveError(
-            archive, name[:200], f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[4]:,})"
+            archive,
+            name[:200],
+            f"has {components:,} path components, past ELMOC_ARCHIVE_MAX_DEPTH ({limits[4]:,})",
         )
     parts = name.split("/")
-    if any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts):
-        raise UnsafeArchiveError(archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes")
+    if any(
+        len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_COMPONENT_BYTES for part in parts
+    ):
+        raise UnsafeArchiveError(
+            archive, name[:1000], f"has a component longer than {MAX_NAME_COMPONENT_BYTES} bytes"
+        )
     normalised = posixpath.normpath(name)
     if normalised == "." and member.isdir():
         return normalised
@@ -74,7 +90,9 @@ def _check_member(
         raise UnsafeArchiveError(archive, name, "appears twice in the archive")
     if member.isdir() and _is_vocabulary(posixpath.dirname(normalised)):
         # allennlp's `Vocabulary.from_files` reads every entry of the folder as a file.
-        raise UnsafeArchiveError(archive, name, "is a folder inside vocabulary/, where files are expected")
+        raise UnsafeArchiveError(
+            archive, name, "is a folder inside vocabulary/, where files are expected"
+        )
     parent = posixpath.dirname(normalised)
     while parent and names.get(parent) is not True:
         if parent in names or parent in REGULAR_MEMBERS:
@@ -88,7 +106,9 @@ def _check_member(
     totals[0] += 1
     totals[1] += member.size if member.isfile() else 0
     json_bytes = member.size if normalised.endswith(".json") else 0
-    for value, limit, what in zip((totals[0], totals[1], json_bytes, totals[2]), limits, _LIMIT_NAMES):
+    for value, limit, what in zip(
+        (totals[0], totals[1], json_bytes, totals[2]), limits, _LIMIT_NAMES
+    ):
         if value > limit:
             raise UnsafeArchiveError(archive, name, f"makes {value:,} {what} ({limit:,})")
     return normalised
@@ -131,7 +151,9 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         with _writing_named(archive, member.name, target):
             os.makedirs(target if member.isdir() else os.path.dirname(target), exist_ok=True)
             if member.isfile():
-                with _damage_named(archive, f"member {member.name!r} is "), open(target, "xb") as out:
+                with _damage_named(archive, f"member {member.name!r} is "), open(
+                    target, "xb"
+                ) as out:
                     source = tar.extractfile(member)
                     if _is_vocabulary(posixpath.dirname(normalised)):
                         vocabulary.copy(source, out, member.name)
@@ -142,7 +164,9 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
         tar.fileobj.seek(tar.offset)
         marker = tar.fileobj.read(2 * tarfile.BLOCKSIZE)
         if len(marker) < 2 * tarfile.BLOCKSIZE or marker.count(0) != len(marker):
-            raise CorruptArchiveError(archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data")
+            raise CorruptArchiveError(
+                archive, f"truncated or corrupt after {tar.offset:,} bytes of tar data"
+            )
         while tar.fileobj.read(1 << 20):
             pass
     for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
@@ -172,7 +196,9 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
 _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
 
 
-def extract_archive(archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None) -> str:
+def extract_archive(
+    archive_path: Union[str, os.PathLike], directory: Optional[Union[str, os.PathLike]] = None
+) -> str:
     """Extracts `archive_path`, checked, into `directory` (which must not exist) or a new temporary folder."""
     archive = os.fspath(archive_path)
     try:
@@ -212,7 +238,9 @@ def extracted_from(directory: Union[str, os.PathLike]) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def extracted_archive(resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True) -> Iterator[str]:
+def extracted_archive(
+    resolved_archive_file: Union[str, os.PathLike], cleanup: bool = True
+) -> Iterator[str]:
     """allennlp's `allennlp.models.archival.extracted_archive`, with `extract_archive`'s checks."""
     directory = extract_archive(resolved_archive_file)
     try:
@@ -252,7 +280,9 @@ class ExtractedArchive(contextlib.AbstractContextManager):
 _OPENED: Dict[Tuple, ExtractedArchive] = {}
 
 
-def read_archive(archive_path: Union[str, os.PathLike], name: Optional[str] = None) -> ExtractedArchive:
+def read_archive(
+    archive_path: Union[str, os.PathLike], name: Optional[str] = None
+) -> ExtractedArchive:
     """The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
     use (keyed by path, inode, size and mtime). `name` is how errors call it."""
     path = os.fspath(archive_path)

@@ -1,4 +1,5 @@
 """What every part of archive reading shares: member names, limits, errors naming the archive, `walk`."""
+
 import contextlib
 import os
 import stat
@@ -38,7 +39,11 @@ _LIMIT_NAMES = (
     "bytes of JSON, past ELMOC_ARCHIVE_MAX_JSON_BYTES",
     "folders, past ELMOC_ARCHIVE_MAX_FOLDERS",
 )
-_SPECIAL_FILES = {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device", tarfile.FIFOTYPE: "a FIFO"}
+_SPECIAL_FILES = {
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a FIFO",
+}
 
 # Errors of truncated or damaged compressed streams.
 _STREAM_ERRORS: tuple = (tarfile.TarError, EOFError, zlib.error, OSError)
@@ -66,7 +71,9 @@ class CorruptArchiveError(ConfigurationError):
 
     def __init__(self, archive: str, problem: str) -> None:
         self.archive = archive
-        super().__init__(f"{archive} is not a readable model archive: {problem}; download or copy it again")
+        super().__init__(
+            f"{archive} is not a readable model archive: {problem}; download or copy it again"
+        )
 
 
 @contextlib.contextmanager
@@ -106,7 +113,9 @@ def limit_variable(variable: str, default: int) -> int:
     # ASCII digits only (`"²".isdigit()` is true), and few enough that `int` is cheap.
     if not (value.isascii() and value.isdigit() and len(value) <= 30) or int(value) == 0:
         shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value):,} characters)"
-        raise ConfigurationError(f"{variable} must be a positive integer of at most 30 digits, got {shown!r}")
+        raise ConfigurationError(
+            f"{variable} must be a positive integer of at most 30 digits, got {shown!r}"
+        )
     return int(value)
 
 
@@ -121,7 +130,9 @@ def _regular_file(directory: Union[str, os.PathLike], name: str, archive: str) -
     return path
 
 
-def walk(value: Any, prefix: str = "", skip: frozenset = frozenset()) -> Iterator[Tuple[str, Any, Any, int]]:
+def walk(
+    value: Any, prefix: str = "", skip: frozenset = frozenset()
+) -> Iterator[Tuple[str, Any, Any, int]]:
     """`(dotted path, key, value, depth)` of every value of a nested config or state dict, in order and
     iteratively; the subtrees of keys in `skip` are left out."""
     stack = [(prefix, None, value, 1)]

@@ -1,5 +1,6 @@
 """The parameters a model config builds at least, from its sizes alone, so that a config implying more
 than `ELMOC_ARCHIVE_MAX_PARAMETERS` (or its weights hold) is refused before any layer is built."""
+
 from typing import Any, Tuple
 
 from elmoc_allennlp.common.archives.limits import walk
@@ -33,5 +34,8 @@ def config_parameter_bound(config: Any, prefix: str = "model") -> Tuple[int, str
         matrix = smallest * dimensions[largest_name]
         stacked = (sizes.get("num_layers", 1) - 1) * smallest * smallest
         total += matrix + stacked
-        largest = max(largest, (matrix + stacked, f"{where}.{'num_layers' if stacked > matrix else largest_name}"))
+        largest = max(
+            largest,
+            (matrix + stacked, f"{where}.{'num_layers' if stacked > matrix else largest_name}"),
+        )
     return total, largest[1]

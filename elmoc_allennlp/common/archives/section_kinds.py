@@ -1,6 +1,7 @@
 """The kind check of archived configs, as data: each section loading builds names a subclass of its base
 class (`model` a `Model`, `dataset_reader` a `DatasetReader`, ...), and so does each nested slot whose
 base class the constructor's annotation gives; no module a config names is imported."""
+
 import collections.abc
 import importlib
 import inspect
@@ -25,7 +26,15 @@ SECTION_BASES = (
     ("evaluation", "allennlp.evaluation.evaluator", "Evaluator"),
 )
 BUILT_SECTIONS = tuple(section for section, _, _ in SECTION_BASES)
-_SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Iterable, collections.abc.Set)
+_SEQUENCES = (
+    list,
+    tuple,
+    set,
+    frozenset,
+    collections.abc.Sequence,
+    collections.abc.Iterable,
+    collections.abc.Set,
+)
 _UNIONS = (typing.Union, getattr(types, "UnionType", typing.Union))  # `X | None` from Python 3.10
 _MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
 # Nested slots deeper than this are left to `check_config_types` (real configs nest under 10 levels).
@@ -60,7 +69,9 @@ def _check_slot(params: Dict[str, Any], base: type, where: str, source: str) -> 
                 stack.append((child, child_base, child_where, depth + 1))
 
 
-def _resolve(params: Dict[str, Any], base: type, where: str, source: str) -> Optional[Tuple[type, Optional[str]]]:
+def _resolve(
+    params: Dict[str, Any], base: type, where: str, source: str
+) -> Optional[Tuple[type, Optional[str]]]:
     """The class (and registered constructor) allennlp builds for `params` in a slot of `base`, or
     `None` where it cannot be told (allennlp reports it); a class of another kind is refused."""
     from allennlp.common.registrable import Registrable
@@ -107,7 +118,9 @@ def _parameter_annotations(cls: type, constructor: Optional[str]) -> Dict[str, A
         return {}
     try:
         parameters = infer_method_params(cls, method)
-    except Exception:  # noqa: BLE001  (no signature, ...: no slot is known, allennlp reports what it cannot build)
+    except (
+        Exception
+    ):  # noqa: BLE001  (no signature, ...: no slot is known, allennlp reports what it cannot build)
         return {}
     return {
         name: parameter.annotation
@@ -139,7 +152,9 @@ def _slots(value: Any, annotation: Any, where: str) -> List[Tuple[str, Dict[str,
                 if origin is tuple and arguments[-1] is not Ellipsis
                 else [(item, arguments[0]) for item in value]
             )
-            pending.extend((item, kind, f"{where}.{index}") for index, (item, kind) in enumerate(items))
+            pending.extend(
+                (item, kind, f"{where}.{index}") for index, (item, kind) in enumerate(items)
+            )
         elif isinstance(value, dict) and origin in _MAPPINGS and len(arguments) == 2:
             pending.extend((item, arguments[1], f"{where}.{key}") for key, item in value.items())
         elif (

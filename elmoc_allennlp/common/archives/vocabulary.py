@@ -1,5 +1,6 @@
 """The vocabulary folders of an archive (its own, each carried biLM's in `elmoc_bilm/<key>/`): counted
 together (`ELMOC_ARCHIVE_MAX_VOCABULARY_LINES` / `_BYTES`), UTF-8, each copy's required."""
+
 import codecs
 import posixpath
 from typing import Dict
@@ -38,12 +39,16 @@ class _VocabularyCount:
                 (self.bytes, self.byte_limit, "bytes, past ELMOC_ARCHIVE_MAX_VOCABULARY_BYTES"),
             ):
                 if value > limit:
-                    raise UnsafeArchiveError(self.archive, name, f"makes the vocabulary {value:,} {what} ({limit:,})")
+                    raise UnsafeArchiveError(
+                        self.archive, name, f"makes the vocabulary {value:,} {what} ({limit:,})"
+                    )
             out.write(chunk)
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as error:
-            raise UnsafeArchiveError(self.archive, name, f"is not UTF-8 text ({error.reason} at its end)") from None
+            raise UnsafeArchiveError(
+                self.archive, name, f"is not UTF-8 text ({error.reason} at its end)"
+            ) from None
 
 
 def _is_vocabulary(folder: str) -> bool:

@@ -1,5 +1,6 @@
 """The pickle-header reader: what a torch weights file's tensors are, from its `data.pkl` and zip
 directory, before torch reads anything, building no tensor and calling nothing but stand-ins."""
+
 import collections
 import io
 import math
@@ -12,9 +13,19 @@ from elmoc_allennlp.common.archives.limits import UnsafeArchiveError, walk
 
 # Bytes per element of the storage classes torch names in a weights file.
 _STORAGE_BYTES = {
-    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2,
-    "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1,
-    "BoolStorage": 1, "ComplexDoubleStorage": 16, "ComplexFloatStorage": 8, "UntypedStorage": 1,
+    "DoubleStorage": 8,
+    "FloatStorage": 4,
+    "HalfStorage": 2,
+    "BFloat16Storage": 2,
+    "LongStorage": 8,
+    "IntStorage": 4,
+    "ShortStorage": 2,
+    "CharStorage": 1,
+    "ByteStorage": 1,
+    "BoolStorage": 1,
+    "ComplexDoubleStorage": 16,
+    "ComplexFloatStorage": 8,
+    "UntypedStorage": 1,
 }
 # The largest `data.pkl` read to check the records (a state dict's is a few KB per 100 tensors).
 _MAX_PICKLE_BYTES = 64 << 20
@@ -28,7 +39,9 @@ _Storage = collections.namedtuple("_Storage", "kind key numel")
 _Tensor = collections.namedtuple("_Tensor", "storage offset size stride")
 # What the unpickler calls instead of torch's functions: records of what would be built.
 _STANDINS = {
-    "_rebuild_tensor": lambda storage, offset, size, stride, *rest: _Tensor(storage, offset, size, stride),
+    "_rebuild_tensor": lambda storage, offset, size, stride, *rest: _Tensor(
+        storage, offset, size, stride
+    ),
     "_rebuild_parameter": lambda data, *rest: data,
     "_rebuild_from_type_v2": lambda function, new_type, args, state: function(*args),
 }
@@ -64,8 +77,15 @@ class _HeaderUnpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
             raise pickle.UnpicklingError(f"holds an unknown persistent record {str(pid)[:80]}")
         _, kind, key, _, numel = pid
-        if kind not in _STORAGE_BYTES or type(numel) is not int or numel < 0 or not isinstance(key, str):
-            raise pickle.UnpicklingError(f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}")
+        if (
+            kind not in _STORAGE_BYTES
+            or type(numel) is not int
+            or numel < 0
+            or not isinstance(key, str)
+        ):
+            raise pickle.UnpicklingError(
+                f"holds a storage of type {str(kind)[:40]} and size {str(numel)[:40]}"
+            )
         name = f"{self.prefix}data/{key}"
         record, expected = self.records.get(name), numel * _STORAGE_BYTES[kind]
         if record is None or record.file_size != expected:
@@ -87,7 +107,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
     def refuse(reason: str) -> UnsafeArchiveError:
         return UnsafeArchiveError(archive, member, reason)
 
-    not_zip = "is not a torch weights file (a zip archive from its first byte, as torch.save writes)"
+    not_zip = (
+        "is not a torch weights file (a zip archive from its first byte, as torch.save writes)"
+    )
     with open(path, "rb") as weights:
         # torch reads a file not starting with a zip record in its legacy format, whose storages it
         # allocates from their declared sizes: a legacy file with a zip appended would pass as the zip.
@@ -103,7 +125,9 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         records = {}
         for info in zipped.infolist():
             if info.compress_type != zipfile.ZIP_STORED:
-                raise refuse(f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)")
+                raise refuse(
+                    f"has a compressed record {info.filename!r} (torch.save stores them uncompressed)"
+                )
             records[info.filename] = info
         # Stored records are parts of the file: together no larger than it (torch allocates what a
         # header declares).
@@ -125,9 +149,21 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
             state = _HeaderUnpickler(zipped.read(pickles[0]), records, prefix).load()
         except _Refused as refused:
             raise refuse(str(refused)) from None
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-                IndexError, KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as error:
-            raise refuse(f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})") from None
+        except (
+            pickle.UnpicklingError,
+            EOFError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            IndexError,
+            KeyError,
+            RecursionError,
+            MemoryError,
+            zipfile.BadZipFile,
+        ) as error:
+            raise refuse(
+                f"is not a file of tensors ({type(error).__name__}: {str(error)[:200]})"
+            ) from None
     storages: Dict[str, int] = {}
     for key, _, tensor, _ in walk(state):
         if not isinstance(tensor, _Tensor):
@@ -139,15 +175,22 @@ def check_weights_file(path: Union[str, os.PathLike], archive: str, member: str)
         expected = storage.numel * _STORAGE_BYTES[storage.kind]
         if record is None or record.file_size != expected:
             size = "no record" if record is None else f"a record of {record.file_size:,} bytes"
-            raise refuse(f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}")
+            raise refuse(
+                f"has a tensor {key!r} whose storage declares {expected:,} bytes but has {size}"
+            )
         storages[storage.key] = storage.numel
         size, stride, offset = tensor.size, tensor.stride, tensor.offset
         if not (
-            isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)
-            and len(size) == len(stride) and all(isinstance(n, int) and n >= 0 for n in size + stride)
+            isinstance(offset, int)
+            and isinstance(size, tuple)
+            and isinstance(stride, tuple)
+            and len(size) == len(stride)
+            and all(isinstance(n, int) and n >= 0 for n in size + stride)
             and offset >= 0
         ):
-            raise refuse(f"has a tensor {key!r} of size {str(size)[:80]} and stride {str(stride)[:80]}")
+            raise refuse(
+                f"has a tensor {key!r} of size {str(size)[:80]} and stride {str(stride)[:80]}"
+            )
         numel = math.prod(size)
         extent = offset + sum((n - 1) * step for n, step in zip(size, stride)) + 1 if numel else 0
         if numel > storage.numel or extent > storage.numel:

@@ -1,6 +1,7 @@
 """A zip given as a model archive: allennlp reads `.tar.gz` archives only. Its configs are read (bounded)
 to tell whether it holds one of the plugin's models; reading it as an archive is a `CorruptArchiveError`
 naming the file and its config member, before any folder is made."""
+
 import posixpath
 import zipfile
 from typing import Iterator, List, Optional, Tuple
@@ -10,13 +11,16 @@ from elmoc_allennlp.common.archives.limits import CONFIG_NAME, CorruptArchiveErr
 
 def _config_members(zipped: zipfile.ZipFile) -> List[zipfile.ZipInfo]:
     return [
-        info for info in zipped.infolist() if not info.is_dir() and posixpath.basename(info.filename) == CONFIG_NAME
+        info
+        for info in zipped.infolist()
+        if not info.is_dir() and posixpath.basename(info.filename) == CONFIG_NAME
     ]
 
 
 def zipped_configs(path: str, byte_limit: int) -> Iterator[Tuple[str, Optional[bytes]]]:
     """`(member name, its bytes)` of each `config.json` of the zip archive `path`; the bytes are `None`
-    where the member is larger than `byte_limit` (its directory entry or its inflated data) or damaged."""
+    where the member is larger than `byte_limit` (its directory entry or its inflated data) or damaged.
+    """
     try:
         zipped = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
@@ -28,8 +32,17 @@ def zipped_configs(path: str, byte_limit: int) -> Iterator[Tuple[str, Optional[b
                 continue
             try:
                 with zipped.open(info) as member:
-                    data = member.read(byte_limit + 1)  # the directory may understate an inflated member
-            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError):
+                    data = member.read(
+                        byte_limit + 1
+                    )  # the directory may understate an inflated member
+            except (
+                zipfile.BadZipFile,
+                OSError,
+                ValueError,
+                EOFError,
+                NotImplementedError,
+                RuntimeError,
+            ):
                 data = None
             yield info.filename, (data if data is not None and len(data) <= byte_limit else None)
 

@@ -1,4 +1,5 @@
 """allennlp's multi-process data loader, with the length of an epoch known from the corpus index."""
+
 import math
 from typing import Iterator, Optional
 
@@ -12,7 +13,9 @@ from elmoc_allennlp.data.dataset_readers.corpus_shares import EpochLengthError, 
 class _SizedIterator:
     """The batches of one epoch with their number (`len`); one counted from the index (`checked`) is checked."""
 
-    def __init__(self, batches: Iterator[TensorDict], length: int, checked: Optional[str] = None) -> None:
+    def __init__(
+        self, batches: Iterator[TensorDict], length: int, checked: Optional[str] = None
+    ) -> None:
         self._batches = batches
         self._length = length
         self._checked = checked
@@ -66,10 +69,14 @@ class CorpusDataLoader(MultiProcessDataLoader):
         countable = self.batch_sampler is None or type(self.batch_sampler) is BucketBatchSampler
         if share_sizes is None or not countable:
             return None
-        size = self.batch_size if self.batch_sampler is None else self.batch_sampler.get_batch_size()
+        size = (
+            self.batch_size if self.batch_sampler is None else self.batch_sampler.get_batch_size()
+        )
         if not isinstance(size, int) or size < 1:
             return None  # a bad batch size: its error comes from where it is checked
-        return sum(self._batches_of(size) for size in share_sizes(self.data_path, max(1, self.num_workers)))
+        return sum(
+            self._batches_of(size) for size in share_sizes(self.data_path, max(1, self.num_workers))
+        )
 
     def _batches_of(self, num_instances: int) -> int:
         """The batches made of one reader's `num_instances` instances."""
@@ -88,7 +95,11 @@ class CorpusDataLoader(MultiProcessDataLoader):
 
     def _where(self) -> str:
         rank, world_size = process_rank(getattr(self.reader, "_distributed_info", None))
-        return str(self.data_path) if world_size == 1 else f"{self.data_path} on rank {rank} of {world_size}"
+        return (
+            str(self.data_path)
+            if world_size == 1
+            else f"{self.data_path} on rank {rank} of {world_size}"
+        )
 
     def __iter__(self) -> Iterator[TensorDict]:
         batches = super().__iter__()

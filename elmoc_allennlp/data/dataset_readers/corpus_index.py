@@ -3,6 +3,7 @@ The index of a corpus file: each line's offset, whitespace tokens and line-break
 (docs/scale_and_fault_tolerance.md, "The corpus index"). Format (little-endian): `_HEADER`, then
 `uint64` offsets of the `n + 1` line starts, `int32` token counts (`-1`: not UTF-8), `uint8` breaks.
 """
+
 import codecs
 import hashlib
 import logging
@@ -61,7 +62,9 @@ class CorpusDecodingError(ConfigurationError):
     """A corpus line that is not valid UTF-8, naming the file, line and byte offset in the line."""
 
     def __init__(self, path: str, line_number: int, byte_offset: int, reason: str) -> None:
-        super().__init__(f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})")
+        super().__init__(
+            f"{path}, line {line_number}: invalid UTF-8 at byte offset {byte_offset} ({reason})"
+        )
         self.path = path
         self.line_number = line_number
         self.byte_offset = byte_offset
@@ -87,7 +90,9 @@ def _corpus_key(path: str) -> _CorpusKey:
     stat = os.stat(path)
     digest = hashlib.sha256(str(stat.st_size).encode())
     with open(path, "rb") as corpus:
-        for start in sorted({0, max(0, stat.st_size // 2 - _SAMPLE // 2), max(0, stat.st_size - _SAMPLE)}):
+        for start in sorted(
+            {0, max(0, stat.st_size // 2 - _SAMPLE // 2), max(0, stat.st_size - _SAMPLE)}
+        ):
             corpus.seek(start)
             digest.update(corpus.read(_SAMPLE))
     return _CorpusKey(stat.st_size, stat.st_mtime_ns, digest.digest())
@@ -173,7 +178,9 @@ def _build_one(path: str) -> Tuple[str, bytes]:
         offsets.byteswap()
         tokens.byteswap()
     payload = offsets.tobytes() + tokens.tobytes() + breaks.tobytes()
-    header = _HEADER.pack(_MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload))
+    header = _HEADER.pack(
+        _MAGIC, INDEX_VERSION, len(tokens), key.size, key.mtime_ns, key.sample, zlib.crc32(payload)
+    )
     return path, header + payload
 
 
@@ -199,8 +206,12 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
     if zlib.crc32(payload) != crc:
         raise DamagedIndexError("checksum mismatch")
     offsets = numpy.frombuffer(data, dtype="<u8", count=num_lines + 1, offset=_HEADER.size)
-    tokens = numpy.frombuffer(data, dtype="<i4", count=num_lines, offset=_HEADER.size + 8 * (num_lines + 1))
-    breaks = numpy.frombuffer(data, dtype="u1", count=num_lines, offset=_HEADER.size + 12 * num_lines + 8)
+    tokens = numpy.frombuffer(
+        data, dtype="<i4", count=num_lines, offset=_HEADER.size + 8 * (num_lines + 1)
+    )
+    breaks = numpy.frombuffer(
+        data, dtype="u1", count=num_lines, offset=_HEADER.size + 12 * num_lines + 8
+    )
     lengths = numpy.diff(offsets.astype(numpy.int64))
     if (
         int(offsets[0]) not in (0, 3)
@@ -211,7 +222,9 @@ def parse_index(data: bytes, corpus_path: str, key: _CorpusKey) -> Optional[Corp
         or numpy.any(breaks > lengths)
     ):
         raise DamagedIndexError("offsets or token counts outside the corpus file")
-    return CorpusIndex(corpus_path, offsets.astype(numpy.uint64), tokens.astype(numpy.int32), breaks.copy())
+    return CorpusIndex(
+        corpus_path, offsets.astype(numpy.uint64), tokens.astype(numpy.int32), breaks.copy()
+    )
 
 
 # Indexes loaded by this process (and inherited by forked loader workers), by corpus path.
@@ -236,7 +249,10 @@ def _load_cached(path: str, cache_directory: Optional[str]) -> Optional[CorpusIn
             logger.warning("The corpus index %s is damaged (%s): rebuilding it", index_path, error)
             continue
         if index is None:
-            logger.info("The corpus index %s is out of date (the corpus file changed): rebuilding it", index_path)
+            logger.info(
+                "The corpus index %s is out of date (the corpus file changed): rebuilding it",
+                index_path,
+            )
             continue
         return index
     return None
@@ -265,7 +281,11 @@ def load_indexes(
     for path in dict.fromkeys(paths):
         stat_key = _stat_key(path)
         loaded = _LOADED.get(path)
-        index = loaded[1] if loaded is not None and loaded[0] == stat_key else _load_cached(path, cache_directory)
+        index = (
+            loaded[1]
+            if loaded is not None and loaded[0] == stat_key
+            else _load_cached(path, cache_directory)
+        )
         if index is not None:
             found[path] = index
             _LOADED[path] = (stat_key, index)
@@ -275,7 +295,9 @@ def load_indexes(
     return [found[path] for path in paths]
 
 
-def _build(paths: List[str], cache_directory: Optional[str], processes: Optional[int]) -> Dict[str, CorpusIndex]:
+def _build(
+    paths: List[str], cache_directory: Optional[str], processes: Optional[int]
+) -> Dict[str, CorpusIndex]:
     total = sum(os.path.getsize(path) for path in paths)
     if processes is None:
         processes = (os.cpu_count() or 1) if total >= _PARALLEL_MIN_BYTES else 1
@@ -283,10 +305,19 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
     processes = max(1, min(processes, len(paths)))
     if multiprocessing.current_process().daemon:
         processes = 1
-    logger.info("Indexing %d corpus file(s), %.1f MB (once; %d process(es))", len(paths), total / 1e6, processes)
+    logger.info(
+        "Indexing %d corpus file(s), %.1f MB (once; %d process(es))",
+        len(paths),
+        total / 1e6,
+        processes,
+    )
     built: Dict[str, CorpusIndex] = {}
     progress = Tqdm.tqdm(
-        total=total, unit="B", unit_scale=True, desc="indexing the corpus", disable=total < _BAR_MIN_BYTES
+        total=total,
+        unit="B",
+        unit_scale=True,
+        desc="indexing the corpus",
+        disable=total < _BAR_MIN_BYTES,
     )
 
     def finish(path: str, data: bytes) -> None:
@@ -313,7 +344,9 @@ def _build(paths: List[str], cache_directory: Optional[str], processes: Optional
     return built
 
 
-def read_lines(index: CorpusIndex, line_numbers: numpy.ndarray, statistics=None) -> Iterator[Tuple[int, bytes]]:
+def read_lines(
+    index: CorpusIndex, line_numbers: numpy.ndarray, statistics=None
+) -> Iterator[Tuple[int, bytes]]:
     """`(line, raw line without its break)` of the 0-based `line_numbers`, in order; `statistics` counts reads."""
     if not len(line_numbers):
         return
@@ -346,12 +379,16 @@ def read_lines(index: CorpusIndex, line_numbers: numpy.ndarray, statistics=None)
                 while len(data) < high - low:
                     more = os.pread(descriptor, high - low - len(data), low + len(data))
                     if not more:
-                        raise ConfigurationError(f"{index.path} is shorter than when it was indexed")
+                        raise ConfigurationError(
+                            f"{index.path} is shorter than when it was indexed"
+                        )
                     data += more
                 if statistics is not None:
                     statistics.bytes += len(data)
                 for position in range(run_start, run_end):
-                    raw[numbers[position]] = data[begins[position] - low : text_ends[position] - low]
+                    raw[numbers[position]] = data[
+                        begins[position] - low : text_ends[position] - low
+                    ]
                 del data
             for line in block.tolist():
                 yield line, raw[line]

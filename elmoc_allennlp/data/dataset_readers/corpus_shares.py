@@ -2,6 +2,7 @@
 Which lines of a corpus each of the `R * W` readers reads in an epoch, in which order, and the
 `EpochLengthError` of a lost or repeated line (docs/scale_and_fault_tolerance.md, "Contiguous shares").
 """
+
 import glob
 import logging
 import os
@@ -81,8 +82,15 @@ class ReadStatistics:
     """The counts of one read of a share (`last_read_statistics`); `_OPTIONAL` ones only with their option."""
 
     _ALWAYS = (
-        "files", "lines", "blank_lines_skipped", "sentences", "sentences_split", "sentences_truncated",
-        "tokens", "instances", "bytes",
+        "files",
+        "lines",
+        "blank_lines_skipped",
+        "sentences",
+        "sentences_split",
+        "sentences_truncated",
+        "tokens",
+        "instances",
+        "bytes",
     )
     _OPTIONAL = ("invalid_lines_skipped", "long_lines_skipped", "tokens_truncated")
     __slots__ = _ALWAYS + _OPTIONAL
@@ -151,14 +159,22 @@ def corpus_files(file_path: Any) -> List[str]:
             raise ConfigurationError("Empty list of corpus paths")
         return [path for one_path in file_path for path in corpus_files(one_path)]
     if not isinstance(file_path, (str, PathLike)):
-        raise ConfigurationError(f"Corpus path must be a file, directory or glob pattern, got {file_path!r}")
+        raise ConfigurationError(
+            f"Corpus path must be a file, directory or glob pattern, got {file_path!r}"
+        )
     if not str(file_path).strip():
-        raise ConfigurationError(f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)")
+        raise ConfigurationError(
+            f"The corpus path is empty ({str(file_path)!r}): no file to read (an unset variable?)"
+        )
     pattern = os.path.expanduser(str(file_path))
     if os.path.isfile(pattern):
         return [pattern]
     if os.path.isdir(pattern):
-        paths = [os.path.join(pattern, name) for name in sorted(os.listdir(pattern)) if not name.startswith(".")]
+        paths = [
+            os.path.join(pattern, name)
+            for name in sorted(os.listdir(pattern))
+            if not name.startswith(".")
+        ]
         paths = [path for path in paths if os.path.isfile(path)]
         if not paths:
             raise ConfigurationError(f"Corpus directory {str(file_path)!r} contains no files")
@@ -169,7 +185,9 @@ def corpus_files(file_path: Any) -> List[str]:
     return paths
 
 
-def _plan_corpus(file_path: Any, paths: List[str], indexes: List[CorpusIndex], settings: ShareSettings) -> CorpusPlan:
+def _plan_corpus(
+    file_path: Any, paths: List[str], indexes: List[CorpusIndex], settings: ShareSettings
+) -> CorpusPlan:
     kinds, lengths, units = [], [], []
     any_text = False
     for index in indexes:
@@ -207,7 +225,9 @@ def _plan_corpus(file_path: Any, paths: List[str], indexes: List[CorpusIndex], s
     return CorpusPlan(indexes, kinds, lengths, units, totals, total_units, num_instances)
 
 
-def _tokenizer_counts(index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Tokenizer) -> numpy.ndarray:
+def _tokenizer_counts(
+    index: CorpusIndex, kinds: numpy.ndarray, tokenizer: Tokenizer
+) -> numpy.ndarray:
     """Each line's number of tokens by a (not whitespace) tokenizer: one pass."""
     counts = index.tokens.copy()
     for line, raw_line in read_lines(index, numpy.flatnonzero(kinds == _TEXT)):
@@ -238,11 +258,15 @@ class CorpusShares:
         self._plans[tuple(paths)] = (key, plan)
         return plan
 
-    def share_sizes(self, file_path: Any, rank: int, world_size: int, num_workers: int) -> List[int]:
+    def share_sizes(
+        self, file_path: Any, rank: int, world_size: int, num_workers: int
+    ) -> List[int]:
         """The number of instances of each loader worker of process `rank` (from the index)."""
         total = self.plan(file_path).num_instances
         count = world_size * num_workers
-        bounds = (share_bounds(total, rank * num_workers + worker, count) for worker in range(num_workers))
+        bounds = (
+            share_bounds(total, rank * num_workers + worker, count) for worker in range(num_workers)
+        )
         return [end - first for first, end in bounds]
 
     def share(self, file_path: Any, slot: ReaderSlot, epoch: Optional[int]) -> "CorpusShare":
@@ -254,21 +278,37 @@ class CorpusShare:
     """One reader's share of an epoch: instances `first` to `end - 1`, the units it needs and owns."""
 
     def __init__(
-        self, settings: ShareSettings, plan: CorpusPlan, slot: ReaderSlot, epoch: Optional[int], corpus: str
+        self,
+        settings: ShareSettings,
+        plan: CorpusPlan,
+        slot: ReaderSlot,
+        epoch: Optional[int],
+        corpus: str,
     ) -> None:
-        self.settings, self.plan, self.slot, self.epoch, self.corpus = settings, plan, slot, epoch, corpus
+        self.settings, self.plan, self.slot, self.epoch, self.corpus = (
+            settings,
+            plan,
+            slot,
+            epoch,
+            corpus,
+        )
         self.first, self.end = share_bounds(plan.num_instances, slot.index, slot.count)
         length = 1 if settings.mode == "sentence" else settings.window_length
         self.need = (self.first * length, min(self.end * length + (length > 1), plan.total_units))
         if self.end <= self.first:
             self.need = (0, 0)
-        self.own = (self.first * length, _NO_END if slot.index == slot.count - 1 else self.end * length)
+        self.own = (
+            self.first * length,
+            _NO_END if slot.index == slot.count - 1 else self.end * length,
+        )
         self.statistics = ReadStatistics(settings)
 
     def _order(self, count: int, *key: int) -> numpy.ndarray:
         """The epoch's order of `count` files (`key` 0) or lines (1, file number): drawn when shuffling."""
         if self.settings.shuffle and self.epoch is not None:
-            return numpy.random.default_rng([self.settings.seed % 2**64, self.epoch, *key]).permutation(count)
+            return numpy.random.default_rng(
+                [self.settings.seed % 2**64, self.epoch, *key]
+            ).permutation(count)
         return numpy.arange(count)
 
     def line_order(self, file_number: int) -> numpy.ndarray:
@@ -292,7 +332,9 @@ class CorpusShare:
                 if len(wanted[0]):
                     yield from self._file_lines(file_number, *wanted)
 
-    def _wanted_lines(self, file_number: int, start: int) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    def _wanted_lines(
+        self, file_number: int, start: int
+    ) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]:
         """`(line numbers, first units, owned)` of a file's lines this reader needs; counts those it owns."""
         need, own, plan = self.need, self.own, self.plan
         order = self.line_order(file_number)
@@ -351,7 +393,9 @@ class CorpusShare:
             try:
                 text = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise CorpusDecodingError(index.path, number + 1, error.start, error.reason) from None
+                raise CorpusDecodingError(
+                    index.path, number + 1, error.start, error.reason
+                ) from None
             yield ShareLine(index.path, number + 1, start, text, own, tokens)
         extra = next(source, None)
         if extra is not None:
@@ -368,7 +412,9 @@ class CorpusShare:
                 f"{self.slot} of the epoch of {self.corpus} read instance {got} past its last, {self.end - 1} "
                 f"({wanted} instances by its index)"
             )
-        read = f"instance {got} in its place" if got is not None else f"only {expected - self.first}"
+        read = (
+            f"instance {got} in its place" if got is not None else f"only {expected - self.first}"
+        )
         where = self.locate(expected)
         source = f"; it comes from {where[0]}, line {where[1]}" if where else ""
         return EpochLengthError(
@@ -378,7 +424,9 @@ class CorpusShare:
 
     def locate(self, instance: int) -> Optional[Tuple[str, int]]:
         """The file and line (1-based) that give instance `instance` of the epoch (`None`: none)."""
-        unit = instance if self.settings.mode == "sentence" else instance * self.settings.window_length
+        unit = (
+            instance if self.settings.mode == "sentence" else instance * self.settings.window_length
+        )
         for file_number, start in self._files():
             total = int(self.plan.totals[file_number])
             if start <= unit < start + total:

@@ -1,4 +1,5 @@
 """A lazy, shardable reader of tokenized language-modelling corpora, one sentence per line."""
+
 import logging
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
@@ -91,7 +92,9 @@ class LanguageModelCorpusReader(DatasetReader):
         index_directory: Optional[str] = None,
         **kwargs,
     ) -> None:
-        super().__init__(manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs)
+        super().__init__(
+            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
+        )
         check_one_of(mode, ("sentence", "window"), "mode")
         if mode == "window" and max_sequence_length is not None:
             raise ConfigurationError("max_sequence_length applies to mode 'sentence' only")
@@ -109,8 +112,18 @@ class LanguageModelCorpusReader(DatasetReader):
         self._epoch: Optional[int] = None
         boundary_tokens = (self._start_token is not None) + (self._end_token is not None)
         self._settings = ShareSettings(
-            mode, max_sequence_length, long_sentences, window_length, boundary_tokens, self._tokenizer,
-            invalid_lines, max_line_bytes, max_token_characters, shuffle, seed, index_directory,
+            mode,
+            max_sequence_length,
+            long_sentences,
+            window_length,
+            boundary_tokens,
+            self._tokenizer,
+            invalid_lines,
+            max_line_bytes,
+            max_token_characters,
+            shuffle,
+            seed,
+            index_directory,
         )
         self._shares = CorpusShares(self._settings)
         self._statistics = ReadStatistics(self._settings)
@@ -151,16 +164,22 @@ class LanguageModelCorpusReader(DatasetReader):
         """The number of instances of an epoch of `file_path`, all readers together (from its index)."""
         return self._shares.plan(file_path).num_instances
 
-    def share_sizes(self, file_path: Union[PathOrStr, List[PathOrStr]], num_workers: int = 1) -> List[int]:
+    def share_sizes(
+        self, file_path: Union[PathOrStr, List[PathOrStr]], num_workers: int = 1
+    ) -> List[int]:
         """The instances of each of this process's `num_workers` loader workers in an epoch (from the index)."""
         if self.max_instances is not None:
             raise TypeError("the share sizes are not known with max_instances")
-        return self._shares.share_sizes(file_path, *process_rank(self._distributed_info), num_workers)
+        return self._shares.share_sizes(
+            file_path, *process_rank(self._distributed_info), num_workers
+        )
 
     def _read(self, file_path: Union[PathOrStr, List[PathOrStr]]) -> Iterator[Instance]:
         share = self._shares.share(file_path, self._slot(), self._epoch)
         statistics = self._statistics = share.statistics
-        numbered = self._sentences(share) if self._settings.mode == "sentence" else self._windows(share)
+        numbered = (
+            self._sentences(share) if self._settings.mode == "sentence" else self._windows(share)
+        )
         expected = share.first
         for number, tokens in numbered:
             if number != expected or number >= share.end:
@@ -172,9 +191,16 @@ class LanguageModelCorpusReader(DatasetReader):
             raise share.lost_instances(expected, None)
         logger.info(
             "Read %s, share %d of %d (%d of %d file(s) opened): %s",
-            file_path, share.slot.index + 1, share.slot.count, statistics.files, len(share.plan.indexes),
-            ", ".join(f"{value} {key.replace('_', ' ')}" for key, value in statistics.as_dict().items()
-                      if key != "files"),
+            file_path,
+            share.slot.index + 1,
+            share.slot.count,
+            statistics.files,
+            len(share.plan.indexes),
+            ", ".join(
+                f"{value} {key.replace('_', ' ')}"
+                for key, value in statistics.as_dict().items()
+                if key != "files"
+            ),
         )
 
     def _tokens(self, line: ShareLine, statistics: ReadStatistics) -> List[Token]:
@@ -183,7 +209,8 @@ class LanguageModelCorpusReader(DatasetReader):
         if len(tokens) != line.tokens:
             raise ConfigurationError(
                 f"{line.path}, line {line.line_number}: {len(tokens)} tokens where its index counted "
-                f"{line.tokens}: the file changed while it was read, or the index is wrong (delete it to rebuild it)"
+                f"{line.tokens}: the file changed while it was read, or the index is wrong "
+                "(delete it to rebuild it)"
             )
         limit = self._settings.max_token_characters
         if line.own:
@@ -208,8 +235,13 @@ class LanguageModelCorpusReader(DatasetReader):
                     chunks = [tokens[:max_length]]
                 else:
                     statistics.sentences_split += line.own
-                    chunks = [tokens[start : start + max_length] for start in range(0, len(tokens), max_length)]
-            for chunk in range(max(0, first - line.start), min(len(chunks), max(0, end - line.start))):
+                    chunks = [
+                        tokens[start : start + max_length]
+                        for start in range(0, len(tokens), max_length)
+                    ]
+            for chunk in range(
+                max(0, first - line.start), min(len(chunks), max(0, end - line.start))
+            ):
                 yield line.start + chunk, self._with_boundaries(chunks[chunk])
 
     def _windows(self, share: CorpusShare) -> Iterator[Tuple[int, List[Token]]]:

@@ -2,6 +2,7 @@
 The base of the indexers of biLM input ids (see `elmoc_allennlp.downstream.input_kinds`), and
 `indexed_batch`.
 """
+
 from typing import Dict, List, Optional, Sequence
 
 import numpy

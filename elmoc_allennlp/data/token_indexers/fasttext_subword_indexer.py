@@ -10,7 +10,10 @@ from allennlp.data.vocabulary import Vocabulary
 
 from elmoc_allennlp.fasttext.location import locate_fasttext
 from elmoc_allennlp.fasttext.vectors import FastTextVectors, mean_subword_vectors, no_vector_id
-from elmoc_allennlp.data.token_indexers.bilm_input_indexers import MAX_TOKEN_CHARACTERS, BilmInputIndexer
+from elmoc_allennlp.data.token_indexers.bilm_input_indexers import (
+    MAX_TOKEN_CHARACTERS,
+    BilmInputIndexer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +93,11 @@ class FastTextSubwordIndexer(BilmInputIndexer):
             return
         _LOGGED.add(key)
         how = "lowercases" if self.lowercase_tokens else "keeps the case of"
-        why = "as the model" if self.follows_model else f"lowercase_tokens: {str(self.lowercase_tokens).lower()}"
+        why = (
+            "as the model"
+            if self.follows_model
+            else f"lowercase_tokens: {str(self.lowercase_tokens).lower()}"
+        )
         logger.info(
             "fastText indexer %s tokens (%s; the model %s is %s)",
             how,
@@ -112,7 +119,11 @@ class FastTextSubwordIndexer(BilmInputIndexer):
     def _check_case(self) -> None:
         """Warns if `lowercase_tokens` was set against the model and the text seen is cased."""
         lowercased_model = self.vectors.case.lowercased
-        if self.follows_model or lowercased_model is None or lowercased_model == self.lowercase_tokens:
+        if (
+            self.follows_model
+            or lowercased_model is None
+            or lowercased_model == self.lowercase_tokens
+        ):
             return
         seen, cased, as_written, lowered = self._case_counts
         if not cased or cased < self.case_warning_share * seen:

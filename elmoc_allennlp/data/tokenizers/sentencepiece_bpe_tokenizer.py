@@ -1,4 +1,5 @@
 """The SentencePiece BPE tokenizer (Kudo & Richardson, 2018) of ELMo-Sub, Li et al. (2019)."""
+
 import hashlib
 import json
 import logging
@@ -24,7 +25,9 @@ def _corpus_files(train_data_path: Union[str, Sequence[str]]) -> List[str]:
     try:
         return corpus_files(train_data_path)
     except ConfigurationError as error:
-        raise ConfigurationError(f"tokenizer.train_data_path {train_data_path!r} matches no files ({error})") from None
+        raise ConfigurationError(
+            f"tokenizer.train_data_path {train_data_path!r} matches no files ({error})"
+        ) from None
 
 
 def train_sentencepiece_bpe(
@@ -122,7 +125,9 @@ class SentencePieceBpeTokenizer(Tokenizer):
     ) -> None:
         if model_path is None or not os.path.exists(model_path):
             if train_data_path is None:
-                raise ConfigurationError(f"tokenizer.model_path {model_path} does not exist; set train_data_path")
+                raise ConfigurationError(
+                    f"tokenizer.model_path {model_path} does not exist; set train_data_path"
+                )
             settings = dict(
                 vocab_size=vocab_size,
                 max_training_sentences=max_training_sentences,
@@ -131,7 +136,9 @@ class SentencePieceBpeTokenizer(Tokenizer):
             if model_path is None:
                 model_path = self._cache_path(train_data_path, settings)
             if not os.path.exists(model_path):
-                logger.info("Training a SentencePiece BPE model (%s) on %s", settings, train_data_path)
+                logger.info(
+                    "Training a SentencePiece BPE model (%s) on %s", settings, train_data_path
+                )
                 train_sentencepiece_bpe(train_data_path, model_path, **settings)  # type: ignore
         self.model_path = str(model_path)
         self._load()
@@ -139,7 +146,9 @@ class SentencePieceBpeTokenizer(Tokenizer):
     @staticmethod
     def _cache_path(train_data_path: Union[str, List[str]], settings: Dict[str, Any]) -> str:
         files = _corpus_files(train_data_path)
-        stats = [(os.path.abspath(path), os.path.getsize(path), os.path.getmtime(path)) for path in files]
+        stats = [
+            (os.path.abspath(path), os.path.getsize(path), os.path.getmtime(path)) for path in files
+        ]
         key = hashlib.sha256(json.dumps([stats, settings], sort_keys=True).encode()).hexdigest()
         return os.path.join(DEFAULT_BPE_CACHE, f"bpe-{settings['vocab_size']}-{key[:16]}.model")
 

@@ -5,7 +5,10 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmoc_allennlp.modules.output_layers.output_layer import ClosedVocabularyOutputLayer, LanguageModelOutputLayer
+from elmoc_allennlp.modules.output_layers.output_layer import (
+    ClosedVocabularyOutputLayer,
+    LanguageModelOutputLayer,
+)
 
 
 @LanguageModelOutputLayer.register("elmoc_adaptive_softmax")
@@ -47,7 +50,12 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     ) -> None:
         super().__init__(vocab, input_dim, vocab_namespace)
         cutoffs = list(cutoffs)
-        if not cutoffs or cutoffs != sorted(set(cutoffs)) or cutoffs[0] <= 0 or cutoffs[-1] >= self.num_words:
+        if (
+            not cutoffs
+            or cutoffs != sorted(set(cutoffs))
+            or cutoffs[0] <= 0
+            or cutoffs[-1] >= self.num_words
+        ):
             raise ConfigurationError(
                 f"output_layer.cutoffs must be distinct increasing ids in [1, {self.num_words - 1}], got {cutoffs}"
             )
@@ -64,5 +72,7 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         """Shape `(num_targets, num_words)`: the log-probability of every word."""
         return self.adaptive.log_prob(hidden_states)
 
-    def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+    def target_loss(
+        self, hidden_states: torch.Tensor, target_ids: torch.LongTensor
+    ) -> torch.Tensor:
         return -self.adaptive(hidden_states, target_ids).output

@@ -40,7 +40,9 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
         return self._embedding_dim
 
     def score(self, hidden_states: torch.Tensor, targets: torch.Tensor) -> Dict[str, torch.Tensor]:
-        check_dimensions_match(targets.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim")
+        check_dimensions_match(
+            targets.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim"
+        )
         predictions = self.projection(hidden_states)
         targets = targets.to(predictions.dtype)
         if self._loss == "cosine":

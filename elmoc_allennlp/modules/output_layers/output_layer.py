@@ -81,7 +81,9 @@ class ClosedVocabularyOutputLayer(LanguageModelOutputLayer):
                 "build the vocabulary from the corpus (vocabulary.type 'from_instances')"
             )
 
-    def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+    def target_loss(
+        self, hidden_states: torch.Tensor, target_ids: torch.LongTensor
+    ) -> torch.Tensor:
         """The negative log-likelihood of each target, shape `(num_targets,)`."""
         raise NotImplementedError
 

@@ -22,7 +22,9 @@ class LogUniformSampler:
 
     def __init__(self, range_max: int, num_samples: int) -> None:
         if not 0 < num_samples <= range_max:
-            raise ConfigurationError(f"output_layer.num_samples must be in [1, {range_max}], got {num_samples}")
+            raise ConfigurationError(
+                f"output_layer.num_samples must be in [1, {range_max}], got {num_samples}"
+            )
         self.range_max = range_max
         self.num_samples = num_samples
         self._log_range = np.log(range_max + 1)
@@ -104,7 +106,10 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
             pretrained = fasttext_output_embedding(vocab, vocab_namespace, pretrained_file)
             if embedding_dim is not None:
                 check_dimensions_match(
-                    embedding_dim, pretrained.size(1), "output_layer.embedding_dim", "pretrained_file dim"
+                    embedding_dim,
+                    pretrained.size(1),
+                    "output_layer.embedding_dim",
+                    "pretrained_file dim",
                 )
             embedding_dim = pretrained.size(1)
         super().__init__(vocab, input_dim, vocab_namespace, embedding_dim)
@@ -126,7 +131,9 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
         classes, num_tries = self.sampler.draw()
         return torch.from_numpy(classes + self._padding_offset).to(device), num_tries
 
-    def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+    def target_loss(
+        self, hidden_states: torch.Tensor, target_ids: torch.LongTensor
+    ) -> torch.Tensor:
         if not self.training:
             return super().target_loss(hidden_states, target_ids)
         if self.projection is not None:
@@ -134,7 +141,9 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
         sampled_ids, num_tries = self.sample(hidden_states.device)
         all_ids = torch.cat([target_ids, sampled_ids])
         log_q = self.sampler.expected_count(all_ids - self._padding_offset, num_tries).log()
-        all_weights = F.embedding(all_ids, self.weight, sparse=self._sparse and self.weight.requires_grad)
+        all_weights = F.embedding(
+            all_ids, self.weight, sparse=self._sparse and self.weight.requires_grad
+        )
         all_biases = F.embedding(all_ids, self.bias, sparse=self._sparse).squeeze(1)
         all_biases = all_biases - log_q.to(hidden_states.dtype)
         num_targets = target_ids.size(0)
@@ -150,7 +159,9 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
         return -F.log_softmax(logits, dim=-1)[:, 0]
 
 
-def fasttext_output_embedding(vocab: Vocabulary, vocab_namespace: str, vectors_path: str) -> torch.Tensor:
+def fasttext_output_embedding(
+    vocab: Vocabulary, vocab_namespace: str, vectors_path: str
+) -> torch.Tensor:
     """The fastText vectors of `vocab_namespace` in id order: `</s>` for `<S>` and `</S>`, zeros for padding."""
     from elmoc_allennlp.fasttext.vectors import FastTextVectors
 

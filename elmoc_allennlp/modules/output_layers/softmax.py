@@ -7,7 +7,10 @@ from allennlp.common.checks import check_dimensions_match
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.checks import check_positive
-from elmoc_allennlp.modules.output_layers.output_layer import ClosedVocabularyOutputLayer, LanguageModelOutputLayer
+from elmoc_allennlp.modules.output_layers.output_layer import (
+    ClosedVocabularyOutputLayer,
+    LanguageModelOutputLayer,
+)
 
 
 @LanguageModelOutputLayer.register("elmoc_softmax")
@@ -35,7 +38,11 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     """
 
     def __init__(
-        self, vocab: Vocabulary, input_dim: int, vocab_namespace: str = "targets", embedding_dim: Optional[int] = None
+        self,
+        vocab: Vocabulary,
+        input_dim: int,
+        vocab_namespace: str = "targets",
+        embedding_dim: Optional[int] = None,
     ) -> None:
         super().__init__(vocab, input_dim, vocab_namespace)
         embedding_dim = embedding_dim or input_dim
@@ -44,13 +51,19 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         self.projection: Optional[torch.nn.Linear] = (
             torch.nn.Linear(input_dim, embedding_dim) if embedding_dim != input_dim else None
         )
-        self.weight = torch.nn.Parameter(torch.randn(self.num_words, embedding_dim) / embedding_dim**0.5)
+        self.weight = torch.nn.Parameter(
+            torch.randn(self.num_words, embedding_dim) / embedding_dim**0.5
+        )
         self.bias = torch.nn.Parameter(torch.zeros(self.num_words))
 
     def tie_weights(self, weight: torch.nn.Parameter) -> None:
         """Makes `weight`, an input embedding `(num_words, embedding_dim)`, the output embedding."""
-        check_dimensions_match(weight.size(0), self.num_words, "tied embedding rows", "output_layer.num_words")
-        check_dimensions_match(weight.size(1), self._embedding_dim, "tied embedding dim", "embedding_dim")
+        check_dimensions_match(
+            weight.size(0), self.num_words, "tied embedding rows", "output_layer.num_words"
+        )
+        check_dimensions_match(
+            weight.size(1), self._embedding_dim, "tied embedding dim", "embedding_dim"
+        )
         self.weight = weight
 
     def logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -59,11 +72,15 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
             hidden_states = self.projection(hidden_states)
         return F.linear(hidden_states, self.weight, self.bias.view(-1))
 
-    def target_loss(self, hidden_states: torch.Tensor, target_ids: torch.LongTensor) -> torch.Tensor:
+    def target_loss(
+        self, hidden_states: torch.Tensor, target_ids: torch.LongTensor
+    ) -> torch.Tensor:
         # At most 2^25 logits at once (a row is `num_words` wide).
         chunk = max(1, 2**25 // self.num_words)
         losses = []
         for start in range(0, hidden_states.size(0), chunk):
             logits = self.logits(hidden_states[start : start + chunk])
-            losses.append(F.cross_entropy(logits, target_ids[start : start + chunk], reduction="none"))
+            losses.append(
+                F.cross_entropy(logits, target_ids[start : start + chunk], reduction="none")
+            )
         return torch.cat(losses)

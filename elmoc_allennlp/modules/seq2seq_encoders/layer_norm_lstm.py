@@ -1,4 +1,5 @@
 """The ELMo-C encoder: ELMo's `ElmoLstm` with LayerNorm inside the recurrence (`"reference"` or `"auto"`: fast)."""
+
 import contextlib
 import logging
 from typing import Any, List, Optional, Tuple
@@ -29,15 +30,21 @@ _CONCURRENT = ConcurrentRunner(enabled=True)
 _warned_not_prefix = False
 
 
-def checked_mask(inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int) -> torch.BoolTensor:
+def checked_mask(
+    inputs: torch.Tensor, mask: Optional[torch.BoolTensor], input_dim: int
+) -> torch.BoolTensor:
     """Checks the shapes of `inputs` and `mask`; returns the mask (all `True` for `None`)."""
     if inputs.dim() != 3:
-        raise ValueError(f"inputs must have shape (batch_size, timesteps, {input_dim}), got {tuple(inputs.size())}")
+        raise ValueError(
+            f"inputs must have shape (batch_size, timesteps, {input_dim}), got {tuple(inputs.size())}"
+        )
     check_dimensions_match(inputs.size(-1), input_dim, "inputs' last dimension", "input_dim")
     if mask is None:
         return inputs.new_ones(inputs.size()[:2], dtype=torch.bool)
     if mask.size() != inputs.size()[:2]:
-        raise ValueError(f"mask must have shape {tuple(inputs.size()[:2])}, got {tuple(mask.size())}")
+        raise ValueError(
+            f"mask must have shape {tuple(inputs.size()[:2])}, got {tuple(mask.size())}"
+        )
     return mask.bool()
 
 
@@ -124,7 +131,9 @@ class LayerNormLstmLayer(torch.nn.Module):
         self.input_linearity = torch.nn.Linear(input_dim, 4 * cell_dim, bias=False)
         self.state_linearity = torch.nn.Linear(projection_dim, 4 * cell_dim, bias=True)
         self.state_projection = torch.nn.Linear(cell_dim, projection_dim, bias=False)
-        self.layer_norm: Optional[torch.nn.LayerNorm] = torch.nn.LayerNorm(projection_dim) if layer_norm else None
+        self.layer_norm: Optional[torch.nn.LayerNorm] = (
+            torch.nn.LayerNorm(projection_dim) if layer_norm else None
+        )
         self.reset_parameters()
 
     @property
@@ -145,7 +154,9 @@ class LayerNormLstmLayer(torch.nn.Module):
         if self.layer_norm is not None:
             self.layer_norm.reset_parameters()
 
-    def forward(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
         """
         `inputs` `(batch_size, timesteps, input_dim)` and `mask` `(batch_size, timesteps)` (`True` at real
         positions) -> the states `(batch_size, timesteps, projection_dim)`, zero at padding.
@@ -319,7 +330,9 @@ class LayerNormLstm(Seq2SeqEncoder):
         self.input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
         if separate_input_projections:
             self.backward_input_projection = torch.nn.Linear(input_dim, projection_dim, bias=bias)
-            self.backward_input_layer_norm = torch.nn.LayerNorm(projection_dim) if layer_norm else None
+            self.backward_input_layer_norm = (
+                torch.nn.LayerNorm(projection_dim) if layer_norm else None
+            )
 
         def make_layer(go_forward: bool) -> LayerNormLstmLayer:
             return LayerNormLstmLayer(
@@ -355,11 +368,15 @@ class LayerNormLstm(Seq2SeqEncoder):
     def is_bidirectional(self) -> bool:
         return True
 
-    def forward(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
+    def forward(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
         """As `LayerNormLstmLayer.forward`; returns the top layer `(batch_size, timesteps, 2 * projection_dim)`."""
         return self._encode(inputs, mask, all_layers=False)[-1]
 
-    def forward_all_layers(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None) -> torch.Tensor:
+    def forward_all_layers(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor] = None
+    ) -> torch.Tensor:
         """As `forward`, but every layer `(num_layers + 1, batch_size, timesteps, 2 * projection_dim)`."""
         return torch.stack(self._encode(inputs, mask, all_layers=True))
 
@@ -369,10 +386,15 @@ class LayerNormLstm(Seq2SeqEncoder):
         if self.separate_input_projections:
             projections.append((self.backward_input_projection, self.backward_input_layer_norm))
         projected = [projection(inputs) for projection, _ in projections]
-        projected = [output if norm is None else norm(output) for output, (_, norm) in zip(projected, projections)]
+        projected = [
+            output if norm is None else norm(output)
+            for output, (_, norm) in zip(projected, projections)
+        ]
         return projected[0], projected[-1]
 
-    def _encode(self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool) -> List[torch.Tensor]:
+    def _encode(
+        self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
+    ) -> List[torch.Tensor]:
         mask = checked_mask(inputs, mask, self._input_dim)
         packing = _fast_packing(self.implementation, mask)
         precision: contextlib.AbstractContextManager = contextlib.nullcontext()
@@ -390,7 +412,11 @@ class LayerNormLstm(Seq2SeqEncoder):
                 return both if packing is None else packing.unpack(both)
 
             layers = [padded(forward_output, backward_output)] if all_layers else []
-            runner = _CONCURRENT if self.parallel_directions and inputs.device.type == "cpu" else _SEQUENTIAL
+            runner = (
+                _CONCURRENT
+                if self.parallel_directions and inputs.device.type == "cpu"
+                else _SEQUENTIAL
+            )
             for layer_index, (forward_layer, backward_layer) in enumerate(
                 zip(self.forward_layers, self.backward_layers)
             ):

@@ -1,4 +1,5 @@
 """The ELMo-C LSTM's fast path: a layer direction's recurrence, packed by length, with a hand-written backward."""
+
 import itertools
 import os
 import threading
@@ -36,7 +37,9 @@ class SequencePacking(NamedTuple):
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """`(num_rows, dim)` -> `(batch_size, timesteps, dim)`, zero at padding."""
         padded = packed.new_zeros(self.batch_size * self.timesteps, packed.size(-1))
-        return padded.index_copy(0, self.index, packed).view(self.batch_size, self.timesteps, packed.size(-1))
+        return padded.index_copy(0, self.index, packed).view(
+            self.batch_size, self.timesteps, packed.size(-1)
+        )
 
     def sort_batch(self, per_sequence: torch.Tensor) -> torch.Tensor:
         """Reorders a `(batch_size, ...)` tensor (e.g. a dropout mask) into packing order."""
@@ -91,7 +94,10 @@ def _steps(config: RecurrenceConfig) -> List[_Step]:
     positions = range(len(config.batch_sizes))
     order = list(positions if config.go_forward else reversed(positions))
     sizes = [config.batch_sizes[t] for t in order]
-    return [_Step(config.offsets[t], rows, min(rows, previous)) for t, rows, previous in zip(order, sizes, [0, *sizes])]
+    return [
+        _Step(config.offsets[t], rows, min(rows, previous))
+        for t, rows, previous in zip(order, sizes, [0, *sizes])
+    ]
 
 
 class SavedForBackward(NamedTuple):
@@ -153,7 +159,11 @@ def recurrence_forward(
     steps = _steps(config)
     for k, step in enumerate(steps):
         rows, continued = step.packed_rows, step.continued
-        gates, cells, cell_outputs = saved.activations[rows], saved.cells[rows], saved.cell_outputs[rows]
+        gates, cells, cell_outputs = (
+            saved.activations[rows],
+            saved.cells[rows],
+            saved.cell_outputs[rows],
+        )
         if k > 0:  # a first step starts from a zero state
             gates.addmm_(saved.previous_states[rows], state_weight.t())
         input_gate, forget_gate = gates[:, :C].sigmoid_(), gates[:, C : 2 * C].sigmoid_()
@@ -250,9 +260,19 @@ def recurrence_backward(
         grad_cells.mul_(1 - tanh_cells * tanh_cells).add_(grad_cell_carry[:n])
         if config.cell_clip is not None:
             grad_cells.mul_(cells.abs() < config.cell_clip)
-        torch.mul(grad_cell_outputs[:n] * tanh_cells, output_gate * (1 - output_gate), out=step_grad_gates[:, 3 * C :])
-        torch.mul(grad_cells * memory_init, input_gate * (1 - input_gate), out=step_grad_gates[:, :C])
-        torch.mul(grad_cells * input_gate, 1 - memory_init * memory_init, out=step_grad_gates[:, 2 * C : 3 * C])
+        torch.mul(
+            grad_cell_outputs[:n] * tanh_cells,
+            output_gate * (1 - output_gate),
+            out=step_grad_gates[:, 3 * C :],
+        )
+        torch.mul(
+            grad_cells * memory_init, input_gate * (1 - input_gate), out=step_grad_gates[:, :C]
+        )
+        torch.mul(
+            grad_cells * input_gate,
+            1 - memory_init * memory_init,
+            out=step_grad_gates[:, 2 * C : 3 * C],
+        )
         grad_forget = step_grad_gates[:, C : 2 * C]
         grad_forget[continued:].zero_()
         if continued:
@@ -275,7 +295,11 @@ def recurrence_backward(
         grads[2] = grad_gates.sum(dim=0)
     if needs_input_grads[3]:  # the rows whose previous state is not the zero state of a first step
         first = steps[0]
-        recurrent = slice(first.offset + first.rows, num_rows) if config.go_forward else slice(0, first.offset)
+        recurrent = (
+            slice(first.offset + first.rows, num_rows)
+            if config.go_forward
+            else slice(0, first.offset)
+        )
         grads[3] = grad_gates[recurrent].t().mm(saved.previous_states[recurrent])
     if needs_input_grads[4]:
         grads[4] = grad_projected.t().mm(saved.cell_outputs)
@@ -299,7 +323,9 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
-        results = runner.run([partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)])
+        results = runner.run(
+            [partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)]
+        )
         ctx.runner, ctx.configs = runner, configs
         ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
         return tuple(output for output, _ in results)
@@ -314,7 +340,9 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
         for index, config in enumerate(ctx.configs):
             saved = SavedForBackward(*saved_tensors[index * per_config : (index + 1) * per_config])
             needs = ctx.needs_input_grad[2 + index * n : 2 + (index + 1) * n]
-            tasks.append(partial(recurrence_backward, saved, grad_outputs[index], config, needs[:7]))
+            tasks.append(
+                partial(recurrence_backward, saved, grad_outputs[index], config, needs[:7])
+            )
         grads: List[Optional[torch.Tensor]] = [None, None]  # runner, configs
         # As the forward pass, run in the saved tensors' precision even under autocast.
         with torch.autocast(saved_tensors[0].device.type, enabled=False):
@@ -326,7 +354,8 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
 
 
 def run_recurrences(
-    runner: "ConcurrentRunner", directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]]
+    runner: "ConcurrentRunner",
+    directions: Sequence[Tuple[RecurrenceConfig, Sequence[Optional[torch.Tensor]]]],
 ) -> List[torch.Tensor]:
     """Runs [`LayerNormLstmRecurrence`](#layernormlstmrecurrence) on `(config, tensors)` pairs."""
     configs = [config for config, _ in directions]

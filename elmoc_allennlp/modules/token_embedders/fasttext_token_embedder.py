@@ -61,7 +61,11 @@ class FastTextTokenEmbedder(TokenEmbedder):
                 f"{vectors_path} has {self.vectors.dim} dimensions"
             )
         self._no_vector_id = no_vector_id(self.vectors)
-        self.weight = torch.nn.Parameter(self.vectors.rows(torch.arange(self.vectors.num_rows))) if trainable else None
+        self.weight = (
+            torch.nn.Parameter(self.vectors.rows(torch.arange(self.vectors.num_rows)))
+            if trainable
+            else None
+        )
 
     def get_output_dim(self) -> int:
         return self.vectors.dim
@@ -105,7 +109,10 @@ class FastTextTokenEmbedder(TokenEmbedder):
         logger.warning("%s; going on because allow_different_vectors is set.", message)
 
     def forward(
-        self, subword_ids: torch.LongTensor, mask: torch.BoolTensor = None, vectors: Optional[torch.Tensor] = None
+        self,
+        subword_ids: torch.LongTensor,
+        mask: torch.BoolTensor = None,
+        vectors: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """
         `subword_ids` `(batch_size, num_tokens, num_subwords)` (any leading dimensions): input-matrix

@@ -3,6 +3,7 @@ What the tests of `elmoc_allennlp/common/archives/` share: members and archives 
 biLM archive (`write_archive`, `tests/bad_input/conftest.py`), its config and weights read back,
 and a folder to extract into, removed with every extraction kept for the process.
 """
+
 import io
 import json
 import tarfile

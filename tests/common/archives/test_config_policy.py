@@ -3,6 +3,7 @@ An archive's config (`config_policy.py`, issue #35): loading it reads nothing ou
 no other archive, not itself), and JSON nested too deep or holding NaN or infinity is refused,
 naming the archive, the member and the config key.
 """
+
 import json
 import re
 import tarfile
@@ -20,17 +21,32 @@ from tests.common.archives.conftest import _config, _load, _with_model
     "name, edit, keys",
     [
         # A downstream-like config whose biLM `archive_file` is a URL it does not carry.
-        ("bilm-url", lambda c: c["model"]["text_field_embedder"]["token_embedders"]["fasttext"]
-         .update(archive_file="http://127.0.0.1:9/bilm.tar.gz"),
-         {"model.text_field_embedder.token_embedders.fasttext.archive_file"}),
-        ("from-archive-url", lambda c: c.update(
-            model={"type": "from_archive", "archive_file": "http://127.0.0.1:9/m.tar.gz"}),
-         {"model.type", "model.archive_file"}),
-        ("finetune-from-archive", lambda c: c.update(
-            model={"type": "elmoc_bilm_from_archive", "archive_file": "other.tar.gz"}),
-         {"model.type", "model.archive_file"}),
-        ("reader-url", lambda c: c["dataset_reader"].update(vocab_url="https://example.org/v"),
-         {"dataset_reader.vocab_url"}),
+        (
+            "bilm-url",
+            lambda c: c["model"]["text_field_embedder"]["token_embedders"]["fasttext"].update(
+                archive_file="http://127.0.0.1:9/bilm.tar.gz"
+            ),
+            {"model.text_field_embedder.token_embedders.fasttext.archive_file"},
+        ),
+        (
+            "from-archive-url",
+            lambda c: c.update(
+                model={"type": "from_archive", "archive_file": "http://127.0.0.1:9/m.tar.gz"}
+            ),
+            {"model.type", "model.archive_file"},
+        ),
+        (
+            "finetune-from-archive",
+            lambda c: c.update(
+                model={"type": "elmoc_bilm_from_archive", "archive_file": "other.tar.gz"}
+            ),
+            {"model.type", "model.archive_file"},
+        ),
+        (
+            "reader-url",
+            lambda c: c["dataset_reader"].update(vocab_url="https://example.org/v"),
+            {"dataset_reader.vocab_url"},
+        ),
     ],
 )
 def test_an_archive_naming_a_url_or_another_archive_is_refused(
@@ -78,13 +94,19 @@ def test_json_nested_600_deep_is_refused_naming_the_member(elmoc_archive, tmp_pa
     assert "config.json" in str(raised.value) and str(path) in str(raised.value)
 
 
-@pytest.mark.parametrize("value, written", [(float("inf"), "Infinity"), (float("-inf"), "-Infinity"),
-                                            (float("nan"), "NaN")])
+@pytest.mark.parametrize(
+    "value, written",
+    [(float("inf"), "Infinity"), (float("-inf"), "-Infinity"), (float("nan"), "NaN")],
+)
 def test_nan_and_infinity_in_an_archived_config_are_refused_naming_the_key(
     elmoc_archive, tmp_path, value, written
 ):
-    path = _with_model(elmoc_archive, tmp_path, f"config-{written}",
-                       lambda c: c["model"]["contextualizer"].update(cell_dim=value))
+    path = _with_model(
+        elmoc_archive,
+        tmp_path,
+        f"config-{written}",
+        lambda c: c["model"]["contextualizer"].update(cell_dim=value),
+    )
     assert f'"cell_dim": {written}' in _raw_config(path)
     with pytest.raises(ConfigurationError) as raised:
         _load(path)

@@ -3,6 +3,7 @@ Extraction (`extraction.py`, issue #35): member names, depth and folder count ar
 anything is written, a full disk names the archive and the member, and small bombs are refused in
 bounded memory; nothing is left extracted.
 """
+
 import errno
 import io
 import json
@@ -24,7 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("components", [900, 1000])
-def test_deep_member_names_are_refused_before_any_folder(elmoc_archive, tmp_path, extraction, components):
+def test_deep_member_names_are_refused_before_any_folder(
+    elmoc_archive, tmp_path, extraction, components
+):
     name = "/".join(["d"] * components) + "/f"
     path = write_archive(elmoc_archive, tmp_path / "deep.tar.gz", [_member(name, b"x")], first=True)
     with pytest.raises(UnsafeArchiveError) as raised:
@@ -70,6 +73,7 @@ def test_a_full_disk_during_extraction_names_archive_and_member(
 
 # ---------------------------------------------------------------------- memory to refuse
 
+
 class _Repeated(io.RawIOBase):
     """`unit` x `times`, read in chunks: the bombs are built without holding them."""
 
@@ -80,7 +84,9 @@ class _Repeated(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        count = min(len(buffer), self.left) // len(self.unit) * len(self.unit) or min(len(buffer), self.left)
+        count = min(len(buffer), self.left) // len(self.unit) * len(self.unit) or min(
+            len(buffer), self.left
+        )
         buffer[:count] = (self.unit * (count // len(self.unit) + 1))[:count]
         self.left -= count
         return count
@@ -101,12 +107,17 @@ def _bombs(elmoc_archive: Path, root: Path) -> dict:
                 record.write(bytes(1 << 20))
     deflated_member = _member("weights.th", deflated.getvalue())
     return {
-        "lines": write_archive(elmoc_archive, root / "lines.tar.gz",
-                               [_repeated_member("vocabulary/tokens.txt", b"a\n", 5_000_000)]),
-        "folders": write_archive(elmoc_archive, root / "folders.tar.gz",
-                                 [_member("/".join(["d"] * 900) + "/f", b"x")]),
-        "deflated": write_archive(elmoc_archive, root / "deflated.tar.gz", [deflated_member],
-                                  drop=("weights.th",)),
+        "lines": write_archive(
+            elmoc_archive,
+            root / "lines.tar.gz",
+            [_repeated_member("vocabulary/tokens.txt", b"a\n", 5_000_000)],
+        ),
+        "folders": write_archive(
+            elmoc_archive, root / "folders.tar.gz", [_member("/".join(["d"] * 900) + "/f", b"x")]
+        ),
+        "deflated": write_archive(
+            elmoc_archive, root / "deflated.tar.gz", [deflated_member], drop=("weights.th",)
+        ),
     }
 
 
@@ -139,7 +150,9 @@ def test_small_bombs_are_refused_in_bounded_memory(elmoc_archive, tmp_path):
     bombs = {name: str(path) for name, path in _bombs(elmoc_archive, tmp_path).items()}
     result = subprocess.run(
         [sys.executable, "-c", _EXTRACT, json.dumps(bombs)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )
     assert result.returncode == 0, result.stderr[-2000:]

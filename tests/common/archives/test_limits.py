@@ -1,4 +1,5 @@
 """The archive limits' variables (`limits.py`): one that is not a positive integer is named."""
+
 import pytest
 
 from allennlp.common.checks import ConfigurationError

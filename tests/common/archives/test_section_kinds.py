@@ -3,6 +3,7 @@ The kind check of archived configs (`section_kinds.py`, issue #48): each section
 each nested slot whose base class its constructor's annotation gives (`X`, `Optional[X]`, `Lazy[X]`,
 lists and dicts of `X`), names a type of that kind; checked as data, importing nothing.
 """
+
 import sys
 from typing import Dict, List, Optional
 
@@ -99,11 +100,20 @@ def test_every_built_section_has_its_kind():
     bilm = "elmoc_allennlp.models.bidirectional_language_model.BidirectionalLanguageModel"
     import elmoc_allennlp.models.bidirectional_language_model  # noqa: F401
 
-    for section, kind in [("dataset_reader", "DatasetReader"), ("validation_dataset_reader", "DatasetReader"),
-                          ("vocabulary", "Vocabulary"), ("data_loader", "DataLoader"),
-                          ("validation_data_loader", "DataLoader"), ("evaluation", "Evaluator")]:
-        with pytest.raises(ConfigurationError, match=f"{section}.type is '{bilm}', which is not an? {kind}"):
-            check_section_kinds({"model": {"type": "elmoc_bilm"}, section: {"type": bilm}}, "archive")
+    for section, kind in [
+        ("dataset_reader", "DatasetReader"),
+        ("validation_dataset_reader", "DatasetReader"),
+        ("vocabulary", "Vocabulary"),
+        ("data_loader", "DataLoader"),
+        ("validation_data_loader", "DataLoader"),
+        ("evaluation", "Evaluator"),
+    ]:
+        with pytest.raises(
+            ConfigurationError, match=f"{section}.type is '{bilm}', which is not an? {kind}"
+        ):
+            check_section_kinds(
+                {"model": {"type": "elmoc_bilm"}, section: {"type": bilm}}, "archive"
+            )
     reader = "elmoc_allennlp.data.dataset_readers.lm_corpus_reader.LanguageModelCorpusReader"
     with pytest.raises(ConfigurationError, match="model.type .* which is not a Model"):
         check_section_kinds({"model": {"type": reader}}, "archive")

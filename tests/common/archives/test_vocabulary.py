@@ -3,6 +3,7 @@ An archive's vocabulary (`vocabulary.py`, issue #35 and the hostile round of #41
 bytes are bounded, its namespace files must be UTF-8, and a carried biLM's vocabulary gets the main
 archive's checks; each refusal names the member.
 """
+
 import json
 import tarfile
 from pathlib import Path
@@ -33,7 +34,9 @@ def test_vocabulary_lines_and_bytes_are_bounded(elmoc_archive, tmp_path, monkeyp
 
 def test_a_namespace_file_not_utf8_is_refused_by_line(elmoc_archive, tmp_path, extraction):
     latin1 = "ok\ncaf\u00e9\n".encode("latin-1")
-    path = write_archive(elmoc_archive, tmp_path / "latin1.tar.gz", [_member("vocabulary/labels.txt", latin1)])
+    path = write_archive(
+        elmoc_archive, tmp_path / "latin1.tar.gz", [_member("vocabulary/labels.txt", latin1)]
+    )
     with pytest.raises(UnsafeArchiveError) as raised:
         extract_archive(path, extraction)
     assert raised.value.member == "vocabulary/labels.txt"
@@ -41,9 +44,12 @@ def test_a_namespace_file_not_utf8_is_refused_by_line(elmoc_archive, tmp_path, e
 
 
 def test_a_folder_where_vocabulary_lock_should_be_is_refused(elmoc_archive, tmp_path, extraction):
-    path = write_archive(elmoc_archive, tmp_path / "lock.tar.gz",
-                         [_member("vocabulary/.lock", kind=tarfile.DIRTYPE)],
-                         drop=("vocabulary/.lock",))
+    path = write_archive(
+        elmoc_archive,
+        tmp_path / "lock.tar.gz",
+        [_member("vocabulary/.lock", kind=tarfile.DIRTYPE)],
+        drop=("vocabulary/.lock",),
+    )
     with pytest.raises(UnsafeArchiveError) as raised:
         extract_archive(path, extraction)
     assert raised.value.member == "vocabulary/.lock"
@@ -64,8 +70,13 @@ def _carried_bilm(vocabulary: list) -> list:
     "vocabulary, named",
     [
         # A folder where the copy's vocabulary/.lock should be (was a bare IsADirectoryError).
-        ([("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE), ("vocabulary/.lock", tarfile.DIRTYPE)],
-         "elmoc_bilm/0123456789abcdef/vocabulary/.lock"),
+        (
+            [
+                ("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE),
+                ("vocabulary/.lock", tarfile.DIRTYPE),
+            ],
+            "elmoc_bilm/0123456789abcdef/vocabulary/.lock",
+        ),
         # No vocabulary at all, or without the file allennlp opens first (was a FileNotFoundError
         # naming temporary paths).
         ([], "elmoc_bilm/0123456789abcdef/vocabulary/"),
@@ -83,8 +94,10 @@ def test_a_carried_biLM_vocabulary_gets_the_main_archives_checks(
 
 
 def test_a_sound_carried_biLM_vocabulary_extracts(elmoc_archive, tmp_path, extraction):
-    members = [("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE),
-               ("vocabulary/tokens.txt", tarfile.REGTYPE)]
+    members = [
+        ("vocabulary/non_padded_namespaces.txt", tarfile.REGTYPE),
+        ("vocabulary/tokens.txt", tarfile.REGTYPE),
+    ]
     path = write_archive(elmoc_archive, tmp_path / "carried.tar.gz", _carried_bilm(members))
     directory = Path(extract_archive(path, extraction))
     assert (directory / "elmoc_bilm/0123456789abcdef/vocabulary/tokens.txt").read_bytes() == b"x\n"

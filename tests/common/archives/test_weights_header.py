@@ -3,6 +3,7 @@
 #35 and the hostile round of #41): compressed records, tiny records rebuilding huge tensors and
 headers declaring huge storages are refused, naming the member.
 """
+
 import io
 import zipfile
 
@@ -52,8 +53,10 @@ def _huge_storage_weights() -> bytes:
 
     class Tensor:
         def __reduce__(self):
-            return (torch._utils._rebuild_tensor_v2,
-                    (storage, 0, (numel,), (1,), False, collections.OrderedDict()))
+            return (
+                torch._utils._rebuild_tensor_v2,
+                (storage, 0, (numel,), (1,), False, collections.OrderedDict()),
+            )
 
     class Pickler(pickle.Pickler):
         def persistent_id(self, value):
@@ -97,7 +100,9 @@ def _storage_weights(place) -> bytes:
 
     class Pickler(pickle.Pickler):
         def persistent_id(self, value):
-            return ("storage", torch.FloatStorage, "0", "cpu", 1 << 33) if value is storage else None
+            return (
+                ("storage", torch.FloatStorage, "0", "cpu", 1 << 33) if value is storage else None
+            )
 
     data = io.BytesIO()
     Pickler(data, protocol=4).dump(collections.OrderedDict(huge=place(storage)))
@@ -109,8 +114,11 @@ def _storage_weights(place) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.parametrize("place", [lambda storage: storage, lambda storage: frozenset([storage])],
-                         ids=["bare", "in-a-set"])
+@pytest.mark.parametrize(
+    "place",
+    [lambda storage: storage, lambda storage: frozenset([storage])],
+    ids=["bare", "in-a-set"],
+)
 def test_a_storage_outside_a_tensor_declaring_more_than_its_record_is_refused(
     place, elmoc_archive, tmp_path, extraction
 ):
@@ -127,20 +135,25 @@ def test_a_storage_outside_a_tensor_declaring_more_than_its_record_is_refused(
 
 def _legacy_with_a_zip_appended(real_weights: bytes) -> bytes:
     """torch's legacy (non-zip) format declaring a storage of 2^33 values (read as 32 GiB before its
-    data), followed by a real weights zip: `zipfile` finds the zip from the end, torch reads the start."""
+    data), followed by a real weights zip: `zipfile` finds the zip from the end, torch reads the start.
+    """
     import struct
 
     buffer = io.BytesIO()
     values = torch.arange(4, dtype=torch.float32)
     torch.save({"w": values}, buffer, _use_new_zipfile_serialization=False)
     data = bytearray(buffer.getvalue())
-    tail = struct.pack("<q", 4) + values.numpy().tobytes()  # the storage: its count, then its values
+    tail = (
+        struct.pack("<q", 4) + values.numpy().tobytes()
+    )  # the storage: its count, then its values
     assert data.endswith(tail)
     data[len(data) - len(tail) : len(data) - len(tail) + 8] = struct.pack("<q", 1 << 33)
     return bytes(data) + real_weights
 
 
-def test_a_legacy_weights_file_posing_as_a_zip_is_refused_before_torch(elmoc_archive, tmp_path, extraction):
+def test_a_legacy_weights_file_posing_as_a_zip_is_refused_before_torch(
+    elmoc_archive, tmp_path, extraction
+):
     weights = _legacy_with_a_zip_appended(_weights(elmoc_archive))
     assert zipfile.ZipFile(io.BytesIO(weights)).namelist()  # a zip to `zipfile`
     path = _with_weights(elmoc_archive, tmp_path / "legacy-zip.tar.gz", weights)

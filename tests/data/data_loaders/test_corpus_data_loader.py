@@ -1,4 +1,5 @@
 """`elmoc_corpus`: allennlp's multi-process loader whose length comes from the corpus index."""
+
 import copy
 import json
 import logging
@@ -18,7 +19,6 @@ from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCo
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
 
-
 def _corpus(tmp_path: Path) -> Path:
     directory = tmp_path / "corpus"
     directory.mkdir()
@@ -26,7 +26,9 @@ def _corpus(tmp_path: Path) -> Path:
     for shard, size in enumerate([37, 5, 61, 0, 23]):
         lines = []
         for i in range(size):
-            lines.append("" if i % 9 == 4 else " ".join(f"s{number}w{k}" for k in range(1 + i % 13)))
+            lines.append(
+                "" if i % 9 == 4 else " ".join(f"s{number}w{k}" for k in range(1 + i % 13))
+            )
             number += 1
         (directory / f"part-{shard}.txt").write_text("\n".join(lines) + "\n")
     return directory
@@ -34,7 +36,9 @@ def _corpus(tmp_path: Path) -> Path:
 
 def _loader(reader, corpus, **options) -> DataLoader:
     loader = DataLoader.from_params(
-        Params(copy.deepcopy({"type": "elmoc_corpus", **options})), reader=reader, data_path=str(corpus)
+        Params(copy.deepcopy({"type": "elmoc_corpus", **options})),
+        reader=reader,
+        data_path=str(corpus),
     )
     loader.index_with(Vocabulary())
     return loader
@@ -44,14 +48,30 @@ LOADERS = [
     {"batch_size": 4},
     {"batch_size": 4, "drop_last": True},
     {"batch_size": 5, "shuffle": True, "max_instances_in_memory": 8},
-    {"batch_sampler": {"type": "bucket", "batch_size": 3, "sorting_keys": ["tokens"]}, "max_instances_in_memory": 7},
-    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]}, "num_workers": 2},
-    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"], "drop_last": True},
-     "max_instances_in_memory": 9, "num_workers": 2},
+    {
+        "batch_sampler": {"type": "bucket", "batch_size": 3, "sorting_keys": ["tokens"]},
+        "max_instances_in_memory": 7,
+    },
+    {
+        "batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]},
+        "num_workers": 2,
+    },
+    {
+        "batch_sampler": {
+            "type": "bucket",
+            "batch_size": 4,
+            "sorting_keys": ["tokens"],
+            "drop_last": True,
+        },
+        "max_instances_in_memory": 9,
+        "num_workers": 2,
+    },
 ]
 
 
-@pytest.mark.parametrize("options", LOADERS, ids=lambda options: json.dumps(options, sort_keys=True))
+@pytest.mark.parametrize(
+    "options", LOADERS, ids=lambda options: json.dumps(options, sort_keys=True)
+)
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_length_is_the_number_of_batches_produced(tmp_path, options, world_size):
     corpus = _corpus(tmp_path)
@@ -74,8 +94,12 @@ def test_length_is_the_number_of_batches_produced(tmp_path, options, world_size)
 
 def test_a_sampler_that_needs_the_instances_falls_back_to_allennlp(tmp_path):
     corpus = _corpus(tmp_path)
-    loader = _loader(LanguageModelCorpusReader(), corpus, max_instances_in_memory=10,
-                     batch_sampler={"type": "max_tokens_sampler", "max_tokens": 40})
+    loader = _loader(
+        LanguageModelCorpusReader(),
+        corpus,
+        max_instances_in_memory=10,
+        batch_sampler={"type": "max_tokens_sampler", "max_tokens": 40},
+    )
     with pytest.raises(TypeError):
         len(loader)
     assert len(list(iter(loader))) > 0
@@ -83,7 +107,9 @@ def test_a_sampler_that_needs_the_instances_falls_back_to_allennlp(tmp_path):
 
 def test_training_and_validation_bars_show_a_total(tmp_path, capfd):
     overrides = json.dumps({"trainer.num_epochs": 1})
-    train_model_from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(tmp_path / "run"), overrides=overrides)
+    train_model_from_file(
+        str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), str(tmp_path / "run"), overrides=overrides
+    )
     shown = capfd.readouterr().err
     # 35 training sentences in batches of 8, 4 validation sentences: N/M bars, with an ETA.
     assert re.search(r"\b5/5 \[\d\d:\d\d<00:00", shown), shown[-2000:]
@@ -96,20 +122,30 @@ def _evaluate_in_process(monkeypatch, cwd: Path, *arguments: str) -> None:
     from allennlp.commands import main
 
     monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", ["allennlp", "evaluate", *arguments, "--include-package", "elmoc_allennlp"])
-    for name in ("allennlp.common.params", "allennlp.nn.initializers", "allennlp.modules.token_embedders.embedding"):
+    monkeypatch.setattr(
+        sys, "argv", ["allennlp", "evaluate", *arguments, "--include-package", "elmoc_allennlp"]
+    )
+    for name in (
+        "allennlp.common.params",
+        "allennlp.nn.initializers",
+        "allennlp.modules.token_embedders.embedding",
+    ):
         logger = logging.getLogger(name)  # the command turns these off or down: put back afterwards
         monkeypatch.setattr(logger, "disabled", logger.disabled)
         monkeypatch.setattr(logger, "level", logger.level)
     main(prog="allennlp")
 
 
-def test_evaluate_shows_a_total_and_refuses_a_path_matching_nothing(elmoc_archive, tmp_path, monkeypatch, capfd):
+def test_evaluate_shows_a_total_and_refuses_a_path_matching_nothing(
+    elmoc_archive, tmp_path, monkeypatch, capfd
+):
     _evaluate_in_process(monkeypatch, tmp_path, str(elmoc_archive), str(LM_CORPUS / "train-*"))
     shown = capfd.readouterr().err
     assert re.search(r"\b5/5 \[", shown), shown[-3000:]
     # `allennlp evaluate ARCHIVE "$VALIDATION_DATA/valid.txt"` with the variable unset.
-    with pytest.raises(ConfigurationError, match=re.escape("No corpus files found matching '/valid.txt'")):
+    with pytest.raises(
+        ConfigurationError, match=re.escape("No corpus files found matching '/valid.txt'")
+    ):
         _evaluate_in_process(monkeypatch, tmp_path, str(elmoc_archive), "/valid.txt")
 
 
@@ -126,30 +162,56 @@ def _one_token_lines(tmp_path: Path, num_lines: int) -> Path:
 _CUT_BY = [
     {"batch_size": 4, "max_instances_in_memory": 6},
     {"batch_size": 4, "max_instances_in_memory": 6, "drop_last": True},
-    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]}, "max_instances_in_memory": 6},
-    {"batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"], "drop_last": True},
-     "max_instances_in_memory": 6},
+    {
+        "batch_sampler": {"type": "bucket", "batch_size": 4, "sorting_keys": ["tokens"]},
+        "max_instances_in_memory": 6,
+    },
+    {
+        "batch_sampler": {
+            "type": "bucket",
+            "batch_size": 4,
+            "sorting_keys": ["tokens"],
+            "drop_last": True,
+        },
+        "max_instances_in_memory": 6,
+    },
 ]
-_AT_MULTIPLES = [(per_share, options, 1, 1) for per_share in (3, 4, 5, 5, 6, 7, 7, 8, 9, 11, 12, 13)
-                 for options in _CUT_BY]
-_AT_MULTIPLES += [(per_share, _CUT_BY[index], 2, 2) for per_share, index in ((5, 0), (6, 3), (8, 1), (13, 2))]
+_AT_MULTIPLES = [
+    (per_share, options, 1, 1)
+    for per_share in (3, 4, 5, 5, 6, 7, 7, 8, 9, 11, 12, 13)
+    for options in _CUT_BY
+]
+_AT_MULTIPLES += [
+    (per_share, _CUT_BY[index], 2, 2) for per_share, index in ((5, 0), (6, 3), (8, 1), (13, 2))
+]
 
 
-@pytest.mark.parametrize("per_share, options, world_size, num_workers", sorted(set(
-    (per_share, json.dumps(options), world_size, num_workers) for per_share, options, world_size, num_workers
-    in _AT_MULTIPLES)))
-def test_length_at_multiples_of_the_batch_and_the_instances_in_memory(tmp_path, per_share, options, world_size,
-                                                                      num_workers):
+@pytest.mark.parametrize(
+    "per_share, options, world_size, num_workers",
+    sorted(
+        set(
+            (per_share, json.dumps(options), world_size, num_workers)
+            for per_share, options, world_size, num_workers in _AT_MULTIPLES
+        )
+    ),
+)
+def test_length_at_multiples_of_the_batch_and_the_instances_in_memory(
+    tmp_path, per_share, options, world_size, num_workers
+):
     options = json.loads(options)
     corpus = _one_token_lines(tmp_path, per_share * world_size * num_workers)
     vocabulary = Vocabulary()
-    vocabulary.add_tokens_to_namespace([f"w{number}" for number in range(per_share * world_size * num_workers)])
+    vocabulary.add_tokens_to_namespace(
+        [f"w{number}" for number in range(per_share * world_size * num_workers)]
+    )
     seen = []
     for rank in range(world_size):
         reader = LanguageModelCorpusReader()
         if world_size > 1:
             reader._set_distributed_info(DistributedInfo(world_size, rank))
-        loader = _loader(reader, corpus, num_workers=num_workers if num_workers > 1 else 0, **options)
+        loader = _loader(
+            reader, corpus, num_workers=num_workers if num_workers > 1 else 0, **options
+        )
         loader.index_with(vocabulary)
         assert reader.share_sizes(str(corpus), num_workers) == [per_share] * num_workers
         batches = list(loader)
@@ -173,7 +235,9 @@ def test_an_epoch_of_another_number_of_batches_raises(tmp_path, monkeypatch, err
     assert len(list(loader)) == len(loader) == 5
     # The reader's count of its share is off by one (its own check of the read not at fault).
     share_sizes = reader.share_sizes
-    monkeypatch.setattr(reader, "share_sizes", lambda *args: [size + error for size in share_sizes(*args)])
+    monkeypatch.setattr(
+        reader, "share_sizes", lambda *args: [size + error for size in share_sizes(*args)]
+    )
     batches = iter(loader)
     assert len(batches) == 5 + error
     what = "ended after 5" if error > 0 else "went on past"

@@ -1,4 +1,5 @@
 """The corpus index (`corpus_index.py`) and the shares it gives each (rank, worker) reader."""
+
 import logging
 import multiprocessing
 import os
@@ -61,8 +62,16 @@ def test_index_counts_every_line_as_the_reader_would(tmp_path, monkeypatch):
     # Long lines are read in pieces: split them at awkward places (inside a token, inside a
     # multi-byte character, between "\r" and "\n").
     monkeypatch.setattr(corpus_index, "_PIECE", 7)
-    lines = [b"\xef\xbb\xbfone two", b"", b"   \t ", b"\xc2\xa0\xe3\x80\x80", b"caf\xc3\xa9 na\xc3\xafve x",
-             b"abc defgh ijklmn\x00op q", b"bad \xff byte", b"tail\r"]
+    lines = [
+        b"\xef\xbb\xbfone two",
+        b"",
+        b"   \t ",
+        b"\xc2\xa0\xe3\x80\x80",
+        b"caf\xc3\xa9 na\xc3\xafve x",
+        b"abc defgh ijklmn\x00op q",
+        b"bad \xff byte",
+        b"tail\r",
+    ]
     corpus.write_bytes(b"\n".join(lines) + b"\r\nno newline at the end")
     offsets, tokens, breaks = index_lines(str(corpus))
     expected = []
@@ -176,9 +185,13 @@ def _build_in_child(path: str, barrier) -> None:
 def test_concurrent_builders_leave_one_good_index(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("one two three\n" * 20_000)
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    )
     barrier = context.Barrier(4)
-    children = [context.Process(target=_build_in_child, args=(str(corpus), barrier)) for _ in range(4)]
+    children = [
+        context.Process(target=_build_in_child, args=(str(corpus), barrier)) for _ in range(4)
+    ]
     for child in children:
         child.start()
     for child in children:
@@ -198,14 +211,20 @@ def test_parallel_build_equals_sequential(tmp_path):
         os.remove(index_path_beside(path))
     sequential = load_indexes(paths, processes=1)
     for one, other in zip(parallel, sequential):
-        assert numpy.array_equal(one.offsets, other.offsets) and numpy.array_equal(one.tokens, other.tokens)
+        assert numpy.array_equal(one.offsets, other.offsets) and numpy.array_equal(
+            one.tokens, other.tokens
+        )
 
 
 @pytest.mark.parametrize("mode", ["sentence", "window"])
 def test_8_shards_on_2_ranks_of_2_workers_each_reader_reads_its_quarter(tmp_path, mode):
     corpus = _shards(tmp_path / "c", [400] * 8)
-    options = dict(mode="window", window_length=5) if mode == "window" else dict(max_sequence_length=6)
-    corpus_bytes = sum(path.stat().st_size for path in corpus.iterdir() if not path.name.startswith("."))
+    options = (
+        dict(mode="window", window_length=5) if mode == "window" else dict(max_sequence_length=6)
+    )
+    corpus_bytes = sum(
+        path.stat().st_size for path in corpus.iterdir() if not path.name.startswith(".")
+    )
     for epoch in (0, 1):
         reader = LanguageModelCorpusReader(shuffle=True, seed=3, **options)
         reader.set_epoch(epoch)
@@ -250,8 +269,9 @@ def test_sentences_with_another_tokenizer_are_counted_by_it(tmp_path):
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("ab c\n\nxyz\n")
-    reader = LanguageModelCorpusReader(tokenizer=CharacterTokenizer(), max_sequence_length=3,
-                                       start_token=None, end_token=None)
+    reader = LanguageModelCorpusReader(
+        tokenizer=CharacterTokenizer(), max_sequence_length=3, start_token=None, end_token=None
+    )
     assert reader.share_sizes(str(corpus)) == [3]  # "ab c": 4 characters, split in 2
     assert _texts(reader.read(corpus)) == [("a", "b", " "), ("c",), ("x", "y", "z")]
 
@@ -297,7 +317,9 @@ def test_lines_at_multiples_of_the_piece(tmp_path, monkeypatch, piece):
     lengths = [k * size + d for k in (1, 2) for d in (-1, 0, 1)]
     files = {}
     for ending in (b"\n", b"\r\n"):  # lines of these sizes with their line break
-        files[ending] = b"".join(_line_of(length - len(ending), seed) + ending for seed, length in enumerate(lengths))
+        files[ending] = b"".join(
+            _line_of(length - len(ending), seed) + ending for seed, length in enumerate(lengths)
+        )
     for seed, length in enumerate(lengths):  # a last line of this size without one
         files[length] = b"one line\r\n" + _line_of(length, seed)
     for name, data in files.items():
@@ -330,12 +352,18 @@ def test_the_content_sample_at_multiples_of_its_size(tmp_path, k, d):
 # k*B - 1, k*B and k*B + 1 bytes in 3 files, around smaller constants; the same index either way.
 @pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("d", [-1, 0, 1])
-def test_parallel_indexing_and_its_bar_at_multiples_of_their_thresholds(tmp_path, monkeypatch, caplog, k, d):
+def test_parallel_indexing_and_its_bar_at_multiples_of_their_thresholds(
+    tmp_path, monkeypatch, caplog, k, d
+):
     monkeypatch.setattr(corpus_index, "_PARALLEL_MIN_BYTES", 1000)
     monkeypatch.setattr(corpus_index, "_BAR_MIN_BYTES", 1000)
     bars = []
     real_tqdm = corpus_index.Tqdm.tqdm
-    monkeypatch.setattr(corpus_index.Tqdm, "tqdm", lambda *a, **kw: bars.append(kw["disable"]) or real_tqdm(*a, **kw))
+    monkeypatch.setattr(
+        corpus_index.Tqdm,
+        "tqdm",
+        lambda *a, **kw: bars.append(kw["disable"]) or real_tqdm(*a, **kw),
+    )
     total = k * 1000 + d
     sizes = [total // 3, total // 3, total - 2 * (total // 3)]
     paths = []
@@ -350,4 +378,8 @@ def test_parallel_indexing_and_its_bar_at_multiples_of_their_thresholds(tmp_path
     assert bars == [total < 1000]
     for index, path in zip(indexes, paths):
         offsets, tokens, breaks = _plain_index(Path(path).read_bytes())
-        assert (list(index.offsets), list(index.tokens), list(index.breaks)) == (offsets, tokens, breaks)
+        assert (list(index.offsets), list(index.tokens), list(index.breaks)) == (
+            offsets,
+            tokens,
+            breaks,
+        )

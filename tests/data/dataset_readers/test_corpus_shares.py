@@ -7,6 +7,7 @@ lost a line at the end of each), the blocks of `_BLOCK_BYTES`, the reads merged 
 R ranks x W workers, one file and many uneven shards, shuffled or not; and 1,000,000 lines. And
 the guard: a line or instance lost or repeated raises, naming the file and line.
 """
+
 import logging
 import tempfile
 from collections import Counter
@@ -29,7 +30,9 @@ from elmoc_allennlp.data.dataset_readers.lm_corpus_reader import LanguageModelCo
 Sentence = Tuple[str, ...]
 
 
-def _write_shards(directory: Path, shard_lines: Sequence[int], line_bytes: int = 0, blank_every: int = 0) -> Path:
+def _write_shards(
+    directory: Path, shard_lines: Sequence[int], line_bytes: int = 0, blank_every: int = 0
+) -> Path:
     """
     Shards of numbered lines ("L<number> ..." padded to `line_bytes` with the line break, if
     given), a blank line every `blank_every` lines; the shards' folder.
@@ -45,7 +48,9 @@ def _write_shards(directory: Path, shard_lines: Sequence[int], line_bytes: int =
             text = f"L{number} w{number % 7}" + " x" * (number % 3)
             lines.append(text.ljust(line_bytes - 1, "y") if line_bytes else text)
             number += 1
-        (directory / f"part-{shard:03d}.txt").write_bytes("".join(f"{line}\n" for line in lines).encode())
+        (directory / f"part-{shard:03d}.txt").write_bytes(
+            "".join(f"{line}\n" for line in lines).encode()
+        )
     return directory
 
 
@@ -67,17 +72,23 @@ def _texts(instances) -> List[Sentence]:
     return [tuple(token.text for token in instance["tokens"].tokens) for instance in instances]
 
 
-def _read_shares(reader, corpus, world_size: int, num_workers: int) -> Tuple[List[List[Sentence]], Counter]:
+def _read_shares(
+    reader, corpus, world_size: int, num_workers: int
+) -> Tuple[List[List[Sentence]], Counter]:
     """What each (rank, worker) reads, and the statistics of all of them, summed."""
     shares, statistics = [], Counter()
     for rank in range(world_size):
         for worker in range(num_workers):
             reader._set_worker_info(WorkerInfo(num_workers, worker) if num_workers > 1 else None)
-            reader._set_distributed_info(DistributedInfo(world_size, rank) if world_size > 1 else None)
+            reader._set_distributed_info(
+                DistributedInfo(world_size, rank) if world_size > 1 else None
+            )
             shares.append(_texts(reader.read(corpus)))
             statistics.update(reader.last_read_statistics)
         reader._set_worker_info(None)
-        assert reader.share_sizes(corpus, num_workers) == [len(share) for share in shares[-num_workers:]]
+        assert reader.share_sizes(corpus, num_workers) == [
+            len(share) for share in shares[-num_workers:]
+        ]
     reader._set_distributed_info(None)
     return shares, statistics
 
@@ -101,11 +112,21 @@ def _sentences_of_stream(stream: List[str]) -> List[Sentence]:
     return sentences
 
 
-def check_every_line_once(corpus: Path, mode: str, shuffle: bool, world_size: int = 1, num_workers: int = 1,
-                          epoch: int = 1) -> Counter:
+def check_every_line_once(
+    corpus: Path,
+    mode: str,
+    shuffle: bool,
+    world_size: int = 1,
+    num_workers: int = 1,
+    epoch: int = 1,
+) -> Counter:
     """The R x W shares read every non-blank line of the reference once; their statistics, summed."""
     reference = _plain_sentences(corpus)
-    options = dict(mode="window", window_length=5) if mode == "window" else dict(max_sequence_length=10_000)
+    options = (
+        dict(mode="window", window_length=5)
+        if mode == "window"
+        else dict(max_sequence_length=10_000)
+    )
     reader = LanguageModelCorpusReader(shuffle=shuffle, **options)
     reader.set_epoch(epoch)
     shares, statistics = _read_shares(reader, corpus, world_size, num_workers)
@@ -118,7 +139,9 @@ def check_every_line_once(corpus: Path, mode: str, shuffle: bool, world_size: in
         assert len(set(sentences)) == len(sentences)  # (the lines are numbered: all different)
     else:
         assert sentences == reference
-    assert statistics["lines"] == sum(path.read_bytes().count(b"\n") for path in Path(corpus).glob("*.txt"))
+    assert statistics["lines"] == sum(
+        path.read_bytes().count(b"\n") for path in Path(corpus).glob("*.txt")
+    )
     return statistics
 
 
@@ -131,10 +154,14 @@ def test_slices_of_lines_one_file(tmp_path, num_lines, mode, shuffle):
 
 
 # Shares of about k*B lines each: 2 ranks x 2 workers over uneven shards with blank lines.
-@pytest.mark.parametrize("lines_per_share, mode, shuffle", [(4096, "sentence", False), (8193, "window", True)])
+@pytest.mark.parametrize(
+    "lines_per_share, mode, shuffle", [(4096, "sentence", False), (8193, "window", True)]
+)
 def test_slices_of_lines_ranks_and_workers_many_shards(tmp_path, lines_per_share, mode, shuffle):
     total = 4 * lines_per_share
-    corpus = _write_shards(tmp_path / "corpus", [total // 2, 3, total // 3, total - total // 2 - total // 3 - 3])
+    corpus = _write_shards(
+        tmp_path / "corpus", [total // 2, 3, total // 3, total - total // 2 - total // 3 - 3]
+    )
     check_every_line_once(corpus, mode, shuffle, world_size=2, num_workers=2)
 
 
@@ -177,10 +204,14 @@ def test_skipped_lines_named_up_to_the_budget(tmp_path, caplog, num_invalid):
         texts = _texts(reader.read(corpus))
     assert texts == [("<S>", "good", str(i), "</S>") for i in range(num_invalid)]
     assert reader.last_read_statistics["invalid_lines_skipped"] == num_invalid
-    warnings = [record.getMessage() for record in caplog.records if "skipped, invalid UTF-8" in record.getMessage()]
-    assert [warning.split(":")[0] for warning in warnings] == [f"{corpus}, line {2 * i + 2}" for i in range(10)][
-        :num_invalid
+    warnings = [
+        record.getMessage()
+        for record in caplog.records
+        if "skipped, invalid UTF-8" in record.getMessage()
     ]
+    assert [warning.split(":")[0] for warning in warnings] == [
+        f"{corpus}, line {2 * i + 2}" for i in range(10)
+    ][:num_invalid]
     assert ("further skipped lines are only counted" in warnings[-1]) == (num_invalid >= 10)
 
 
@@ -202,7 +233,9 @@ def _small_constants(block_bytes: int, gap_bytes: int) -> Iterator[None]:
     shuffle=st.booleans(),
     constants=st.tuples(st.integers(8, 90), st.integers(0, 20)),
 )
-def test_every_line_once_at_small_constants(shards, blank_every, world_size, num_workers, mode, shuffle, constants):
+def test_every_line_once_at_small_constants(
+    shards, blank_every, world_size, num_workers, mode, shuffle, constants
+):
     if not any(count - count // blank_every if blank_every else count for count in shards):
         shards = shards + [1]
     with tempfile.TemporaryDirectory() as directory, _small_constants(*constants):
@@ -236,14 +269,19 @@ def test_a_lost_line_raises_naming_the_file_and_line(tmp_path, monkeypatch, mode
     reader = LanguageModelCorpusReader(mode=mode)
     expected = _texts(reader.read(corpus))
     monkeypatch.setattr(corpus_shares, "read_lines", _lossy(drop=12))
-    with pytest.raises(EpochLengthError, match=r"part-000\.txt, line 13: lost by share 1 of 1 .*gave line 14"):
+    with pytest.raises(
+        EpochLengthError, match=r"part-000\.txt, line 13: lost by share 1 of 1 .*gave line 14"
+    ):
         list(reader.read(corpus))
     # The last line of a file: the source ends early.
     monkeypatch.setattr(corpus_shares, "read_lines", _lossy(drop=39))
     with pytest.raises(EpochLengthError, match=r"part-001\.txt, line 40: lost .*gave no line"):
         list(reader.read(corpus))
     monkeypatch.setattr(corpus_shares, "read_lines", _lossy(repeat=39))
-    with pytest.raises(EpochLengthError, match=r"part-001\.txt, line 40: read by share 1 of 1 .* after the 40 lines"):
+    with pytest.raises(
+        EpochLengthError,
+        match=r"part-001\.txt, line 40: read by share 1 of 1 .* after the 40 lines",
+    ):
         list(reader.read(corpus))
     monkeypatch.undo()
     assert _texts(reader.read(corpus)) == expected
@@ -256,12 +294,16 @@ def test_a_lost_line_under_ddp_names_the_rank(tmp_path, monkeypatch):
     reader._set_distributed_info(DistributedInfo(2, 1))
     reader._set_worker_info(WorkerInfo(2, 1))
     monkeypatch.setattr(corpus_shares, "read_lines", _lossy(drop=3))
-    with pytest.raises(EpochLengthError, match=r"lost by share 4 of 4 \(rank 1 of 2, loader worker 1 of 2\)"):
+    with pytest.raises(
+        EpochLengthError, match=r"lost by share 4 of 4 \(rank 1 of 2, loader worker 1 of 2\)"
+    ):
         list(reader.read(corpus))
 
 
 @pytest.mark.parametrize("mode", ["sentence", "window"])
-def test_an_instance_lost_after_its_lines_raises_naming_the_share_counts_and_line(tmp_path, monkeypatch, mode):
+def test_an_instance_lost_after_its_lines_raises_naming_the_share_counts_and_line(
+    tmp_path, monkeypatch, mode
+):
     corpus = _write_shards(tmp_path / "corpus", [30, 40])
     options = dict(mode="window", window_length=3) if mode == "window" else {}
     reader = LanguageModelCorpusReader(**options)
@@ -270,8 +312,11 @@ def test_an_instance_lost_after_its_lines_raises_naming_the_share_counts_and_lin
     numbered = getattr(LanguageModelCorpusReader, f"_{mode}s")
     # An instance of the share goes missing, or its last one.
     for skipped in (share.first + 3, share.end - 1):
+
         def losing(self, share, skipped=skipped):
-            return ((number, tokens) for number, tokens in numbered(self, share) if number != skipped)
+            return (
+                (number, tokens) for number, tokens in numbered(self, share) if number != skipped
+            )
 
         monkeypatch.setattr(LanguageModelCorpusReader, f"_{mode}s", losing)
         with pytest.raises(EpochLengthError) as error:
@@ -308,18 +353,30 @@ def test_a_million_lines_each_read_once_by_2_ranks_of_2_workers(tmp_path):
     assert numpy.array_equal(numpy.array(numbers, dtype=numpy.int64), numpy.arange(1_000_000))
     # The reader's instances of the last of 64 shares: the corpus's last 15,625 lines.
     reader._set_distributed_info(DistributedInfo(64, 63))
-    assert _texts(reader.read(corpus)) == [("<S>", str(number), "</S>") for number in range(984_375, 1_000_000)]
+    assert _texts(reader.read(corpus)) == [
+        ("<S>", str(number), "</S>") for number in range(984_375, 1_000_000)
+    ]
 
 
 def test_an_instance_read_twice_or_past_the_share_raises(tmp_path, monkeypatch):
     corpus = _write_shards(tmp_path / "corpus", [12])
     reader = LanguageModelCorpusReader()
     sentences = LanguageModelCorpusReader._sentences
-    monkeypatch.setattr(LanguageModelCorpusReader, "_sentences",
-                        lambda self, share: (pair for pair in sentences(self, share) for _ in range(2)))
-    with pytest.raises(EpochLengthError, match=r"share 1 of 1 .* lost instance 1 .*read instance 0 in its place"):
+    monkeypatch.setattr(
+        LanguageModelCorpusReader,
+        "_sentences",
+        lambda self, share: (pair for pair in sentences(self, share) for _ in range(2)),
+    )
+    with pytest.raises(
+        EpochLengthError, match=r"share 1 of 1 .* lost instance 1 .*read instance 0 in its place"
+    ):
         list(reader.read(corpus))
-    monkeypatch.setattr(LanguageModelCorpusReader, "_sentences",
-                        lambda self, share: iter(list(sentences(self, share)) + [(12, [])]))
-    with pytest.raises(EpochLengthError, match=r"read instance 12 past its last, 11 \(12 instances by its index\)"):
+    monkeypatch.setattr(
+        LanguageModelCorpusReader,
+        "_sentences",
+        lambda self, share: iter(list(sentences(self, share)) + [(12, [])]),
+    )
+    with pytest.raises(
+        EpochLengthError, match=r"read instance 12 past its last, 11 \(12 instances by its index\)"
+    ):
         list(reader.read(corpus))

@@ -278,7 +278,9 @@ _READ = {"files", "bytes"}
 )
 def test_readers_get_every_instance_once_and_equal_counts(tmp_path, mode, world_size, num_workers):
     corpus = _sharding_corpus(tmp_path) / "news.en-*"
-    options = dict(mode="window", window_length=4) if mode == "window" else dict(max_sequence_length=5)
+    options = (
+        dict(mode="window", window_length=4) if mode == "window" else dict(max_sequence_length=5)
+    )
     reader = LanguageModelCorpusReader(**options)
     everything = _read_as(reader, corpus)
     total_statistics = dict(reader.last_read_statistics)
@@ -301,7 +303,9 @@ def test_readers_get_every_instance_once_and_equal_counts(tmp_path, mode, world_
     for rank in range(world_size):
         reader._set_distributed_info(DistributedInfo(world_size, rank) if world_size > 1 else None)
         sizes = reader.share_sizes(corpus, num_workers)
-        assert sizes == [len(share) for share in shares[rank * num_workers : (rank + 1) * num_workers]]
+        assert sizes == [
+            len(share) for share in shares[rank * num_workers : (rank + 1) * num_workers]
+        ]
 
 
 def test_max_instances_counts_instances_not_lines(tmp_path):
@@ -420,8 +424,15 @@ def test_windows_run_across_sentence_boundaries(window_length):
 
 def test_windows_without_boundary_tokens_and_from_params():
     reader = DatasetReader.from_params(
-        Params({"type": "elmoc_lm_corpus", "mode": "window", "window_length": 3,
-                "start_token": None, "end_token": None})
+        Params(
+            {
+                "type": "elmoc_lm_corpus",
+                "mode": "window",
+                "window_length": 3,
+                "start_token": None,
+                "end_token": None,
+            }
+        )
     )
     corpus = LM_CORPUS / "valid.txt"
     words = corpus.read_text().split()
@@ -518,7 +529,9 @@ def test_a_worker_with_only_blank_files_does_not_call_the_corpus_empty(tmp_path)
     reader = LanguageModelCorpusReader()
     assert _read_as(reader, directory, worker=WorkerInfo(2, 0)) == []
     assert reader.last_read_statistics["files"] == 0  # a blank file is never opened
-    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == [("<S>", "one", "sentence", "</S>")]
+    assert _read_as(reader, directory, worker=WorkerInfo(2, 1)) == [
+        ("<S>", "one", "sentence", "</S>")
+    ]
     (directory / "b.txt").write_text("\n")
     with pytest.raises(ConfigurationError, match="has no text"):
         _read_as(reader, directory, worker=WorkerInfo(2, 0))
@@ -531,7 +544,11 @@ def test_every_line_of_a_large_file_is_read_exactly_once(tmp_path, mode, shuffle
     # of each: 19,996 instances, lines 4096, 8193, ... missing).
     corpus = tmp_path / "numbered.txt"
     corpus.write_text("".join(f"{number}\n" for number in range(20_000)))
-    options = dict(mode="window", window_length=7, start_token=None, end_token=None) if mode == "window" else {}
+    options = (
+        dict(mode="window", window_length=7, start_token=None, end_token=None)
+        if mode == "window"
+        else {}
+    )
     reader = LanguageModelCorpusReader(shuffle=shuffle, **options)
     reader.set_epoch(2)
     texts = _texts(reader.read(corpus))

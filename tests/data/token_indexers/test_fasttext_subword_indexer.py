@@ -23,7 +23,11 @@ def _tokens(*texts):
 
 def _model(tmp_path, words, minn=2, maxn=4, bucket=30, name="model.bin"):
     matrix = np.zeros((len(words) + bucket, 4), dtype=np.float32)
-    return str(write_fasttext_bin(tmp_path / name, list(words), matrix, minn=minn, maxn=maxn, bucket=bucket))
+    return str(
+        write_fasttext_bin(
+            tmp_path / name, list(words), matrix, minn=minn, maxn=maxn, bucket=bucket
+        )
+    )
 
 
 class TestFastTextSubwordIndexer:
@@ -80,22 +84,29 @@ class TestFastTextSubwordIndexer:
     def test_by_default_follows_whether_the_model_is_lowercased(
         self, tiny_fasttext_path, tmp_path, caplog, monkeypatch
     ):
-        monkeypatch.setattr(indexer_module, "_LOGGED", set())  # each decision is logged once per process
+        monkeypatch.setattr(
+            indexer_module, "_LOGGED", set()
+        )  # each decision is logged once per process
         # The tiny model is trained on lowercased text: its task tokens are lowercased, and the log says so.
-        with caplog.at_level(logging.INFO, logger="elmoc_allennlp.data.token_indexers.fasttext_subword_indexer"):
+        with caplog.at_level(
+            logging.INFO, logger="elmoc_allennlp.data.token_indexers.fasttext_subword_indexer"
+        ):
             following = FastTextSubwordIndexer(str(tiny_fasttext_path))
         assert following.lowercase_tokens and following.follows_model
         assert following.token_ids("The") == following.token_ids("the")
         case = FastTextVectors.from_path(tiny_fasttext_path).case
         assert case.lowercased is True and case.cased_words == 0 and case.words > 100
-        assert f"lowercases tokens (as the model; the model {tiny_fasttext_path} is trained on lowercased text" in (
-            caplog.text
+        assert (
+            f"lowercases tokens (as the model; the model {tiny_fasttext_path} is trained on lowercased text"
+            in (caplog.text)
         )
         # A cased dictionary: the case is kept.
         words = ["</s>"] + [f"word{i}" for i in range(150)] + [f"Name{i}" for i in range(50)]
         cased_model = _model(tmp_path, words, name="cased.bin")
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="elmoc_allennlp.data.token_indexers.fasttext_subword_indexer"):
+        with caplog.at_level(
+            logging.INFO, logger="elmoc_allennlp.data.token_indexers.fasttext_subword_indexer"
+        ):
             keeping = FastTextSubwordIndexer(cased_model)
         assert not keeping.lowercase_tokens and keeping.follows_model
         assert keeping.token_ids("Name3") != keeping.token_ids("name3")
@@ -105,7 +116,9 @@ class TestFastTextSubwordIndexer:
         small = FastTextSubwordIndexer(_model(tmp_path, ["</s>", "the", "cat"], name="small.bin"))
         assert small.vectors.case.lowercased is None and not small.lowercase_tokens
 
-    def test_case_forced_against_the_model_warns_with_figures(self, tiny_fasttext_path, tmp_path, caplog, monkeypatch):
+    def test_case_forced_against_the_model_warns_with_figures(
+        self, tiny_fasttext_path, tmp_path, caplog, monkeypatch
+    ):
         logger_name = "elmoc_allennlp.data.token_indexers.fasttext_subword_indexer"
         monkeypatch.setattr(FastTextSubwordIndexer, "case_check_tokens", 10)
         forced = FastTextSubwordIndexer(str(tiny_fasttext_path), lowercase_tokens=False)
@@ -113,11 +126,21 @@ class TestFastTextSubwordIndexer:
         known = [word for word in vectors.words if word.isalpha()][:8]
         texts = [word.capitalize() for word in known[:4]] + known[4:8] + ["Unseenname", "zebra"]
         with caplog.at_level(logging.WARNING, logger=logger_name):
-            forced.tokens_to_indices(_tokens(*texts, *texts), Vocabulary())  # distinct tokens count once
-        warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+            forced.tokens_to_indices(
+                _tokens(*texts, *texts), Vocabulary()
+            )  # distinct tokens count once
+        warnings = [
+            record.getMessage() for record in caplog.records if record.levelno == logging.WARNING
+        ]
         assert len(warnings) == 1
-        assert "but lowercase_tokens is false: 50.0% of the first 10 distinct tokens are cased" in warnings[0]
-        assert "0.0% of those are whole words of the model as written, 80.0% once lowercased" in warnings[0]
+        assert (
+            "but lowercase_tokens is false: 50.0% of the first 10 distinct tokens are cased"
+            in warnings[0]
+        )
+        assert (
+            "0.0% of those are whole words of the model as written, 80.0% once lowercased"
+            in warnings[0]
+        )
         assert "set lowercase_tokens to true" in warnings[0]
         # Following the model, or forcing what the model is: no warning.
         caplog.clear()
@@ -130,7 +153,9 @@ class TestFastTextSubwordIndexer:
         assert not [record for record in caplog.records if record.levelno == logging.WARNING]
         # A cased model lowercased on purpose warns too.
         words = ["</s>"] + [f"word{i}" for i in range(150)] + [f"Name{i}" for i in range(50)]
-        lowering = FastTextSubwordIndexer(_model(tmp_path, words, name="cased.bin"), lowercase_tokens=True)
+        lowering = FastTextSubwordIndexer(
+            _model(tmp_path, words, name="cased.bin"), lowercase_tokens=True
+        )
         monkeypatch.setattr(FastTextSubwordIndexer, "case_check_tokens", 4)
         with caplog.at_level(logging.WARNING, logger=logger_name):
             lowering.tokens_to_indices(_tokens("Name1", "Name2", "word1", "Other"), Vocabulary())
@@ -138,7 +163,10 @@ class TestFastTextSubwordIndexer:
             "is trained on cased text (25.0% of its 200 words are cased), but lowercase_tokens is true: 75.0% of"
             in (caplog.text)
         )
-        assert "66.7% of those are whole words of the model as written, 0.0% once lowercased" in caplog.text
+        assert (
+            "66.7% of those are whole words of the model as written, 0.0% once lowercased"
+            in caplog.text
+        )
         # What was indexed is not configuration.
         assert forced == FastTextSubwordIndexer(str(tiny_fasttext_path), lowercase_tokens=False)
 
@@ -166,7 +194,9 @@ class TestFastTextSubwordIndexer:
         lengths = indexer.get_padding_lengths(indexed)
         longest = max(len(ids) for ids in indexed["subword_ids"])
         assert lengths == {"num_tokens": 5, "num_subwords": longest}
-        padded = indexer.as_padded_tensor_dict(indexed, {"num_tokens": 6, "num_subwords": longest + 2})
+        padded = indexer.as_padded_tensor_dict(
+            indexed, {"num_tokens": 6, "num_subwords": longest + 2}
+        )
         ids, mask = padded["subword_ids"], padded["mask"]
         assert ids.dtype == torch.long and ids.shape == (6, longest + 2)
         assert mask.tolist() == [True, True, True, False, False, False]

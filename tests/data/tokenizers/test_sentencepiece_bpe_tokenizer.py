@@ -81,7 +81,9 @@ def test_trains_once_into_the_cache_from_a_config(tmp_path, monkeypatch):
 def test_pickles_by_path(model_path):
     tokenizer = SentencePieceBpeTokenizer(model_path=str(model_path))
     copy = pickle.loads(pickle.dumps(tokenizer))
-    assert [t.text for t in copy.tokenize("the bank")] == [t.text for t in tokenizer.tokenize("the bank")]
+    assert [t.text for t in copy.tokenize("the bank")] == [
+        t.text for t in tokenizer.tokenize("the bank")
+    ]
 
 
 def test_needs_a_model_or_a_corpus(tmp_path):

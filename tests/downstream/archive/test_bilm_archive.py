@@ -1,6 +1,7 @@
 """A biLM archive read for downstream use (`BilmArchive`): its config without the weights, its
 fastText model found beside it, and archives that are not a usable ELMo-C biLM refused naming the
 file and the config key."""
+
 import tarfile
 
 import numpy
@@ -35,11 +36,17 @@ def test_the_archive_is_extracted_once_in_load(elmoc_archive, monkeypatch):
 
     extractions = []
     extract = extraction.extract_archive
-    monkeypatch.setattr(extraction, "extract_archive", lambda path: extractions.append(path) or extract(path))
+    monkeypatch.setattr(
+        extraction, "extract_archive", lambda path: extractions.append(path) or extract(path)
+    )
     archive = BilmArchive(str(elmoc_archive))
     with tarfile.open(elmoc_archive) as tar:
-        namespaces = tar.extractfile("vocabulary/non_padded_namespaces.txt").read().decode("utf-8").split()
-    assert archive.vocabulary_namespace("non_padded_namespaces") == {name: i + 1 for i, name in enumerate(namespaces)}
+        namespaces = (
+            tar.extractfile("vocabulary/non_padded_namespaces.txt").read().decode("utf-8").split()
+        )
+    assert archive.vocabulary_namespace("non_padded_namespaces") == {
+        name: i + 1 for i, name in enumerate(namespaces)
+    }
     assert extractions == []
     model, _ = archive.load()
     assert extractions == [str(elmoc_archive)] and isinstance(model, BidirectionalLanguageModel)
@@ -73,14 +80,21 @@ def test_an_archive_that_is_not_an_elmoc_bilm(elmoc_archive, tmp_path):
 
     # Character input is supported (ELMo), but only with the indexer it was pretrained with.
     cnn = rewrite_archive(elmoc_archive, tmp_path / "cnn.tar.gz", character_input)
-    with pytest.raises(ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"):
+    with pytest.raises(
+        ConfigurationError, match=r"dataset_reader\.token_indexers\.elmo_characters"
+    ):
         BilmArchiveIndexer.from_archive(str(cnn))
 
     def unsupported_input(config):
-        config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {"type": "pass_through", "hidden_dim": 16}
+        config["model"]["text_field_embedder"]["token_embedders"]["fasttext"] = {
+            "type": "pass_through",
+            "hidden_dim": 16,
+        }
 
     other_input = rewrite_archive(elmoc_archive, tmp_path / "other.tar.gz", unsupported_input)
-    with pytest.raises(ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"):
+    with pytest.raises(
+        ConfigurationError, match=r"model\.text_field_embedder\.token_embedders\.fasttext"
+    ):
         BilmArchiveIndexer.from_archive(str(other_input))
 
 
@@ -109,9 +123,7 @@ def test_a_moved_archive_finds_its_vectors_relative_to_it(
     moved = ElmocTokenEmbedder(str(relocated_archive), dropout=0.0)
     original = ElmocTokenEmbedder(str(elmoc_archive), dropout=0.0)
     moved_indexer = BilmArchiveIndexer.from_archive(str(relocated_archive))
-    assert torch.equal(
-        embed(moved, moved_indexer, SENTENCES), embed(original, indexer, SENTENCES)
-    )
+    assert torch.equal(embed(moved, moved_indexer, SENTENCES), embed(original, indexer, SENTENCES))
 
 
 def test_vectors_of_the_wrong_dimension(elmoc_archive, tmp_path):
@@ -121,4 +133,3 @@ def test_vectors_of_the_wrong_dimension(elmoc_archive, tmp_path):
     )
     with pytest.raises(ConfigurationError, match=r"dimension 8.*model\.contextualizer\.input_dim"):
         ElmocTokenEmbedder(str(elmoc_archive), vectors_path=str(wrong))
-

@@ -2,6 +2,7 @@
 A downstream model trained with ELMo-C loads from its `model.tar.gz` alone (plus the fastText
 `.bin`): from another working directory, in a fresh process, with the biLM archive deleted.
 """
+
 import json
 import os
 import shutil
@@ -182,9 +183,7 @@ def test_missing_bin_names_the_downstream_archive_and_the_override(
     assert VECTORS_PATH_VARIABLE in message
 
 
-def test_the_copy_is_written_once_and_a_second_writer_keeps_the_first(
-    relocated_archive, tmp_path
-):
+def test_the_copy_is_written_once_and_a_second_writer_keeps_the_first(relocated_archive, tmp_path):
     from elmoc_allennlp.downstream.archive import BilmArchive
     from allennlp.data import Vocabulary
 

@@ -4,6 +4,7 @@ headers say) loads from any working directory on the machine that trained it: it
 where the `.bin` really was and its fingerprint (`elmoc_fasttext.json`); elsewhere the `.bin` beside
 the archive is found as before.
 """
+
 import json
 import os
 import shutil
@@ -39,7 +40,9 @@ def relative_run(tiny_fasttext_path, tmp_path_factory):
     os.environ["ELMOC_TEST_FASTTEXT"] = "ptb.bin"
     try:
         train_model_from_file(
-            str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"), "runs/elmoc", overrides=json.dumps({"trainer.num_epochs": 1})
+            str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"),
+            "runs/elmoc",
+            overrides=json.dumps({"trainer.num_epochs": 1}),
         )
         in_place = ElmocEmbedder("runs/elmoc/model.tar.gz").embed_sentence(SENTENCE)
     finally:
@@ -55,7 +58,10 @@ def test_the_archive_records_where_the_bin_really_is(relative_run):
         locations = json.load(tar.extractfile(LOCATIONS_NAME))
     assert config["dataset_reader"]["token_indexers"]["fasttext"]["vectors_path"] == "ptb.bin"
     vectors = FastTextVectors.from_path(training / "ptb.bin")
-    assert locations["ptb.bin"] == {"path": str((training / "ptb.bin").resolve()), "fingerprint": vectors.fingerprint}
+    assert locations["ptb.bin"] == {
+        "path": str((training / "ptb.bin").resolve()),
+        "fingerprint": vectors.fingerprint,
+    }
 
 
 def test_it_loads_from_another_working_directory(relative_run, tmp_path, monkeypatch):
@@ -63,17 +69,23 @@ def test_it_loads_from_another_working_directory(relative_run, tmp_path, monkeyp
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    numpy.testing.assert_allclose(ElmocEmbedder(str(archive)).embed_sentence(SENTENCE), in_place, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(
+        ElmocEmbedder(str(archive)).embed_sentence(SENTENCE), in_place, rtol=1e-5, atol=1e-6
+    )
     # allennlp's own loader (evaluate, predict) finds it too.
     embedder = load_archive(str(archive)).model._text_field_embedder._token_embedders["fasttext"]
     assert embedder.vectors.path == (training / "ptb.bin").resolve()
 
 
-def test_a_different_file_of_that_name_in_the_working_directory_is_not_taken(relative_run, tmp_path, monkeypatch):
+def test_a_different_file_of_that_name_in_the_working_directory_is_not_taken(
+    relative_run, tmp_path, monkeypatch
+):
     training, archive, in_place = relative_run
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ptb.bin").write_bytes(b"not the vectors the biLM was trained with")
-    numpy.testing.assert_allclose(ElmocEmbedder(str(archive)).embed_sentence(SENTENCE), in_place, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(
+        ElmocEmbedder(str(archive)).embed_sentence(SENTENCE), in_place, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_moved_with_its_bin_it_loads_as_before(relative_run, tmp_path, monkeypatch):

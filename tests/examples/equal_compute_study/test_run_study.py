@@ -3,6 +3,7 @@ The equal-compute study (examples/equal_compute_study/run_study.py) and the down
 shares with the quality-vs-time study (examples/common.py): the data subsets, the overrides, the
 table and the shared helpers, without training.
 """
+
 import subprocess
 import sys
 from argparse import Namespace
@@ -18,16 +19,23 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 def test_subsets_keep_the_first_examples_of_each_format(tmp_path):
     conll = tmp_path / "eng.train"
-    conll.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\nPeter NNP I-NP I-PER\n\nBonn NNP I-NP I-LOC\n")
+    conll.write_text(
+        "-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\n"
+        "Peter NNP I-NP I-PER\n\nBonn NNP I-NP I-LOC\n"
+    )
     common.make_subset(conll, tmp_path / "ner.txt", "ner", 2)
-    assert (tmp_path / "ner.txt").read_text() == "EU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\nPeter NNP I-NP I-PER\n"
+    assert (
+        tmp_path / "ner.txt"
+    ).read_text() == "EU NNP I-NP I-ORG\nrejects VBZ I-VP O\n\nPeter NNP I-NP I-PER\n"
     sst = tmp_path / "train.txt"
     sst.write_text("(3 (2 a) (3 b))\n(1 (1 c) (2 d))\n(2 e)\n")
     common.make_subset(sst, tmp_path / "sst.txt", "sst5", 2)
     # SST files are sorted by label: a fixed random sample, kept in file order.
     lines = (tmp_path / "sst.txt").read_text().splitlines()
     source = sst.read_text().splitlines()
-    assert len(lines) == 2 and sorted(lines, key=source.index) == lines and set(lines) <= set(source)
+    assert (
+        len(lines) == 2 and sorted(lines, key=source.index) == lines and set(lines) <= set(source)
+    )
     common.make_subset(sst, tmp_path / "sst_again.txt", "sst5", 2)
     assert (tmp_path / "sst_again.txt").read_text().splitlines() == lines
     conllu = REPO_ROOT / "tests" / "fixtures" / "downstream" / "ud_pos.conllu"
@@ -51,8 +59,15 @@ def test_overrides_seed_epochs_lowercasing_and_batch_size():
 def test_table_means_and_stds_in_percent():
     results = {
         "settings": {"tasks": ["pos"], "models": ["fastText", "ELMo-C"], "seeds": [1, 2]},
-        "pretraining": [{"model": "ELMo-C", "pretraining_minutes": 8.8, "trainable_parameters": 1234,
-                         "tokens_per_second": 400, "intrinsic": "x"}],
+        "pretraining": [
+            {
+                "model": "ELMo-C",
+                "pretraining_minutes": 8.8,
+                "trainable_parameters": 1234,
+                "tokens_per_second": 400,
+                "intrinsic": "x",
+            }
+        ],
         "runs": [
             {"task": "pos", "model": "fastText", "seed": 1, "dev": 0.5, "test": 0.4},
             {"task": "pos", "model": "fastText", "seed": 2, "dev": 0.7, "test": 0.6},
@@ -66,8 +81,14 @@ def test_table_means_and_stds_in_percent():
 
 def test_pretraining_token_files_shared_and_per_model():
     names = ["ELMo", "ELMo-C", "ELMo-C (equal time)"]
-    files = study.pretraining_token_files(names, ["ptb.train10k.txt", "ELMo-C (equal time)=ptb.train.txt"])
-    assert files == {"ELMo": "ptb.train10k.txt", "ELMo-C": "ptb.train10k.txt", "ELMo-C (equal time)": "ptb.train.txt"}
+    files = study.pretraining_token_files(
+        names, ["ptb.train10k.txt", "ELMo-C (equal time)=ptb.train.txt"]
+    )
+    assert files == {
+        "ELMo": "ptb.train10k.txt",
+        "ELMo-C": "ptb.train10k.txt",
+        "ELMo-C (equal time)": "ptb.train.txt",
+    }
     assert study.pretraining_token_files(names, []) == {name: None for name in names}
     with pytest.raises(SystemExit, match="ELMo-X"):
         study.pretraining_token_files(names, ["ELMo-X=ptb.train.txt"])
@@ -84,8 +105,18 @@ def test_allennlp_durations_and_token_counts(tmp_path):
 
 
 def test_the_quality_study_loads_no_other_studys_driver():
-    code = "import sys, examples.quality_vs_time.run_study; print(' '.join(m for m in sys.modules if m.startswith('examples')))"
-    completed = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, examples.quality_vs_time.run_study; "
+        "print(' '.join(m for m in sys.modules if m.startswith('examples')))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     loaded = set(completed.stdout.split())
-    assert loaded == {"examples", "examples.common", "examples.quality_vs_time", "examples.quality_vs_time.run_study"}
+    assert loaded == {
+        "examples",
+        "examples.common",
+        "examples.quality_vs_time",
+        "examples.quality_vs_time.run_study",
+    }

@@ -1,4 +1,5 @@
 """The biLM's constant baseline: the cosine loss of the best constant prediction."""
+
 import copy
 
 import pytest

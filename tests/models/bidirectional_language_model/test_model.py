@@ -14,9 +14,15 @@ import elmoc_allennlp  # noqa: F401  (registers the plugin's components)
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
 METRICS = {
-    "forward_loss", "backward_loss", "cosine_similarity", "retrieval_accuracy",
-    "forward_constant_baseline_loss", "backward_constant_baseline_loss", "constant_baseline_loss",
+    "forward_loss",
+    "backward_loss",
+    "cosine_similarity",
+    "retrieval_accuracy",
+    "forward_constant_baseline_loss",
+    "backward_constant_baseline_loss",
+    "constant_baseline_loss",
 }
+
 
 class TestBidirectionalLanguageModel(ModelTestCase):
     def setup_method(self):
@@ -58,7 +64,9 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         tensors = self._tensors()
         output = self.model(**tensors)
         # A per-direction figure (the trainer steps each direction on its own loss).
-        assert torch.allclose(output["loss"], (output["forward_loss"] + output["backward_loss"]) / 2)
+        assert torch.allclose(
+            output["loss"], (output["forward_loss"] + output["backward_loss"]) / 2
+        )
         tokens = tensors["tokens"]
         embedded = self.model._text_field_embedder(tokens)
         mask = tokens["fasttext"]["mask"]
@@ -73,11 +81,17 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             length = int(mask[row].sum())
             for t in range(length - 1):
                 prediction = projection(states[row, t, :half])
-                forward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t + 1], dim=0))
+                forward_losses.append(
+                    1 - F.cosine_similarity(prediction, embedded[row, t + 1], dim=0)
+                )
                 prediction = backward_projection(states[row, t + 1, half:])
                 backward_losses.append(1 - F.cosine_similarity(prediction, embedded[row, t], dim=0))
-        assert math.isclose(output["forward_loss"].item(), torch.stack(forward_losses).mean().item(), rel_tol=1e-5)
-        assert math.isclose(output["backward_loss"].item(), torch.stack(backward_losses).mean().item(), rel_tol=1e-5)
+        assert math.isclose(
+            output["forward_loss"].item(), torch.stack(forward_losses).mean().item(), rel_tol=1e-5
+        )
+        assert math.isclose(
+            output["backward_loss"].item(), torch.stack(backward_losses).mean().item(), rel_tol=1e-5
+        )
 
     def test_target_vectors_are_what_the_forward_loss_compares_with(self):
         self.model.eval()
@@ -100,9 +114,9 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         output["loss"].backward()
         named = dict(self.model.named_parameters())
         assert named, "model has no parameters"
-        assert not any("text_field_embedder" in name for name in named), (
-            "frozen fastText vectors must not be parameters"
-        )
+        assert not any(
+            "text_field_embedder" in name for name in named
+        ), "frozen fastText vectors must not be parameters"
         for name, parameter in named.items():
             assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
         embedder = self.model._text_field_embedder._token_embedders["fasttext"]
@@ -124,7 +138,11 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         assert set(metrics) == METRICS
         assert 0.0 <= metrics["retrieval_accuracy"] <= 1.0
         assert -1.0 <= metrics["cosine_similarity"] <= 1.0
-        assert math.isclose(1 - metrics["cosine_similarity"], 0.5 * (metrics["forward_loss"] + metrics["backward_loss"]), rel_tol=1e-4)
+        assert math.isclose(
+            1 - metrics["cosine_similarity"],
+            0.5 * (metrics["forward_loss"] + metrics["backward_loss"]),
+            rel_tol=1e-4,
+        )
 
     def test_constant_baseline_is_the_loss_of_predicting_each_directions_mean_target(self):
         self.model.eval()
@@ -136,17 +154,25 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         targets, mask = self.model.target_vectors(tensors["tokens"])
         pairs = mask[:, :-1] & mask[:, 1:]
         for direction, direction_targets in (
-            ("forward", targets[:, 1:][pairs]), ("backward", targets[:, :-1][pairs])
+            ("forward", targets[:, 1:][pairs]),
+            ("backward", targets[:, :-1][pairs]),
         ):
             mean_direction = F.normalize(direction_targets.double(), dim=-1).mean(0)
-            cosine = F.cosine_similarity(mean_direction.expand_as(direction_targets), direction_targets.double(), dim=-1)
+            cosine = F.cosine_similarity(
+                mean_direction.expand_as(direction_targets), direction_targets.double(), dim=-1
+            )
             expected = (1 - cosine).mean().item()
-            assert metrics[f"{direction}_constant_baseline_loss"] == pytest.approx(expected, abs=1e-6)
+            assert metrics[f"{direction}_constant_baseline_loss"] == pytest.approx(
+                expected, abs=1e-6
+            )
         assert metrics["constant_baseline_loss"] == pytest.approx(
-            (metrics["forward_constant_baseline_loss"] + metrics["backward_constant_baseline_loss"]) / 2
+            (metrics["forward_constant_baseline_loss"] + metrics["backward_constant_baseline_loss"])
+            / 2
         )
         # The two directions' targets differ (the boundary tokens), so do their baselines.
-        assert metrics["forward_constant_baseline_loss"] != metrics["backward_constant_baseline_loss"]
+        assert (
+            metrics["forward_constant_baseline_loss"] != metrics["backward_constant_baseline_loss"]
+        )
 
     def test_a_one_direction_model_has_its_directions_baseline_only(self):
         params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
@@ -181,7 +207,11 @@ class TestBidirectionalLanguageModel(ModelTestCase):
         embedded = self.model._text_field_embedder(tokens)
         for projection, layer_norm, layer in (
             (encoder.input_projection, encoder.input_layer_norm, layers[0, ..., :half]),
-            (encoder.backward_input_projection, encoder.backward_input_layer_norm, layers[0, ..., half:]),
+            (
+                encoder.backward_input_projection,
+                encoder.backward_input_layer_norm,
+                layers[0, ..., half:],
+            ),
         ):
             expected = layer_norm(projection(embedded)) * mask.unsqueeze(-1)
             torch.testing.assert_close(layer, expected, atol=1e-5, rtol=1e-5)
@@ -202,9 +232,15 @@ class TestBidirectionalLanguageModel(ModelTestCase):
             owned = [
                 getattr(encoder, f"{direction}_layers"),
                 model.output_layer(direction),
-                encoder.input_projection if direction == "forward" else encoder.backward_input_projection,
+                (
+                    encoder.input_projection
+                    if direction == "forward"
+                    else encoder.backward_input_projection
+                ),
             ]
-            assert {id(p) for module in owned for p in module.parameters()} <= parameter_ids[direction]
+            assert {id(p) for module in owned for p in module.parameters()} <= parameter_ids[
+                direction
+            ]
         shared = {id(p) for p in model.text_field_embedder.parameters()}
         assert not shared & (parameter_ids["forward"] | parameter_ids["backward"])
 
@@ -227,14 +263,24 @@ def test_degenerate_target_vectors_stop_the_model_at_construction(monkeypatch, t
     words = ["</s>"] + [f"word{index}" for index in range(50)]
     bucket, dim = 0, 16  # no n-grams: words like these share most of theirs
     for name, shared in (("degenerate.bin", 1.0), ("healthy.bin", 0.0)):
-        matrix = shared * rng.standard_normal(dim) + (1.02 - shared) * rng.standard_normal((len(words) + bucket, dim))
-        write_fasttext_bin(tmp_path / name, words, matrix.astype(np.float32), minn=2, maxn=0, bucket=bucket)
+        matrix = shared * rng.standard_normal(dim) + (1.02 - shared) * rng.standard_normal(
+            (len(words) + bucket, dim)
+        )
+        write_fasttext_bin(
+            tmp_path / name, words, matrix.astype(np.float32), minn=2, maxn=0, bucket=bucket
+        )
 
     def model_with(name):
         monkeypatch.setenv("ELMOC_TEST_FASTTEXT", str(tmp_path / name))
         params = Params.from_file(str(FIXTURES_ROOT / "elmoc_tiny.jsonnet"))
         return Model.from_params(vocab=Vocabulary(), params=params.pop("model"))
 
-    with pytest.raises(DegenerateVectorsError, match=r"degenerate\.bin are degenerate: mean pairwise cosine of the 50 most frequent words (0\.99[0-9]|1\.000)"):
+    with pytest.raises(
+        DegenerateVectorsError,
+        match=(
+            r"degenerate\.bin are degenerate: mean pairwise cosine of the 50 most frequent words "
+            r"(0\.99[0-9]|1\.000)"
+        ),
+    ):
         model_with("degenerate.bin")
     assert model_with("healthy.bin").get_metrics(reset=True)["constant_baseline_loss"] == 0.0

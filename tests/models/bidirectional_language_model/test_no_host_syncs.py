@@ -2,6 +2,7 @@
 The biLM's training step without host synchronisations from the fastText lookup and the metrics
 (CPU checks; `tests/gpu/` runs the same step under CUDA's sync debug mode).
 """
+
 import copy
 import sys
 
@@ -19,7 +20,6 @@ import elmoc_allennlp  # noqa: F401
 from elmoc_allennlp.fasttext.vectors import FastTextVectors
 from elmoc_allennlp.models.bilm_metrics import DeviceAverage
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
-
 
 
 def _params(gather: bool) -> Params:
@@ -161,7 +161,9 @@ def test_without_the_gather_the_forward_reads_the_table(monkeypatch):
 def test_gather_happens_in_loader_workers():
     params = _params(gather=True)
     reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    loader = MultiProcessDataLoader(reader, str(LM_CORPUS / "valid.txt"), batch_size=4, num_workers=1)
+    loader = MultiProcessDataLoader(
+        reader, str(LM_CORPUS / "valid.txt"), batch_size=4, num_workers=1
+    )
     loader.index_with(Vocabulary())
     serial_reader = DatasetReader.from_params(_params(gather=False).pop("dataset_reader"))
     instances = list(serial_reader.read(LM_CORPUS / "valid.txt"))[:4]
@@ -173,9 +175,7 @@ def test_gather_happens_in_loader_workers():
     )._text_field_embedder._token_embedders["fasttext"]
     first = next(iter(loader))["tokens"]["fasttext"]
     mask = first["mask"]
-    torch.testing.assert_close(
-        first["vectors"], embedder(subword_ids, mask), rtol=1e-5, atol=1e-6
-    )
+    torch.testing.assert_close(first["vectors"], embedder(subword_ids, mask), rtol=1e-5, atol=1e-6)
     assert (first["vectors"][~mask] == 0).all()
 
 

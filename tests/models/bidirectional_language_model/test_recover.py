@@ -1,4 +1,5 @@
 """`allennlp train --recover` continues an interrupted ELMo-C pretraining run from its checkpoint."""
+
 import json
 import os
 

@@ -2,6 +2,7 @@
 `retrieval_accuracy` scored in bounded memory: predictions in chunks of rows, against the distinct
 target vectors in evaluation, with the same result as the full `predictions x targets` matrix.
 """
+
 import json
 import subprocess
 import sys
@@ -16,7 +17,10 @@ from benchmarks.retrieval_scoring import full_matrix_accuracy  # the metric as f
 from elmoc_allennlp.models import bilm_metrics as bilm_module
 from elmoc_allennlp.models.bilm_metrics import retrieval_accuracy
 from tests.conftest import LM_CORPUS
-from tests.models.bidirectional_language_model.test_no_host_syncs import _NoTableReads, _model_and_batch
+from tests.models.bidirectional_language_model.test_no_host_syncs import (
+    _NoTableReads,
+    _model_and_batch,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,7 +64,9 @@ def test_candidates_are_each_distinct_vectors_first_position():
     assert len(earliest) == 40
     assert bilm_module._first_occurrences(targets).tolist() == sorted(earliest.values())
     for dtype in (torch.float16, torch.bfloat16, torch.float64):
-        assert bilm_module._first_occurrences(targets.to(dtype)).tolist() == sorted(earliest.values())
+        assert bilm_module._first_occurrences(targets.to(dtype)).tolist() == sorted(
+            earliest.values()
+        )
 
 
 def test_an_exact_tie_goes_to_the_earliest_target_as_in_the_full_matrix(monkeypatch):
@@ -105,8 +111,7 @@ def test_training_samples_as_before_and_chunks_without_a_host_read(monkeypatch):
     assert accuracy.item() == expected.item()
 
 
-_MEMORY_SCRIPT = textwrap.dedent(
-    """
+_MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource
     import torch
     from tests.models.bidirectional_language_model.test_no_host_syncs import _model_and_batch
@@ -124,8 +129,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
         accuracy = model._retrieval_accuracy_of(predictions, targets)
         after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"growth_mb": (after - before) / 1024, "accuracy": accuracy.item()}))
-    """
-)
+    """)
 
 
 def test_thirty_thousand_positions_are_scored_in_bounded_memory(tmp_path):
@@ -173,7 +177,9 @@ def test_allennlp_evaluate_reports_the_full_matrix_accuracy(monkeypatch, elmoc_a
         assert num_positions > 590 and deduplicate and num_positions**2 > 5000
         assert accuracy == expected
     assert 0.0 < metrics["retrieval_accuracy"] < 1.0
-    assert metrics["retrieval_accuracy"] == pytest.approx(sum(call[3] for call in calls) / 2, abs=1e-7)
+    assert metrics["retrieval_accuracy"] == pytest.approx(
+        sum(call[3] for call in calls) / 2, abs=1e-7
+    )
 
 
 def test_the_benchmark_measures_both_methods_on_the_same_data():
@@ -193,7 +199,9 @@ def test_cuda_matches_the_full_matrix_and_keeps_first_occurrences(monkeypatch, d
     for vectors in (targets, targets.half(), targets.bfloat16()):
         assert bilm_module._first_occurrences(vectors).tolist() == first
     with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-        predictions = torch.nn.functional.linear(predictions, torch.eye(predictions.size(1), device="cuda"))
+        predictions = torch.nn.functional.linear(
+            predictions, torch.eye(predictions.size(1), device="cuda")
+        )
         expected = full_matrix_accuracy(predictions, targets, targets)
         accuracy = retrieval_accuracy(predictions, targets, targets)
     assert accuracy.dtype == torch.float32 and accuracy.device.type == "cuda"
@@ -227,7 +235,9 @@ def test_rows_at_multiples_of_the_step_are_each_scored_once(monkeypatch, k, offs
     predictions, gold = _boundary_batch(k * step + offset, num_words, exact)
     targets = gold  # every word among the candidates: `num_words` distinct, repeated
     for deduplicate in (False, True):
-        candidates = num_words if deduplicate and len(targets) ** 2 > step * num_words else len(targets)
+        candidates = (
+            num_words if deduplicate and len(targets) ** 2 > step * num_words else len(targets)
+        )
         accuracy = retrieval_accuracy(predictions, gold, targets, deduplicate=deduplicate)
         if exact:
             assert accuracy.item() == 1.0, (deduplicate, candidates)
@@ -243,7 +253,9 @@ def test_deduplication_starts_just_past_the_budget(monkeypatch, offset):
     predictions, gold = _boundary_batch(num_predictions, 5, exact=False)
     calls = []
     original = bilm_module._first_occurrences
-    monkeypatch.setattr(bilm_module, "_first_occurrences", lambda t: calls.append(len(t)) or original(t))
+    monkeypatch.setattr(
+        bilm_module, "_first_occurrences", lambda t: calls.append(len(t)) or original(t)
+    )
     accuracy = retrieval_accuracy(predictions, gold, gold)
     assert calls == ([num_predictions] if offset > 0 else [])
     assert accuracy.item() == full_matrix_accuracy(predictions, gold, gold).item()
@@ -273,11 +285,12 @@ def test_training_scores_every_prediction_up_to_the_sample_size(monkeypatch, off
     predictions, targets = _repeated_words(num_positions=6 + offset)
     scored = []
     monkeypatch.setattr(
-        bilm_module, "retrieval_accuracy",
+        bilm_module,
+        "retrieval_accuracy",
         lambda p, g, t, deduplicate=True: scored.append((p, g, t)) or torch.tensor(0.0),
     )
     model._retrieval_accuracy_of(predictions, targets)
-    (chosen, gold, candidates), = scored
+    ((chosen, gold, candidates),) = scored
     assert torch.equal(candidates, targets)
     if offset <= 0:  # all of them, in order
         assert torch.equal(chosen, predictions) and torch.equal(gold, targets)

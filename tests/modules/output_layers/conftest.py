@@ -1,5 +1,6 @@
 """What the tests of the softmax-family output layers share: a padded target vocabulary and a
 learnable toy problem."""
+
 import torch
 
 from allennlp.data import Vocabulary

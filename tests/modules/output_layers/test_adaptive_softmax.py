@@ -1,4 +1,5 @@
 """The adaptive softmax output layer (`elmoc_adaptive_softmax`)."""
+
 import pytest
 import torch
 
@@ -22,7 +23,9 @@ def test_adaptive_log_probabilities_sum_to_one_and_give_the_loss():
 
 
 def test_adaptive_parameter_count():
-    head = AdaptiveSoftmaxOutputLayer(make_vocab(100), input_dim=16, cutoffs=[10, 40], div_value=4.0)
+    head = AdaptiveSoftmaxOutputLayer(
+        make_vocab(100), input_dim=16, cutoffs=[10, 40], div_value=4.0
+    )
     # Head: 10 words + 2 clusters; tails: 16 -> 4 -> 30 words, 16 -> 1 -> 60 words.
     expected = 16 * 12 + (16 * 4 + 4 * 30) + (16 * 1 + 1 * 60)
     assert sum(p.numel() for p in head.parameters()) == expected

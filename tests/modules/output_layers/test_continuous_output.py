@@ -35,8 +35,12 @@ def test_cosine_loss_is_zero_for_scaled_targets_and_two_for_opposite():
     head = _head("cosine")
     hidden = torch.randn(3, 4)
     predictions = head.projection(hidden).detach()
-    assert torch.allclose(head(hidden, target_embeddings=2.5 * predictions)["loss"], torch.zeros(3), atol=1e-6)
-    assert torch.allclose(head(hidden, target_embeddings=-predictions)["loss"], torch.full((3,), 2.0), atol=1e-6)
+    assert torch.allclose(
+        head(hidden, target_embeddings=2.5 * predictions)["loss"], torch.zeros(3), atol=1e-6
+    )
+    assert torch.allclose(
+        head(hidden, target_embeddings=-predictions)["loss"], torch.full((3,), 2.0), atol=1e-6
+    )
 
 
 def test_l2_loss_matches_hand_computation():

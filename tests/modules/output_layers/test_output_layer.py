@@ -1,4 +1,5 @@
 """Every closed-vocabulary output layer built from its registered name learns a toy corpus."""
+
 import pytest
 import torch
 

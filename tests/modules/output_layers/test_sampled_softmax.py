@@ -1,5 +1,6 @@
 """The sampled softmax output layer (`elmoc_sampled_softmax`) and its log-uniform sampler; the frozen
 and the fixed (fastText) output embeddings."""
+
 import math
 import os
 
@@ -14,9 +15,11 @@ from allennlp.data import Vocabulary
 from allennlp.modules.sampled_softmax_loss import _choice
 
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
-from elmoc_allennlp.modules.output_layers.sampled_softmax import LogUniformSampler, SampledSoftmaxOutputLayer
+from elmoc_allennlp.modules.output_layers.sampled_softmax import (
+    LogUniformSampler,
+    SampledSoftmaxOutputLayer,
+)
 from tests.modules.output_layers.conftest import make_vocab, toy_problem
-
 
 # ----------------------------------------------------------------------------- sampler
 
@@ -102,7 +105,9 @@ def test_sampled_softmax_eval_mode_is_the_full_softmax():
     torch.manual_seed(0)
     head = SampledSoftmaxOutputLayer(make_vocab(30), input_dim=4, num_samples=8).eval()
     hidden, targets = toy_problem(30, 4, 9)
-    expected = F.cross_entropy(hidden @ head.weight.t() + head.bias[:, 0], targets, reduction="none")
+    expected = F.cross_entropy(
+        hidden @ head.weight.t() + head.bias[:, 0], targets, reduction="none"
+    )
     assert torch.allclose(head(hidden, target_ids=targets)["loss"], expected, atol=1e-6)
 
 
@@ -118,7 +123,9 @@ def test_sampled_loss_approaches_the_full_softmax_as_samples_cover_the_vocabular
         full_loss = full.eval()(hidden, target_ids=targets)["loss"].mean().item()
     gaps = []
     for num_samples in (4, 16, 40):
-        head = SampledSoftmaxOutputLayer(make_vocab(num_words), input_dim=6, num_samples=num_samples)
+        head = SampledSoftmaxOutputLayer(
+            make_vocab(num_words), input_dim=6, num_samples=num_samples
+        )
         head.load_state_dict(full.state_dict())
         with torch.no_grad():
             expected = np.mean(

@@ -1,4 +1,5 @@
 """The full softmax output layer (`elmoc_softmax`): the loss, a projection, tied weights."""
+
 import pytest
 import torch
 import torch.nn.functional as F

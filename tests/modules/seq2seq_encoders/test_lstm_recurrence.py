@@ -1,4 +1,5 @@
 """Packing by length and the concurrent runner of the fast LSTM path."""
+
 import threading
 
 import pytest

@@ -143,7 +143,13 @@ class TestFastTextTokenEmbedder:
         assert isinstance(embedder, FastTextTokenEmbedder)
         assert embedder.vectors is FastTextVectors.from_path(tiny_fasttext_path)
         trainable = TokenEmbedder.from_params(
-            Params({"type": "elmoc_fasttext", "vectors_path": str(tiny_fasttext_path), "trainable": True})
+            Params(
+                {
+                    "type": "elmoc_fasttext",
+                    "vectors_path": str(tiny_fasttext_path),
+                    "trainable": True,
+                }
+            )
         )
         assert len(list(trainable.parameters())) == 1
 

@@ -3,6 +3,7 @@ Every epoch in a new order, drawn from (seed, epoch) (the authors' `data.py` res
 sentences at every pass): a run recovered in the middle of an epoch trains the rest of that
 epoch's batches exactly as the uninterrupted run does.
 """
+
 import json
 import os
 
@@ -28,8 +29,17 @@ class RecordBatches(TrainerCallback):
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         self.trained = 0
 
-    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
-                 is_training, **kwargs) -> None:
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch,
+        batch_number,
+        is_training,
+        **kwargs,
+    ) -> None:
         if not is_training:
             return
         ids = batch_inputs[0]["tokens"]["fasttext"]["subword_ids"]
@@ -77,4 +87,4 @@ def test_recover_mid_epoch_continues_the_same_shuffled_order(tmp_path, monkeypat
     resumed = _batches(run)[before:]
     # Resumed inside epoch 1 (not at its start), on exactly the uninterrupted run's batches.
     assert 0 < len(resumed) < 2 * per_epoch
-    assert resumed == straight[len(straight) - len(resumed):]
+    assert resumed == straight[len(straight) - len(resumed) :]

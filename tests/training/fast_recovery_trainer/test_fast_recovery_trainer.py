@@ -1,4 +1,5 @@
 """`elmoc_gradient_descent`: --recover skips completed epochs without reading their data."""
+
 import json
 import sys
 from pathlib import Path
@@ -139,9 +140,7 @@ def test_stock_checkpoints_are_recovered_the_stock_way(tmp_path):
 
 def test_registered_and_built_from_params(tmp_path):
     model = ToyRegression()
-    instances = [
-        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
-    ]
+    instances = [Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})]
     trainer = Trainer.from_params(
         params=Params(
             {
@@ -161,9 +160,7 @@ def test_registered_and_built_from_params(tmp_path):
 
 def _tiny_trainer(tmp_path, **settings):
     model = ToyRegression()
-    instances = [
-        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
-    ]
+    instances = [Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})]
     return Trainer.from_params(
         params=Params(
             {"type": "elmoc_gradient_descent", "optimizer": {"type": "sgd", "lr": 0.1}, **settings}
@@ -191,9 +188,15 @@ def test_allennlp_train_refuses_a_misspelt_trainer_key(tmp_path, monkeypatch):
 
     serialization_dir = tmp_path / "run"
     argv = [
-        "allennlp", "train", str(REPO_ROOT / "tests/fixtures/elmoc_tiny.jsonnet"),
-        "-s", str(serialization_dir), "-o", json.dumps({"trainer.num_epoch": 1}),
-        "--include-package", "elmoc_allennlp",
+        "allennlp",
+        "train",
+        str(REPO_ROOT / "tests/fixtures/elmoc_tiny.jsonnet"),
+        "-s",
+        str(serialization_dir),
+        "-o",
+        json.dumps({"trainer.num_epoch": 1}),
+        "--include-package",
+        "elmoc_allennlp",
     ]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(ConfigurationError) as refused:
@@ -238,8 +241,13 @@ def test_each_direction_steps_on_the_gradient_of_its_own_loss(tmp_path, grad_nor
     loader = SimpleDataLoader(instances, batch_size=4, vocab=model.vocab)
     trainable = [p for p in model.parameters() if p.requires_grad]
     trainer = FastRecoveryTrainer(
-        model, torch.optim.SGD(trainable, lr=0.1), loader, num_epochs=1, grad_norm=grad_norm,
-        serialization_dir=str(tmp_path), run_confidence_checks=False,
+        model,
+        torch.optim.SGD(trainable, lr=0.1),
+        loader,
+        num_epochs=1,
+        grad_norm=grad_norm,
+        serialization_dir=str(tmp_path),
+        run_confidence_checks=False,
     )
     batch = next(iter(loader))
     model.eval()  # no dropout: the same losses on every call

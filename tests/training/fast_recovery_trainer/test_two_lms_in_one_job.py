@@ -3,6 +3,7 @@ Joint biLM training is the authors' two LMs (Li et al. 2019, footnote 7; uclanlp
 job per direction, each clipped at `other_stuff.clip`): step for step, the joint run's forward
 and backward parameters equal those of a forward-only and a backward-only run.
 """
+
 from typing import Dict, List
 
 import pytest
@@ -31,9 +32,7 @@ class _Snapshots(TrainerCallback):
 
     def on_batch(self, trainer, *args, is_training: bool, **kwargs) -> None:
         if is_training:
-            self.states.append(
-                {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
-            )
+            self.states.append({n: p.detach().clone() for n, p in trainer.model.named_parameters()})
 
 
 def _run(tmp_path, directions: str, initial_state, trainer_class=FastRecoveryTrainer):
@@ -79,7 +78,10 @@ def test_joint_training_equals_two_single_direction_runs(tmp_path):
                 moved = joint[step][name] - initial[name]
                 assert moved.abs().max() > 0 or step == 0, name
                 torch.testing.assert_close(
-                    joint[step][name], single[step][name], rtol=1e-5, atol=1e-6,
+                    joint[step][name],
+                    single[step][name],
+                    rtol=1e-5,
+                    atol=1e-6,
                     msg=f"{direction} {name}, step {step + 1}",
                 )
 
@@ -87,9 +89,10 @@ def test_joint_training_equals_two_single_direction_runs(tmp_path):
     # can fail, and clipping is active).
     _, together = _run(tmp_path, "both", initial, trainer_class=GradientDescentTrainer)
     last = STEPS - 1
-    assert max(
-        (together[last][name] - joint[last][name]).abs().max().item() for name in joint[last]
-    ) > 1e-3
+    assert (
+        max((together[last][name] - joint[last][name]).abs().max().item() for name in joint[last])
+        > 1e-3
+    )
 
 
 def test_directions_share_nothing_trainable_in_the_paper_layout():

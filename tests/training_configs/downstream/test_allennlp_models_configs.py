@@ -11,6 +11,7 @@ letters-digits tokenizers replace spaCy (whose models cannot be downloaded), and
 parser runs without EVALB (a C program compiled on first use). `archive_file` is relative to the
 training run's working directory, which the loading process does not share.
 """
+
 import json
 import os
 import shutil
@@ -42,13 +43,23 @@ def elmoc_embedder(**recipe_options) -> Dict[str, Any]:
 
 
 def lstm(input_size: int, hidden_size: int = 4, **options) -> Dict[str, Any]:
-    return {"type": "lstm", "input_size": input_size, "hidden_size": hidden_size,
-            "bidirectional": True, **options}
+    return {
+        "type": "lstm",
+        "input_size": input_size,
+        "hidden_size": hidden_size,
+        "bidirectional": True,
+        **options,
+    }
 
 
 def feedforward(input_dim: int, hidden_dims, num_layers: int = 1, **options) -> Dict[str, Any]:
-    return {"input_dim": input_dim, "num_layers": num_layers, "hidden_dims": hidden_dims,
-            "activations": "relu", **options}
+    return {
+        "input_dim": input_dim,
+        "num_layers": num_layers,
+        "hidden_dims": hidden_dims,
+        "activations": "relu",
+        **options,
+    }
 
 
 SCALAR_MIX_L2 = {"regexes": [[".*scalar_parameters.*", {"type": "l2", "alpha": 0.1}]]}
@@ -56,8 +67,11 @@ SCALAR_MIX_L2 = {"regexes": [[".*scalar_parameters.*", {"type": "l2", "alpha": 0
 
 def esim_elmo() -> Dict[str, Any]:
     # pair_classification/esim_elmo: one ELMo at the input, no GloVe.
-    snli = {"type": "snli", "tokenizer": {"type": "whitespace"},
-            "token_indexers": {"elmo": ELMO_INDEXER}}
+    snli = {
+        "type": "snli",
+        "tokenizer": {"type": "whitespace"},
+        "token_indexers": {"elmo": ELMO_INDEXER},
+    }
     return {
         "dataset_reader": snli,
         "train_data_path": str(DOWNSTREAM_FIXTURES / "snli_small_train.jsonl"),
@@ -65,15 +79,20 @@ def esim_elmo() -> Dict[str, Any]:
         "model": {
             "type": "esim",
             "dropout": 0.5,
-            "text_field_embedder": {"token_embedders": {
-                "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0)}},
+            "text_field_embedder": {
+                "token_embedders": {"elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0)}
+            },
             "encoder": lstm(12),
             "matrix_attention": {"type": "dot_product"},
             "projection_feedforward": feedforward(32, 4),
             "inference_encoder": lstm(4),
             "output_feedforward": feedforward(32, 4, dropout=0.5),
-            "output_logit": {"input_dim": 4, "num_layers": 1, "hidden_dims": 3,
-                             "activations": "linear"},
+            "output_logit": {
+                "input_dim": 4,
+                "num_layers": 1,
+                "hidden_dims": 3,
+                "activations": "linear",
+            },
         },
     }
 
@@ -84,13 +103,19 @@ def decomposable_attention_elmo() -> Dict[str, Any]:
     config = esim_elmo()
     config["model"] = {
         "type": "decomposable_attention",
-        "text_field_embedder": {"token_embedders": {
-            "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.2)}},
+        "text_field_embedder": {
+            "token_embedders": {"elmo": elmoc_embedder(do_layer_norm=False, dropout=0.2)}
+        },
         "attend_feedforward": feedforward(12, 4, num_layers=2, dropout=0.2),
         "matrix_attention": {"type": "dot_product"},
         "compare_feedforward": feedforward(24, 4, num_layers=2, dropout=0.2),
-        "aggregate_feedforward": {"input_dim": 8, "num_layers": 2, "hidden_dims": [4, 3],
-                                  "activations": ["relu", "linear"], "dropout": [0.2, 0.0]},
+        "aggregate_feedforward": {
+            "input_dim": 8,
+            "num_layers": 2,
+            "hidden_dims": [4, 3],
+            "activations": ["relu", "linear"],
+            "dropout": [0.2, 0.0],
+        },
     }
     return config
 
@@ -99,8 +124,12 @@ def bcn_elmo() -> Dict[str, Any]:
     # classification/biattentive_classification_network_elmo, with ELMo at the integrator output
     # too (use_integrator_output_elmo, two output representations).
     def sst(use_subtrees: bool) -> Dict[str, Any]:
-        return {"type": "sst_tokens", "use_subtrees": use_subtrees, "granularity": "5-class",
-                "token_indexers": {"tokens": {"type": "single_id"}, "elmo": ELMO_INDEXER}}
+        return {
+            "type": "sst_tokens",
+            "use_subtrees": use_subtrees,
+            "granularity": "5-class",
+            "token_indexers": {"tokens": {"type": "single_id"}, "elmo": ELMO_INDEXER},
+        }
 
     return {
         "dataset_reader": sst(True),
@@ -109,20 +138,32 @@ def bcn_elmo() -> Dict[str, Any]:
         "validation_data_path": str(DOWNSTREAM_FIXTURES / "sst.txt"),
         "model": {
             "type": "bcn",
-            "text_field_embedder": {"token_embedders": {
-                "tokens": {"type": "embedding", "embedding_dim": 5, "trainable": False}}},
+            "text_field_embedder": {
+                "token_embedders": {
+                    "tokens": {"type": "embedding", "embedding_dim": 5, "trainable": False}
+                }
+            },
             "embedding_dropout": 0.5,
             "pre_encode_feedforward": feedforward(17, [4], dropout=[0.25], activations=["relu"]),
             "encoder": lstm(4),
             "integrator": lstm(24),
             "integrator_dropout": 0.1,
             # The recipe's block with options_file / weight_file replaced by archive_file.
-            "elmo": {"archive_file": ARCHIVE, "do_layer_norm": False, "dropout": 0.0,
-                     "num_output_representations": 2},
+            "elmo": {
+                "archive_file": ARCHIVE,
+                "do_layer_norm": False,
+                "dropout": 0.0,
+                "num_output_representations": 2,
+            },
             "use_input_elmo": True,
             "use_integrator_output_elmo": True,
-            "output_layer": {"input_dim": 80, "num_layers": 2, "output_dims": [4, 5],
-                             "pool_sizes": 2, "dropout": [0.2, 0.0]},
+            "output_layer": {
+                "input_dim": 80,
+                "num_layers": 2,
+                "output_dims": [4, 5],
+                "pool_sizes": 2,
+                "dropout": [0.2, 0.0],
+            },
         },
     }
 
@@ -132,7 +173,9 @@ def ner_elmo() -> Dict[str, Any]:
     conll = str(DOWNSTREAM_FIXTURES / "conll2003.txt")
     return {
         "dataset_reader": {
-            "type": "conll2003", "tag_label": "ner", "coding_scheme": "BIOUL",
+            "type": "conll2003",
+            "tag_label": "ner",
+            "coding_scheme": "BIOUL",
             "token_indexers": {
                 "tokens": {"type": "single_id", "lowercase_tokens": True},
                 "token_characters": {"type": "characters", "min_padding_length": 3},
@@ -148,16 +191,23 @@ def ner_elmo() -> Dict[str, Any]:
             "calculate_span_f1": True,
             "dropout": 0.5,
             "include_start_end_transitions": False,
-            "text_field_embedder": {"token_embedders": {
-                "tokens": {"type": "embedding", "embedding_dim": 4},
-                "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0),
-                "token_characters": {
-                    "type": "character_encoding",
-                    "embedding": {"embedding_dim": 4, "vocab_namespace": "token_characters"},
-                    "encoder": {"type": "cnn", "embedding_dim": 4, "num_filters": 4,
-                                "ngram_filter_sizes": [3], "conv_layer_activation": "relu"},
-                },
-            }},
+            "text_field_embedder": {
+                "token_embedders": {
+                    "tokens": {"type": "embedding", "embedding_dim": 4},
+                    "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0),
+                    "token_characters": {
+                        "type": "character_encoding",
+                        "embedding": {"embedding_dim": 4, "vocab_namespace": "token_characters"},
+                        "encoder": {
+                            "type": "cnn",
+                            "embedding_dim": 4,
+                            "num_filters": 4,
+                            "ngram_filter_sizes": [3],
+                            "conv_layer_activation": "relu",
+                        },
+                    },
+                }
+            },
             "encoder": lstm(20, num_layers=2, dropout=0.5),
             "regularizer": SCALAR_MIX_L2,
         },
@@ -172,14 +222,19 @@ def srl_elmo() -> Dict[str, Any]:
         "validation_data_path": str(DOWNSTREAM_FIXTURES / "srl_conll_2012" / "subdomain2"),
         "model": {
             "type": "srl",
-            "text_field_embedder": {"token_embedders": {
-                "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.1)}},
-            "encoder": {"type": "alternating_lstm", "input_size": 14, "hidden_size": 4,
-                        "num_layers": 2, "recurrent_dropout_probability": 0.1,
-                        "use_input_projection_bias": False},
+            "text_field_embedder": {
+                "token_embedders": {"elmo": elmoc_embedder(do_layer_norm=False, dropout=0.1)}
+            },
+            "encoder": {
+                "type": "alternating_lstm",
+                "input_size": 14,
+                "hidden_size": 4,
+                "num_layers": 2,
+                "recurrent_dropout_probability": 0.1,
+                "use_input_projection_bias": False,
+            },
             "binary_feature_dim": 2,
-            "regularizer": {"regexes": [[".*scalar_parameters.*",
-                                         {"type": "l2", "alpha": 0.001}]]},
+            "regularizer": {"regexes": [[".*scalar_parameters.*", {"type": "l2", "alpha": 0.001}]]},
         },
     }
 
@@ -196,8 +251,11 @@ def bidaf_elmo() -> Dict[str, Any]:
                 "elmo": ELMO_INDEXER,
                 "token_characters": {
                     "type": "characters",
-                    "character_tokenizer": {"byte_encoding": "utf-8", "start_tokens": [259],
-                                            "end_tokens": [260]},
+                    "character_tokenizer": {
+                        "byte_encoding": "utf-8",
+                        "start_tokens": [259],
+                        "end_tokens": [260],
+                    },
                     "min_padding_length": 5,
                 },
             },
@@ -206,21 +264,31 @@ def bidaf_elmo() -> Dict[str, Any]:
         "validation_data_path": squad,
         "model": {
             "type": "bidaf",
-            "text_field_embedder": {"token_embedders": {
-                "tokens": {"type": "embedding", "embedding_dim": 4, "trainable": False},
-                "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0),
-                "token_characters": {
-                    "type": "character_encoding",
-                    "embedding": {"num_embeddings": 262, "embedding_dim": 4},
-                    "encoder": {"type": "cnn", "embedding_dim": 4, "num_filters": 4,
-                                "ngram_filter_sizes": [5]},
-                    "dropout": 0.2,
-                },
-            }},
+            "text_field_embedder": {
+                "token_embedders": {
+                    "tokens": {"type": "embedding", "embedding_dim": 4, "trainable": False},
+                    "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0),
+                    "token_characters": {
+                        "type": "character_encoding",
+                        "embedding": {"num_embeddings": 262, "embedding_dim": 4},
+                        "encoder": {
+                            "type": "cnn",
+                            "embedding_dim": 4,
+                            "num_filters": 4,
+                            "ngram_filter_sizes": [5],
+                        },
+                        "dropout": 0.2,
+                    },
+                }
+            },
             "num_highway_layers": 1,
             "phrase_layer": lstm(20),
-            "matrix_attention": {"type": "linear", "combination": "x,y,x*y",
-                                 "tensor_1_dim": 8, "tensor_2_dim": 8},
+            "matrix_attention": {
+                "type": "linear",
+                "combination": "x,y,x*y",
+                "tensor_1_dim": 8,
+                "tensor_2_dim": 8,
+            },
             "modeling_layer": lstm(32, num_layers=2, dropout=0.2),
             "span_end_encoder": lstm(56),
             "dropout": 0.2,
@@ -231,8 +299,11 @@ def bidaf_elmo() -> Dict[str, Any]:
 def constituency_parser(elmo_block: Dict[str, Any]) -> Dict[str, Any]:
     trees = str(SHARED_FIXTURES / "example_ptb.trees")
     return {
-        "dataset_reader": {"type": "ptb_trees", "use_pos_tags": True,
-                           "token_indexers": {"elmo": ELMO_INDEXER}},
+        "dataset_reader": {
+            "type": "ptb_trees",
+            "use_pos_tags": True,
+            "token_indexers": {"elmo": ELMO_INDEXER},
+        },
         "train_data_path": trees,
         "validation_data_path": trees,
         "model": {
@@ -255,9 +326,11 @@ def constituency_parser_elmo() -> Dict[str, Any]:
 def constituency_parser_transformer_elmo() -> Dict[str, Any]:
     # structured_prediction/constituency_parser_transformer_elmo: its
     # bidirectional_lm_token_embedder block, type and archive_file swapped, options kept.
-    return constituency_parser(elmoc_embedder(
-        dropout=0.2, bos_eos_tokens=["<S>", "</S>"], remove_bos_eos=True, requires_grad=False
-    ))
+    return constituency_parser(
+        elmoc_embedder(
+            dropout=0.2, bos_eos_tokens=["<S>", "</S>"], remove_bos_eos=True, requires_grad=False
+        )
+    )
 
 
 def coref_elmo() -> Dict[str, Any]:
@@ -266,14 +339,18 @@ def coref_elmo() -> Dict[str, Any]:
     coref = str(DOWNSTREAM_FIXTURES / "coref.gold_conll")
     span_dim = 4 * 4 + 2 + 12
     return {
-        "dataset_reader": {"type": "coref", "max_span_width": 3,
-                           "token_indexers": {"elmo": ELMO_INDEXER}},
+        "dataset_reader": {
+            "type": "coref",
+            "max_span_width": 3,
+            "token_indexers": {"elmo": ELMO_INDEXER},
+        },
         "train_data_path": coref,
         "validation_data_path": coref,
         "model": {
             "type": "coref",
-            "text_field_embedder": {"token_embedders": {
-                "elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0)}},
+            "text_field_embedder": {
+                "token_embedders": {"elmo": elmoc_embedder(do_layer_norm=False, dropout=0.0)}
+            },
             "context_layer": lstm(12),
             "mention_feedforward": feedforward(span_dim, 4),
             "antecedent_feedforward": feedforward(3 * span_dim + 2, 4),
@@ -290,16 +367,24 @@ def coref_elmo() -> Dict[str, Any]:
 FAMILIES: Dict[str, Any] = {
     "pair_classification/esim_elmo": (esim_elmo, "textual_entailment", False),
     "pair_classification/decomposable_attention_elmo": (
-        decomposable_attention_elmo, "textual_entailment", False),
-    "classification/biattentive_classification_network_elmo": (
-        bcn_elmo, "text_classifier", False),
+        decomposable_attention_elmo,
+        "textual_entailment",
+        False,
+    ),
+    "classification/biattentive_classification_network_elmo": (bcn_elmo, "text_classifier", False),
     "tagging/ner_elmo": (ner_elmo, BASE_PREDICTOR, False),
     "structured_prediction/srl_elmo": (srl_elmo, BASE_PREDICTOR, False),
     "rc/bidaf_elmo": (bidaf_elmo, "reading_comprehension", True),
     "structured_prediction/constituency_parser_elmo": (
-        constituency_parser_elmo, BASE_PREDICTOR, True),
+        constituency_parser_elmo,
+        BASE_PREDICTOR,
+        True,
+    ),
     "structured_prediction/constituency_parser_transformer_elmo": (
-        constituency_parser_transformer_elmo, BASE_PREDICTOR, True),
+        constituency_parser_transformer_elmo,
+        BASE_PREDICTOR,
+        True,
+    ),
     "coref/coref": (coref_elmo, BASE_PREDICTOR, False),
 }
 
@@ -331,9 +416,11 @@ def _available(family: str) -> bool:
 
 def _one_epoch(config: Dict[str, Any]) -> Dict[str, Any]:
     # One batch, one epoch: the evaluation below sees the batches training validated on.
-    return {**config,
-            "data_loader": {"batch_size": 64},
-            "trainer": {"num_epochs": 1, "optimizer": {"type": "adam"}, "cuda_device": -1}}
+    return {
+        **config,
+        "data_loader": {"batch_size": 64},
+        "trainer": {"num_epochs": 1, "optimizer": {"type": "adam"}, "cuda_device": -1},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -386,16 +473,38 @@ def loaded_elsewhere(trained, tmp_path_factory) -> Path:
         name = family.replace("/", "__")
         data, archive = config["validation_data_path"], str(folder / "model.tar.gz")
         options = ["--cuda-device", "-1", "--include-package", "elmoc_allennlp"]
-        commands.append([f"{family} evaluate", ["evaluate", archive, data, "--output-file",
-                                                 f"{name}.metrics.json", *options]])
-        commands.append([f"{family} predict", [
-            "predict", archive, data, "--use-dataset-reader", "--predictor", FAMILIES[family][1],
-            "--output-file", f"{name}.predictions.jsonl", "--silent", *options]])
+        commands.append(
+            [
+                f"{family} evaluate",
+                ["evaluate", archive, data, "--output-file", f"{name}.metrics.json", *options],
+            ]
+        )
+        commands.append(
+            [
+                f"{family} predict",
+                [
+                    "predict",
+                    archive,
+                    data,
+                    "--use-dataset-reader",
+                    "--predictor",
+                    FAMILIES[family][1],
+                    "--output-file",
+                    f"{name}.predictions.jsonl",
+                    "--silent",
+                    *options,
+                ],
+            ]
+        )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NLTK_DATA": str(SHARED_FIXTURES)}
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-c", RUN_COMMANDS, json.dumps(commands)],
-        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=1200,
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     (elsewhere / "failures.json").write_text(result.stdout.strip().splitlines()[-1])

@@ -2,6 +2,7 @@
 Every config in training_configs/downstream/ trains for an epoch on tiny fixtures with the tiny
 ELMo-C archive, archives, and reloads; plus BCN with ELMo-C through its `elmo` argument.
 """
+
 import json
 
 import pytest
@@ -50,6 +51,8 @@ SMALL = {
         "model.output_layer.output_dims": [32, 16, 5],
     },
 }
+
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     import_module_and_submodules("allennlp_models")
@@ -113,7 +116,8 @@ def test_elmoc_dim_that_does_not_match_the_archive_is_a_configuration_error(
     monkeypatch.setenv("ELMOC_DIM", "1024")
     with pytest.raises(ConfigurationError, match=r"bilm_dim \(ELMOC_DIM.* is 1024.* gives 12-"):
         train_model_from_file(
-            str(DOWNSTREAM_CONFIGS / "snli_esim.jsonnet"), str(tmp_path / "run"),
+            str(DOWNSTREAM_CONFIGS / "snli_esim.jsonnet"),
+            str(tmp_path / "run"),
             overrides=json.dumps({"trainer.num_epochs": 1}),
         )
 
@@ -124,12 +128,12 @@ def test_elmoc_dim_that_does_not_match_the_archive_is_a_configuration_error(
 def _sst_batch(elmo_key, indexer, words, vocab):
     texts = [["a", "fine", "film", "."], ["terrible", "!"], ["the", "cat"]]
     instances = [
-        Instance({
-            "tokens": TextField(
-                [Token(t) for t in text], {"tokens": words, elmo_key: indexer}
-            ),
-            "label": LabelField(str(index % 5)),
-        })
+        Instance(
+            {
+                "tokens": TextField([Token(t) for t in text], {"tokens": words, elmo_key: indexer}),
+                "label": LabelField(str(index % 5)),
+            }
+        )
         for index, text in enumerate(texts)
     ]
     batch = Batch(instances)
@@ -137,8 +141,9 @@ def _sst_batch(elmo_key, indexer, words, vocab):
     return batch.as_tensor_dict()
 
 
-def _bcn(vocab, text_field_embedder, input_dim, elmo=None, use_input=False, use_output=False,
-         elmo_dim=12):
+def _bcn(
+    vocab, text_field_embedder, input_dim, elmo=None, use_input=False, use_output=False, elmo_dim=12
+):
     from allennlp_models.classification.models.biattentive_classification_network import (
         BiattentiveClassificationNetwork,
     )
@@ -230,11 +235,14 @@ def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
     batch = _sst_batch("elmo", BilmArchiveIndexer.from_archive(str(elmoc_archive)), words, vocab)
     output = model(**batch)
     output["loss"].backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in elmo._projections.parameters())
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in elmo._projections.parameters()
+    )
     # Each representation is its own linear map of the unprojected mix.
     plain = ElmocElmo(None, 2, dropout=0.0, module=elmo.bilm)
-    plain.load_state_dict({k: v for k, v in elmo.state_dict().items() if "_projections" not in k},
-                          strict=False)
+    plain.load_state_dict(
+        {k: v for k, v in elmo.state_dict().items() if "_projections" not in k}, strict=False
+    )
     elmo_tokens = batch["tokens"]["elmo"]["elmo_tokens"]
     projected = elmo(elmo_tokens)["elmo_representations"]
     for index, representation in enumerate(plain(elmo_tokens)["elmo_representations"]):
@@ -242,7 +250,9 @@ def test_bcn_elmo_block_with_projection_dim_fits_a_model_sized_for_another_bilm(
 
 
 @pytest.mark.parametrize("config_name", ["ner_crf_tagger.jsonnet", "sst5_bcn.jsonnet"])
-def test_empty_archive_is_the_fasttext_only_baseline(config_name, downstream_environment, monkeypatch):
+def test_empty_archive_is_the_fasttext_only_baseline(
+    config_name, downstream_environment, monkeypatch
+):
     monkeypatch.setenv("ELMOC_ARCHIVE", "")
     monkeypatch.delenv("ELMOC_DIM")
     params = Params.from_file(str(DOWNSTREAM_CONFIGS / config_name)).as_dict()
@@ -268,7 +278,8 @@ def test_the_ner_run_and_its_baseline_read_task_text_as_the_fasttext_model_was_t
     with_bilm, downstream_environment, monkeypatch
 ):
     """Issue #48: the README's NER block fed cased text to the walk-through's lowercased `.bin`, the ELMo-C run
-    lowercasing its own input, so that its gain over the baseline was mostly the baseline's lost words."""
+    lowercasing its own input, so that its gain over the baseline was mostly the baseline's lost words.
+    """
     from allennlp.data import DatasetReader
 
     if not with_bilm:
@@ -281,7 +292,9 @@ def test_the_ner_run_and_its_baseline_read_task_text_as_the_fasttext_model_was_t
     assert words.vectors.case.lowercased and words.follows_model and words.lowercase_tokens
     assert words.token_ids("EU") == words.token_ids("eu")
     if with_bilm:
-        assert reader._token_indexers["elmo"].token_ids("German") == reader._token_indexers["elmo"].token_ids("german")
+        assert reader._token_indexers["elmo"].token_ids("German") == reader._token_indexers[
+            "elmo"
+        ].token_ids("german")
     else:
         assert "elmo" not in reader._token_indexers
 
@@ -290,14 +303,18 @@ def test_the_ner_run_and_its_baseline_read_task_text_as_the_fasttext_model_was_t
 
 
 @pytest.mark.parametrize("config_name", sorted(VALIDATION_METRICS))
-def test_downstream_configs_use_the_trainer_that_checks_its_keys(config_name, downstream_environment):
+def test_downstream_configs_use_the_trainer_that_checks_its_keys(
+    config_name, downstream_environment
+):
     params = Params.from_file(str(DOWNSTREAM_CONFIGS / config_name))
     assert params["trainer"]["type"] == "elmoc_checked_gradient_descent"
 
 
 def test_a_misspelt_trainer_key_in_a_downstream_config_is_refused(downstream_environment, tmp_path):
     serialization_dir = tmp_path / "run"
-    with pytest.raises(ConfigurationError, match=r'"trainer.num_epoch" \(did you mean "trainer.num_epochs"\?\)'):
+    with pytest.raises(
+        ConfigurationError, match=r'"trainer.num_epoch" \(did you mean "trainer.num_epochs"\?\)'
+    ):
         train_model_from_file(
             str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
             str(serialization_dir),
@@ -335,7 +352,9 @@ def test_a_stock_trainer_with_the_plugin_imported_behaves_as_stock(tmp_path):
     assert type(stock) is GradientDescentTrainer and stock._num_epochs == 20
     # ...the plugin's refuses it; with the right keys it is allennlp's trainer.
     with pytest.raises(ConfigurationError, match='did you mean "trainer.num_epochs"'):
-        _toy_trainer(tmp_path / "checked", {"type": "elmoc_checked_gradient_descent", "num_epoch": 1})
+        _toy_trainer(
+            tmp_path / "checked", {"type": "elmoc_checked_gradient_descent", "num_epoch": 1}
+        )
     checked = _toy_trainer(
         tmp_path / "checked", {"type": "elmoc_checked_gradient_descent", "num_epochs": 2}
     )
@@ -390,9 +409,14 @@ def test_first_ner_epochs_at_the_recipes_learning_rate_lower_the_loss_before_the
     train_model_from_file(
         str(DOWNSTREAM_CONFIGS / "ner_crf_tagger.jsonnet"),
         str(serialization_dir),
-        overrides=json.dumps({"trainer.num_epochs": 2, "evaluate_on_test": False, "data_loader.batch_size": 8}),
+        overrides=json.dumps(
+            {"trainer.num_epochs": 2, "evaluate_on_test": False, "data_loader.batch_size": 8}
+        ),
     )
-    epochs = [json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
+    epochs = [
+        json.loads((serialization_dir / f"metrics_epoch_{epoch}.json").read_text())
+        for epoch in range(2)
+    ]
     assert epochs[1]["training_loss"] < epochs[0]["training_loss"]
     assert epochs[1]["validation_loss"] < epochs[0]["validation_loss"]
     assert epochs[0]["validation_f1-measure-overall"] == 0.0  # tags everything O after one epoch

@@ -4,6 +4,7 @@ variant builds and trains on the fixture corpus, its loss goes down, the Table 3
 trained ELMo's character CNN, frozen, and at paper size the parameter counts are the paper's
 (built on the meta device: nothing is allocated).
 """
+
 import copy
 import json
 import math
@@ -193,7 +194,9 @@ def test_table_3_rows_use_the_trained_elmo_cnn_frozen(variant, tmp_path, tiny_el
     model, instances, vocab, params = build(config)
     optimizer_of(model, params, lr=0.01)
     for embedder in TABLE_3[variant]:
-        cnn = {n.split(CNN)[1]: p for n, p in model.named_parameters() if n.startswith(embedder + CNN)}
+        cnn = {
+            n.split(CNN)[1]: p for n, p in model.named_parameters() if n.startswith(embedder + CNN)
+        }
         assert cnn.keys() == elmo_cnn.keys()
         for name, parameter in cnn.items():
             assert torch.equal(parameter, elmo_cnn[name]), name
@@ -238,7 +241,8 @@ def test_bad_tie_keys_name_the_config_key(tmp_path):
     model_params = Params.from_file(str(config)).pop("model").as_dict()
     with pytest.raises(ConfigurationError, match="tie_output_embedding is 'words'"):
         Model.from_params(
-            vocab=vocab, params=Params(dict(copy.deepcopy(model_params), tie_output_embedding="words"))
+            vocab=vocab,
+            params=Params(dict(copy.deepcopy(model_params), tie_output_embedding="words")),
         )
     continuous = Params.from_file(str(tiny_config("elmoc_oneb", tmp_path))).pop("model").as_dict()
     continuous["tie_output_embedding"] = "fasttext"
@@ -278,7 +282,10 @@ def test_small_config_evaluates_for_every_variant():
             assert config["model"]["contextualizer"][key] == small["model"]["contextualizer"][key]
         assert config["data_loader"] == small["data_loader"]
         assert config["trainer"]["num_epochs"] == small["trainer"]["num_epochs"]
-        assert config["trainer"]["learning_rate_scheduler"] == small["trainer"]["learning_rate_scheduler"]
+        assert (
+            config["trainer"]["learning_rate_scheduler"]
+            == small["trainer"]["learning_rate_scheduler"]
+        )
     with pytest.raises(RuntimeError, match="unknown baseline"):
         _jsonnet.evaluate_file(
             str(CONFIGS / "baselines_small.jsonnet"), ext_vars=dict(env, ELMOC_BASELINE="nope")

@@ -3,6 +3,7 @@ The pretraining configs build; the paper-size one is the paper's model (exact pa
 with the authors' recipe (window mode, their schedule, Adam eps, no output dropout) and trains;
 the config builders reject settings they do not know.
 """
+
 import json
 import math
 from pathlib import Path
@@ -37,7 +38,13 @@ def corpus_environment(tmp_path_factory):
     vectors = {}
     for dim in (100, 300):
         vectors[dim] = train_fasttext(
-            corpus, directory / f"ft{dim}.bin", dim=dim, min_count=1, bucket=20000, epoch=1, thread=1
+            corpus,
+            directory / f"ft{dim}.bin",
+            dim=dim,
+            min_count=1,
+            bucket=20000,
+            epoch=1,
+            thread=1,
         )
     return {
         "ELMOC_TRAIN_DATA": str(LM_CORPUS / "train-*.txt"),
@@ -135,7 +142,9 @@ def test_paper_config_trains_in_window_mode(tmp_path, tiny_fasttext_path):
     assert metrics["training_forward_loss"] > 0 and metrics["training_backward_loss"] > 0
     # The constant-prediction baseline beside the loss (issue 44), per direction and their mean.
     for split in ("training", "validation"):
-        baselines = [metrics[f"{split}_{d}_constant_baseline_loss"] for d in ("forward", "backward")]
+        baselines = [
+            metrics[f"{split}_{d}_constant_baseline_loss"] for d in ("forward", "backward")
+        ]
         assert metrics[f"{split}_constant_baseline_loss"] == pytest.approx(sum(baselines) / 2)
         assert all(0 < baseline < 1 for baseline in baselines)
     assert type(model).__name__ == "BidirectionalLanguageModel"
@@ -146,7 +155,9 @@ def test_start_and_end_tokens_have_two_vectors_as_the_authors(corpus_environment
     from allennlp.modules.token_embedders import TokenEmbedder
 
     params = _params("elmoc.jsonnet", corpus_environment, 300).as_dict()
-    indexer = TokenIndexer.from_params(Params(params["dataset_reader"]["token_indexers"]["fasttext"]))
+    indexer = TokenIndexer.from_params(
+        Params(params["dataset_reader"]["token_indexers"]["fasttext"])
+    )
     embedder = TokenEmbedder.from_params(
         Params(params["model"]["text_field_embedder"]["token_embedders"]["fasttext"])
     )
@@ -188,7 +199,7 @@ def test_small_config_decays_on_a_corpus_of_any_length(corpus_environment, steps
 
     total = trainer["num_epochs"] * steps_per_epoch
     assert rate(total // 2) == pytest.approx(2e-3)
-    assert rate(3 * total // 4) == pytest.approx(2e-3 * 2 ** -0.5, rel=1e-2)
+    assert rate(3 * total // 4) == pytest.approx(2e-3 * 2**-0.5, rel=1e-2)
     assert rate(total) == pytest.approx(1e-3)
 
 
@@ -203,7 +214,9 @@ def test_small_config_takes_its_steps_from_the_corpus_index(corpus_environment, 
         "trainer.num_epochs": 2,
     }
     params = _params("elmoc_small.jsonnet", corpus_environment, 100, json.dumps(tiny))
-    run = TrainModel.from_params(params=params, serialization_dir=str(tmp_path / "run"), local_rank=0)
+    run = TrainModel.from_params(
+        params=params, serialization_dir=str(tmp_path / "run"), local_rank=0
+    )
     trainer = run.trainer
     steps = len(trainer.data_loader)
     assert steps > 1  # the corpus index knows the epoch's batches before reading them
@@ -222,7 +235,9 @@ def _evaluate(snippet: str) -> dict:
 
 
 def _elmoc(**settings) -> dict:
-    return _evaluate(f"(import {json.dumps(str(LIBSONNET))}).config({json.dumps({**REQUIRED, **settings})})")
+    return _evaluate(
+        f"(import {json.dumps(str(LIBSONNET))}).config({json.dumps({**REQUIRED, **settings})})"
+    )
 
 
 def _baseline(variant: str, **settings) -> dict:
@@ -243,20 +258,34 @@ def _baseline(variant: str, **settings) -> dict:
     ],
 )
 def test_unknown_settings_are_errors_naming_the_key_and_a_close_one(build, key, suggestion):
-    with pytest.raises(RuntimeError, match=f'unknown setting "{key}" \\(did you mean "{suggestion}"\\?\\)'):
+    with pytest.raises(
+        RuntimeError, match=f'unknown setting "{key}" \\(did you mean "{suggestion}"\\?\\)'
+    ):
         build(**{key: 1})
 
 
 @pytest.mark.parametrize(
     "settings, message",
     [
-        ({"mode": "window", "max_sequence_length": 50}, "max_sequence_length applies to mode 'sentence'"),
-        ({"max_sequence_length": 50, "window_length": 10}, "window_length applies to mode 'window'"),
+        (
+            {"mode": "window", "max_sequence_length": 50},
+            "max_sequence_length applies to mode 'sentence'",
+        ),
+        (
+            {"max_sequence_length": 50, "window_length": 10},
+            "window_length applies to mode 'window'",
+        ),
         ({"mode": "windows"}, "mode must be one of window, sentence"),
         ({"schedule": "authors", "decay_start": 5}, "decay_start applies to schedule 'rnmt_plus'"),
-        ({"decay_start": 5, "decay_end": 9, "reference_batch_size": 64}, "reference_batch_size applies"),
+        (
+            {"decay_start": 5, "decay_end": 9, "reference_batch_size": 64},
+            "reference_batch_size applies",
+        ),
         ({"schedule": "rnmt_plus"}, "schedule 'rnmt_plus' needs decay_(start|end)"),
-        ({"decay_start": 5, "decay_end": 9, "decay_end_fraction": 1.0}, "decay_end_fraction applies"),
+        (
+            {"decay_start": 5, "decay_end": 9, "decay_end_fraction": 1.0},
+            "decay_end_fraction applies",
+        ),
         ({"decay_start_fraction": 0.5, "warmup_steps": 100}, "warmup_steps applies to schedules"),
         ({"num_replicas": 2}, "num_replicas applies to schedules 'rnmt_plus' and 'run_fractions'"),
     ],

@@ -1,4 +1,5 @@
 """The scale and fault-tolerance knobs of elmoc.libsonnet, and mixed precision."""
+
 import json
 from pathlib import Path
 
@@ -16,12 +17,16 @@ import elmoc_allennlp.training.step_log_callback  # noqa: F401
 from elmoc_allennlp.common import torch_versions
 from tests.conftest import FIXTURES_ROOT, LM_CORPUS
 
-LIBSONNET = Path(__file__).resolve().parents[3] / "training_configs" / "pretrain" / "elmoc.libsonnet"
+LIBSONNET = (
+    Path(__file__).resolve().parents[3] / "training_configs" / "pretrain" / "elmoc.libsonnet"
+)
 REQUIRED = {"fasttext_path": "ft.bin", "embedding_dim": 8, "train_data_path": "corpus/*"}
 
 
 def _config(**settings) -> dict:
-    snippet = f"(import {json.dumps(str(LIBSONNET))}).config({json.dumps({**REQUIRED, **settings})})"
+    snippet = (
+        f"(import {json.dumps(str(LIBSONNET))}).config({json.dumps({**REQUIRED, **settings})})"
+    )
     return json.loads(_jsonnet.evaluate_snippet("test", snippet))
 
 
@@ -62,11 +67,14 @@ def test_distributed_and_other_knobs():
 
 
 CPU_BF16_LAYER_NORM = pytest.mark.skipif(
-    not torch_versions.CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD, reason="torch 1.12: CPU bf16 autocast layer_norm backward"
+    not torch_versions.CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD,
+    reason="torch 1.12: CPU bf16 autocast layer_norm backward",
 )
 
 
-@pytest.mark.parametrize("implementation", ["auto", pytest.param("reference", marks=CPU_BF16_LAYER_NORM)])
+@pytest.mark.parametrize(
+    "implementation", ["auto", pytest.param("reference", marks=CPU_BF16_LAYER_NORM)]
+)
 def test_model_is_autocast_safe(implementation):
     """
     `use_amp` needs a GPU (allennlp's trainer uses CUDA autocast); on CPU, bfloat16 autocast

@@ -9,7 +9,10 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo_lstm import ElmoLstm
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm, LayerNormLstmLayer
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import (
+    LayerNormLstm,
+    LayerNormLstmLayer,
+)
 
 INPUT_DIM, PROJ, CELL = 7, 5, 11
 
@@ -309,7 +312,9 @@ def test_gradients_reach_every_parameter():
     layers = encoder.forward_all_layers(torch.randn(3, 6, INPUT_DIM), mask)
     (layers * torch.randn_like(layers)).sum().backward()
     names = [name for name, _ in encoder.named_parameters()]
-    assert len(names) == 3 + 2 * 2 * 6  # input projection (no bias) + layer norm; 6 per layer direction
+    assert (
+        len(names) == 3 + 2 * 2 * 6
+    )  # input projection (no bias) + layer norm; 6 per layer direction
     for name, parameter in encoder.named_parameters():
         assert parameter.grad is not None, name
         assert parameter.grad.abs().sum() > 0, name
@@ -360,7 +365,8 @@ def test_parameter_count_at_paper_size():
     assert all(parameter.is_meta for parameter in encoder.parameters())
     per_layer_direction = (
         p * 4 * c  # input_linearity (input is the P-dim projection / previous layer)
-        + p * 4 * c + 4 * c  # state_linearity
+        + p * 4 * c
+        + 4 * c  # state_linearity
         + c * p  # state_projection
         + 2 * p  # layer_norm
     )

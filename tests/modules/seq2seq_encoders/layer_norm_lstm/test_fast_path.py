@@ -1,4 +1,5 @@
 """The fast path of `elmoc_lstm` computes what the reference path computes."""
+
 import logging
 from typing import Dict, List
 
@@ -11,10 +12,12 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmoc_allennlp.common import torch_versions
 from elmoc_allennlp.modules.seq2seq_encoders import layer_norm_lstm
-from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import LayerNormLstm, LayerNormLstmLayer
+from elmoc_allennlp.modules.seq2seq_encoders.layer_norm_lstm import (
+    LayerNormLstm,
+    LayerNormLstmLayer,
+)
 
 INPUT_DIM, PROJ, CELL = 7, 6, 11
-
 
 
 @pytest.fixture(autouse=True)
@@ -142,8 +145,14 @@ def test_fast_layer_gradcheck(go_forward, dropout):
     """Gradients of the inputs and of every parameter against finite differences (float64)."""
     torch.manual_seed(3)
     layer = LayerNormLstmLayer(
-        3, 2, 4, go_forward=go_forward, cell_clip=None, projection_clip=None,
-        recurrent_dropout=dropout, implementation="auto",
+        3,
+        2,
+        4,
+        go_forward=go_forward,
+        cell_clip=None,
+        projection_clip=None,
+        recurrent_dropout=dropout,
+        implementation="auto",
     )
     randomize(layer)
     layer.double().train()
@@ -168,7 +177,11 @@ def test_encoder_fast_equals_reference(parallel, dropout):
     torch.set_num_threads(2 if parallel else 1)  # directions run concurrently with >= 2
     torch.manual_seed(4)
     encoder = LayerNormLstm(
-        INPUT_DIM, PROJ, CELL, num_layers=2, recurrent_dropout=dropout,
+        INPUT_DIM,
+        PROJ,
+        CELL,
+        num_layers=2,
+        recurrent_dropout=dropout,
         parallel_directions=parallel,
     )
     encoder.train()
@@ -288,7 +301,10 @@ def test_float64_and_implementation_attribute():
 
 def test_from_params_implementation_and_errors():
     params = {
-        "type": "elmoc_lstm", "input_dim": INPUT_DIM, "projection_dim": PROJ, "cell_dim": CELL
+        "type": "elmoc_lstm",
+        "input_dim": INPUT_DIM,
+        "projection_dim": PROJ,
+        "cell_dim": CELL,
     }
     encoder = Seq2SeqEncoder.from_params(Params(dict(params, implementation="reference")))
     assert encoder.implementation == "reference"
