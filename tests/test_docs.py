@@ -278,7 +278,7 @@ def test_readme_links_every_docs_page():
 
 def test_readme_stays_a_guide():
     lines = (REPO_ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move reference material to docs/"
+    assert len(lines) <= 350, f"README.md has {len(lines)} lines; move reference material to docs/"
 
 
 # ---------------------------------------------------------------------- running them
