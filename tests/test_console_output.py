@@ -103,6 +103,12 @@ def _printed_metrics(stdout: str) -> Dict[str, str]:
 
 @pytest.fixture(scope="module")
 def tiny_training(tmp_path_factory):
+    """
+    A fresh `allennlp train` of the tiny biLM, one epoch: its console output and metrics.json.
+
+    Slow (~10 s, once per module): a new `allennlp` process really trains, because what reaches the
+    console depends on the logging that process sets up at start.
+    """
     serialization_dir = tmp_path_factory.mktemp("console") / "run"
     result = _allennlp(
         "train", str(TINY_CONFIG), "-s", str(serialization_dir), "-o", '{"trainer.num_epochs": 1}'
@@ -112,6 +118,12 @@ def tiny_training(tmp_path_factory):
 
 
 def test_the_bar_and_metrics_json_show_one_per_direction_loss(tiny_training):
+    """
+    The progress bar and metrics.json show the loss as the mean of the two directions' losses.
+
+    Slow (~10 s, in the module-scoped `tiny_training` setup): a fresh `allennlp train` process
+    trains the tiny biLM an epoch, because the bar checked is that new process's console output.
+    """
     result, metrics = tiny_training
     for split in ("training", "validation"):
         mean = (metrics[f"{split}_forward_loss"] + metrics[f"{split}_backward_loss"]) / 2
@@ -157,6 +169,12 @@ def test_allennlp_evaluate_prints_every_final_metric(elmoc_archive, tmp_path, mo
 
 
 def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
+    """
+    The quickstart's pretraining logs allennlp's detail to out.log, not to the console.
+
+    Slow (~9 s): a fresh process runs the quickstart's `pretrain` for an epoch on the tiny config,
+    because what reaches the console depends on the logging a new process sets up at start.
+    """
     script = REPO_ROOT / "scripts" / "quickstart.py"
     serialization_dir = tmp_path / "run"
     code = (

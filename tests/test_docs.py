@@ -286,14 +286,26 @@ def test_readme_stays_a_guide():
 
 @pytest.fixture(scope="module")
 def readme_workspace(tmp_path_factory):
-    """README.md's blocks, run from the top; what they leave is the other pages' starting point."""
+    """
+    README.md's blocks, run from the top; what they leave is the other pages' starting point.
+
+    Slow (~75 s, once per module): every block runs as written in a fresh shell or interpreter,
+    really training fastText, the `elmoc_small` biLM and the NER tagger on the small files, because
+    only running the page as a user would shows that it works as documented.
+    """
     workspace = make_workspace(tmp_path_factory.mktemp("docs") / "readme")
     run = run_page(REPO_ROOT / "README.md", workspace)
     return workspace, run
 
 
 def test_readme_walk_through(readme_workspace):
-    """The walk-through trains fastText and a biLM on the small corpus and uses the biLM."""
+    """
+    The walk-through trains fastText and a biLM on the small corpus and uses the biLM.
+
+    Slow (~75 s, in the module-scoped `readme_workspace` setup): README.md's blocks run as written,
+    each in a fresh process, really training fastText, the biLM and the NER tagger, because the
+    outputs of those real runs are what shows the walk-through works as documented.
+    """
     import h5py
 
     from elmoc_allennlp.fasttext.vectors import FastTextVectors
@@ -330,6 +342,14 @@ OTHER_PAGES = [
 
 @pytest.mark.parametrize("page", OTHER_PAGES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_page_runs_as_written(page, request, tmp_path):
+    """
+    A page's blocks run in order, as written, from what the README's walk-through leaves.
+
+    Slow (~7-45 s a page; docs/pretraining.md ~45 s): each block is a real `allennlp` command or
+    script in a fresh process (docs/pretraining.md trains the biLM three times: a domain fine-tune,
+    then one direction at a time), because a page is only shown to work by running it as a user
+    would.
+    """
     blocks = [block for block in parse_blocks(page) if block.language in RUN_LANGUAGES]
     if all(block.not_run_reason is not None for block in blocks):
         return  # nothing to run; the reasons are checked above

@@ -244,6 +244,13 @@ def _run(mode: str, work: Path, reference: Path) -> Dict:
 
 @pytest.fixture(scope="module")
 def outcomes(served_elmo, tmp_path_factory) -> Dict[str, Dict]:
+    """
+    Each mode's outcomes (stock, plugin, switch), step by step.
+
+    Slow (~45 s): three fresh interpreters, each really training the stock ELMo text classifier,
+    then evaluating, predicting and fine-tuning it with allennlp's own commands, because the claim
+    is that whole stock runs give the same outcomes with the plugin as without it.
+    """
     root = tmp_path_factory.mktemp("good-guest")
     reference = root / "stock" / "run" / "model.tar.gz"  # trained first, without the plugin
     results = {}
@@ -257,6 +264,13 @@ STEPS = ("train", "evaluate", "evaluate-legacy", "predict", "from_archive")
 
 
 def test_stock_steps_work_without_the_plugin(outcomes):
+    """
+    Every stock step succeeds without the plugin: the baseline the other modes are compared with.
+
+    Slow (~45 s, in the module-scoped `outcomes` setup): the stock allennlp pipeline (train,
+    evaluate, predict, fine-tune) runs for real in fresh interpreters without the plugin, with it
+    and with the switch, because only whole runs show that the plugin changes no stock outcome.
+    """
     stock = outcomes["stock"]
     for step in STEPS:
         assert "error" not in (stock[step] or {}), (step, stock[step])

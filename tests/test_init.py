@@ -124,10 +124,22 @@ def _probe(switch: bool) -> dict:
 
 @pytest.fixture(scope="module")
 def plugin_import():
+    """
+    What importing the plugin (without the switch) changes in allennlp.
+
+    Slow (~8 s, once per module): a fresh interpreter imports allennlp, then the plugin, because
+    what the import changes is seen only against an allennlp the plugin never touched.
+    """
     return _probe(switch=False)
 
 
 def test_the_plugin_replaces_exactly_what_its_shims_declare(plugin_import):
+    """
+    Importing the plugin replaces exactly the allennlp objects its shims declare, idempotently.
+
+    Slow (~8 s, in the module-scoped `plugin_import` setup): a fresh interpreter imports allennlp,
+    then the plugin, because the replacements show only against an allennlp never touched.
+    """
     assert plugin_import["installed"], "no shim was needed: update the docs and this test"
     assert plugin_import["replaced"] == plugin_import["declared"]
     # Every shim is a module of elmoc_allennlp/compat/ or /hardening/, and installing it twice
@@ -144,6 +156,12 @@ def test_the_plugin_replaces_exactly_what_its_shims_declare(plugin_import):
 
 
 def test_the_switch_adds_exactly_the_opt_in_guards():
+    """
+    The switch installs the opt-in guards too, and replaces exactly what the guards declare.
+
+    Slow (~7 s): a fresh interpreter imports allennlp, the plugin and the switch, because the
+    switch's replacements show only against an allennlp never touched.
+    """
     switched = _probe(switch=True)
     from elmoc_allennlp.hardening import OPT_IN
 
@@ -258,7 +276,12 @@ def test_the_package_folders_import_downwards_only():
 
 
 def test_include_package_does_not_turn_the_switch_on():
-    """`--include-package elmoc_allennlp` imports every module of the package: none is the switch."""
+    """
+    `--include-package elmoc_allennlp` imports every module of the package: none is the switch.
+
+    Slow (~8 s): a fresh interpreter imports allennlp and every module of the plugin, because
+    whether the switch is on is only seen where nothing has turned it on before.
+    """
     probe = (
         "import json\n"
         "from allennlp.common.registrable import Registrable\n"

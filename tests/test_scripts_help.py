@@ -69,6 +69,12 @@ print("\n" + json.dumps(results))
 
 @pytest.fixture(scope="module")
 def help_outputs():
+    """
+    Each script's `--help` run: module -> returncode, stdout, stderr, seconds.
+
+    Slow (~9 s, once per module): a fresh interpreter imports torch, allennlp and the plugin, then
+    forks a child per script, because each script must be run as its documented module.
+    """
     completed = subprocess.run(
         [sys.executable, "-c", HELP_RUNNER, *MODULES],
         cwd=REPO_ROOT,
@@ -91,6 +97,13 @@ def test_every_runnable_script_is_found():
     "module", MODULES, ids=[p.relative_to(REPO_ROOT).as_posix() for p in SCRIPTS]
 )
 def test_script_answers_help(module, help_outputs):
+    """
+    The script, run as `python -m MODULE --help`, exits 0 and prints its usage.
+
+    Slow (~9 s, in the module-scoped `help_outputs` setup, paid by the first script): one fresh
+    interpreter imports torch, allennlp and the plugin once, then runs every script in a forked
+    child, because a script's imports and parser are only checked by running it.
+    """
     completed = help_outputs[module]
     assert completed["returncode"] == 0, completed["stderr"][-2000:]
     assert "usage:" in completed["stdout"]

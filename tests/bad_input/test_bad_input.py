@@ -2037,7 +2037,10 @@ def test_a_pickle_in_weights_does_not_run_even_when_torch_is_told_to_allow_it(sa
 
 def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
     """The reported case: `"type": "this.Zen"` printed the Zen of Python under `allennlp predict
-    ... --include-package elmoc_allennlp`. Now: an error naming the archive, key and type."""
+    ... --include-package elmoc_allennlp`. Now: an error naming the archive, key and type.
+
+    Slow (~8 s): a fresh `allennlp predict` process, because the reported case is that command line,
+    the plugin imported by `--include-package` at start."""
     config = _with_model_type(sandbox, "this.Zen")
     archive = write_archive(sandbox.archive, sandbox.root / "zen.tar.gz", [], config=config)
     lines = sandbox.root / "input.jsonl"
@@ -2060,7 +2063,12 @@ def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
 
 
 def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_path):
-    """`allennlp evaluate ARCHIVE ... --include-package elmoc_allennlp` in a fresh process."""
+    """
+    `allennlp evaluate ARCHIVE ... --include-package elmoc_allennlp` in a fresh process.
+
+    Slow (~8 s): a fresh `allennlp` process, because the refusal must come from the command line as
+    a user runs it, the plugin imported by `--include-package` at start.
+    """
     archive = tmp_path / "model.tar.gz"
     shutil.copy(crafted["dotdot-name"], archive)
     temporary = tmp_path / "tmp"

@@ -97,6 +97,12 @@ def _assert_one_clear_error(returncode: int, stderr: str, output: Path, code: in
 
 
 def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path):
+    """
+    `elmoc-embed` past a file-size limit ends in one clear error and leaves no file behind.
+
+    Slow (~9 s): `elmoc-embed` runs in a fresh process (torch, allennlp, the biLM loaded), because
+    `RLIMIT_FSIZE` is set for a child and the failure must hit a real HDF5 write mid-run.
+    """
     output_folder = tmp_path / "out"
     output_folder.mkdir()
     output = output_folder / "vectors.hdf5"
@@ -169,6 +175,12 @@ def _unshare_fails(folder: Path) -> str:
 
 
 def test_a_disk_filled_by_another_process_mid_run(elmoc_archive, sentences, tmp_path):
+    """
+    `elmoc-embed` on a disk another process fills mid-run ends in one clear error, no file left.
+
+    Slow (~10 s): `elmoc-embed` runs in a fresh process on a small tmpfs in a new user and mount
+    namespace, because the ENOSPC must come from a real filesystem that fills during the export.
+    """
     output_folder = tmp_path / "tmpfs"
     output_folder.mkdir()
     reason = _unshare_fails(output_folder)

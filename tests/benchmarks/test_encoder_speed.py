@@ -23,6 +23,12 @@ def test_measure_prints_every_method_on_cpu():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error():
+    """
+    `--device cuda` without CUDA ends in a clear error.
+
+    Slow (~8 s): `python -m benchmarks.encoder_speed` in a fresh process (torch and allennlp
+    imported), because the error checked is the command line's own exit.
+    """
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.encoder_speed", "--device", "cuda"],
         capture_output=True,

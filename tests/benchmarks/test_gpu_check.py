@@ -40,12 +40,26 @@ def check_format(out):
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
+    """
+    The results of `gpu_check.py --dry-run`.
+
+    Slow (~19 s, once per module): the dry run runs every section for real at tiny sizes on the
+    CPU, `pytest tests/gpu/test_cuda.py` in a subprocess among them, because a section that only
+    runs on a GPU session would otherwise rot unseen.
+    """
     out = tmp_path_factory.mktemp("gpu_check")
     assert gpu_check.main(["--dry-run", "--out", str(out), "--work-dir", str(out)]) == 0
     return check_format(out)
 
 
 def test_the_dry_run_is_green_and_reports_every_section(dry_run):
+    """
+    Every section of the dry run is reported, in order, and passes.
+
+    Slow (~19 s, in the module-scoped `dry_run` setup): the whole `gpu_check.py --dry-run` runs,
+    each section at tiny sizes on the CPU, because the script a GPU session relies on must run end
+    to end.
+    """
     sections = dry_run["sections"]
     assert list(sections) == gpu_check.SECTIONS
     assert {name: record["status"] for name, record in sections.items()} == dict.fromkeys(

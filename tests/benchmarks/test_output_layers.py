@@ -156,7 +156,11 @@ def test_every_figure_is_a_ratio_to_cont_measured_in_the_same_run():
 
 def test_command_prints_the_table(tmp_path, monkeypatch, capsys):
     """The command's `main`, in this process, from the repository root (each layer's job still runs
-    in a process of its own, as `python -m benchmarks.output_layers` starts it)."""
+    in a process of its own, as `python -m benchmarks.output_layers` starts it).
+
+    Slow (~9 s): the Cont layer's job starts a process of its own (torch, allennlp, a toy fastText
+    model, timed training steps), because the benchmark measures each layer apart and the table
+    printed from real measurements is what is checked."""
     out = tmp_path / "results.json"
     monkeypatch.chdir(REPO_ROOT)
     output_layers.main([*TOY, "--only", "cont", "--work-dir", str(tmp_path), "--output", str(out)])

@@ -198,7 +198,12 @@ def test_export_bad_paths(embedder, elmoc_archive, sentences_file, tmp_path):
 
 
 def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_path):
-    """`allennlp elmoc-embed` as a user runs it: a plugin found through .allennlp_plugins."""
+    """
+    `allennlp elmoc-embed` as a user runs it: a plugin found through .allennlp_plugins.
+
+    Slow (~8 s): a fresh `allennlp` process, because the plugin must be found through
+    .allennlp_plugins at start and the console output checked is that process's.
+    """
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / ".allennlp_plugins").write_text("elmoc_allennlp\n")

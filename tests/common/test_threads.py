@@ -153,7 +153,12 @@ def test_quickstart_threads(threads, monkeypatch, tmp_path, restore_threads):
 
 
 def test_omp_num_threads_limits_torch_under_allennlp():
-    """The documented `OMP_NUM_THREADS=1 allennlp train ...`: torch's threads once allennlp runs."""
+    """
+    The documented `OMP_NUM_THREADS=1 allennlp train ...`: torch's threads once allennlp runs.
+
+    Slow (~17 s): two fresh interpreters importing torch, allennlp and the plugin, because
+    `OMP_NUM_THREADS` is read when torch starts, so only a new process shows its effect.
+    """
     code = (
         "import allennlp.commands, elmoc_allennlp, torch; "
         "from allennlp.common.util import import_module_and_submodules; "

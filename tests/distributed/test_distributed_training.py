@@ -87,6 +87,13 @@ def _steps(path: Path) -> List[Dict]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """
+    The step logs of one process and of two workers trained on the same global batches.
+
+    Slow (~17 s, once per module): real training twice, in this process and then in two gloo worker
+    processes spawned by `train_model`, because the workers must be compared step by step with a
+    real single-process run.
+    """
     root = tmp_path_factory.mktemp("distributed")
     corpus = _equal_length_corpus(root / "corpus.txt")
 
@@ -106,6 +113,12 @@ def runs(tmp_path_factory):
 
 
 def test_two_workers_match_one_process_on_the_same_global_batch(runs, capsys):
+    """
+    Two workers' mean loss is the single process's loss, step after step.
+
+    Slow (~17 s, in the module-scoped `runs` setup): the biLM really trains in one process and in
+    two spawned gloo workers, because only real distributed training shows the same updates.
+    """
     single_dir, distributed_dir = runs
     single = _steps(single_dir / "step_log_w0.jsonl")
     workers = [_steps(distributed_dir / f"step_log_w{rank}.jsonl") for rank in range(WORLD_SIZE)]

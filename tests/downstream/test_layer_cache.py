@@ -365,6 +365,12 @@ def _fill(archive, directory, seed, queue):
 
 
 def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
+    """
+    Two processes filling one layer cache at once leave it reading back as the live biLM's layers.
+
+    Slow (~15 s): two spawned processes, each importing torch, allennlp and the plugin and loading
+    the biLM archive, because concurrent writers to the cache can only be separate processes.
+    """
     directory = str(tmp_path / "cache")
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()

@@ -147,6 +147,13 @@ print(json.dumps({"refused": refused, "before_kb": start, "maxrss_kb": peak}))
 
 
 def test_small_bombs_are_refused_in_bounded_memory(elmoc_archive, tmp_path):
+    """
+    Small archives that expand hugely (lines, folders, a deflated member) are refused cheaply.
+
+    Slow (~10 s): the bombs are written here (a 5-million-line member, 128 MB deflated) and
+    extracted in a fresh interpreter, because the bound is that process's peak resident memory,
+    measured apart from this one's.
+    """
     bombs = {name: str(path) for name, path in _bombs(elmoc_archive, tmp_path).items()}
     result = subprocess.run(
         [sys.executable, "-c", _EXTRACT, json.dumps(bombs)],

@@ -143,6 +143,12 @@ def trained_tagger(relocated_archive, tmp_path_factory):
 
 
 def test_moved_archive_predicts_the_same_from_another_directory(trained_tagger, tmp_path):
+    """
+    The moved archive predicts the logits of the training process, from another directory.
+
+    Slow (~9 s): it predicts in a fresh process (torch, allennlp, the archive loaded), because only
+    a new process shows nothing the training process held is needed.
+    """
     archive, _, expected = trained_tagger
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -152,6 +158,13 @@ def test_moved_archive_predicts_the_same_from_another_directory(trained_tagger, 
 
 
 def test_the_bin_anywhere_with_the_one_override(trained_tagger, tmp_path):
+    """
+    The archive alone, with the .bin renamed elsewhere and named by the one override, predicts the
+    same.
+
+    Slow (~7 s): it predicts in a fresh process (torch, allennlp, the archive loaded), because the
+    override is an environment variable read by a process that holds nothing from training.
+    """
     archive, vectors, expected = trained_tagger
     alone = tmp_path / "alone"
     alone.mkdir()

@@ -105,6 +105,12 @@ def test_allennlp_durations_and_token_counts(tmp_path):
 
 
 def test_the_quality_study_loads_no_other_studys_driver():
+    """
+    Importing the quality study's driver loads no module of the equal-compute study.
+
+    Slow (~10 s): a fresh interpreter imports the driver (torch and allennlp come with the plugin
+    it uses), because which modules an import loads is only seen where none are loaded yet.
+    """
     code = (
         "import sys, examples.quality_vs_time.run_study; "
         "print(' '.join(m for m in sys.modules if m.startswith('examples')))"

@@ -133,6 +133,12 @@ _MEMORY_SCRIPT = textwrap.dedent("""
 
 
 def test_thirty_thousand_positions_are_scored_in_bounded_memory(tmp_path):
+    """
+    30,000 positions are scored in bounded memory, to a plausible accuracy.
+
+    Slow (~9 s): a fresh interpreter builds the model and scores 30,000 positions, because the
+    bound is that process's peak memory at a size where the full matrix (3.6 GB) would show.
+    """
     # The full matrix would be 30,000^2 float32 scores: 3.6 GB.
     result = subprocess.run(
         [sys.executable, "-c", _MEMORY_SCRIPT],

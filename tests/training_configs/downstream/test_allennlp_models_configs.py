@@ -428,6 +428,9 @@ def trained(relocated_archive, tmp_path_factory) -> Dict[str, Any]:
     """
     Every available family trained in one working directory (the biLM at `bilm/model.tar.gz`,
     its .bin in `fasttext/`): family -> (config, run folder, metrics) or the exception raised.
+
+    Slow (most of ~24 s, once per module): every family's swapped config really trains an epoch,
+    because what is checked is that the shipped recipes train with ELMo-C in place of ELMo.
     """
     work = tmp_path_factory.mktemp("allennlp_models_configs")
     shutil.copytree(relocated_archive.parent, work / "bilm")
@@ -463,7 +466,12 @@ def trained(relocated_archive, tmp_path_factory) -> Dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def loaded_elsewhere(trained, tmp_path_factory) -> Path:
-    """`allennlp evaluate` and `predict` of every trained archive, from another directory."""
+    """
+    `allennlp evaluate` and `predict` of every trained archive, from another directory.
+
+    Slow (part of ~24 s, once per module): one fresh process runs them all, because loading the
+    archives must not lean on anything the training process held (its working directory, imports).
+    """
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     commands = []
     for family, run in trained.items():
@@ -515,6 +523,13 @@ def loaded_elsewhere(trained, tmp_path_factory) -> Path:
 def test_swapped_config_trains_evaluates_and_predicts_from_another_directory(
     family, trained, loaded_elsewhere
 ):
+    """
+    A family's swapped config trains, then evaluates to its training loss and predicts elsewhere.
+
+    Slow (~24 s, in the module-scoped `trained` and `loaded_elsewhere` setup): each family really
+    trains an epoch, then a fresh `allennlp` process evaluates and predicts from another directory,
+    because only real runs show the recipes train and their archives load where they were not made.
+    """
     if not _available(family):
         pytest.skip(f"{SHARED_FIXTURES} is absent")
     run = trained[family]

@@ -377,6 +377,12 @@ def train_curve(implementation: str, steps: int) -> List[float]:
 
 
 def test_training_loss_curve_matches_reference():
+    """
+    Training with the fast path follows the reference implementation's loss curve.
+
+    Slow (~7 s): 200 real Adam steps of a tiny language model, once per implementation, because
+    the curves must be compared over enough steps to show learning and float32 drift.
+    """
     steps = 200
     reference = torch.tensor(train_curve("reference", steps))
     fast = torch.tensor(train_curve("auto", steps))
