@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 import pytest
-import torch
-
-from elmoc_allennlp.common import torch_versions
 
 FIXTURES_ROOT = Path(__file__).parent / "fixtures"
 LM_CORPUS = FIXTURES_ROOT / "lm_corpus"
@@ -83,8 +80,19 @@ def _import_each_package_once() -> None:
         module.import_module_and_submodules = import_module_and_submodules
 
 
+def _is_xdist_controller(config) -> bool:
+    """The pytest-xdist process that only hands tests to its workers (and runs none itself)."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "needs_meta_device: builds modules on the meta device")
+    if _is_xdist_controller(config):
+        # torch, allennlp and the plugin are imported where tests run: importing them here too
+        # costs the run ~8 s before any worker starts.
+        return
+    import torch
+
     _import_each_package_once()
     if os.environ.get(THREADS_VARIABLE):
         threads = _requested_threads()
@@ -102,6 +110,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     refuses it there: tests/common/test_torch_versions.py); the paper-size parameter counts that
     need it are checked in the modern environment.
     """
+    from elmoc_allennlp.common import torch_versions
+
     if torch_versions.TORCH_VERSION < (2, 0):
         skip = pytest.mark.skip(reason="the meta device needs torch >= 2.0")
         for item in items:
@@ -110,15 +120,24 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_report_header(config) -> str:
+    """The environment and thread count, told without importing torch in pytest-xdist's controller."""
     import platform
+    from importlib.metadata import version
 
-    source = THREADS_VARIABLE if os.environ.get(THREADS_VARIABLE) else "PyTorch's default"
-    if not os.environ.get(THREADS_VARIABLE) and os.environ.get("PYTEST_XDIST_WORKER"):
-        source = "one per pytest-xdist worker"
-    environment = "published" if torch_versions.TORCH_VERSION < (2, 0) else "modern"
+    torch_version = version("torch")
+    workers = _is_xdist_controller(config) or os.environ.get("PYTEST_XDIST_WORKER")
+    if os.environ.get(THREADS_VARIABLE):
+        threads, source = _requested_threads(), THREADS_VARIABLE
+    elif workers:
+        threads, source = 1, "one per pytest-xdist worker"
+    else:
+        import torch
+
+        threads, source = torch.get_num_threads(), "PyTorch's default"
+    environment = "published" if int(torch_version.split(".")[0]) < 2 else "modern"
     return (
-        f"environment: {environment} (CPython {platform.python_version()}, torch {torch.__version__}), "
-        f"{torch.get_num_threads()} intra-op threads ({source})"
+        f"environment: {environment} (CPython {platform.python_version()}, torch {torch_version}), "
+        f"{threads} intra-op threads ({source})"
     )
 
 
@@ -214,6 +233,8 @@ def one_torch_thread():
     These tests run tiny tensors on shared 2-core machines, where a second intra-op thread only
     spins: one thread makes them several times faster.
     """
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -230,6 +251,8 @@ def elmoc_archive(tiny_fasttext_path, tmp_path_factory) -> Path:
     import_module_and_submodules("elmoc_allennlp")
 
     def train(folder: Path) -> None:
+        import torch
+
         previous = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
