@@ -24,6 +24,7 @@ from allennlp.commands import main
 from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.hardening import hardened_everywhere
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO_ROOT / "tests" / "fixtures" / "elmoc_tiny.jsonnet"
@@ -31,11 +32,9 @@ TINY_CONFIG = REPO_ROOT / "tests" / "fixtures" / "elmoc_tiny.jsonnet"
 
 def _allennlp(*arguments: str) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "allennlp", *arguments, "--include-package", "elmoc_allennlp"],
+    return run_python(
+        ["-m", "allennlp", *arguments, "--include-package", "elmoc_allennlp"],
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
 
@@ -106,7 +105,8 @@ def tiny_training(tmp_path_factory):
     """
     A fresh `allennlp train` of the tiny biLM, one epoch: its console output and metrics.json.
 
-    Slow (~10 s, once per module): a new `allennlp` process really trains, because what reaches the
+    Slow (~3 s, and ~8 s as the first fresh process of its test process, which starts the forkserver
+    of `tests/fresh_process.py`): a new `allennlp` process really trains, because what reaches the
     console depends on the logging that process sets up at start.
     """
     serialization_dir = tmp_path_factory.mktemp("console") / "run"
@@ -121,8 +121,9 @@ def test_the_bar_and_metrics_json_show_one_per_direction_loss(tiny_training):
     """
     The progress bar and metrics.json show the loss as the mean of the two directions' losses.
 
-    Slow (~10 s, in the module-scoped `tiny_training` setup): a fresh `allennlp train` process
-    trains the tiny biLM an epoch, because the bar checked is that new process's console output.
+    Slow (up to ~8 s, in the module-scoped `tiny_training` setup): a fresh `allennlp train`
+    process trains the tiny biLM an epoch, because the bar checked is that new process's console
+    output.
     """
     result, metrics = tiny_training
     for split in ("training", "validation"):
@@ -172,8 +173,8 @@ def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
     """
     The quickstart's pretraining logs allennlp's detail to out.log, not to the console.
 
-    Slow (~9 s): a fresh process runs the quickstart's `pretrain` for an epoch on the tiny config,
-    because what reaches the console depends on the logging a new process sets up at start.
+    A fresh process runs the quickstart's `pretrain` for an epoch on the tiny config: what reaches
+    the console depends on the logging a new process sets up at start.
     """
     script = REPO_ROOT / "scripts" / "quickstart.py"
     serialization_dir = tmp_path / "run"
@@ -186,9 +187,7 @@ def test_quickstart_training_detail_goes_to_the_log_file(tmp_path):
         f"quickstart.pretrain(Path({str(serialization_dir)!r}), 1, config=Path({str(TINY_CONFIG)!r}))\n"
     )
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=300
-    )
+    result = run_python(["-c", code], env=environment, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     log_lines = (serialization_dir / "out.log").read_text().splitlines()
     parameter_lines = [line for line in log_lines if " - allennlp.common.params - " in line]

@@ -2,7 +2,7 @@
 A guest changes nothing it does not own (issue #42): stock allennlp models, archives and commands
 give the same results, errors and output files with the plugin imported as without it.
 
-Each side runs in a fresh interpreter (`allennlp` commands by `allennlp.commands.main`, in a
+Each side runs in a fresh process (`tests/fresh_process.py`; `allennlp` commands by `allennlp.commands.main`, in a
 folder without `.allennlp_plugins`): without the plugin, with `--include-package elmoc_allennlp`,
 and with the opt-in switch `elmoc_allennlp_hardening`. The model is a stock text
 classifier with allennlp's `elmo_token_embedder`, whose `options_file` and `weight_file` are URLs
@@ -16,14 +16,14 @@ import functools
 import http.server
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Dict
 
 import numpy as np
 import pytest
+
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +115,7 @@ def classifier_config(data: Path, elmo_url: str) -> Dict:
     }
 
 
-# One side of the comparison, in a fresh interpreter: argv = [mode, work folder, reference].
+# One side of the comparison, in a fresh process: argv = [mode, work folder, reference].
 PROBE = r"""
 import json, os, sys, tarfile, traceback
 mode, work, reference = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -228,14 +228,8 @@ def _run(mode: str, work: Path, reference: Path) -> Dict:
         ALLENNLP_CACHE_ROOT=str(work / "cache"),
         CACHED_PATH_CACHE_ROOT=str(work / "cache"),
     )
-    environment.pop("HF_HUB_OFFLINE", None)
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, mode, str(work), str(reference)],
-        cwd=work,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    result = run_python(
+        ["-c", PROBE, mode, str(work), str(reference)], cwd=work, env=environment, timeout=900
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, result.stderr[-4000:]
@@ -247,7 +241,7 @@ def outcomes(served_elmo, tmp_path_factory) -> Dict[str, Dict]:
     """
     Each mode's outcomes (stock, plugin, switch), step by step.
 
-    Slow (~45 s): three fresh interpreters, each really training the stock ELMo text classifier,
+    Slow (~27 s): three fresh processes, each really training the stock ELMo text classifier,
     then evaluating, predicting and fine-tuning it with allennlp's own commands, because the claim
     is that whole stock runs give the same outcomes with the plugin as without it.
     """
@@ -267,8 +261,8 @@ def test_stock_steps_work_without_the_plugin(outcomes):
     """
     Every stock step succeeds without the plugin: the baseline the other modes are compared with.
 
-    Slow (~45 s, in the module-scoped `outcomes` setup): the stock allennlp pipeline (train,
-    evaluate, predict, fine-tune) runs for real in fresh interpreters without the plugin, with it
+    Slow (~27 s, in the module-scoped `outcomes` setup): the stock allennlp pipeline (train,
+    evaluate, predict, fine-tune) runs for real in fresh processes without the plugin, with it
     and with the switch, because only whole runs show that the plugin changes no stock outcome.
     """
     stock = outcomes["stock"]

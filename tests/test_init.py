@@ -9,11 +9,11 @@ short path `elmoc_allennlp`; its folders import downwards only.
 import ast
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,13 +110,8 @@ print(json.dumps({
 
 def _probe(switch: bool) -> dict:
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", f"SWITCH = {switch}\n" + PROBE],
-        capture_output=True,
-        text=True,
-        env=environment,
-        cwd=REPO_ROOT,
-        timeout=300,
+    result = run_python(
+        ["-c", f"SWITCH = {switch}\n" + PROBE], env=environment, cwd=REPO_ROOT, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -127,8 +122,8 @@ def plugin_import():
     """
     What importing the plugin (without the switch) changes in allennlp.
 
-    Slow (~8 s, once per module): a fresh interpreter imports allennlp, then the plugin, because
-    what the import changes is seen only against an allennlp the plugin never touched.
+    A fresh process (`tests/fresh_process.py`) imports allennlp, then the plugin, because what
+    the import changes is seen only against an allennlp the plugin never touched.
     """
     return _probe(switch=False)
 
@@ -137,8 +132,10 @@ def test_the_plugin_replaces_exactly_what_its_shims_declare(plugin_import):
     """
     Importing the plugin replaces exactly the allennlp objects its shims declare, idempotently.
 
-    Slow (~8 s, in the module-scoped `plugin_import` setup): a fresh interpreter imports allennlp,
-    then the plugin, because the replacements show only against an allennlp never touched.
+    Slow (~5 s in the module-scoped `plugin_import` setup, where it is the first fresh process of
+    its test process: the forkserver of `tests/fresh_process.py` imports torch and transformers
+    once): a fresh process imports allennlp, then the plugin, because the replacements show only
+    against an allennlp never touched.
     """
     assert plugin_import["installed"], "no shim was needed: update the docs and this test"
     assert plugin_import["replaced"] == plugin_import["declared"]
@@ -159,8 +156,8 @@ def test_the_switch_adds_exactly_the_opt_in_guards():
     """
     The switch installs the opt-in guards too, and replaces exactly what the guards declare.
 
-    Slow (~7 s): a fresh interpreter imports allennlp, the plugin and the switch, because the
-    switch's replacements show only against an allennlp never touched.
+    A fresh process imports allennlp, the plugin and the switch: the switch's replacements show
+    only against an allennlp never touched.
     """
     switched = _probe(switch=True)
     from elmoc_allennlp.hardening import OPT_IN
@@ -279,8 +276,8 @@ def test_include_package_does_not_turn_the_switch_on():
     """
     `--include-package elmoc_allennlp` imports every module of the package: none is the switch.
 
-    Slow (~8 s): a fresh interpreter imports allennlp and every module of the plugin, because
-    whether the switch is on is only seen where nothing has turned it on before.
+    A fresh process imports allennlp and every module of the plugin: whether the switch is on is
+    only seen where nothing has turned it on before.
     """
     probe = (
         "import json\n"
@@ -292,13 +289,6 @@ def test_include_package_does_not_turn_the_switch_on():
         "print(json.dumps([scope.everywhere(), Registrable.resolve_class_name == before]))\n"
     )
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env=environment,
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    result = run_python(["-c", probe], env=environment, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == [False, True]

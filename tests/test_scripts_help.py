@@ -2,18 +2,18 @@
 Every script in benchmarks/, examples/ and scripts/ imports and answers `--help`, run as its
 documented module (`python -m benchmarks.output_layers`, from the repository root).
 
-One interpreter imports torch, allennlp and the plugin once, then forks a child per script, which runs the
+One fresh process (`tests/fresh_process.py`) imports allennlp and the plugin once, then forks a child per script, which runs the
 module as `__main__` with `--help` (what `python -m MODULE --help` does after its imports): each
 script still starts from the same fresh state, without paying twenty interpreter starts.
 """
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(
@@ -26,7 +26,7 @@ MODULES = [
     script.relative_to(REPO_ROOT).with_suffix("").as_posix().replace("/", ".") for script in SCRIPTS
 ]
 
-# Runs in a fresh interpreter: `python -m MODULE --help` for each module, each in a forked child.
+# Runs in a fresh process: `python -m MODULE --help` for each module, each in a forked child.
 HELP_RUNNER = r"""
 import json, os, sys, tempfile
 import time
@@ -72,15 +72,13 @@ def help_outputs():
     """
     Each script's `--help` run: module -> returncode, stdout, stderr, seconds.
 
-    Slow (~9 s, once per module): a fresh interpreter imports torch, allennlp and the plugin, then
-    forks a child per script, because each script must be run as its documented module.
+    A fresh process (`tests/fresh_process.py`) imports allennlp and the plugin, then forks a child
+    per script, because each script must be run as its documented module.
     """
-    completed = subprocess.run(
-        [sys.executable, "-c", HELP_RUNNER, *MODULES],
+    completed = run_python(
+        ["-c", HELP_RUNNER, *MODULES],
         cwd=REPO_ROOT,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
@@ -100,9 +98,9 @@ def test_script_answers_help(module, help_outputs):
     """
     The script, run as `python -m MODULE --help`, exits 0 and prints its usage.
 
-    Slow (~9 s, in the module-scoped `help_outputs` setup, paid by the first script): one fresh
-    interpreter imports torch, allennlp and the plugin once, then runs every script in a forked
-    child, because a script's imports and parser are only checked by running it.
+    One fresh process imports allennlp and the plugin once (the module-scoped `help_outputs`), then
+    runs every script in a forked child: a script's imports and parser are only checked by running
+    it.
     """
     completed = help_outputs[module]
     assert completed["returncode"] == 0, completed["stderr"][-2000:]

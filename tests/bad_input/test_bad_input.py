@@ -52,6 +52,7 @@ from elmoc_allennlp.fasttext.vectors import (
 from benchmarks.common import write_fasttext_bin
 from tests.bad_input.conftest import ESCAPE_NAME, write_archive
 from tests.conftest import FIXTURES_ROOT
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOWNSTREAM_CONFIGS = REPO_ROOT / "training_configs" / "downstream"
@@ -2039,46 +2040,49 @@ def test_a_name_from_an_archive_runs_nothing_under_allennlp_predict(sandbox):
     """The reported case: `"type": "this.Zen"` printed the Zen of Python under `allennlp predict
     ... --include-package elmoc_allennlp`. Now: an error naming the archive, key and type.
 
-    Slow (~8 s): a fresh `allennlp predict` process, because the reported case is that command line,
-    the plugin imported by `--include-package` at start."""
+    A fresh `allennlp predict` process (`tests/fresh_process.py`): the reported case is that command
+    line, the plugin imported by `--include-package` at start."""
     config = _with_model_type(sandbox, "this.Zen")
     archive = write_archive(sandbox.archive, sandbox.root / "zen.tar.gz", [], config=config)
     lines = sandbox.root / "input.jsonl"
     lines.write_text(_GOOD_LINE + "\n")
-    allennlp = Path(sys.executable).with_name("allennlp")
-    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(sandbox.root / "tmp"))
-    result = subprocess.run(
-        command + ["predict", str(archive), str(lines), "--include-package", "elmoc_allennlp"],
+    result = run_python(
+        [
+            "-m",
+            "allennlp",
+            "predict",
+            str(archive),
+            str(lines),
+            "--include-package",
+            "elmoc_allennlp",
+        ],
         cwd=sandbox.root,
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert result.returncode != 0
     assert "Beautiful is better than ugly" not in result.stdout + result.stderr
     assert f"{archive} (config.json): model.type is 'this.Zen'" in result.stderr
-    assert list((sandbox.root / "tmp").iterdir()) == []
+    assert list((sandbox.root / "tmp").iterdir()) == [], result.stderr[-3000:]
 
 
 def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_path):
     """
     `allennlp evaluate ARCHIVE ... --include-package elmoc_allennlp` in a fresh process.
 
-    Slow (~8 s): a fresh `allennlp` process, because the refusal must come from the command line as
-    a user runs it, the plugin imported by `--include-package` at start.
+    A fresh `allennlp` process: the refusal must come from the command line as a user runs it, the
+    plugin imported by `--include-package` at start.
     """
     archive = tmp_path / "model.tar.gz"
     shutil.copy(crafted["dotdot-name"], archive)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    allennlp = Path(sys.executable).with_name("allennlp")
-    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TMPDIR=str(temporary))
-    result = subprocess.run(
-        command
-        + [
+    result = run_python(
+        [
+            "-m",
+            "allennlp",
             "evaluate",
             str(archive),
             str(FIXTURES_ROOT / "lm_corpus" / "valid.txt"),
@@ -2087,8 +2091,6 @@ def test_crafted_archive_is_refused_by_allennlp_evaluate(crafted, outside, tmp_p
         ],
         cwd=tmp_path,
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert result.returncode != 0

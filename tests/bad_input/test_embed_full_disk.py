@@ -29,6 +29,7 @@ import pytest
 from elmoc_allennlp.commands import elmoc_embed
 from elmoc_allennlp.common.disk_full import DiskFullError
 from elmoc_allennlp.downstream.embedder import ElmocEmbedder
+from tests.fresh_process import run_python
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -100,22 +101,17 @@ def test_a_file_size_limit_reached_mid_run(elmoc_archive, sentences, tmp_path):
     """
     `elmoc-embed` past a file-size limit ends in one clear error and leaves no file behind.
 
-    Slow (~9 s): `elmoc-embed` runs in a fresh process (torch, allennlp, the biLM loaded), because
-    `RLIMIT_FSIZE` is set for a child and the failure must hit a real HDF5 write mid-run.
+    `elmoc-embed` runs in a fresh process (`tests/fresh_process.py`): `RLIMIT_FSIZE` is set for
+    that process, and the failure must hit a real HDF5 write mid-run.
     """
     output_folder = tmp_path / "out"
     output_folder.mkdir()
     output = output_folder / "vectors.hdf5"
 
-    def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (_FILE_SIZE_LIMIT, _FILE_SIZE_LIMIT))
-
-    result = subprocess.run(
-        _embed_command(elmoc_archive, sentences, output),
+    result = run_python(
+        _embed_command(elmoc_archive, sentences, output)[1:],
         env=_environment(),
-        preexec_fn=limit_file_size,
-        capture_output=True,
-        text=True,
+        limits=[(resource.RLIMIT_FSIZE, _FILE_SIZE_LIMIT)],
         timeout=300,
     )
     _assert_one_clear_error(result.returncode, result.stderr, output, errno.EFBIG)

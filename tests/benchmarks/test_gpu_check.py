@@ -4,14 +4,13 @@ CUDA) runs here, and the results it leaves are checked for what a GPU run must r
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from benchmarks import encoder_speed, gpu_check
 from tests.conftest import FIXTURES_ROOT
+from tests.fresh_process import run_python
 
 REPO_ROOT = FIXTURES_ROOT.parents[1]
 
@@ -127,9 +126,7 @@ def test_without_allennlp_the_torch_sections_run_and_the_others_say_why(tmp_path
         f"gpu_check.main(['--dry-run', '--out', {str(tmp_path)!r}, "
         "'--sections', 'environment', 'recurrence', 'encoder'])"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-    )
+    completed = run_python(["-c", code], cwd=REPO_ROOT, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     sections = check_format(tmp_path)["sections"]
     assert sections["environment"]["status"] == "ok"

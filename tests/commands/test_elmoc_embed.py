@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -15,6 +13,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmoc_allennlp.commands.elmoc_embed import embed_file
 from elmoc_allennlp.downstream.embedder import ElmocEmbedder
+from tests.fresh_process import run_python
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -201,18 +200,17 @@ def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_pa
     """
     `allennlp elmoc-embed` as a user runs it: a plugin found through .allennlp_plugins.
 
-    Slow (~8 s): a fresh `allennlp` process, because the plugin must be found through
-    .allennlp_plugins at start and the console output checked is that process's.
+    A fresh `allennlp` process (`tests/fresh_process.py`): the plugin must be found through
+    .allennlp_plugins at start, and the console output checked is that process's.
     """
     workdir = tmp_path / "work"
     workdir.mkdir()
     (workdir / ".allennlp_plugins").write_text("elmoc_allennlp\n")
-    allennlp = Path(sys.executable).with_name("allennlp")
-    command = [str(allennlp)] if allennlp.exists() else [sys.executable, "-m", "allennlp"]
     environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    result = subprocess.run(
-        command
-        + [
+    result = run_python(
+        [
+            "-m",
+            "allennlp",
             "elmoc-embed",
             str(elmoc_archive),
             str(sentences_file),
@@ -225,8 +223,6 @@ def test_command_line_round_trip(embedder, elmoc_archive, sentences_file, tmp_pa
         ],
         cwd=workdir,
         env=environment,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -8,8 +8,6 @@ import errno
 import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -20,6 +18,7 @@ from elmoc_allennlp.common.archives import UnsafeArchiveError, extract_archive
 from elmoc_allennlp.common.disk_full import DiskFullError
 from tests.bad_input.conftest import write_archive
 from tests.common.archives.conftest import _member
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -150,15 +149,13 @@ def test_small_bombs_are_refused_in_bounded_memory(elmoc_archive, tmp_path):
     """
     Small archives that expand hugely (lines, folders, a deflated member) are refused cheaply.
 
-    Slow (~10 s): the bombs are written here (a 5-million-line member, 128 MB deflated) and
-    extracted in a fresh interpreter, because the bound is that process's peak resident memory,
-    measured apart from this one's.
+    Slow (~5 s): the bombs are written here (a 5-million-line member, 128 MB deflated) and
+    extracted in a fresh process (`tests/fresh_process.py`), because the bound is that process's
+    peak resident memory, measured apart from this one's.
     """
     bombs = {name: str(path) for name, path in _bombs(elmoc_archive, tmp_path).items()}
-    result = subprocess.run(
-        [sys.executable, "-c", _EXTRACT, json.dumps(bombs)],
-        capture_output=True,
-        text=True,
+    result = run_python(
+        ["-c", _EXTRACT, json.dumps(bombs)],
         timeout=300,
         env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
     )

@@ -6,8 +6,6 @@ A downstream model trained with ELMo-C loads from its `model.tar.gz` alone (plus
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from allennlp.models.archival import load_archive
 from elmoc_allennlp.common.archives import CARRIED_DIRECTORY
 from elmoc_allennlp.downstream.archive import VECTORS_PATH_VARIABLE
 from tests.downstream.conftest import DOWNSTREAM_FIXTURES, REPO_ROOT
+from tests.fresh_process import run_python
 
 SENTENCES = [["EU", "rejects", "German", "call", "."], ["Peter", "Blackburn"]]
 
@@ -87,13 +86,8 @@ def _predict_in_fresh_process(archive: Path, cwd: Path, environment=None) -> lis
     env = {**os.environ, **(environment or {})}
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
-    result = subprocess.run(
-        [sys.executable, "-c", PREDICT_SCRIPT, str(archive), json.dumps(SENTENCES)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_python(
+        ["-c", PREDICT_SCRIPT, str(archive), json.dumps(SENTENCES)], cwd=cwd, env=env, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -146,8 +140,8 @@ def test_moved_archive_predicts_the_same_from_another_directory(trained_tagger, 
     """
     The moved archive predicts the logits of the training process, from another directory.
 
-    Slow (~9 s): it predicts in a fresh process (torch, allennlp, the archive loaded), because only
-    a new process shows nothing the training process held is needed.
+    It predicts in a fresh process (`tests/fresh_process.py`): only a new process shows nothing the
+    training process held is needed.
     """
     archive, _, expected = trained_tagger
     elsewhere = tmp_path / "elsewhere"
@@ -162,8 +156,8 @@ def test_the_bin_anywhere_with_the_one_override(trained_tagger, tmp_path):
     The archive alone, with the .bin renamed elsewhere and named by the one override, predicts the
     same.
 
-    Slow (~7 s): it predicts in a fresh process (torch, allennlp, the archive loaded), because the
-    override is an environment variable read by a process that holds nothing from training.
+    It predicts in a fresh process: the override is an environment variable read by a process that
+    holds nothing from training.
     """
     archive, vectors, expected = trained_tagger
     alone = tmp_path / "alone"

@@ -4,8 +4,6 @@ shares with the quality-vs-time study (examples/common.py): the data subsets, th
 table and the shared helpers, without training.
 """
 
-import subprocess
-import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from examples import common
 from examples.equal_compute_study import run_study as study
+from tests.fresh_process import run_python
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -108,16 +107,14 @@ def test_the_quality_study_loads_no_other_studys_driver():
     """
     Importing the quality study's driver loads no module of the equal-compute study.
 
-    Slow (~10 s): a fresh interpreter imports the driver (torch and allennlp come with the plugin
-    it uses), because which modules an import loads is only seen where none are loaded yet.
+    A fresh process (`tests/fresh_process.py`) imports the driver: which modules an import loads
+    is only seen where none are loaded yet.
     """
     code = (
         "import sys, examples.quality_vs_time.run_study; "
         "print(' '.join(m for m in sys.modules if m.startswith('examples')))"
     )
-    completed = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
-    )
+    completed = run_python(["-c", code], cwd=REPO_ROOT, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     loaded = set(completed.stdout.split())
     assert loaded == {

@@ -4,8 +4,6 @@ target vectors in evaluation, with the same result as the full `predictions x ta
 """
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from benchmarks.retrieval_scoring import full_matrix_accuracy  # the metric as f
 from elmoc_allennlp.models import bilm_metrics as bilm_module
 from elmoc_allennlp.models.bilm_metrics import retrieval_accuracy
 from tests.conftest import LM_CORPUS
+from tests.fresh_process import run_python
 from tests.models.bidirectional_language_model.test_no_host_syncs import (
     _NoTableReads,
     _model_and_batch,
@@ -136,17 +135,11 @@ def test_thirty_thousand_positions_are_scored_in_bounded_memory(tmp_path):
     """
     30,000 positions are scored in bounded memory, to a plausible accuracy.
 
-    Slow (~9 s): a fresh interpreter builds the model and scores 30,000 positions, because the
+    A fresh process (`tests/fresh_process.py`) builds the model and scores 30,000 positions: the
     bound is that process's peak memory at a size where the full matrix (3.6 GB) would show.
     """
     # The full matrix would be 30,000^2 float32 scores: 3.6 GB.
-    result = subprocess.run(
-        [sys.executable, "-c", _MEMORY_SCRIPT],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_python(["-c", _MEMORY_SCRIPT], cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["growth_mb"] < 400, measured

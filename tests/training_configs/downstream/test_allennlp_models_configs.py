@@ -15,8 +15,6 @@ training run's working directory, which the loading process does not share.
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -29,6 +27,7 @@ from allennlp.common.util import import_module_and_submodules
 
 from tests.conftest import SHARED_DATA
 from tests.downstream.conftest import DOWNSTREAM_FIXTURES, REPO_ROOT
+from tests.fresh_process import run_python
 
 SHARED_FIXTURES = SHARED_DATA / "fixtures" / "allennlp_models"
 ARCHIVE = "bilm/model.tar.gz"  # relative to the training run's working directory
@@ -429,7 +428,7 @@ def trained(relocated_archive, tmp_path_factory) -> Dict[str, Any]:
     Every available family trained in one working directory (the biLM at `bilm/model.tar.gz`,
     its .bin in `fasttext/`): family -> (config, run folder, metrics) or the exception raised.
 
-    Slow (most of ~24 s, once per module): every family's swapped config really trains an epoch,
+    Slow (most of ~21 s, once per module): every family's swapped config really trains an epoch,
     because what is checked is that the shipped recipes train with ELMo-C in place of ELMo.
     """
     work = tmp_path_factory.mktemp("allennlp_models_configs")
@@ -469,7 +468,7 @@ def loaded_elsewhere(trained, tmp_path_factory) -> Path:
     """
     `allennlp evaluate` and `predict` of every trained archive, from another directory.
 
-    Slow (part of ~24 s, once per module): one fresh process runs them all, because loading the
+    Slow (part of ~21 s, once per module): one fresh process runs them all, because loading the
     archives must not lean on anything the training process held (its working directory, imports).
     """
     elsewhere = tmp_path_factory.mktemp("elsewhere")
@@ -506,13 +505,8 @@ def loaded_elsewhere(trained, tmp_path_factory) -> Path:
         )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NLTK_DATA": str(SHARED_FIXTURES)}
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    result = subprocess.run(
-        [sys.executable, "-c", RUN_COMMANDS, json.dumps(commands)],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    result = run_python(
+        ["-c", RUN_COMMANDS, json.dumps(commands)], cwd=elsewhere, env=env, timeout=1200
     )
     assert result.returncode == 0, result.stderr[-4000:]
     (elsewhere / "failures.json").write_text(result.stdout.strip().splitlines()[-1])
@@ -526,7 +520,7 @@ def test_swapped_config_trains_evaluates_and_predicts_from_another_directory(
     """
     A family's swapped config trains, then evaluates to its training loss and predicts elsewhere.
 
-    Slow (~24 s, in the module-scoped `trained` and `loaded_elsewhere` setup): each family really
+    Slow (~21 s, in the module-scoped `trained` and `loaded_elsewhere` setup): each family really
     trains an epoch, then a fresh `allennlp` process evaluates and predicts from another directory,
     because only real runs show the recipes train and their archives load where they were not made.
     """
