@@ -2,9 +2,10 @@
 Every script in benchmarks/, examples/ and scripts/ imports and answers `--help`, run as its
 documented module (`python -m benchmarks.output_layers`, from the repository root).
 
-One fresh process (`tests/fresh_process.py`) imports allennlp and the plugin once, then forks a child per script, which runs the
-module as `__main__` with `--help` (what `python -m MODULE --help` does after its imports): each
-script still starts from the same fresh state, without paying twenty interpreter starts.
+One fresh process (`tests/fresh_process.py`) imports allennlp and the plugin once, then forks a
+child per script, which runs the module as `__main__` with `--help` (what `python -m MODULE
+--help` does after its imports): each script still starts from the same fresh state, without
+paying twenty interpreter starts.
 """
 
 import json
