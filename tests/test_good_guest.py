@@ -2,14 +2,14 @@
 A guest changes nothing it does not own (issue #42): stock allennlp models, archives and commands
 give the same results, errors and output files with the plugin imported as without it.
 
-Each side runs in a fresh process (`tests/fresh_process.py`; `allennlp` commands by `allennlp.commands.main`, in a
-folder without `.allennlp_plugins`): without the plugin, with `--include-package elmoc_allennlp`,
-and with the opt-in switch `elmoc_allennlp_hardening`. The model is a stock text
-classifier with allennlp's `elmo_token_embedder`, whose `options_file` and `weight_file` are URLs
-(as in the ELMo archives allennlp-models publishes), served offline by a local HTTP server from a
-tiny ELMo written here. Steps: `train`; `evaluate` and `predict` of the archive trained without
-the plugin; a `from_archive` fine-tune of it (trained, then evaluated); and `evaluate` of a copy
-whose `weights.th` is written with torch's legacy (non-zip) serialization.
+Each side runs in a fresh process (`tests/fresh_process.py`; `allennlp` commands by
+`allennlp.commands.main`, in a folder without `.allennlp_plugins`): without the plugin, with
+`--include-package elmoc_allennlp`, and with the opt-in switch `elmoc_allennlp_hardening`. The model
+is a stock text classifier with allennlp's `elmo_token_embedder`, whose `options_file` and
+`weight_file` are URLs (as in the ELMo archives allennlp-models publishes), served offline by a
+local HTTP server from a tiny ELMo written here. Steps: `train`; `evaluate` and `predict` of the
+archive trained without the plugin; a `from_archive` fine-tune of it (trained, then evaluated); and
+`evaluate` of a copy whose `weights.th` is written with torch's legacy (non-zip) serialization.
 """
 
 import functools
