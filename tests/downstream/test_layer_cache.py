@@ -370,11 +370,12 @@ def test_processes_filling_one_cache_do_not_corrupt_it(elmoc_archive, tmp_path):
     """
     Two processes filling one layer cache at once leave it reading back as the live biLM's layers.
 
-    Slow (~15 s): two spawned processes, each importing torch, allennlp and the plugin and loading
-    the biLM archive, because concurrent writers to the cache can only be separate processes.
+    Two processes (forked by the forkserver of `tests/fresh_process.py`, which has imported torch),
+    each importing allennlp and the plugin and loading the biLM archive: concurrent writers to the
+    cache can only be separate processes.
     """
     directory = str(tmp_path / "cache")
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
     queue = context.Queue()
     workers = [
         context.Process(target=_fill, args=(str(elmoc_archive), directory, 8, queue))
