@@ -221,17 +221,6 @@ def tiny_fasttext_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def fresh_process_server() -> None:
-    """
-    The forkserver of `tests/fresh_process.py` (fresh processes without each paying the imports),
-    started as the session starts: it imports in the background while the first tests run.
-    """
-    from tests.fresh_process import start
-
-    start()
-
-
-@pytest.fixture(scope="session", autouse=True)
 def fixtures_root_environment() -> Path:
     """Exported as ELMOC_TEST_FIXTURES so test configs use absolute data paths."""
     os.environ["ELMOC_TEST_FIXTURES"] = str(FIXTURES_ROOT)

@@ -54,24 +54,30 @@ READ_AT_START = (
 SET_IN_PROCESS = ("OMP_NUM_THREADS", "PYTHONPATH")
 
 _context = None
+_SYSTEM_TEMPORARY = tempfile.gettempdir()
 _started_with: Dict[str, Optional[str]] = {}
 
 
 def start() -> None:
     """
-    Starts this process's forkserver, which imports `PRELOADED` in the background; the first
-    `run_python` waits for it. tests/conftest.py starts it when a test session starts, before any
-    test changes the temporary folder: the forkserver's socket lives in a folder of this process
-    made on first use, which must not be one a test checks or removes.
+    Starts this process's forkserver (on the first `run_python`), which imports `PRELOADED`. Its
+    socket lives in a folder of this process made then in the system's temporary folder (as it was
+    when this module was imported), not in one a test has set and checks or removes.
     """
     global _context
     if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOADED)
-        _started_with.update(_read_at_start(os.environ))
-        from multiprocessing import forkserver
+        from multiprocessing import forkserver, util
 
-        forkserver.ensure_running()
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOADED)
+        _started_with.update(_read_at_start(os.environ))
+        test_temporary, tempfile.tempdir = tempfile.tempdir, _SYSTEM_TEMPORARY
+        try:
+            util.get_temp_dir()
+            forkserver.ensure_running()
+        finally:
+            tempfile.tempdir = test_temporary
+        _context = context
 
 
 def _read_at_start(environment: Dict[str, str]) -> Dict[str, str]:
