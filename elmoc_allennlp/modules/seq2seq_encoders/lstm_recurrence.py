@@ -199,6 +199,62 @@ def recurrence_forward(
     return outputs, saved
 
 
+def recurrence_inference(
+    config: RecurrenceConfig,
+    input_gates: torch.Tensor,
+    state_map: Callable[[torch.Tensor], torch.Tensor],
+    state_bias: Optional[torch.Tensor],
+    projection_map: Callable[[torch.Tensor], torch.Tensor],
+    projection_dim: int,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """
+    The forward pass of one layer direction for inference only (no dropout, nothing kept for a
+    backward pass), with the linear maps as callables: `input_gates` `(num_rows, 4C)`, the packed
+    inputs' input-to-gates product (no bias); `state_map`, the state-to-gates map with its bias
+    `state_bias` (the gates of a zero state); `projection_map`, cells to the projected state. Each
+    map returns float32 (whatever it computes in: `elmoc_allennlp.common.precision`); the gates,
+    cells, states and LayerNorm are float32. Returns the states `(num_rows, projection_dim)`.
+    """
+    num_rows, C = input_gates.size(0), input_gates.size(1) // 4
+    cells = input_gates.new_empty(num_rows, C)
+    outputs = input_gates.new_empty(num_rows, projection_dim)
+    steps = _steps(config)
+    for k, step in enumerate(steps):
+        rows, continued = step.packed_rows, step.continued
+        if continued:
+            previous = steps[k - 1].first_rows(continued)
+            recurrent = state_map(outputs[previous])
+            if continued < step.rows:  # sequences starting here start from a zero state
+                zero_state = recurrent.new_zeros(step.rows - continued, recurrent.size(1))
+                recurrent = torch.cat(
+                    [recurrent, zero_state if state_bias is None else zero_state + state_bias]
+                )
+            gates = input_gates[rows] + recurrent
+        elif state_bias is not None:
+            gates = input_gates[rows] + state_bias
+        else:
+            gates = input_gates[rows].clone()
+        input_gate, forget_gate = gates[:, :C].sigmoid_(), gates[:, C : 2 * C].sigmoid_()
+        memory_init, output_gate = gates[:, 2 * C : 3 * C].tanh_(), gates[:, 3 * C :].sigmoid_()
+        step_cells = cells[rows]
+        torch.mul(input_gate, memory_init, out=step_cells)
+        if continued:
+            step_cells[:continued].addcmul_(forget_gate[:continued], cells[previous])
+        if config.cell_clip is not None:
+            step_cells.clamp_(-config.cell_clip, config.cell_clip)
+        projected = projection_map(torch.tanh(step_cells).mul_(output_gate))
+        if config.projection_clip is not None:
+            projected = projected.clamp(-config.projection_clip, config.projection_clip)
+        if norm_weight is not None:
+            projected = torch.nn.functional.layer_norm(
+                projected, [projection_dim], norm_weight, norm_bias, config.layer_norm_eps
+            )
+        outputs[rows] = projected
+    return outputs
+
+
 def recurrence_backward(
     saved: SavedForBackward,
     grad_outputs: torch.Tensor,
