@@ -77,13 +77,6 @@ def native_bfloat16(device: Union[str, torch.device]) -> Tuple[bool, str]:
     return False, f"the CPU has no {', '.join(BFLOAT16_CPU_FLAGS[:2])} ({where}{seen})"
 
 
-def running_dtype(dtype: str, device: Union[str, torch.device]) -> str:
-    """The precision a biLM asked to run at `dtype` runs at on `device` (logs nothing)."""
-    if dtype == "bfloat16" and not native_bfloat16(device)[0]:
-        return "float32"
-    return dtype
-
-
 def check_device(dtype: str, device: Union[str, torch.device], option: str) -> None:
     """`int8` runs on the CPU only: an error naming `option` on another device."""
     device = torch.device(device)

@@ -9,7 +9,7 @@ from allennlp.modules.elmo import Elmo
 from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
-from elmoc_allennlp.common.precision import check_dtype, prepare_encoder, running_dtype
+from elmoc_allennlp.common.precision import check_dtype, prepare_encoder
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.layer_cache import LayerCache
 
@@ -117,12 +117,6 @@ class ElmocBiLm(torch.nn.Module):
                 f"runs on {device}; load it on the device it runs on"
             )
         return self._prepared[1]
-
-    def running_dtype(self, device: Union[str, torch.device]) -> str:
-        """The precision the biLM runs at on `device` (prepared or not): what its layers depend on."""
-        if self._prepared is not None:
-            return self._prepared[1]
-        return running_dtype(self.dtype, device)
 
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
