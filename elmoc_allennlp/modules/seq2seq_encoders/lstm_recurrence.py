@@ -128,12 +128,14 @@ def recurrence_forward(
     norm_weight: Optional[torch.Tensor],
     norm_bias: Optional[torch.Tensor],
     dropout_mask: Optional[torch.Tensor],
+    for_backward: bool = True,
 ) -> Tuple[torch.Tensor, SavedForBackward]:
     """
     The forward pass of one layer direction (no autograd), gates in the order (input, forget, memory,
     output), on packed `inputs` `(num_rows, input_dim)`, the weights of `LstmCellWithProjection` (C cells,
     P projection), LayerNorm parameters `(P,)` or `None`, and a `(batch_size, P)` dropout mask in packing
-    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs.
+    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs (without
+    the LayerNorm statistics unless `for_backward`: a forward pass only; the same states).
     """
     num_rows, projection_dim = inputs.size(0), state_weight.size(1)
     C = state_weight.size(0) // 4
@@ -152,8 +154,9 @@ def recurrence_forward(
         cell_outputs=inputs.new_empty(num_rows, C),
         projected=inputs.new_empty(num_rows, projection_dim),
         previous_states=inputs.new_zeros(num_rows, projection_dim),
-        means=inputs.new_empty(num_rows),
-        rstds=inputs.new_empty(num_rows),
+        # Only kept for a backward pass (a frozen biLM's forward needs neither).
+        means=inputs.new_empty(num_rows if for_backward else 0),
+        rstds=inputs.new_empty(num_rows if for_backward else 0),
     )
     outputs = inputs.new_empty(num_rows, projection_dim)
     steps = _steps(config)
@@ -186,8 +189,9 @@ def recurrence_forward(
             normalized, means, rstds = torch.native_layer_norm(
                 projected, [projection_dim], norm_weight, norm_bias, config.layer_norm_eps
             )
-            saved.means[rows].copy_(means.view(-1))
-            saved.rstds[rows].copy_(rstds.view(-1))
+            if for_backward:
+                saved.means[rows].copy_(means.view(-1))
+                saved.rstds[rows].copy_(rstds.view(-1))
         if saved.dropout_mask is not None:
             torch.mul(normalized, saved.dropout_mask[: step.rows], out=outputs[rows])
         else:
@@ -379,11 +383,17 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
+        # Nothing to keep where no input needs a gradient (a frozen biLM): no backward comes.
+        for_backward = any(ctx.needs_input_grad[2:])
         results = runner.run(
-            [partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)]
+            [
+                partial(recurrence_forward, config, *group, for_backward=for_backward)
+                for group, config in zip(groups, configs)
+            ]
         )
         ctx.runner, ctx.configs = runner, configs
-        ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
+        if for_backward:
+            ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
         return tuple(output for output, _ in results)
 
     @staticmethod
