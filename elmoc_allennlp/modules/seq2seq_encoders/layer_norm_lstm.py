@@ -513,11 +513,16 @@ class LayerNormLstm(Seq2SeqEncoder):
             layer_norm_eps=layer.layer_norm.eps if layer.layer_norm is not None else 0.0,
         )
         norm = layer.layer_norm
+        # A quantized map unpacks its bias at every call: taken once (per device).
+        state_bias = layer.__dict__.get("_inference_state_bias")
+        if state_bias is None or state_bias.device != packed_inputs.device:
+            state_bias = bias_of(layer.state_linearity)
+            layer.__dict__["_inference_state_bias"] = state_bias
         return recurrence_inference(
             config,
             self._map(layer.input_linearity, packed_inputs),
             functools.partial(self._map, layer.state_linearity),
-            bias_of(layer.state_linearity),
+            state_bias,
             functools.partial(self._map, layer.state_projection),
             layer.projection_dim,
             None if norm is None else norm.weight,
