@@ -482,16 +482,21 @@ class LayerNormLstm(Seq2SeqEncoder):
         layers = []
         if all_layers:
             layers.append(packing.unpack(torch.cat([forward_output, backward_output], dim=-1)))
+        runner = (
+            _CONCURRENT if self.parallel_directions and inputs.device.type == "cpu" else _SEQUENTIAL
+        )
         for layer_index, (forward_layer, backward_layer) in enumerate(
             zip(self.forward_layers, self.backward_layers)
         ):
             forward_input, backward_input = forward_output, backward_output
-            forward_output, backward_output = (
-                self._layer_inference(layer, layer_input, packing)
-                for layer, layer_input in (
-                    (forward_layer, forward_input),
-                    (backward_layer, backward_input),
-                )
+            forward_output, backward_output = runner.run(
+                [
+                    functools.partial(self._layer_inference, layer, layer_input, packing)
+                    for layer, layer_input in (
+                        (forward_layer, forward_input),
+                        (backward_layer, backward_input),
+                    )
+                ]
             )
             if layer_index != 0:
                 forward_output = forward_output + forward_input
