@@ -314,9 +314,8 @@ class LayerCache:
         stored = max(len(store) - (recorded is not None), 0)
         how = "read and filled" if self.filling else "read only"
         logger.info(
-            "Layer cache of the biLM's layers (%s, biLM %s): %s, %s sentences stored, %s",
-            self.cache_dtype,
-            dtype,
+            "Layer cache of the biLM's layers (%s): %s, %s sentences stored, %s",
+            self.cache_dtype if dtype == "float32" else f"{self.cache_dtype}, biLM {dtype}",
             self.path,
             f"{stored:,}",
             how,
