@@ -8,9 +8,11 @@ flags printed:
   `embed_sentences` (batches of `--batch-size`) over synthetic Zipfian sentences of 5-40 words;
   "x float32" is the ratio to the float32 row of the same threads; "GEMM bound" the fraction of that
   precision's bound reached: the time the run's matrix products alone take at that precision
-  (measured here, shape by shape: the input projection over all tokens, each layer direction's
-  input-to-gates product over all tokens and, per step, its state-to-gates product and cell
-  projection at that step's batch size) over the run's time; the cosine of each token's
+  (measured here, shape by shape, the least of `--gemm-repeats`: the input projection over all
+  tokens, each layer direction's input-to-gates product over all tokens and, per step, its
+  state-to-gates product and cell projection at that step's batch size; at 2 threads each
+  product's time at 2 threads or half its time on one, the less) over the run's time; the
+  cosine of each token's
   vector in each layer (the projected input, then each LSTM layer) to float32's, min and mean;
 * **latency** of one sentence at a time (the path a service takes: `embed_sentence`, batch 1, one
   thread) of 5, 20 and 60 tokens: p50 and p99 over `--latency-repeats` calls, for each precision
@@ -258,7 +260,24 @@ def linear_seconds(rows: int, inputs: int, outputs: int, precision: str, repeats
 
 
 def gemm_bound_seconds(calls: Counter, precision: str, repeats: int) -> float:
-    return sum(count * linear_seconds(*shape, precision, repeats) for shape, count in calls.items())
+    """
+    What the products of `calls` take at `precision` and the current thread count T: each at T
+    threads, or its time on one thread over T where that is less (the two directions of a layer
+    are independent products: on T threads, at most 1/T of their time each, as the recurrence runs
+    them, one direction a thread).
+    """
+    threads = torch.get_num_threads()
+    total = 0.0
+    for shape, count in calls.items():
+        seconds = linear_seconds(*shape, precision, repeats)
+        if threads > 1:
+            torch.set_num_threads(1)
+            try:
+                seconds = min(seconds, linear_seconds(*shape, precision, repeats) / threads)
+            finally:
+                torch.set_num_threads(threads)
+        total += count * seconds
+    return total
 
 
 # ---------------------------------------------------------------------- measurements
