@@ -9,11 +9,12 @@ encoder calls its linear maps as modules, which this module makes quantized or b
 recurrence's gates, cells, states and LayerNorms stay float32, and so do its outputs.
 """
 
+import copy
 import difflib
 import functools
 import logging
 import warnings
-from typing import FrozenSet, Optional, Tuple, Union
+from typing import FrozenSet, List, Optional, Tuple, Union
 
 import torch
 
@@ -87,12 +88,62 @@ def check_device(dtype: str, device: Union[str, torch.device], option: str) -> N
         )
 
 
-def _linear_maps(encoder: torch.nn.Module):
+def _linear_maps(encoder: torch.nn.Module) -> List[Tuple[str, torch.nn.Linear]]:
     return [
         (name, module)
         for name, module in encoder.named_modules()
         if isinstance(module, torch.nn.Linear)
     ]
+
+
+def prepared_copy(module: torch.nn.Linear, dtype: str) -> torch.nn.Module:
+    """A float32 linear map's copy for `dtype`: quantized (`int8`) or with bfloat16 weights."""
+    if dtype == "bfloat16":
+        return copy.deepcopy(module).to(torch.bfloat16)
+    from torch.ao.quantization import quantize_dynamic
+
+    holder = torch.nn.Module()
+    holder.map = copy.deepcopy(module)
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates the quantized tensors quantize_dynamic makes: not the user's to act on.
+        warnings.filterwarnings(
+            "ignore", message=r"torch\.quantize_per_tensor", category=UserWarning
+        )
+        quantize_dynamic(holder, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return holder.map
+
+
+def _set_map(encoder: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(encoder.get_submodule(parent) if parent else encoder, child, module)
+
+
+def _save_float_maps(encoder, state_dict, prefix, local_metadata) -> None:
+    """A prepared encoder's state: its float32 maps' weights in place of the prepared maps' state."""
+    for name, original in encoder._float32_maps.items():
+        inner = f"{prefix}{name}."
+        for key in [key for key in state_dict if key.startswith(inner)]:
+            del state_dict[key]
+        for tensor_name, parameter in original._parameters.items():
+            if parameter is not None:
+                state_dict[inner + tensor_name] = parameter
+
+
+def _load_float_maps(encoder, state_dict, prefix, *_) -> None:
+    """Loads float32 maps' weights into a prepared encoder's originals, and prepares them again."""
+    for name, original in encoder._float32_maps.items():
+        inner = f"{prefix}{name}."
+        keys = [key for key in state_dict if key.startswith(inner)]
+        incoming = {key[len(inner) :]: state_dict.pop(key) for key in keys}
+        with torch.no_grad():
+            for tensor_name, parameter in original._parameters.items():
+                if parameter is not None and tensor_name in incoming:
+                    parameter.copy_(incoming.pop(tensor_name))
+        prepared = prepared_copy(original, encoder._prepared_dtype)
+        _set_map(encoder, name, prepared)
+        # What the prepared map loads (its own state), and what was not its (reported as usual).
+        state_dict.update(prepared.state_dict(prefix=inner, keep_vars=True))
+        state_dict.update({inner + key: value for key, value in incoming.items()})
 
 
 def prepare_encoder(
@@ -101,7 +152,10 @@ def prepare_encoder(
     """
     Prepares a frozen biLM's encoder (on `device`) to run at `dtype`, in place, once; returns the
     precision it runs at. `bfloat16` without native units: float32, with one log line saying so
-    (the encoder is left as it is); `int8`: its `torch.nn.Linear` maps quantized (qint8).
+    (the encoder is left as it is). Otherwise each `torch.nn.Linear` map is replaced by its
+    prepared copy (`prepared_copy`); the float32 originals are kept, and the encoder's state (its
+    `state_dict`, what it loads, the layer cache's fingerprint) stays theirs: a prepared biLM
+    saves and loads as the float32 one it was prepared from.
     """
     check_dtype(dtype, option)
     check_device(dtype, device, option)
@@ -112,6 +166,10 @@ def prepare_encoder(
             f"{option} {dtype}: the biLM's contextualizer ({type(encoder).__name__}) runs in "
             "float32 only; use float32"
         )
+    if getattr(encoder, "_prepared_dtype", None) is not None:
+        raise ConfigurationError(
+            f"{option}: the biLM is already prepared for {encoder._prepared_dtype}"
+        )
     if dtype == "bfloat16":
         native, evidence = native_bfloat16(device)
         if not native:
@@ -121,25 +179,24 @@ def prepare_encoder(
                 evidence,
             )
             return "float32"
-        for _, module in _linear_maps(encoder):
-            module.to(torch.bfloat16)
+    originals = dict(_linear_maps(encoder))
+    for name, module in originals.items():
+        _set_map(encoder, name, prepared_copy(module, dtype))
+    # Not registered as modules: neither parameters nor state of their own (see the hooks).
+    encoder.__dict__["_float32_maps"] = originals
+    encoder._prepared_dtype = dtype
+    encoder._register_state_dict_hook(_save_float_maps)
+    encoder._register_load_state_dict_pre_hook(_load_float_maps, with_module=True)
+    if dtype == "bfloat16":
         encoder.inference_input_dtype = torch.bfloat16
         logger.info("%s bfloat16: the biLM's linear maps run in bfloat16 (%s)", option, evidence)
-        return dtype
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        # torch 2.13 deprecates the quantized tensors quantize_dynamic makes: not the user's to act on.
-        warnings.filterwarnings(
-            "ignore", message=r"torch\.quantize_per_tensor", category=UserWarning
+    else:
+        encoder.inference_input_dtype = torch.float32
+        logger.info(
+            "%s int8: the biLM's linear maps are dynamically quantized (torch quantized engine %s)",
+            option,
+            torch.backends.quantized.engine,
         )
-        quantize_dynamic(encoder, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-    encoder.inference_input_dtype = torch.float32
-    logger.info(
-        "%s int8: the biLM's linear maps are dynamically quantized (torch quantized engine %s)",
-        option,
-        torch.backends.quantized.engine,
-    )
     return dtype
 
 

@@ -58,33 +58,18 @@ def bilm_fingerprint(bilm: torch.nn.Module) -> str:
         "model": _without_paths(bilm.archive.config.get("model", {})),
     }
     digest.update(json.dumps(described, sort_keys=True).encode("utf-8"))
-    # Parameters and buffers, not the extra state (a fastText embedder's record holds its path);
-    # a quantized map's (int8, `elmoc_allennlp.common.precision`) weight and bias.
+    # Parameters and buffers, not the extra state (a fastText embedder's record holds its path). A
+    # biLM prepared for bfloat16 or int8 has the state of its float32 self (its precision is in
+    # the cache's name and metadata).
     buffers = {name for name, _ in model.named_buffers()}
     for name, value in sorted(model.state_dict(keep_vars=True).items()):
-        if name.endswith("._packed_params._packed_params"):
-            tensors = [(f"{name}.{index}", part) for index, part in enumerate(value)]
-        elif isinstance(value, torch.nn.Parameter) or name in buffers:
-            tensors = [(name, value)]
-        else:
+        if not isinstance(value, torch.nn.Parameter) and name not in buffers:
             continue
-        for part_name, part in tensors:
-            if part is None:
-                continue
-            tensor = part.detach().cpu()
-            if tensor.is_quantized:  # its integers and their scale (one per tensor or row)
-                scales = (
-                    tensor.q_per_channel_scales()
-                    if tensor.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric)
-                    else torch.tensor([tensor.q_scale()], dtype=torch.float64)
-                )
-                digest.update(scales.double().numpy().tobytes())
-                tensor = tensor.int_repr()
-            tensor = tensor.contiguous()
-            if tensor.dtype == torch.bfloat16:
-                tensor = tensor.float()
-            digest.update(f"{part_name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
-            digest.update(tensor.numpy().tobytes())
+        tensor = value.detach().cpu().contiguous()
+        if tensor.dtype == torch.bfloat16:
+            tensor = tensor.float()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode("utf-8"))
+        digest.update(tensor.numpy().tobytes())
     for name, module in sorted(model.named_modules(), key=lambda pair: pair[0]):
         if callable(getattr(module, "vectors_record", None)):
             digest.update(f"{name}:{module.vectors_record()['fingerprint']}".encode("utf-8"))

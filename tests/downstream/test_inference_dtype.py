@@ -185,3 +185,29 @@ def test_elmoc_embed_dtype(elmoc_archive, float32_embedder, tmp_path):
         got = [hdf5[str(index)][()] for index in range(2)]
     reference = float32_embedder.embed_batch([["the", "cat", "sat"], ["a", "dog"]])
     assert got[0].dtype == numpy.float32 and min_cosine(got, reference) > COSINE_BOUND
+
+
+def test_downstream_weights_load_across_precisions(elmoc_archive, float32_embedder):
+    """
+    A downstream model's state holds the biLM's float32 weights at any precision: an archive trained
+    at float32 runs at int8 (`-o '{"...elmo.dtype": "int8"}'`) and one trained at int8 loads as it ran.
+    """
+    from elmoc_allennlp.downstream.layer_cache import bilm_fingerprint
+
+    ids = indexed_batch(float32_embedder._indexer, SENTENCES)
+    elmos = {
+        dtype: ElmocElmo(str(elmoc_archive), 1, dropout=0.0, dtype=dtype).eval()
+        for dtype in ("float32", "int8")
+    }
+    with torch.no_grad():
+        ran = elmos["int8"](ids)["elmo_representations"][0]  # prepared at its first batch
+    state = elmos["int8"].state_dict()
+    assert state.keys() == elmos["float32"].state_dict().keys()
+    assert bilm_fingerprint(elmos["int8"].bilm) == bilm_fingerprint(elmos["float32"].bilm)
+    elmos["float32"].load_state_dict(state)  # strict
+    with torch.no_grad():
+        assert elmos["float32"](ids)["elmo_representations"][0].shape == ran.shape
+    fresh = ElmocElmo(str(elmoc_archive), 1, dropout=0.0, dtype="int8").eval()
+    fresh.load_state_dict(elmos["float32"].state_dict())
+    with torch.no_grad():
+        assert torch.equal(fresh(ids)["elmo_representations"][0], ran)

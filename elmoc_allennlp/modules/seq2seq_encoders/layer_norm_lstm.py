@@ -518,11 +518,13 @@ class LayerNormLstm(Seq2SeqEncoder):
             layer_norm_eps=layer.layer_norm.eps if layer.layer_norm is not None else 0.0,
         )
         norm = layer.layer_norm
-        # A quantized map unpacks its bias at every call: taken once (per device).
-        state_bias = layer.__dict__.get("_inference_state_bias")
-        if state_bias is None or state_bias.device != packed_inputs.device:
+        # A quantized map unpacks its bias at every call: taken once per map (and device).
+        state_map, state_bias = layer.__dict__.get("_inference_state_bias", (None, None))
+        if state_map is not layer.state_linearity or (
+            state_bias is not None and state_bias.device != packed_inputs.device
+        ):
             state_bias = bias_of(layer.state_linearity)
-            layer.__dict__["_inference_state_bias"] = state_bias
+            layer.__dict__["_inference_state_bias"] = (layer.state_linearity, state_bias)
         return recurrence_inference(
             config,
             self._map(layer.input_linearity, packed_inputs),

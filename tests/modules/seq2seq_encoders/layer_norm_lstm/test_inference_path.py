@@ -107,3 +107,33 @@ def test_a_frozen_fast_path_keeps_nothing_for_backward_and_computes_the_same_sta
     frozen = layers(encoder, inputs, mask)
     assert kept[4:] == [False] * 4
     assert torch.equal(frozen, trainable)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_a_prepared_encoder_saves_and_loads_as_its_float32_self(dtype, monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    encoder, inputs, mask = encoder_and_inputs()
+    float_state = {key: value.clone() for key, value in encoder.state_dict().items()}
+    prepared = copy.deepcopy(encoder)
+    prepare_encoder(prepared, dtype, "cpu")
+    expected = layers(prepared, inputs, mask)
+    state = prepared.state_dict()
+    assert state.keys() == float_state.keys()
+    assert all(torch.equal(state[key], value) for key, value in float_state.items())
+
+    # Into a float32 encoder: the float32 one it was prepared from.
+    fresh, _, _ = encoder_and_inputs()
+    with torch.no_grad():
+        for parameter in fresh.parameters():
+            parameter.zero_()
+    fresh.load_state_dict(state)
+    assert torch.equal(layers(fresh, inputs, mask), layers(encoder, inputs, mask))
+
+    # Into a prepared encoder (a trainer restoring its best weights): prepared again from them.
+    other = copy.deepcopy(encoder)
+    with torch.no_grad():
+        other.forward_layers[0].state_linearity.weight.mul_(0.5)
+    prepare_encoder(other, dtype, "cpu")
+    assert not torch.equal(layers(other, inputs, mask), expected)
+    other.load_state_dict(state)
+    assert torch.equal(layers(other, inputs, mask), expected)
