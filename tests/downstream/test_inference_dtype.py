@@ -211,3 +211,21 @@ def test_downstream_weights_load_across_precisions(elmoc_archive, float32_embedd
     fresh.load_state_dict(elmos["float32"].state_dict())
     with torch.no_grad():
         assert torch.equal(fresh(ids)["elmo_representations"][0], ran)
+
+
+def test_the_dtype_flag_reaches_embed_file(elmoc_archive, tmp_path, monkeypatch):
+    import argparse
+
+    from elmoc_allennlp.commands import elmoc_embed
+
+    parser = argparse.ArgumentParser()
+    elmoc_embed.ElmocEmbed().add_subparser(parser.add_subparsers())
+    lines = tmp_path / "lines.txt"
+    lines.write_text("a dog\n", encoding="utf-8")
+    command = ["elmoc-embed", str(elmoc_archive), str(lines), str(tmp_path / "out.hdf5"), "--top"]
+    seen = []
+    monkeypatch.setattr(elmoc_embed, "embed_file", lambda *a, **options: seen.append(options))
+    for flags, expected in (([], "float32"), (["--dtype", "int8"], "int8")):
+        args = parser.parse_args(command + flags)
+        args.func(args)
+        assert seen[-1]["dtype"] == expected
