@@ -129,7 +129,9 @@ def _save_float_maps(encoder, state_dict, prefix, local_metadata) -> None:
                 state_dict[inner + tensor_name] = parameter
 
 
-def _load_float_maps(encoder, state_dict, prefix, *_) -> None:
+def _load_float_maps(
+    encoder, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+) -> None:
     """Loads float32 maps' weights into a prepared encoder's originals, and prepares them again."""
     for name, original in encoder._float32_maps.items():
         inner = f"{prefix}{name}."
@@ -137,8 +139,12 @@ def _load_float_maps(encoder, state_dict, prefix, *_) -> None:
         incoming = {key[len(inner) :]: state_dict.pop(key) for key in keys}
         with torch.no_grad():
             for tensor_name, parameter in original._parameters.items():
-                if parameter is not None and tensor_name in incoming:
+                if parameter is None:
+                    continue
+                if tensor_name in incoming:
                     parameter.copy_(incoming.pop(tensor_name))
+                else:
+                    missing_keys.append(inner + tensor_name)
         prepared = prepared_copy(original, encoder._prepared_dtype)
         _set_map(encoder, name, prepared)
         # What the prepared map loads (its own state), and what was not its (reported as usual).

@@ -137,3 +137,12 @@ def test_a_prepared_encoder_saves_and_loads_as_its_float32_self(dtype, monkeypat
     assert not torch.equal(layers(other, inputs, mask), expected)
     other.load_state_dict(state)
     assert torch.equal(layers(other, inputs, mask), expected)
+
+
+def test_a_prepared_encoder_reports_a_missing_weight():
+    encoder, _, _ = encoder_and_inputs()
+    prepare_encoder(encoder, "int8", "cpu")
+    state = encoder.state_dict()
+    del state["forward_layers.1.state_projection.weight"]
+    with pytest.raises(RuntimeError, match=r"forward_layers\.1\.state_projection\.weight"):
+        encoder.load_state_dict(state)
