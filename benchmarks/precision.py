@@ -495,20 +495,28 @@ def main(arguments: Optional[List[str]] = None) -> int:
         if args.archive is None:
             args.size = "tiny"
         args.sentences, args.repeats, args.latency_repeats, args.gemm_repeats = 8, 1, 2, 1
-    warnings.filterwarnings("ignore")
-    logging.basicConfig(level=logging.WARNING)
-    for name in ("allennlp", "elmoc_allennlp"):
-        logging.getLogger(name).setLevel(logging.WARNING)
     from allennlp.common.util import import_module_and_submodules
 
     import_module_and_submodules("elmoc_allennlp")
-    torch.manual_seed(0)
     print(f"# python -m benchmarks.precision {' '.join(arguments or sys.argv[1:])}")
     print(f"# {platform.python_implementation()} {platform.python_version()}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="precision_benchmark.") as work:
-        print("\n".join(measure(args, Path(work))), flush=True)
+    # Quiet, seeded, and as it found them afterwards (tests call `main` in their process).
+    loggers = [logging.getLogger(name) for name in ("allennlp", "elmoc_allennlp")]
+    levels = [each.level for each in loggers]
+    with warnings.catch_warnings(), torch.random.fork_rng():
+        warnings.filterwarnings("ignore")
+        torch.manual_seed(0)
+        for each in loggers:
+            each.setLevel(logging.WARNING)
+        try:
+            with tempfile.TemporaryDirectory(prefix="precision_benchmark.") as work:
+                print("\n".join(measure(args, Path(work))), flush=True)
+        finally:
+            for each, level in zip(loggers, levels):
+                each.setLevel(level)
     return 0
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
     sys.exit(main())
