@@ -22,6 +22,8 @@ class ElmocEmbedder:
     ELMo-C representations of tokenized sentences, one `float32` array per sentence: with
     `output="all"` `(num_layers, num_tokens, dim)`, else `(num_tokens, dim)` of the `"top"` layer,
     the `"average"`, or the mix of `num_layers` pre-softmax weights. Independent of the batch.
+    `running_dtype` is the precision the biLM runs at (`dtype`, or `"float32"` for `"bfloat16"`
+    where the device has no native bfloat16).
 
     # Parameters
 
