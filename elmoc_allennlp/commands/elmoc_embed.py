@@ -26,6 +26,7 @@ from elmoc_allennlp.commands.subcommand import PluginSubcommand, check_output
 from elmoc_allennlp.common.atomic_files import atomic_path, remove_stale_partial_files
 from elmoc_allennlp.common.checks import check_cuda_device, check_positive
 from elmoc_allennlp.common.disk_full import DiskFullError
+from elmoc_allennlp.common.precision import check_device, check_dtype
 from elmoc_allennlp.common.writer_lock import FILE, WriterLock
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,14 @@ class ElmocEmbed(PluginSubcommand):
             help="lowercase tokens for a biLM whose input is not fastText",
         )
         parser.add_argument(
+            "--dtype",
+            default="float32",
+            metavar="{float32,bfloat16,int8}",
+            help="the precision the biLM runs in: float32 (as trained), bfloat16 (where the CPU or "
+            "GPU has native bfloat16, else float32 with a warning) or int8 (its linear maps "
+            "dynamically quantized; CPU only); the vectors written are float32 in every case",
+        )
+        parser.add_argument(
             "--forget-sentences",
             action="store_true",
             help=f"do not write the {SENTENCE_TO_INDEX} dataset",
@@ -118,6 +127,7 @@ class ElmocEmbed(PluginSubcommand):
                 force=args.force,
                 allow_different_vectors=args.allow_different_vectors,
                 lowercase_tokens=args.lowercase_tokens,
+                dtype=args.dtype,
             )
 
 
@@ -223,22 +233,26 @@ def embed_file(
     force: bool = False,
     allow_different_vectors: bool = False,
     lowercase_tokens: bool = False,
+    dtype: str = "float32",
 ) -> Path:
     """
     Writes the ELMo-C vectors of every line of `input_file` to the hdf5 file `output_file`, locked
-    while written, and returns its path; `embedder` (an `ElmocEmbedder`) is loaded if not given.
+    while written, and returns its path; `embedder` (an `ElmocEmbedder`, run at `dtype`) is loaded
+    if not given.
     """
     import h5py
 
     from elmoc_allennlp.downstream.embedder import ElmocEmbedder
 
     check_positive(batch_size, "--batch-size")
+    check_dtype(dtype, "--dtype")
     # Before the lock, whose file goes next to the output: a bad output is named as such.
     _check_output(output_file, input_file, force, archive_file, vectors_path)
     lock = _lock_output(output_file)
     try:
         output_path = _check_output(output_file, input_file, force, archive_file, vectors_path)
         check_cuda_device(cuda_device, "--cuda-device")
+        check_device(dtype, "cpu" if cuda_device < 0 else f"cuda:{cuda_device}", "--dtype")
         # The partial file of a killed run (`kill -9`): this run holds the output's lock.
         remove_stale_partial_files(output_path.parent, for_file=output_path.name, locked=True)
         sentences = read_sentences(input_file)
@@ -249,6 +263,7 @@ def embed_file(
                 vectors_path=vectors_path,
                 allow_different_vectors=allow_different_vectors,
                 lowercase_tokens=lowercase_tokens,
+                dtype=dtype,
             )
         # The fastText models the archive reads are known once it is open; nothing is written yet.
         _check_output(output_file, input_file, force, archive_file, vectors_path, embedder)
@@ -264,6 +279,8 @@ def embed_file(
                     hdf5.attrs["output"] = output
                     hdf5.attrs["num_layers"] = embedder.num_layers
                     hdf5.attrs["dim"] = embedder.output_dim
+                    # The precision the biLM ran at (bfloat16 without native units: float32).
+                    hdf5.attrs["dtype"] = getattr(embedder, "running_dtype", "float32")
                     batches = lazy_groups_of(iter(enumerate(sentences)), batch_size)
                     total = (len(sentences) + batch_size - 1) // batch_size
                     for batch in Tqdm.tqdm(batches, total=total, desc="elmoc-embed", unit="batch"):

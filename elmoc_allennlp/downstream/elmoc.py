@@ -1,6 +1,6 @@
 """A trained biLM downstream: `ElmocBiLm` returns all layers (as `_ElmoBiLm`), `ElmocElmo` mixes them."""
 
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -9,6 +9,7 @@ from allennlp.modules.elmo import Elmo
 from torch.nn.utils.rnn import pad_sequence
 
 from elmoc_allennlp.common.checks import check_non_negative, check_positive, check_probability
+from elmoc_allennlp.common.precision import check_dtype, prepare_encoder
 from elmoc_allennlp.downstream.archive import BilmArchive
 from elmoc_allennlp.downstream.layer_cache import LayerCache
 
@@ -39,6 +40,13 @@ class ElmocBiLm(torch.nn.Module):
         The downstream run's folder, given by allennlp (not in the config). A downstream archive
         carries a copy of the biLM (`elmoc_bilm/`): loading it reads that copy instead of
         `archive_file`, which may then be gone.
+    dtype : `str`, optional (default = `"float32"`)
+        The precision the frozen biLM runs in: `"float32"` (as trained), `"bfloat16"` (its linear
+        maps in bfloat16 where the device has native bfloat16: CPUs with AVX-512 BF16 or AMX, CUDA
+        GPUs that support it; elsewhere float32, with one warning saying so) or `"int8"` (its
+        linear maps dynamically quantized; CPU only). The recurrence's states and LayerNorms, and
+        the layers returned, stay float32 (docs/benchmarks.md#inference-precision). Not with
+        `requires_grad`.
     """
 
     def __init__(
@@ -48,8 +56,15 @@ class ElmocBiLm(torch.nn.Module):
         vectors_path: Optional[str] = None,
         allow_different_vectors: bool = False,
         serialization_dir: Optional[str] = None,
+        dtype: str = "float32",
     ) -> None:
         super().__init__()
+        check_dtype(dtype, "dtype")
+        if dtype != "float32" and requires_grad:
+            raise ConfigurationError(
+                f"dtype {dtype} runs a frozen biLM, but requires_grad is true (the biLM is "
+                "fine-tuned): set one of them only"
+            )
         self.archive = BilmArchive.open(archive_file, vectors_path, serialization_dir)
         model, reader = self.archive.open_for_training(serialization_dir, allow_different_vectors)
         self._bilm = model
@@ -78,9 +93,30 @@ class ElmocBiLm(torch.nn.Module):
         check_dimensions_match(
             shape, expected, "biLM layers (layers, batch, timesteps, dim)", "its config"
         )
+        # Prepared (`prepare_dtype`) where it first runs, after the float32 check above.
+        self.dtype = dtype
+        self._prepared: Optional[Tuple[str, str]] = None  # (device type, running dtype)
 
     # Set by `ElmocElmo` from `cache_directory`.
     layer_cache: Optional[LayerCache] = None
+    dtype = "float32"
+    _prepared: Optional[Tuple[str, str]] = None
+
+    def prepare_dtype(self, device: Union[str, torch.device]) -> str:
+        """
+        Prepares the biLM to run at `dtype` on `device` (once: where it first runs, or where
+        `ElmocEmbedder` puts it); returns the precision it runs at there.
+        """
+        device = torch.device(device)
+        if self._prepared is None:
+            running = prepare_encoder(self._bilm.contextualizer, self.dtype, device)
+            self._prepared = (device.type, running)
+        elif self._prepared[0] != device.type and self.dtype != "float32":
+            raise ConfigurationError(
+                f"dtype {self.dtype}: the biLM was prepared for the {self._prepared[0]} and now "
+                f"runs on {device}; load it on the device it runs on"
+            )
+        return self._prepared[1]
 
     def train(self, mode: bool = True) -> "ElmocBiLm":
         super().train(mode)
@@ -111,6 +147,8 @@ class ElmocBiLm(torch.nn.Module):
         self, inputs: torch.Tensor
     ) -> Dict[str, Union[torch.Tensor, List[torch.Tensor]]]:
         """What `forward` returns, computed by the biLM (without the layer cache)."""
+        if self.dtype != "float32" and self._prepared is None:
+            self.prepare_dtype(inputs.device)
         key = self.archive.input_key
         layers, mask = self.input_kind.contextual_layers(self._bilm, key, inputs, self.boundary_ids)
         return {"activations": list(layers.unbind(0)), "mask": mask}
@@ -174,6 +212,13 @@ class ElmocElmo(Elmo):
         Refused with `requires_grad`.
     cache_dtype : `str`, optional (default = `"float32"`)
         How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk, rounded).
+    dtype : `str`, optional (default = `"float32"`)
+        The precision the frozen biLM runs in: `"float32"` (as trained), `"bfloat16"` (its linear
+        maps in bfloat16 where the device has native bfloat16: CPUs with AVX-512 BF16 or AMX, CUDA
+        GPUs that support it; elsewhere float32, with one warning saying so) or `"int8"` (its
+        linear maps dynamically quantized; CPU only). The recurrence's states and LayerNorms, and
+        the layers returned, stay float32 (docs/benchmarks.md#inference-precision). Not with
+        `requires_grad`. With `module`, the module's own.
     """
 
     def __init__(
@@ -193,6 +238,7 @@ class ElmocElmo(Elmo):
         projection_dim: Optional[int] = None,
         cache_directory: Optional[str] = None,
         cache_dtype: str = "float32",
+        dtype: str = "float32",
     ) -> None:
         check_positive(projection_dim, "projection_dim", allow_none=True)
         check_positive(num_output_representations, "num_output_representations")
@@ -203,6 +249,11 @@ class ElmocElmo(Elmo):
                 "set only one of scalar_mix_parameters and scalar_mix_l2_penalty"
             )
         bilm = module
+        check_dtype(dtype, "dtype")
+        if bilm is not None and dtype != "float32" and bilm.dtype != dtype:
+            raise ConfigurationError(
+                f"dtype is {dtype}, but the given module runs at {bilm.dtype}: leave dtype out"
+            )
         if bilm is None:
             bilm = ElmocBiLm(
                 archive_file,
@@ -210,6 +261,7 @@ class ElmocElmo(Elmo):
                 vectors_path,
                 allow_different_vectors,
                 serialization_dir,
+                dtype,
             )
         if cache_directory is not None:
             if bilm.requires_grad:

@@ -10,6 +10,7 @@ from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmoc_allennlp.common.checks import check_cuda_device, check_one_of, check_positive
+from elmoc_allennlp.common.precision import check_device, check_dtype
 from elmoc_allennlp.data.token_indexers.bilm_input_indexers import indexed_batch
 from elmoc_allennlp.downstream.elmoc import ElmocBiLm
 
@@ -21,6 +22,8 @@ class ElmocEmbedder:
     ELMo-C representations of tokenized sentences, one `float32` array per sentence: with
     `output="all"` `(num_layers, num_tokens, dim)`, else `(num_tokens, dim)` of the `"top"` layer,
     the `"average"`, or the mix of `num_layers` pre-softmax weights. Independent of the batch.
+    `running_dtype` is the precision the biLM runs at (`dtype`, or `"float32"` for `"bfloat16"`
+    where the device has no native bfloat16).
 
     # Parameters
 
@@ -42,6 +45,12 @@ class ElmocEmbedder:
     lowercase_tokens : `bool`, optional (default = `False`)
         `True` lowercases every token; `False` indexes tokens as the biLM's pretraining indexer did
         (lowercasing them if it did).
+    dtype : `str`, optional (default = `"float32"`)
+        The precision the biLM runs in: `"float32"` (as trained), `"bfloat16"` (its linear maps in
+        bfloat16 where the device has native bfloat16: CPUs with AVX-512 BF16 or AMX, CUDA GPUs
+        that support it; elsewhere float32, with one warning saying so) or `"int8"` (its linear
+        maps dynamically quantized; CPU only). The arrays returned are float32 in every case
+        (docs/benchmarks.md#inference-precision).
     """
 
     def __init__(
@@ -51,16 +60,23 @@ class ElmocEmbedder:
         vectors_path: Optional[str] = None,
         allow_different_vectors: bool = False,
         lowercase_tokens: bool = False,
+        dtype: str = "float32",
     ) -> None:
         check_cuda_device(cuda_device, "cuda_device")
+        check_dtype(dtype, "dtype")
+        self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
+        check_device(dtype, self._device, "dtype")
         self._bilm = ElmocBiLm(
-            archive_file, vectors_path=vectors_path, allow_different_vectors=allow_different_vectors
+            archive_file,
+            vectors_path=vectors_path,
+            allow_different_vectors=allow_different_vectors,
+            dtype=dtype,
         )
         self._bilm.eval()
         archive = self._bilm.archive
         self._indexer = archive.input_kind.indexer(archive, lowercase_tokens or None, 0)
-        self._device = torch.device("cpu") if cuda_device < 0 else torch.device("cuda", cuda_device)
         self._bilm.to(self._device)
+        self.running_dtype = self._bilm.prepare_dtype(self._device)
 
     @property
     def num_layers(self) -> int:

@@ -58,7 +58,9 @@ def bilm_fingerprint(bilm: torch.nn.Module) -> str:
         "model": _without_paths(bilm.archive.config.get("model", {})),
     }
     digest.update(json.dumps(described, sort_keys=True).encode("utf-8"))
-    # Parameters and buffers, not the extra state (a fastText embedder's record holds its path).
+    # Parameters and buffers, not the extra state (a fastText embedder's record holds its path). A
+    # biLM prepared for bfloat16 or int8 has the state of its float32 self (its precision is in
+    # the cache's name and metadata).
     buffers = {name for name, _ in model.named_buffers()}
     for name, value in sorted(model.state_dict(keep_vars=True).items()):
         if not isinstance(value, torch.nn.Parameter) and name not in buffers:
@@ -237,11 +239,15 @@ class LayerCache:
         self.path: Optional[Path] = None
         self.filling = True
         self._store: Optional[LayerStore] = None
+        self.dtype = "float32"  # the biLM's precision (`open`)
         self.hits = 0
         self.misses = 0
 
-    def open(self, bilm: torch.nn.Module) -> LayerStore:
-        """The cache file of `bilm`, checked against what its metadata says it holds."""
+    def open(self, bilm: torch.nn.Module, dtype: str = "float32") -> LayerStore:
+        """
+        The cache file of `bilm` running at `dtype` (`elmoc_allennlp.common.precision`), checked
+        against what its metadata says it holds.
+        """
         fingerprint = bilm_fingerprint(bilm)
         metadata = {
             "format": CACHE_FORMAT,
@@ -251,8 +257,13 @@ class LayerCache:
             "dim": bilm.get_output_dim(),
             "cache_dtype": self.cache_dtype,
         }
+        name = f"elmoc-layers-{fingerprint[:32]}-{self.cache_dtype}"
+        if dtype != "float32":  # float32 caches are named and recorded as before precisions
+            metadata["dtype"] = dtype
+            name += f"-{dtype}"
+        self.dtype = dtype
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.path = self.directory / f"elmoc-layers-{fingerprint[:32]}-{self.cache_dtype}.lmdb"
+        self.path = self.directory / f"{name}.lmdb"
         try:
             store = LayerStore(self.path, map_size=self.map_size)
         except lmdb.Error as error:
@@ -289,7 +300,7 @@ class LayerCache:
         how = "read and filled" if self.filling else "read only"
         logger.info(
             "Layer cache of the biLM's layers (%s): %s, %s sentences stored, %s",
-            self.cache_dtype,
+            self.cache_dtype if dtype == "float32" else f"{self.cache_dtype}, biLM {dtype}",
             self.path,
             f"{stored:,}",
             how,
@@ -336,8 +347,15 @@ class LayerCache:
         (then stored).
         """
         self.check_frozen(bilm)
+        # Prepared first: its layers (and int8 weights, in the fingerprint) are as it runs.
+        running = getattr(bilm, "prepare_dtype", lambda device: "float32")(inputs.device)
         if self._store is None:
-            self._store = self.open(bilm)
+            self._store = self.open(bilm, running)
+        elif running != self.dtype:  # the same biLM, prepared elsewhere since: not these layers
+            raise ConfigurationError(
+                f"Layer cache {self.path} holds the layers of the biLM at {self.dtype}, but it now "
+                f"runs at {running}; use one precision per LayerCache"
+            )
         store = self._store
         keys, lengths = sentence_keys(inputs)
         num_layers, dim = bilm.num_layers, bilm.get_output_dim()

@@ -90,6 +90,13 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
         Refused with `requires_grad`.
     cache_dtype : `str`, optional (default = `"float32"`)
         How the cache stores layers: `"float32"` (exact) or `"float16"` (half the disk, rounded).
+    dtype : `str`, optional (default = `"float32"`)
+        The precision the frozen biLM runs in: `"float32"` (as trained), `"bfloat16"` (its linear
+        maps in bfloat16 where the device has native bfloat16: CPUs with AVX-512 BF16 or AMX, CUDA
+        GPUs that support it; elsewhere float32, with one warning saying so) or `"int8"` (its
+        linear maps dynamically quantized; CPU only). The recurrence's states and LayerNorms, and
+        the representation, stay float32 (docs/benchmarks.md#inference-precision). A layer cache
+        keeps the layers of each precision apart. Not with `requires_grad`.
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
         serialization_dir: Optional[str] = None,
         cache_directory: Optional[str] = None,
         cache_dtype: str = "float32",
+        dtype: str = "float32",
     ) -> None:
         super().__init__()
         check_positive(projection_dim, "projection_dim", allow_none=True)
@@ -126,6 +134,7 @@ class ElmocTokenEmbedder(NamingTheConfigKey, TokenEmbedder):
             serialization_dir=serialization_dir,
             cache_directory=cache_directory,
             cache_dtype=cache_dtype,
+            dtype=dtype,
         )
         archive = self._elmo.bilm.archive
         boundaries = [archive.start_token, archive.end_token]

@@ -1,23 +1,26 @@
 """The ELMo-C encoder: ELMo's `ElmoLstm` with LayerNorm inside the recurrence (`"reference"` or `"auto"`: fast)."""
 
 import contextlib
+import functools
 import logging
 from typing import Any, List, Optional, Tuple
 
 import torch
 
-from allennlp.common.checks import check_dimensions_match
+from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.modules.seq2seq_encoders.seq2seq_encoder import Seq2SeqEncoder
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
 from elmoc_allennlp.common.checks import check_one_of, check_positive, check_probability
+from elmoc_allennlp.common.precision import bias_of
 from elmoc_allennlp.common.torch_versions import autocast_enabled
 from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
     RecurrenceConfig,
     SequencePacking,
     pack_by_length,
+    recurrence_inference,
     run_recurrences,
 )
 
@@ -392,10 +395,16 @@ class LayerNormLstm(Seq2SeqEncoder):
         ]
         return projected[0], projected[-1]
 
+    # Set by `elmoc_allennlp.common.precision.prepare_encoder` on a frozen biLM's encoder (bfloat16
+    # or int8): the dtype its linear maps take as input. Set, `_encode` takes `_encode_inference`.
+    inference_input_dtype: Optional[torch.dtype] = None
+
     def _encode(
         self, inputs: torch.Tensor, mask: Optional[torch.BoolTensor], all_layers: bool
     ) -> List[torch.Tensor]:
         mask = checked_mask(inputs, mask, self._input_dim)
+        if self.inference_input_dtype is not None:
+            return self._encode_inference(inputs, mask, all_layers)
         packing = _fast_packing(self.implementation, mask)
         precision: contextlib.AbstractContextManager = contextlib.nullcontext()
         if packing is not None:
@@ -438,3 +447,91 @@ class LayerNormLstm(Seq2SeqEncoder):
                 if all_layers or layer_index == self.num_layers - 1:
                     layers.append(padded(forward_output, backward_output))
         return layers
+
+    def _map(self, module: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        """A linear map called as its module (quantized, or bfloat16), its output float32."""
+        return module(inputs.to(self.inference_input_dtype)).float()
+
+    def _encode_inference(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, all_layers: bool
+    ) -> List[torch.Tensor]:
+        """
+        `_encode` of a prepared encoder (`inference_input_dtype` set), forward only: the sequences
+        packed as on the fast path, every linear map called as its module (`_map`), the rest float32.
+        """
+        packing = pack_by_length(mask)
+        if packing is None:
+            raise ConfigurationError(
+                "the bfloat16 and int8 biLMs need the padding at the end of each sequence"
+            )
+        batch_size, timesteps = mask.size()
+        if packing.num_rows == 0:
+            empty = inputs.new_zeros(
+                batch_size, timesteps, self.get_output_dim(), dtype=torch.float
+            )
+            return [empty] * (self.num_layers + 1 if all_layers else 1)
+        packed = packing.pack(inputs)
+        projections = [(self.input_projection, self.input_layer_norm)]
+        if self.separate_input_projections:
+            projections.append((self.backward_input_projection, self.backward_input_layer_norm))
+        projected = []
+        for projection, norm in projections:
+            output = self._map(projection, packed)
+            projected.append(output if norm is None else norm(output))
+        forward_output, backward_output = projected[0], projected[-1]
+        layers = []
+        if all_layers:
+            layers.append(packing.unpack(torch.cat([forward_output, backward_output], dim=-1)))
+        runner = (
+            _CONCURRENT if self.parallel_directions and inputs.device.type == "cpu" else _SEQUENTIAL
+        )
+        for layer_index, (forward_layer, backward_layer) in enumerate(
+            zip(self.forward_layers, self.backward_layers)
+        ):
+            forward_input, backward_input = forward_output, backward_output
+            forward_output, backward_output = runner.run(
+                [
+                    functools.partial(self._layer_inference, layer, layer_input, packing)
+                    for layer, layer_input in (
+                        (forward_layer, forward_input),
+                        (backward_layer, backward_input),
+                    )
+                ]
+            )
+            if layer_index != 0:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            if all_layers or layer_index == self.num_layers - 1:
+                layers.append(packing.unpack(torch.cat([forward_output, backward_output], dim=-1)))
+        return layers
+
+    def _layer_inference(
+        self, layer: LayerNormLstmLayer, packed_inputs: torch.Tensor, packing: SequencePacking
+    ) -> torch.Tensor:
+        """One layer direction's states of packed inputs on the inference path."""
+        config = RecurrenceConfig(
+            batch_sizes=packing.batch_sizes,
+            offsets=packing.offsets,
+            go_forward=layer.go_forward,
+            cell_clip=layer.cell_clip,
+            projection_clip=layer.projection_clip,
+            layer_norm_eps=layer.layer_norm.eps if layer.layer_norm is not None else 0.0,
+        )
+        norm = layer.layer_norm
+        # A quantized map unpacks its bias at every call: taken once per map (and device).
+        state_map, state_bias = layer.__dict__.get("_inference_state_bias", (None, None))
+        if state_map is not layer.state_linearity or (
+            state_bias is not None and state_bias.device != packed_inputs.device
+        ):
+            state_bias = bias_of(layer.state_linearity)
+            layer.__dict__["_inference_state_bias"] = (layer.state_linearity, state_bias)
+        return recurrence_inference(
+            config,
+            self._map(layer.input_linearity, packed_inputs),
+            functools.partial(self._map, layer.state_linearity),
+            state_bias,
+            functools.partial(self._map, layer.state_projection),
+            layer.projection_dim,
+            None if norm is None else norm.weight,
+            None if norm is None else norm.bias,
+        )

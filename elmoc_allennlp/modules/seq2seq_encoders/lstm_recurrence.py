@@ -128,12 +128,14 @@ def recurrence_forward(
     norm_weight: Optional[torch.Tensor],
     norm_bias: Optional[torch.Tensor],
     dropout_mask: Optional[torch.Tensor],
+    for_backward: bool = True,
 ) -> Tuple[torch.Tensor, SavedForBackward]:
     """
     The forward pass of one layer direction (no autograd), gates in the order (input, forget, memory,
     output), on packed `inputs` `(num_rows, input_dim)`, the weights of `LstmCellWithProjection` (C cells,
     P projection), LayerNorm parameters `(P,)` or `None`, and a `(batch_size, P)` dropout mask in packing
-    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs.
+    order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs (without
+    the LayerNorm statistics unless `for_backward`: a forward pass only; the same states).
     """
     num_rows, projection_dim = inputs.size(0), state_weight.size(1)
     C = state_weight.size(0) // 4
@@ -152,8 +154,9 @@ def recurrence_forward(
         cell_outputs=inputs.new_empty(num_rows, C),
         projected=inputs.new_empty(num_rows, projection_dim),
         previous_states=inputs.new_zeros(num_rows, projection_dim),
-        means=inputs.new_empty(num_rows),
-        rstds=inputs.new_empty(num_rows),
+        # Only kept for a backward pass (a frozen biLM's forward needs neither).
+        means=inputs.new_empty(num_rows if for_backward else 0),
+        rstds=inputs.new_empty(num_rows if for_backward else 0),
     )
     outputs = inputs.new_empty(num_rows, projection_dim)
     steps = _steps(config)
@@ -186,8 +189,9 @@ def recurrence_forward(
             normalized, means, rstds = torch.native_layer_norm(
                 projected, [projection_dim], norm_weight, norm_bias, config.layer_norm_eps
             )
-            saved.means[rows].copy_(means.view(-1))
-            saved.rstds[rows].copy_(rstds.view(-1))
+            if for_backward:
+                saved.means[rows].copy_(means.view(-1))
+                saved.rstds[rows].copy_(rstds.view(-1))
         if saved.dropout_mask is not None:
             torch.mul(normalized, saved.dropout_mask[: step.rows], out=outputs[rows])
         else:
@@ -197,6 +201,62 @@ def recurrence_forward(
             next_rows = following.first_rows(following.continued)
             saved.previous_states[next_rows].copy_(outputs[step.first_rows(following.continued)])
     return outputs, saved
+
+
+def recurrence_inference(
+    config: RecurrenceConfig,
+    input_gates: torch.Tensor,
+    state_map: Callable[[torch.Tensor], torch.Tensor],
+    state_bias: Optional[torch.Tensor],
+    projection_map: Callable[[torch.Tensor], torch.Tensor],
+    projection_dim: int,
+    norm_weight: Optional[torch.Tensor],
+    norm_bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """
+    The forward pass of one layer direction for inference only (no dropout, nothing kept for a
+    backward pass), with the linear maps as callables: `input_gates` `(num_rows, 4C)`, the packed
+    inputs' input-to-gates product (no bias); `state_map`, the state-to-gates map with its bias
+    `state_bias` (the gates of a zero state); `projection_map`, cells to the projected state. Each
+    map returns float32 (whatever it computes in: `elmoc_allennlp.common.precision`); the gates,
+    cells, states and LayerNorm are float32. Returns the states `(num_rows, projection_dim)`.
+    """
+    num_rows, C = input_gates.size(0), input_gates.size(1) // 4
+    cells = input_gates.new_empty(num_rows, C)
+    outputs = input_gates.new_empty(num_rows, projection_dim)
+    steps = _steps(config)
+    for k, step in enumerate(steps):
+        rows, continued = step.packed_rows, step.continued
+        if continued:
+            previous = steps[k - 1].first_rows(continued)
+            recurrent = state_map(outputs[previous])
+            if continued < step.rows:  # sequences starting here start from a zero state
+                zero_state = recurrent.new_zeros(step.rows - continued, recurrent.size(1))
+                recurrent = torch.cat(
+                    [recurrent, zero_state if state_bias is None else zero_state + state_bias]
+                )
+            gates = input_gates[rows] + recurrent
+        elif state_bias is not None:
+            gates = input_gates[rows] + state_bias
+        else:
+            gates = input_gates[rows].clone()
+        input_gate, forget_gate = gates[:, :C].sigmoid_(), gates[:, C : 2 * C].sigmoid_()
+        memory_init, output_gate = gates[:, 2 * C : 3 * C].tanh_(), gates[:, 3 * C :].sigmoid_()
+        step_cells = cells[rows]
+        torch.mul(input_gate, memory_init, out=step_cells)
+        if continued:
+            step_cells[:continued].addcmul_(forget_gate[:continued], cells[previous])
+        if config.cell_clip is not None:
+            step_cells.clamp_(-config.cell_clip, config.cell_clip)
+        projected = projection_map(torch.tanh(step_cells).mul_(output_gate))
+        if config.projection_clip is not None:
+            projected = projected.clamp(-config.projection_clip, config.projection_clip)
+        if norm_weight is not None:
+            projected = torch.nn.functional.layer_norm(
+                projected, [projection_dim], norm_weight, norm_bias, config.layer_norm_eps
+            )
+        outputs[rows] = projected
+    return outputs
 
 
 def recurrence_backward(
@@ -323,11 +383,17 @@ class LayerNormLstmRecurrence(torch.autograd.Function):
     def forward(ctx, runner: "ConcurrentRunner", configs: List[RecurrenceConfig], *tensors):  # type: ignore[override]
         n = _TENSORS_PER_RECURRENCE
         groups = [tensors[i * n : (i + 1) * n] for i in range(len(configs))]
+        # Nothing to keep where no input needs a gradient (a frozen biLM): no backward comes.
+        for_backward = any(ctx.needs_input_grad[2:])
         results = runner.run(
-            [partial(recurrence_forward, config, *group) for group, config in zip(groups, configs)]
+            [
+                partial(recurrence_forward, config, *group, for_backward=for_backward)
+                for group, config in zip(groups, configs)
+            ]
         )
         ctx.runner, ctx.configs = runner, configs
-        ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
+        if for_backward:
+            ctx.save_for_backward(*(tensor for _, saved in results for tensor in saved))
         return tuple(output for output, _ in results)
 
     @staticmethod
