@@ -104,13 +104,35 @@ def pytest_configure(config) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+# The modules that take longest (pytest --durations, both environments), run first: pytest-xdist
+# hands a worker a module at a time in collection order, and a long module handed out last is a
+# run's tail with the other worker idle (~15 s of `make test`'s ~5 min).
+LONGEST_MODULES_FIRST = [
+    "tests/test_docs.py",
+    "tests/training_configs/downstream/test_allennlp_models_configs.py",
+    "tests/test_good_guest.py",
+    "tests/benchmarks/test_gpu_check.py",
+    "tests/distributed/test_distributed_training.py",
+    "tests/common/test_threads.py",
+]
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """
-    The published environment's torch 1.12 cannot build modules on the meta device (the plugin
-    refuses it there: tests/common/test_torch_versions.py); the paper-size parameter counts that
-    need it are checked in the modern environment.
+    The longest modules first (`LONGEST_MODULES_FIRST`), each module's tests still together and in
+    their order. The published environment's torch 1.12 cannot build modules on the meta device (the
+    plugin refuses it there: tests/common/test_torch_versions.py); the paper-size parameter counts
+    that need it are checked in the modern environment.
     """
     from elmoc_allennlp.common import torch_versions
+
+    def rank(item) -> int:
+        module = Path(str(item.path)).relative_to(config.rootpath).as_posix()
+        if module in LONGEST_MODULES_FIRST:
+            return LONGEST_MODULES_FIRST.index(module)
+        return len(LONGEST_MODULES_FIRST)
+
+    items.sort(key=rank)  # stable: the rest stays in collection order
 
     if torch_versions.TORCH_VERSION < (2, 0):
         skip = pytest.mark.skip(reason="the meta device needs torch >= 2.0")
