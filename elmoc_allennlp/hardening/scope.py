@@ -20,6 +20,8 @@ _PACKAGE = "elmoc_allennlp."
 _STANDINS = "elmoc_allennlp.compat"  # registrations standing in for allennlp's own
 # The most of a config.json read to decide (past it, the text read so far decides).
 _READ_BYTES = 16 << 20
+# Compressed bytes read at a time up to an archive's config.json: one tar block.
+OWNERSHIP_READ = tarfile.BLOCKSIZE
 _DECIDED: Dict[Tuple, bool] = (
     {}
 )  # (device, inode, size, mtime) of a config.json or archive -> the plugin's?
@@ -117,7 +119,11 @@ def _read_config(path: str) -> bool:
 
 def _read_member(path: str) -> bool:
     try:
-        with tarfile.open(path, "r|*") as tar:  # a stream: read up to the config only
+        # A stream, read up to the config only, `OWNERSHIP_READ` compressed bytes at a time: damage
+        # further on (a flipped byte in the weights) is not met before the config is read, and the
+        # archive is the plugin's, refused with its name (tarfile's default, 10 KiB at a time, met
+        # it in a small archive, which then went to allennlp's unchecked extraction).
+        with tarfile.open(path, "r|*", bufsize=OWNERSHIP_READ) as tar:
             for member in tar:
                 if (
                     posixpath.normpath(member.name) == CONFIG_NAME

@@ -123,6 +123,63 @@ def test_an_archive_is_read_up_to_its_config_only(tmp_path):
     assert scope.plugin_archive(later)
 
 
+def _weights_like(size: int, seed: int) -> bytes:
+    """Bytes that compress about as little as weights do but that deflate codes (not stores): a
+    changed byte in them soon breaks decompression."""
+    import random
+
+    rng = random.Random(seed)
+    pieces = [rng.getrandbits(64).to_bytes(8, "little") for _ in range(4096)]
+    return b"".join(rng.choice(pieces) for _ in range(size // 8))
+
+
+def _broken_at(data: bytes, offset: int) -> bytes:
+    """`data` with one byte changed, at `offset` or the first byte after it where a change breaks
+    decompression at once (within 64 bytes: a changed byte can also decode to other valid codes,
+    which only a checksum at the end would catch)."""
+    import zlib
+
+    for position in range(offset, offset + 32):
+        for mask in range(1, 256):
+            damaged = data[:position] + bytes([data[position] ^ mask]) + data[position + 1 :]
+            try:
+                zlib.decompressobj(31).decompress(damaged[: position + 64])
+            except zlib.error:
+                return damaged
+    raise AssertionError(f"no change of a byte from {offset} on breaks decompression at once")
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        k * size + delta
+        for size, ks in ((scope.OWNERSHIP_READ, (8, 16)), (tarfile.RECORDSIZE, (1, 2)))
+        for k in ks
+        for delta in (-1, 0, 1)
+    ],
+)
+def test_damage_past_the_config_leaves_an_archive_the_plugins(tmp_path, offset):
+    """
+    A byte flipped in the compressed weights, around multiples of the read size (and of tarfile's
+    default, which met the damage before the config in a small archive): still the plugin's
+    archive, and `load_archive` refuses it naming it, not allennlp's unchecked extraction.
+    """
+    from elmoc_allennlp.common.archives import CorruptArchiveError
+
+    # A config of a real archive's size (~3 KB), whose compressed bytes run past the first read.
+    config = dict(PLUGIN, notes=_weights_like(1600, 0).hex())
+    path = _archive(
+        tmp_path / "model.tar.gz",
+        [("config.json", _config(config)), ("weights.th", _weights_like(96 << 10, offset))],
+    )
+    data = path.read_bytes()
+    assert len(data) > 2 * tarfile.RECORDSIZE + 2
+    path.write_bytes(_broken_at(data, offset))
+    assert scope.plugin_archive(path)
+    with pytest.raises(CorruptArchiveError, match=str(path)):
+        archival.load_archive(str(path))
+
+
 def test_the_decision_is_taken_once_per_version_of_the_config(tmp_path, monkeypatch):
     read = []
     plugin_text = scope.plugin_text
