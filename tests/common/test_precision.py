@@ -76,3 +76,26 @@ def test_bfloat16_without_units_leaves_the_encoder_as_it_is_with_one_line(
 def test_an_encoder_without_an_inference_path_is_refused():
     with pytest.raises(ConfigurationError, match="runs in float32 only"):
         prepare_encoder(torch.nn.LSTM(3, 4), "int8", "cpu")
+
+
+def test_cpu_flags_are_empty_where_cpuinfo_cannot_be_read(monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise PermissionError("/proc/cpuinfo")
+
+    monkeypatch.setattr("builtins.open", unreadable)
+    assert precision.cpu_flags.__wrapped__() == frozenset()
+
+
+def test_native_bfloat16_on_a_gpu_and_on_other_devices(monkeypatch):
+    for supported in (True, False):
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: supported)
+        native, evidence = native_bfloat16("cuda")
+        assert native is supported and f"is {supported}" in evidence
+    assert native_bfloat16("meta") == (False, "no bfloat16 detection for device type 'meta'")
+
+
+def test_an_encoder_is_prepared_once():
+    encoder = LayerNormLstm(4, 3, 5)
+    assert prepare_encoder(encoder, "int8", "cpu") == "int8"
+    with pytest.raises(ConfigurationError, match="already prepared for int8"):
+        prepare_encoder(encoder, "int8", "cpu")
