@@ -19,6 +19,43 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import numpy as np
 
 
+def write_one_step_bilm_config(
+    config: Path,
+    fasttext: Path,
+    corpus: Path,
+    embedding_dim: int,
+    projection_dim: int,
+    cell_dim: int,
+) -> Path:
+    """
+    `config`: training_configs/pretrain/elmoc.libsonnet's ELMo-C biLM of the given sizes, for one
+    epoch of sentence batches of 16 at a constant learning rate (a benchmark's biLM trained a step:
+    its weights are as good as random).
+    """
+    import json
+
+    settings = {
+        "fasttext_path": str(fasttext),
+        "embedding_dim": embedding_dim,
+        "train_data_path": str(corpus),
+        "projection_dim": projection_dim,
+        "cell_dim": cell_dim,
+        "mode": "sentence",
+        "batch_size": 16,
+        "num_epochs": 1,
+        "learning_rate": 1e-3,
+        "warmup_steps": 0,
+        "decay_start": 1,
+        "decay_end": 2,
+        "num_replicas": 1,
+    }
+    library = (
+        Path(__file__).resolve().parents[1] / "training_configs" / "pretrain" / "elmoc.libsonnet"
+    )
+    config.write_text(f"(import '{library}').config({json.dumps(settings)})\n", encoding="utf-8")
+    return config
+
+
 def random_fasttext(
     path: Path,
     num_words: int,

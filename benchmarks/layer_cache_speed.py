@@ -40,6 +40,8 @@ import torch
 
 from allennlp.training.callbacks import TrainerCallback
 
+from benchmarks.common import write_one_step_bilm_config
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 NER_CONFIG = REPO_ROOT / "training_configs" / "downstream" / "ner_crf_tagger.jsonnet"
@@ -131,23 +133,7 @@ def build_bilm(size: str, fasttext: Path, corpus: Path, directory: Path) -> Path
         return archive
     cell_dim, projection_dim = BILM_SIZES[size]
     config = directory.parent / f"bilm_{size}.jsonnet"
-    settings = {
-        "fasttext_path": str(fasttext),
-        "embedding_dim": FASTTEXT_DIM,
-        "train_data_path": str(corpus),
-        "projection_dim": projection_dim,
-        "cell_dim": cell_dim,
-        "mode": "sentence",
-        "batch_size": 16,
-        "num_epochs": 1,
-        "learning_rate": 1e-3,
-        "warmup_steps": 0,
-        "decay_start": 1,
-        "decay_end": 2,
-        "num_replicas": 1,
-    }
-    library = REPO_ROOT / "training_configs" / "pretrain" / "elmoc.libsonnet"
-    config.write_text(f"(import '{library}').config({json.dumps(settings)})\n", encoding="utf-8")
+    write_one_step_bilm_config(config, fasttext, corpus, FASTTEXT_DIM, projection_dim, cell_dim)
     train_model_from_file(str(config), str(directory))
     return archive
 

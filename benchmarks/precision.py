@@ -45,7 +45,12 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from benchmarks.common import machine_description, random_fasttext, zipf_corpus
+from benchmarks.common import (
+    machine_description,
+    random_fasttext,
+    write_one_step_bilm_config,
+    zipf_corpus,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("float32", "bfloat16", "int8")
@@ -105,24 +110,14 @@ def build_bilm(size: Size, work: Path) -> Tuple[Path, Path]:
         work / "fasttext.bin", num_words=5000, bucket=20_000, dim=size.fasttext_dim, scale=0.3
     )
     corpus = zipf_corpus(work / "bilm_corpus", sentences=16, shards=1, seed=1)[0]
-    settings = {
-        "fasttext_path": str(fasttext),
-        "embedding_dim": size.fasttext_dim,
-        "train_data_path": str(corpus),
-        "projection_dim": size.projection_dim,
-        "cell_dim": size.cell_dim,
-        "mode": "sentence",
-        "batch_size": 16,
-        "num_epochs": 1,
-        "learning_rate": 1e-3,
-        "warmup_steps": 0,
-        "decay_start": 1,
-        "decay_end": 2,
-        "num_replicas": 1,
-    }
-    library = REPO_ROOT / "training_configs" / "pretrain" / "elmoc.libsonnet"
-    config = work / "bilm.jsonnet"
-    config.write_text(f"(import '{library}').config({json.dumps(settings)})\n", encoding="utf-8")
+    config = write_one_step_bilm_config(
+        work / "bilm.jsonnet",
+        fasttext,
+        corpus,
+        size.fasttext_dim,
+        size.projection_dim,
+        size.cell_dim,
+    )
     train_model_from_file(str(config), str(work / "bilm"))
     return work / "bilm" / "model.tar.gz", fasttext
 
