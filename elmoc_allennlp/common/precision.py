@@ -2,7 +2,8 @@
 The precision a frozen biLM runs in at inference (issue #51): `float32` (as trained), `bfloat16`
 (where the device computes it natively; else float32, with one line saying so) or `int8` (dynamic
 quantization of the linear maps, CPU only). The one place that knows what each means, whether a
-device has native bfloat16, and how an encoder is prepared for it.
+device has native bfloat16, and how an encoder is prepared for it. (Mixed-precision training,
+which asks the same of a device: `elmoc_allennlp.training.mixed_precision`.)
 
 An encoder is prepared through its `inference_input_dtype` attribute (`LayerNormLstm`'s): set, the
 encoder calls its linear maps as modules, which this module makes quantized or bfloat16 ones; the
@@ -13,8 +14,9 @@ import copy
 import difflib
 import functools
 import logging
+import os
 import warnings
-from typing import FrozenSet, List, Optional, Tuple, Union
+from typing import FrozenSet, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -23,19 +25,22 @@ from allennlp.common.checks import ConfigurationError
 logger = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bfloat16", "int8")
+# Set (to anything but "" or "0"), bfloat16 runs on a device without native units: its numerics
+# without its speed, for quality studies on any CPU (examples/mixed_precision).
+EMULATE_BFLOAT16 = "ELMOC_EMULATE_BFLOAT16"
 # /proc/cpuinfo flags of native bfloat16 arithmetic: AVX-512 BF16 and AMX (x86), BF16 (aarch64).
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 # The flags a benchmark reports: what float32, bfloat16 and int8 matrix products run on.
 REPORTED_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
 
 
-def check_dtype(dtype: str, option: str) -> None:
-    """One of `DTYPES`, or an error naming `option` and the nearest name."""
-    if dtype in DTYPES:
+def check_dtype(dtype: str, option: str, choices: Sequence[str] = DTYPES) -> None:
+    """One of `choices`, or an error naming `option` and the nearest name."""
+    if dtype in choices:
         return
-    close = difflib.get_close_matches(str(dtype), DTYPES, n=1)
+    close = difflib.get_close_matches(str(dtype), choices, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigurationError(f"{option} must be one of {list(DTYPES)}, got {dtype!r}{hint}")
+    raise ConfigurationError(f"{option} must be one of {list(choices)}, got {dtype!r}{hint}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,8 +64,11 @@ def torch_cpu_capability() -> Optional[str]:
 
 
 def native_bfloat16(device: Union[str, torch.device]) -> Tuple[bool, str]:
-    """Whether `device` computes bfloat16 natively, and what says so (or what it lacks)."""
+    """Whether `device` computes bfloat16 natively, and what says so (or what it lacks); `True`
+    on any device where `ELMOC_EMULATE_BFLOAT16` is set."""
     device = torch.device(device)
+    if os.environ.get(EMULATE_BFLOAT16, "") not in ("", "0"):
+        return True, f"{EMULATE_BFLOAT16} is set: bfloat16's numerics, not its speed"
     if device.type == "cuda":
         supported = torch.cuda.is_bf16_supported()
         return supported, f"torch.cuda.is_bf16_supported() is {supported}"
@@ -204,6 +212,12 @@ def prepare_encoder(
             torch.backends.quantized.engine,
         )
     return dtype
+
+
+def at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 or float16 tensor (an autocast product) in float32, any other as it is: what a
+    loss is computed from in mixed-precision training."""
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
 
 
 def is_quantized(module: torch.nn.Module) -> bool:

@@ -82,6 +82,15 @@ def autocast_enabled(device_type: str) -> bool:
     return device_type == "cuda" and torch.is_autocast_enabled()
 
 
+def autocast_dtype(device_type: str) -> torch.dtype:
+    """The dtype autocast casts to on `device_type` (a device argument from torch 2.4 on)."""
+    if TORCH_VERSION >= (2, 4):
+        return torch.get_autocast_dtype(device_type)
+    if device_type == "cpu":
+        return torch.get_autocast_cpu_dtype()
+    return torch.get_autocast_gpu_dtype()
+
+
 # torch 1.12's CPU bfloat16 autocast runs layer_norm in bfloat16 (its backward fails), torch 2.x in
 # float32; tests only.
 CPU_BF16_AUTOCAST_LAYER_NORM_BACKWARD = TORCH_VERSION >= (2, 0)

@@ -14,6 +14,11 @@ from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
 from elmoc_allennlp.common.checks import check_known_keys, check_positive
+from elmoc_allennlp.training.mixed_precision import (
+    autocast,
+    training_autocast_dtype,
+    with_precision_parameter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +30,11 @@ _KNOWN_KEYS = {
     for name, parameter in inspect.signature(method).parameters.items()
     if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
     and name not in ("self", "cls")
-} | {"run_sanity_checks"}
+} | {"run_sanity_checks", "precision"}
+# `from_partial_objects` as allennlp's, with the plugin's `precision` option.
+_FROM_PARTIAL_OBJECTS = with_precision_parameter(
+    GradientDescentTrainer.from_partial_objects.__func__  # type: ignore[attr-defined]
+)
 
 
 def _quiet_default_console_logger(arguments: Dict[str, Any]) -> None:
@@ -72,16 +81,25 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     clips each of a biLM's disjoint directions on its own; `callbacks` without a `console_logger`
     gets one that does not log input tensors; `learning_rate_scheduler` with `set_global_batch`
     (`elmoc_rnmt_plus`) is told the global batch, `batch_size x num_gradient_accumulation_steps x
-    world_size`, which needs a fixed `data_loader.batch_sampler.batch_size`.
+    world_size`, which needs a fixed `data_loader.batch_sampler.batch_size`. One parameter is
+    the plugin's own, below.
 
     Registered as a `Trainer` with name "elmoc_gradient_descent".
+
+    # Parameters
+
+    precision : `str`, optional (default = `"float32"`)
+        `"float32"`, or `"bfloat16"`: mixed-precision training, each batch's forward pass under
+        bfloat16 autocast where the device has native bfloat16, else float32 with one line saying
+        so (`elmoc_allennlp.training.mixed_precision`, docs/pretraining.md). Not with `use_amp`.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, precision: str = "float32", **kwargs) -> None:
         check_known_keys(kwargs, _KNOWN_KEYS, "elmoc_gradient_descent", prefix="trainer.")
         bound = _CONSTRUCTOR.bind(self, *args, **kwargs)
         _quiet_default_console_logger(bound.arguments)
         super().__init__(*bound.args[1:], **bound.kwargs)
+        self._autocast_dtype = training_autocast_dtype(precision, self.cuda_device, self._use_amp)
         self._check_settings()
         self._total_batches = _TotalBatches(self)
         self._callbacks.append(self._total_batches)
@@ -108,6 +126,10 @@ class FastRecoveryTrainer(GradientDescentTrainer):
     def train(self) -> Dict[str, Any]:
         with _quiet_disabled_autocast(self._use_amp):
             return super().train()
+
+    def batch_outputs(self, batch: Dict[str, Any], for_training: bool) -> Dict[str, torch.Tensor]:
+        with autocast(self.cuda_device, self._autocast_dtype):
+            return super().batch_outputs(batch, for_training)
 
     def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
         """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""
@@ -150,9 +172,7 @@ class FastRecoveryTrainer(GradientDescentTrainer):
         check_positive(steps, "trainer.num_gradient_accumulation_steps")
         return super().from_partial_objects(*args, **kwargs)  # type: ignore[return-value]
 
-    from_partial_objects.__func__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
-        GradientDescentTrainer.from_partial_objects.__func__  # type: ignore[attr-defined]
-    )
+    from_partial_objects.__func__.__signature__ = _FROM_PARTIAL_OBJECTS  # type: ignore[attr-defined]
 
     def _check_settings(self) -> None:
         check_positive(self._num_epochs, "trainer.num_epochs")

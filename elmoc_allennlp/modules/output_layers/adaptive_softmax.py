@@ -5,6 +5,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.precision import at_least_float32
 from elmoc_allennlp.modules.output_layers.output_layer import (
     ClosedVocabularyOutputLayer,
     LanguageModelOutputLayer,
@@ -75,4 +76,6 @@ class AdaptiveSoftmaxOutputLayer(ClosedVocabularyOutputLayer):
     def target_loss(
         self, hidden_states: torch.Tensor, target_ids: torch.LongTensor
     ) -> torch.Tensor:
-        return -self.adaptive(hidden_states, target_ids).output
+        # torch's module takes its softmaxes from its products' dtype: under autocast, all in float32.
+        with torch.autocast(hidden_states.device.type, enabled=False):
+            return -self.adaptive(at_least_float32(hidden_states), target_ids).output

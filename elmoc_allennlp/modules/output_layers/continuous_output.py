@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import check_dimensions_match
 
 from elmoc_allennlp.common.checks import check_one_of, check_positive
+from elmoc_allennlp.common.precision import at_least_float32
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 
 
@@ -43,7 +44,8 @@ class ContinuousOutputLayer(LanguageModelOutputLayer):
         check_dimensions_match(
             targets.size(-1), self._embedding_dim, "target vector dim", "output_layer.embedding_dim"
         )
-        predictions = self.projection(hidden_states)
+        # Under autocast the map runs in its low precision, the loss in float32.
+        predictions = at_least_float32(self.projection(hidden_states))
         targets = targets.to(predictions.dtype)
         if self._loss == "cosine":
             loss = 1.0 - F.cosine_similarity(predictions, targets, dim=-1, eps=1e-8)

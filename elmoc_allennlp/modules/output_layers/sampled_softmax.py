@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError, check_dimensions_match
 from allennlp.data import Vocabulary
 
+from elmoc_allennlp.common.precision import at_least_float32
 from elmoc_allennlp.modules.output_layers.output_layer import LanguageModelOutputLayer
 from elmoc_allennlp.modules.output_layers.softmax import SoftmaxOutputLayer
 
@@ -151,7 +152,8 @@ class SampledSoftmaxOutputLayer(SoftmaxOutputLayer):
         target_biases, sampled_biases = all_biases[:num_targets], all_biases[num_targets:]
 
         target_logits = (hidden_states * target_weights).sum(-1) + target_biases
-        sampled_logits = hidden_states @ sampled_weights.t() + sampled_biases
+        # Under autocast the product runs in its low precision, the softmax in float32.
+        sampled_logits = at_least_float32(hidden_states @ sampled_weights.t()) + sampled_biases
         # Accidental hits: a negative that is the target itself.
         accidental_hits = sampled_ids.unsqueeze(0) == target_ids.unsqueeze(1)
         sampled_logits = sampled_logits.masked_fill(accidental_hits, float("-inf"))

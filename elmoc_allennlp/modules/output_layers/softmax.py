@@ -7,6 +7,7 @@ from allennlp.common.checks import check_dimensions_match
 from allennlp.data import Vocabulary
 
 from elmoc_allennlp.common.checks import check_positive
+from elmoc_allennlp.common.precision import at_least_float32
 from elmoc_allennlp.modules.output_layers.output_layer import (
     ClosedVocabularyOutputLayer,
     LanguageModelOutputLayer,
@@ -79,7 +80,8 @@ class SoftmaxOutputLayer(ClosedVocabularyOutputLayer):
         chunk = max(1, 2**25 // self.num_words)
         losses = []
         for start in range(0, hidden_states.size(0), chunk):
-            logits = self.logits(hidden_states[start : start + chunk])
+            # Under autocast the product runs in its low precision, the softmax in float32.
+            logits = at_least_float32(self.logits(hidden_states[start : start + chunk]))
             losses.append(
                 F.cross_entropy(logits, target_ids[start : start + chunk], reduction="none")
             )

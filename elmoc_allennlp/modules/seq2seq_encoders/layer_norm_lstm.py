@@ -14,7 +14,7 @@ from allennlp.nn.util import get_dropout_mask
 
 from elmoc_allennlp.common.checks import check_one_of, check_positive, check_probability
 from elmoc_allennlp.common.precision import bias_of
-from elmoc_allennlp.common.torch_versions import autocast_enabled
+from elmoc_allennlp.common.torch_versions import autocast_dtype, autocast_enabled
 from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     ConcurrentRunner,
     RecurrenceConfig,
@@ -22,6 +22,7 @@ from elmoc_allennlp.modules.seq2seq_encoders.lstm_recurrence import (
     pack_by_length,
     recurrence_inference,
     run_recurrences,
+    wide_dtype,
 )
 
 logger = logging.getLogger(__name__)
@@ -63,14 +64,18 @@ def _fast_packing(implementation: str, mask: torch.BoolTensor) -> Optional[Seque
     return packing if packing is not None and packing.num_rows > 0 else None
 
 
-def _outside_autocast(
-    inputs: torch.Tensor, dtype: torch.dtype
-) -> Tuple[torch.Tensor, contextlib.AbstractContextManager]:
-    """The inputs in `dtype` and a context without autocast, under autocast; else a no-op."""
+def _mixed_precision(
+    inputs: torch.Tensor,
+) -> Tuple[Optional[torch.dtype], contextlib.AbstractContextManager]:
+    """
+    Under autocast on `inputs`' device: autocast's dtype, which the fast path's matrix products then
+    run in (mixed precision, issue #51: cells, states and LayerNorms stay float32), and a context
+    without autocast (the fast path casts what it needs itself). Otherwise `None` and a no-op.
+    """
     device_type = inputs.device.type
     if autocast_enabled(device_type):
-        return inputs.to(dtype), torch.autocast(device_type, enabled=False)
-    return inputs, contextlib.nullcontext()
+        return autocast_dtype(device_type), torch.autocast(device_type, enabled=False)
+    return None, contextlib.nullcontext()
 
 
 class LayerNormLstmLayer(torch.nn.Module):
@@ -168,23 +173,35 @@ class LayerNormLstmLayer(torch.nn.Module):
         packing = _fast_packing(self.implementation, mask)
         if packing is None:
             return self._forward_reference(inputs, mask)
-        inputs, precision = _outside_autocast(inputs, self.input_linearity.weight.dtype)
+        mixed, precision = _mixed_precision(inputs)
         with precision:
-            direction = self.recurrence_inputs(packing.pack(inputs), packing)
+            direction = self.recurrence_inputs(packing.pack(inputs), packing, mixed)
             return packing.unpack(run_recurrences(_SEQUENTIAL, [direction])[0])
 
-    def _dropout_mask(self, batch_size: int, like: torch.Tensor) -> Optional[torch.Tensor]:
-        """The recurrent dropout mask `(batch_size, projection_dim)`, or `None` without dropout."""
+    def _dropout_mask(
+        self, batch_size: int, like: torch.Tensor, dtype: Optional[torch.dtype] = None
+    ) -> Optional[torch.Tensor]:
+        """The recurrent dropout mask `(batch_size, projection_dim)` in `dtype` (default: `like`'s),
+        or `None` without dropout."""
         if not (self.training and self.recurrent_dropout > 0.0):
             return None
-        state = like.new_zeros(batch_size, self.projection_dim)
+        state = like.new_zeros(batch_size, self.projection_dim, dtype=dtype)
         return get_dropout_mask(self.recurrent_dropout, state).to(state.dtype)
 
     def recurrence_inputs(
-        self, packed_inputs: torch.Tensor, packing: SequencePacking
+        self,
+        packed_inputs: torch.Tensor,
+        packing: SequencePacking,
+        mixed: Optional[torch.dtype] = None,
     ) -> Tuple[RecurrenceConfig, Tuple[Optional[torch.Tensor], ...]]:
-        """The `(config, tensors)` of `run_recurrences` for `packed_inputs`, with a new dropout mask."""
-        dropout_mask = self._dropout_mask(packing.batch_size, packed_inputs)
+        """
+        The `(config, tensors)` of `run_recurrences` for `packed_inputs`, with a new dropout mask:
+        the inputs and weights in the weights' dtype, or in `mixed` (autocast's dtype, from
+        `_mixed_precision`) for the matrix products, the LayerNorm and the mask in float32.
+        """
+        low = self.input_linearity.weight.dtype if mixed is None else mixed
+        wide = wide_dtype(low)
+        dropout_mask = self._dropout_mask(packing.batch_size, packed_inputs, wide)
         config = RecurrenceConfig(
             batch_sizes=packing.batch_sizes,
             offsets=packing.offsets,
@@ -193,14 +210,15 @@ class LayerNormLstmLayer(torch.nn.Module):
             projection_clip=self.projection_clip,
             layer_norm_eps=self.layer_norm.eps if self.layer_norm is not None else 0.0,
         )
+        norm = self.layer_norm
         return config, (
-            packed_inputs,
-            self.input_linearity.weight,
+            packed_inputs.to(low),
+            self.input_linearity.weight.to(low),
             self.state_linearity.bias,
-            self.state_linearity.weight,
-            self.state_projection.weight,
-            None if self.layer_norm is None else self.layer_norm.weight,
-            None if self.layer_norm is None else self.layer_norm.bias,
+            self.state_linearity.weight.to(low),
+            self.state_projection.weight.to(low),
+            None if norm is None else norm.weight.to(wide),
+            None if norm is None else norm.bias.to(wide),
             None if dropout_mask is None else packing.sort_batch(dropout_mask),
         )
 
@@ -383,12 +401,28 @@ class LayerNormLstm(Seq2SeqEncoder):
         """As `forward`, but every layer `(num_layers + 1, batch_size, timesteps, 2 * projection_dim)`."""
         return torch.stack(self._encode(inputs, mask, all_layers=True))
 
-    def _project(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The (normalised) input projections of the forward and the backward stack."""
+    def _project(
+        self, inputs: torch.Tensor, mixed: Optional[torch.dtype] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """
+        The (normalised) input projections of the forward and the backward stack; with `mixed`
+        (autocast's dtype, autocast itself off), the product in `mixed`, the result and its
+        LayerNorm in float32.
+        """
         projections = [(self.input_projection, self.input_layer_norm)]
         if self.separate_input_projections:
             projections.append((self.backward_input_projection, self.backward_input_layer_norm))
-        projected = [projection(inputs) for projection, _ in projections]
+        if mixed is None:
+            projected = [projection(inputs) for projection, _ in projections]
+        else:
+            projected = [
+                torch.nn.functional.linear(
+                    inputs.to(mixed),
+                    projection.weight.to(mixed),
+                    None if projection.bias is None else projection.bias.to(mixed),
+                ).to(wide_dtype(mixed))
+                for projection, _ in projections
+            ]
         projected = [
             output if norm is None else norm(output)
             for output, (_, norm) in zip(projected, projections)
@@ -406,12 +440,15 @@ class LayerNormLstm(Seq2SeqEncoder):
         if self.inference_input_dtype is not None:
             return self._encode_inference(inputs, mask, all_layers)
         packing = _fast_packing(self.implementation, mask)
+        mixed: Optional[torch.dtype] = None
         precision: contextlib.AbstractContextManager = contextlib.nullcontext()
         if packing is not None:
-            inputs, precision = _outside_autocast(inputs, self.input_projection.weight.dtype)
+            mixed, precision = _mixed_precision(inputs)
             inputs = packing.pack(inputs)
+            if mixed is None:  # inputs of another dtype take the weights'
+                inputs = inputs.to(self.input_projection.weight.dtype)
         with precision:
-            forward_output, backward_output = self._project(inputs)
+            forward_output, backward_output = self._project(inputs, mixed)
             if packing is None:  # zero at padding, as unpacked rows are
                 keep = mask.unsqueeze(-1)
                 forward_output, backward_output = forward_output * keep, backward_output * keep
@@ -436,8 +473,8 @@ class LayerNormLstm(Seq2SeqEncoder):
                 else:
                     # Dropout masks are drawn in the reference path's order: forward, backward.
                     directions = [
-                        forward_layer.recurrence_inputs(forward_input, packing),
-                        backward_layer.recurrence_inputs(backward_input, packing),
+                        forward_layer.recurrence_inputs(forward_input, packing, mixed),
+                        backward_layer.recurrence_inputs(backward_input, packing, mixed),
                     ]
                     forward_output, backward_output = run_recurrences(runner, directions)
                 if layer_index != 0:

@@ -101,7 +101,12 @@ def _steps(config: RecurrenceConfig) -> List[_Step]:
 
 
 class SavedForBackward(NamedTuple):
-    """What `recurrence_forward` keeps for `recurrence_backward`."""
+    """
+    What `recurrence_forward` keeps for `recurrence_backward`. In mixed precision (bfloat16 or
+    float16 inputs and weights) the matrix products' operands (`inputs`, the weights,
+    `activations`, `cell_outputs`, `previous_states`) are in that low precision, and the cells,
+    the projected states and the LayerNorm statistics in float32 (`wide_dtype`).
+    """
 
     inputs: torch.Tensor
     input_weight: torch.Tensor
@@ -116,6 +121,12 @@ class SavedForBackward(NamedTuple):
     previous_states: torch.Tensor  # the state each row started from (zero at a first step)
     means: torch.Tensor  # LayerNorm statistics
     rstds: torch.Tensor
+
+
+def wide_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision of the cells, states and LayerNorm of a recurrence whose products run in
+    `dtype`: float32 for bfloat16 and float16 (mixed precision), `dtype` itself otherwise."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def recurrence_forward(
@@ -136,9 +147,15 @@ def recurrence_forward(
     P projection), LayerNorm parameters `(P,)` or `None`, and a `(batch_size, P)` dropout mask in packing
     order or `None`. Returns the states `(num_rows, P)` and what `recurrence_backward` needs (without
     the LayerNorm statistics unless `for_backward`: a forward pass only; the same states).
+
+    Mixed precision (issue #51): with `inputs` and the three weights in bfloat16 or float16, the
+    matrix products and gate activations run in that precision; the gate bias, LayerNorm
+    parameters and dropout mask are given in float32 (the master weights), and the cells, the
+    LayerNorm (its statistics) and the returned states are float32 (`wide_dtype`).
     """
     num_rows, projection_dim = inputs.size(0), state_weight.size(1)
     C = state_weight.size(0) // 4
+    wide = wide_dtype(inputs.dtype)
     if norm_weight is not None:
         norm_weight, norm_bias = norm_weight.contiguous(), norm_bias.contiguous()
     saved = SavedForBackward(
@@ -149,16 +166,16 @@ def recurrence_forward(
         norm_weight=norm_weight,
         dropout_mask=None if dropout_mask is None else dropout_mask.contiguous(),
         # The input-to-gates product of all steps; each step adds its state-to-gates product.
-        activations=torch.addmm(gate_bias, inputs, input_weight.t()),
-        cells=inputs.new_empty(num_rows, C),
+        activations=torch.addmm(gate_bias.to(inputs.dtype), inputs, input_weight.t()),
+        cells=inputs.new_empty(num_rows, C, dtype=wide),
         cell_outputs=inputs.new_empty(num_rows, C),
-        projected=inputs.new_empty(num_rows, projection_dim),
+        projected=inputs.new_empty(num_rows, projection_dim, dtype=wide),
         previous_states=inputs.new_zeros(num_rows, projection_dim),
         # Only kept for a backward pass (a frozen biLM's forward needs neither).
-        means=inputs.new_empty(num_rows if for_backward else 0),
-        rstds=inputs.new_empty(num_rows if for_backward else 0),
+        means=inputs.new_empty(num_rows if for_backward else 0, dtype=wide),
+        rstds=inputs.new_empty(num_rows if for_backward else 0, dtype=wide),
     )
-    outputs = inputs.new_empty(num_rows, projection_dim)
+    outputs = inputs.new_empty(num_rows, projection_dim, dtype=wide)
     steps = _steps(config)
     for k, step in enumerate(steps):
         rows, continued = step.packed_rows, step.continued
@@ -174,14 +191,17 @@ def recurrence_forward(
         torch.mul(input_gate, memory_init, out=cells)
         if continued:
             previous_cells = saved.cells[steps[k - 1].first_rows(continued)]
-            cells[:continued].addcmul_(forget_gate[:continued], previous_cells)
+            cells[:continued].addcmul_(forget_gate[:continued].to(wide), previous_cells)
         if config.cell_clip is not None:
             cells.clamp_(-config.cell_clip, config.cell_clip)
         torch.tanh(cells, out=cell_outputs)
         cell_outputs.mul_(output_gate)
 
         projected = saved.projected[rows]
-        torch.mm(cell_outputs, projection_weight.t(), out=projected)
+        if wide == inputs.dtype:
+            torch.mm(cell_outputs, projection_weight.t(), out=projected)
+        else:
+            projected.copy_(torch.mm(cell_outputs, projection_weight.t()))
         if config.projection_clip is not None:
             projected.clamp_(-config.projection_clip, config.projection_clip)
         normalized = projected
@@ -272,14 +292,16 @@ def recurrence_backward(
     """
     grad_outputs = grad_outputs.contiguous()
     num_rows, C = saved.cells.size()
+    wide = saved.cells.dtype
     projection_dim, max_rows = saved.state_weight.size(1), max(config.batch_sizes)
     new_empty, new_zeros = saved.activations.new_empty, saved.activations.new_zeros
+    # In mixed precision the products' operands are low precision, the cell gradients float32.
     grad_gates = new_empty(num_rows, 4 * C)
     grad_projected = new_empty(num_rows, projection_dim)
     grad_cell_outputs = new_empty(max_rows, C)
     # Gradients flowing from step k + 1 into the state and cell of step k.
     grad_state_carry = new_zeros(max_rows, projection_dim)
-    grad_cell_carry = new_zeros(max_rows, C)
+    grad_cell_carry = new_zeros(max_rows, C, dtype=wide)
     norm_weight = saved.norm_weight
     if norm_weight is not None:  # float64 accumulators
         grad_norm_weight = new_zeros(projection_dim, dtype=torch.float64)
@@ -316,7 +338,7 @@ def recurrence_backward(
         memory_init, output_gate = activations[:, 2 * C : 3 * C], activations[:, 3 * C :]
         tanh_cells = torch.tanh(cells)
         # d/d cell: from the next step, plus through cell_outputs = o * tanh(cell).
-        grad_cells = grad_cell_outputs[:n] * output_gate
+        grad_cells = grad_cell_outputs[:n].to(wide) * output_gate
         grad_cells.mul_(1 - tanh_cells * tanh_cells).add_(grad_cell_carry[:n])
         if config.cell_clip is not None:
             grad_cells.mul_(cells.abs() < config.cell_clip)
@@ -351,8 +373,8 @@ def recurrence_backward(
         grads[0] = grad_gates.mm(saved.input_weight)
     if needs_input_grads[1]:
         grads[1] = grad_gates.t().mm(saved.inputs)
-    if needs_input_grads[2]:
-        grads[2] = grad_gates.sum(dim=0)
+    if needs_input_grads[2]:  # the gate bias is given in float32 in mixed precision
+        grads[2] = grad_gates.sum(dim=0, dtype=wide)
     if needs_input_grads[3]:  # the rows whose previous state is not the zero state of a first step
         first = steps[0]
         recurrent = (

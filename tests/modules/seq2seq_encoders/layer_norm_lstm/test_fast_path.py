@@ -235,35 +235,6 @@ def test_eval_mode_and_no_grad():
         )
 
 
-def test_fast_path_under_autocast_runs_in_the_parameters_precision():
-    """
-    Under autocast (`use_amp`) with half-precision inputs, the fast path casts to the weights'
-    dtype: its float32 result and gradients equal those of float32 inputs without autocast,
-    and the input gradient comes back in the inputs' dtype.
-    """
-    torch.manual_seed(11)
-    encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL, num_layers=2, implementation="auto")
-    randomize(encoder)
-    inputs = torch.randn(3, 5, INPUT_DIM).bfloat16()
-    mask = lengths_to_mask([5, 2, 4], 5)
-
-    expected = encoder.forward_all_layers(inputs.float(), mask)
-    expected.sum().backward()
-    expected_grads = [p.grad.clone() for p in encoder.parameters()]
-    encoder.zero_grad()
-
-    half_inputs = inputs.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        layers = encoder.forward_all_layers(half_inputs, mask)
-    layers.sum().backward()  # outside autocast, as allennlp's trainer does
-    assert layers.dtype == torch.float32
-    torch.testing.assert_close(layers, expected, atol=1e-5, rtol=1e-5)
-    for parameter, expected_grad in zip(encoder.parameters(), expected_grads):
-        torch.testing.assert_close(parameter.grad, expected_grad, atol=1e-4, rtol=1e-4)
-    assert half_inputs.grad.dtype == torch.bfloat16
-    assert torch.isfinite(half_inputs.grad.float()).all()
-
-
 def test_mask_with_inner_padding_uses_reference_path(caplog):
     torch.manual_seed(7)
     encoder = LayerNormLstm(INPUT_DIM, PROJ, CELL)
