@@ -128,7 +128,12 @@ local defaults = {
   // crash loses at most that many steps (null: only at the end of each epoch).
   checkpoint_every_num_batches: null,
   keep_checkpoints: 2,
-  // Mixed precision (needs a GPU).
+  // Mixed precision. `precision: 'bfloat16'` (the trainer's option, issue #51): forward passes
+  // under bfloat16 autocast where the device has native bfloat16 (CPUs with AVX-512 BF16 or AMX,
+  // CUDA GPUs from Ampere on), else float32 with one line saying so; master weights, LayerNorm
+  // statistics and the loss in float32 (docs/pretraining.md#mixed-precision). `use_amp`:
+  // allennlp's float16 autocast with loss scaling, GPU only. Not both.
+  precision: 'float32',
   use_amp: false,
   // Per-step log of loss, sentences and tokens (`elmoc_step_log`), step_log_w<rank>.jsonl.
   step_log: false,
@@ -277,6 +282,7 @@ local inapplicable(settings, s) = [
           keep_most_recent_by_count: s.keep_checkpoints,
         },
         [if s.use_amp then 'use_amp']: true,
+        [if s.precision != 'float32' then 'precision']: s.precision,
         [if s.step_log then 'callbacks']: [{ type: 'elmoc_step_log' }],
       },
       [if s.cuda_devices != null then 'distributed']: {
