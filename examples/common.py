@@ -223,7 +223,18 @@ def take_lock(lock: Path) -> bool:
     return True
 
 
-def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data) -> Dict:
+def run_one(
+    task: str,
+    model: str,
+    archive: Optional[str],
+    seed: int,
+    args,
+    data,
+    extra_overrides: Optional[Dict] = None,
+    extra_environment: Optional[Dict[str, str]] = None,
+) -> Dict:
+    """One `allennlp train` of `task` with `model`'s biLM `archive` (None: fastText only) and
+    `seed` (kept once finished); `extra_overrides` and `extra_environment` on top of the grid's."""
     config, prefix, _, _, metric, _ = TASKS[task]
     run_dir = args.output_dir / "runs" / task / model / f"seed{seed}"
     metrics_path = run_dir / "metrics.json"
@@ -251,6 +262,7 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
         )
         for split in SPLITS:
             environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
+        environment.update(extra_environment or {})
         command = [
             str(ALLENNLP),
             "train",
@@ -262,7 +274,9 @@ def run_one(task: str, model: str, archive: Optional[str], seed: int, args, data
             "--include-package",
             "examples.equal_compute_study",
             "-o",
-            json.dumps(overrides(task, seed, args, archive is not None)),
+            json.dumps(
+                {**overrides(task, seed, args, archive is not None), **(extra_overrides or {})}
+            ),
         ]
         log(f"start {task} {model} seed {seed}")
         started = time.time()

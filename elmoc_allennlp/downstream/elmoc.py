@@ -139,9 +139,14 @@ class ElmocBiLm(torch.nn.Module):
         check_dimensions_match(
             inputs.dim(), 3, "inputs.dim()", "(batch_size, timesteps, num_subwords)"
         )
-        if self.layer_cache is not None:
-            return self.layer_cache.activations(self, inputs, self.live_layers)
-        return self.live_layers(inputs)
+        if self.requires_grad:  # trained with the model, in the trainer's precision
+            return self.live_layers(inputs)
+        # A frozen biLM runs at its `dtype`, whatever autocast the trainer's `precision` set
+        # (and so fills a layer cache with what that precision computes).
+        with torch.autocast(inputs.device.type, enabled=False):
+            if self.layer_cache is not None:
+                return self.layer_cache.activations(self, inputs, self.live_layers)
+            return self.live_layers(inputs)
 
     def live_layers(
         self, inputs: torch.Tensor

@@ -11,20 +11,38 @@ On a CPU without native bfloat16 the bfloat16 run sets `ELMOC_EMULATE_BFLOAT16`:
 numerics (what this study measures) without its speed; `results.md` says which it was, and its
 times are then no speed figure (`benchmarks/precision.py` measures speed).
 
+With `--downstream`, also the downstream side, UD English-EWT POS tagging (the equal-compute
+study's `ud_pos_tagger.jsonnet`, task data from `--task-data-dir`) with the pretrained float32 biLM
+frozen, per seed: as trained (`float32`), the frozen biLM quantized (`dtype` int8), and the tagger
+trained with `trainer.precision` bfloat16 (the frozen biLM stays at its float32 `dtype`);
+accuracy mean ± std over the seeds.
+
     python -m examples.mixed_precision.run_study --data-dir quickstart_output \\
-        --output-dir runs/mixed_precision
+        --output-dir runs/mixed_precision --downstream --task-data-dir ../shared/data
 """
 
 import argparse
 import json
 import os
+import statistics
+from argparse import Namespace
 from pathlib import Path
 from typing import Any, Dict, List
 
 from benchmarks.common import machine_description, run_logged
 from elmoc_allennlp.common.precision import EMULATE_BFLOAT16, cpu_flags, native_bfloat16
-from examples.common import ALLENNLP, REPO_ROOT, evaluate_bilm, log, seconds_of, write_json
-from examples.common import write_text
+from examples.common import (
+    ALLENNLP,
+    DEFAULT_DATA,
+    REPO_ROOT,
+    evaluate_bilm,
+    log,
+    prepare_data,
+    run_one,
+    seconds_of,
+    write_json,
+    write_text,
+)
 
 PRECISIONS = ("float32", "bfloat16")
 CONFIG = REPO_ROOT / "training_configs" / "pretrain" / "elmoc_small.jsonnet"
@@ -65,6 +83,53 @@ def pretrain(precision: str, args, environment: Dict[str, str]) -> Dict[str, Any
         "trainer_validation_loss": metrics["best_validation_loss"],
         "validation_loss": evaluation["loss"],
     }
+
+
+def downstream(args, archive: Path, emulate: Dict[str, str]) -> Dict[str, Any]:
+    """The POS grid: each variant's runs (kept once finished) and accuracy mean and std."""
+    from elmoc_allennlp.downstream.archive import BilmArchive
+    from elmoc_allennlp.fasttext.vectors import FastTextVectors
+
+    fasttext = args.data_dir / "fasttext" / "ptb.bin"
+    variants = {
+        "float32": ({}, {}),
+        "frozen biLM int8": ({"model.text_field_embedder.token_embedders.elmo.dtype": "int8"}, {}),
+        "bfloat16 training": (
+            {"trainer.type": "elmoc_checked_gradient_descent", "trainer.precision": "bfloat16"},
+            emulate,
+        ),
+    }
+    dim = BilmArchive.open(str(archive)).output_dim
+    grid = Namespace(
+        tasks=["pos"],
+        data_dir=args.task_data_dir,
+        output_dir=args.output_dir / "downstream",
+        train_size=args.train_size,
+        dev_size=None,
+        eval_size=args.eval_size,
+        epochs=args.task_epochs,
+        task_epochs={},
+        batch_size=None,
+        lowercase=True,  # the quickstart's fastText and biLM are lowercased
+        collect_only=False,
+        fasttext=fasttext,
+        fasttext_dim=FastTextVectors.from_path(str(fasttext)).dim,
+        bilm_dims={name: dim for name in variants},
+    )
+    data = prepare_data(grid)
+    results: Dict[str, Any] = {}
+    for name, (overrides, environment) in variants.items():
+        runs = [
+            run_one("pos", name, str(archive), seed, grid, data, overrides, environment)
+            for seed in args.seeds
+        ]
+        tests = [run["test"] for run in runs]
+        results[name] = {
+            "runs": runs,
+            "test_mean": statistics.mean(tests),
+            "test_std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
+        }
+    return results
 
 
 def curve(losses: List[float], points: int = 10) -> List[float]:
@@ -110,6 +175,23 @@ def markdown(document: Dict[str, Any]) -> str:
         lines.append(f"| {index + 1} | {cells} |")
     if "emulated" in document["bfloat16"]:
         lines += ["", "The bfloat16 run was emulated: its time is no speed figure."]
+    if document.get("downstream"):
+        settings = document["downstream_settings"]
+        lines += [
+            "",
+            f"Downstream: UD English-EWT POS ({settings}), the float32 biLM frozen; test accuracy "
+            "over seeds " + ", ".join(str(seed) for seed in document["seeds"]) + ":",
+            "",
+            "| variant | test accuracy (mean ± std) | per seed | difference to float32 |",
+            "|---|---|---|---|",
+        ]
+        reference = document["downstream"]["float32"]["test_mean"]
+        for name, result in document["downstream"].items():
+            seeds = ", ".join(f"{100 * run['test']:.2f}" for run in result["runs"])
+            lines.append(
+                f"| {name} | {100 * result['test_mean']:.2f} ± {100 * result['test_std']:.2f} "
+                f"| {seeds} | {100 * (result['test_mean'] - reference):+.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -125,6 +207,12 @@ def parse_args(argv=None):
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--epochs", type=int, default=None, help="override num_epochs")
     parser.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each run")
+    parser.add_argument("--downstream", action="store_true", help="also the POS grid")
+    parser.add_argument("--task-data-dir", type=Path, default=DEFAULT_DATA, help="ud_ewt/ inside")
+    parser.add_argument("--train-size", type=int, default=1000, help="POS training sentences")
+    parser.add_argument("--eval-size", type=int, default=500, help="POS dev and test sentences")
+    parser.add_argument("--task-epochs", type=int, default=5)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     return parser.parse_args(argv)
 
 
@@ -139,11 +227,10 @@ def main(argv=None) -> int:
         ELMOC_VALIDATION_DATA=str(args.data_dir / "data" / "ptb.valid.txt"),
         OMP_NUM_THREADS=str(args.threads),
     )
+    emulate = {} if native else {EMULATE_BFLOAT16: "1"}
     runs = []
     for precision in PRECISIONS:
-        run_environment = dict(environment)
-        if precision == "bfloat16" and not native:
-            run_environment[EMULATE_BFLOAT16] = "1"
+        run_environment = dict(environment, **(emulate if precision == "bfloat16" else {}))
         runs.append(pretrain(precision, args, run_environment))
     flags = " ".join(sorted(flag for flag in cpu_flags() if "bf16" in flag or "amx" in flag))
     document = {
@@ -155,6 +242,14 @@ def main(argv=None) -> int:
         "bfloat16": evidence if native else f"emulated ({evidence})",
         "runs": runs,
     }
+    if args.downstream:
+        archive = args.output_dir / "float32" / "model.tar.gz"
+        document["downstream"] = downstream(args, archive, emulate)
+        document["downstream_settings"] = (
+            f"{args.train_size} training and {args.eval_size} dev and test sentences, "
+            f"{args.task_epochs} epochs"
+        )
+        document["seeds"] = args.seeds
     write_json(args.output_dir / "results.json", document)
     write_text(args.output_dir / "results.md", markdown(document))
     print(markdown(document))

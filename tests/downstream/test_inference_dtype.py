@@ -68,6 +68,25 @@ def test_float32_is_the_trained_models_own_computation(elmoc_archive, float32_em
         assert numpy.array_equal(a, b)
 
 
+def test_a_frozen_bilm_runs_at_its_dtype_under_the_trainers_autocast(float32_embedder):
+    """Mixed-precision downstream training (`trainer.precision`) leaves a frozen biLM at its
+    `dtype` (what its layer cache holds); one trained with the model runs in the autocast."""
+    bilm = float32_embedder.bilm
+    ids = indexed_batch(float32_embedder._indexer, SENTENCES)
+    with torch.no_grad():
+        expected = torch.stack(bilm(ids)["activations"])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            frozen = torch.stack(bilm(ids)["activations"])
+            bilm.requires_grad = True
+            try:
+                trained = torch.stack(bilm(ids)["activations"])
+            finally:
+                bilm.requires_grad = False
+    assert torch.equal(frozen, expected)
+    assert trained.dtype == torch.float32 and not torch.equal(trained, expected)
+    torch.testing.assert_close(trained, expected, atol=0.1, rtol=0.05)
+
+
 def test_int8_quantizes_the_big_maps_and_stays_close(float32_embedder, int8_embedder):
     assert int8_embedder.running_dtype == "int8"
     encoder = int8_embedder.bilm.bilm.contextualizer
