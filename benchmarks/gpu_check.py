@@ -16,9 +16,12 @@ it finished):
 3. `recurrence`: the fast recurrence (`implementation="auto"`) against the reference, forward
    and backward, in float32 and under autocast bf16 and fp16; largest differences relative to
    the largest value, against dtype-fit tolerances.
-4. `amp_step`: one training step of the paper-size ELMo-C (2 x 4096 -> 512, 300-d fastText,
-   continuous output; `training_configs/pretrain/baselines.libsonnet`) under autocast bf16 and
-   fp16 (with a gradient scaler): finite loss and gradients.
+4. `amp_step`: training steps of the paper-size ELMo-C (2 x 4096 -> 512, 300-d fastText,
+   continuous output; `training_configs/pretrain/baselines.libsonnet`) at float32, bfloat16 as
+   `trainer.precision` bfloat16 runs it (`elmoc_allennlp.training.mixed_precision`'s
+   `training_autocast_dtype` and `autocast`) and fp16 autocast (with a gradient scaler), from the
+   same weights on the same batch: finite loss and gradients, each loss's relative difference to
+   float32's, and seconds per step (after a warm-up step) with the speed-up over float32.
 5. `host_syncs`: the synchronizations of one training step (forward, backward, Adam) counted by
    `torch.cuda.set_sync_debug_mode("warn")`, with their source lines.
 6. `table4`: the paper's Table 4 on this device with `benchmarks/output_layers.py`'s workers:
@@ -33,7 +36,9 @@ it finished):
 
 With `--dry-run` the same code runs at tiny sizes on the CPU in well under a minute (the test
 suite runs it); what needs CUDA (fp16 autocast, the sync counter, cuDNN) is recorded as skipped
-with the reason. Needs only torch at import: allennlp is imported inside the sections that use it.
+with the reason (`amp_step`'s bfloat16 runs there with `ELMOC_EMULATE_BFLOAT16`: its numerics, no
+speed-up to read). Needs only torch at import: allennlp is imported inside the sections that use
+it.
 """
 
 import argparse
@@ -343,56 +348,131 @@ def _gradient_report(model) -> Dict[str, Any]:
     return {"parameters_with_gradient": len(grads), "gradients_finite": finite}
 
 
+@contextlib.contextmanager
+def _environment(name: str, value: Optional[str]):
+    """`os.environ[name]` set to `value` (or left as it is for `None`) inside the block."""
+    saved = os.environ.get(name)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
 def amp_step(ctx: "Context") -> Dict[str, Any]:
+    """
+    Training steps of the paper-size ELMo-C at float32, bfloat16 (as `trainer.precision` bfloat16
+    runs it: `training_autocast_dtype` and `autocast` of `elmoc_allennlp.training.mixed_precision`)
+    and float16 (autocast with a gradient scaler, CUDA only), each from the same initial weights on
+    the same batch: the first step's loss (the same dropout masks) and its relative difference to
+    float32's, finite gradients, and seconds per step (the least of `repeats` steps after that
+    first one, the warm-up).
+    """
     needs_allennlp()
     from benchmarks import output_layers
+    from elmoc_allennlp.common.precision import EMULATE_BFLOAT16, native_bfloat16
+    from elmoc_allennlp.training.mixed_precision import autocast, training_autocast_dtype
 
     job = _paper_job(ctx, "cont", None)
     torch.manual_seed(0)
     model = output_layers.build_model(job).to(ctx.device).train()
+    initial = {name: value.detach().clone() for name, value in model.state_dict().items()}
     batch = output_layers.BatchMaker(job).make(2 if ctx.dry_run else 32, ctx.device)
-    results, failures = {
-        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)
-    }, []
-    for dtype in ("bfloat16", "float16"):
-        if dtype == "float16" and ctx.device.type != "cuda":
-            results[dtype] = {
+    repeats = 1 if ctx.dry_run else 3
+    results: Dict[str, Any] = {
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "batch_sentences": 2 if ctx.dry_run else 32,
+        "timed_steps": repeats,
+    }
+    failures: List[str] = []
+
+    def run(precision: str, dtype: Optional[torch.dtype]) -> Dict[str, Any]:
+        model.load_state_dict(initial)
+        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        # fp16 needs loss scaling; torch 1.12 has the scaler under torch.cuda.amp only.
+        scaler = torch.cuda.amp.GradScaler() if precision == "float16" else None
+
+        def step() -> Dict[str, Any]:
+            model.zero_grad(set_to_none=True)
+            context = (
+                autocast(ctx.device, dtype)
+                if scaler is None
+                else torch.autocast(ctx.device.type, dtype=torch.float16)
+            )
+            with context:
+                loss = model(tokens=batch)["loss"]
+            if scaler is None:
+                loss.backward()
+                report = _gradient_report(model)
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                report = _gradient_report(model)
+                scaler.step(optimizer)
+                scaler.update()
+            return dict(report, loss=float(loss))
+
+        def timed() -> float:
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            step()
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - started
+
+        torch.manual_seed(1)  # the same dropout masks in every precision's first step
+        first = step()  # warm-up, at the initial weights: the loss compared
+        seconds = min(timed() for _ in range(repeats))
+        ok = (
+            torch.isfinite(torch.tensor(first["loss"])).item()
+            and first["gradients_finite"]
+            and first["parameters_with_gradient"] > 0
+        )
+        return dict(first, status="ok" if ok else "failed", seconds_per_step=round(seconds, 4))
+
+    results["float32"] = run("float32", None)
+    reference = results["float32"]
+    # A dry run on a CPU without native bfloat16: the trainer's path with its emulation switch
+    # (bfloat16's numerics, not its speed), so that the autocast path runs there too.
+    emulate = "1" if ctx.dry_run and not native_bfloat16(ctx.device)[0] else None
+    with _environment(EMULATE_BFLOAT16, emulate):
+        bfloat16 = training_autocast_dtype("bfloat16", ctx.device, use_amp=False)
+    for precision, dtype in (("bfloat16", bfloat16), ("float16", torch.float16)):
+        if precision == "float16" and ctx.device.type != "cuda":
+            results[precision] = {
                 "status": "skipped",
                 "reason": "fp16 autocast with a gradient scaler is CUDA only",
             }
             continue
-        optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-        # fp16 needs loss scaling; torch 1.12 has the scaler under torch.cuda.amp only.
-        scaler = torch.cuda.amp.GradScaler() if dtype == "float16" else None
-        model.zero_grad(set_to_none=True)
-        started = time.perf_counter()
-        with torch.autocast(ctx.device.type, dtype=getattr(torch, dtype)):
-            loss = model(tokens=batch)["loss"]
-        if scaler is None:
-            loss.backward()
-            report = _gradient_report(model)
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            report = _gradient_report(model)
-            scaler.step(optimizer)
-            scaler.update()
-        if ctx.device.type == "cuda":
-            torch.cuda.synchronize()
-        ok = (
-            bool(torch.isfinite(loss))
-            and report["gradients_finite"]
-            and report["parameters_with_gradient"] > 0
+        if dtype is None:
+            results[precision] = {
+                "status": "skipped",
+                "reason": f"trainer.precision bfloat16 runs float32 on {ctx.device} (no native "
+                "bfloat16)",
+            }
+            continue
+        with _environment(EMULATE_BFLOAT16, emulate if precision == "bfloat16" else None):
+            row = run(precision, dtype)
+        row["loss_relative_difference_to_float32"] = abs(row["loss"] - reference["loss"]) / max(
+            abs(reference["loss"]), 1e-30
         )
-        results[dtype] = dict(
-            report,
-            status="ok" if ok else "failed",
-            loss=float(loss),
-            seconds=round(time.perf_counter() - started, 3),
+        row["speedup_over_float32"] = round(
+            reference["seconds_per_step"] / max(row["seconds_per_step"], 1e-9), 3
         )
-        if not ok:
-            failures.append(dtype)
+        if emulate is not None and precision == "bfloat16":
+            # Emulated: its time is no figure of bfloat16's.
+            row["speedup_over_float32"] = None
+            row["emulated"] = f"{EMULATE_BFLOAT16}: bfloat16's numerics, not its speed"
+        results[precision] = row
+    for precision in ("float32", "bfloat16", "float16"):
+        if results[precision]["status"] == "failed":
+            failures.append(precision)
     if failures:
         raise SectionFailed(f"non-finite loss or gradients under {', '.join(failures)}", results)
     return results

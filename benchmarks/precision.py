@@ -18,15 +18,30 @@ flags printed:
   thread) of 5, 20 and 60 tokens: p50 and p99 over `--latency-repeats` calls, for each precision
   and for `Elmo`.
 
-Where the CPU has no native bfloat16 (`avx512_bf16`/`amx_bf16`), `dtype="bfloat16"` runs float32
-(with a warning), and its row says so instead of repeating float32's figures. The biLM and `Elmo`
-have random weights (written to a temporary archive, and options/weights hdf5): speed and the
-precisions' agreement do not need trained ones, but a trained biLM's cosines may differ.
+* **training**, per precision (`trainer.precision`: float32, bfloat16) at 1 and 2 threads: one
+  pretraining step (forward, backward, the config's Adam step) of the `--size` biLM as the
+  product's pretraining config builds it (`training_configs/pretrain/elmoc.libsonnet`, through
+  `benchmarks.common.write_one_step_bilm_config`: its dataset reader, model and optimizer; random
+  weights) on one batch of the first `--batch-size` sentences above; the forward pass in the
+  context the trainer wraps each batch in (`elmoc_allennlp.training.mixed_precision`'s
+  `training_autocast_dtype` and `autocast`), so it measures what `trainer.precision` does.
+  tokens/s (the batch's words over the least step time of `--repeats` steps after a warm-up
+  step), "x float32" (the float32 row of the same threads), and the relative difference of the
+  warm-up step's loss (the same weights, batch and dropout masks) to float32's. With `--archive`
+  the training table is still of `--size`'s biLM (speed does not need trained weights).
+
+Where the CPU has no native bfloat16 (`avx512_bf16`/`amx_bf16`), `dtype="bfloat16"` (and
+`trainer.precision` bfloat16) runs float32 (with a warning), and its rows say so instead of
+repeating float32's figures. With `ELMOC_EMULATE_BFLOAT16=1` on such a CPU the training table's
+bfloat16 row gives its loss difference (bfloat16's numerics) but no speed (emulated). The biLM and
+`Elmo` have random weights (written to a temporary archive, and options/weights hdf5): speed and
+the precisions' agreement do not need trained ones, but a trained biLM's cosines may differ.
 
     python -m benchmarks.precision                   # ELMo "medium"'s LSTM: 2 x 2048 cells -> 256
     python -m benchmarks.precision --size paper      # the paper's: 2 x 4096 -> 512 (minutes)
     python -m benchmarks.precision --archive runs/elmoc/model.tar.gz   # your biLM
     python -m benchmarks.precision --quick           # a tiny biLM, seconds (the test's)
+    python -m benchmarks.precision --tables training --threads 1   # the training step only
 """
 
 import argparse
@@ -54,6 +69,8 @@ from benchmarks.common import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = ("float32", "bfloat16", "int8")
+TRAINING_PRECISIONS = ("float32", "bfloat16")  # trainer.precision's choices
+TABLES = ("inference", "training")
 LATENCY_LENGTHS = (5, 20, 60)
 # ELMo's character CNN (its "medium" and "original" options): 2048 filters.
 ELMO_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -102,10 +119,9 @@ def cpu_line() -> str:
 # ---------------------------------------------------------------------- the models
 
 
-def build_bilm(size: Size, work: Path) -> Tuple[Path, Path]:
-    """A biLM archive of `size` trained one step on 16 sentences (as good as random), and its .bin."""
-    from allennlp.commands.train import train_model_from_file
-
+def bilm_config(size: Size, work: Path) -> Tuple[Path, Path]:
+    """The product's pretraining config of a biLM of `size` (one epoch of 16 sentences), and its
+    random fastText .bin (written once in `work`)."""
     fasttext = random_fasttext(
         work / "fasttext.bin", num_words=5000, bucket=20_000, dim=size.fasttext_dim, scale=0.3
     )
@@ -118,6 +134,14 @@ def build_bilm(size: Size, work: Path) -> Tuple[Path, Path]:
         size.projection_dim,
         size.cell_dim,
     )
+    return config, fasttext
+
+
+def build_bilm(size: Size, work: Path) -> Tuple[Path, Path]:
+    """A biLM archive of `size` trained one step on 16 sentences (as good as random), and its .bin."""
+    from allennlp.commands.train import train_model_from_file
+
+    config, fasttext = bilm_config(size, work)
     train_model_from_file(str(config), str(work / "bilm"))
     return work / "bilm" / "model.tar.gz", fasttext
 
@@ -345,8 +369,7 @@ def measure(args: argparse.Namespace, work: Path) -> List[str]:
     peer = ElmoPeer(options, weights)
 
     rng = np.random.default_rng(0)
-    corpus = zipf_corpus(work / "sentences", args.sentences, 1, seed=2)[0]
-    sentences = [line.split() for line in corpus.read_text().splitlines()][: args.sentences]
+    sentences = benchmark_sentences(args, work)
     tokens = sum(len(sentence) for sentence in sentences)
     vocabulary = [f"w{index}" for index in range(1000)]
     single = {
@@ -365,8 +388,6 @@ def measure(args: argparse.Namespace, work: Path) -> List[str]:
     flop = sum(2 * rows * k * n * count for (rows, k, n), count in calls.items())
 
     lines = [
-        f"# {machine_description()}",
-        f"# {cpu_line()}",
         f"# biLM: {described}; peer: allennlp Elmo, the same LSTM, ELMo's character CNN "
         f"({'2048 filters' if encoder.projection_dim >= 64 else 'tiny'}); {len(sentences)} "
         f"sentences, {tokens:,} tokens, batches of {args.batch_size}; {flop / 1e9:.2f} GFLOP of "
@@ -461,7 +482,133 @@ def measure(args: argparse.Namespace, work: Path) -> List[str]:
         )
     finally:
         torch.set_num_threads(previous_threads)
-    lines.append(f"# load average {os.getloadavg()[0]:.1f} at the end")
+    return lines
+
+
+def benchmark_sentences(args: argparse.Namespace, work: Path) -> List[List[str]]:
+    """The run's `--sentences` synthetic Zipfian sentences of 5-40 words (written once in `work`)."""
+    corpus = work / "sentences" / "news.en-00000-of-00001"
+    if not corpus.exists():
+        corpus = zipf_corpus(work / "sentences", args.sentences, 1, seed=2)[0]
+    return [line.split() for line in corpus.read_text().splitlines()][: args.sentences]
+
+
+# ---------------------------------------------------------------------- the training step
+
+
+def native_bfloat16_speed() -> Tuple[bool, str]:
+    """Whether this CPU computes bfloat16 natively, `ELMOC_EMULATE_BFLOAT16` aside (emulated
+    bfloat16 has bfloat16's numerics, not its speed), and what says so."""
+    from elmoc_allennlp.common.precision import EMULATE_BFLOAT16, native_bfloat16
+
+    saved = os.environ.pop(EMULATE_BFLOAT16, None)
+    try:
+        return native_bfloat16("cpu")
+    finally:
+        if saved is not None:
+            os.environ[EMULATE_BFLOAT16] = saved
+
+
+def training_setup(size: Size, work: Path, sentences: List[List[str]]):
+    """
+    The pretraining config's model of `size` (random weights), a function making its optimizer
+    (the config's Adam), and one batch of `sentences` through the config's dataset reader.
+    """
+    from allennlp.common import Params
+    from allennlp.data import Batch, DatasetReader, Vocabulary
+    from allennlp.models import Model
+    from allennlp.training.optimizers import Optimizer
+
+    config, _ = bilm_config(size, work)
+    params = Params.from_file(str(config))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    vocabulary = Vocabulary.from_params(params.pop("vocabulary"))
+    model = Model.from_params(vocab=vocabulary, params=params.pop("model"))
+    optimizer_params = params.pop("trainer").pop("optimizer")
+    instances = [reader.text_to_instance(sentence) for sentence in sentences]
+    for instance in instances:
+        reader.apply_token_indexers(instance)
+    batch = Batch(instances)
+    batch.index_instances(vocabulary)
+
+    def optimizer():
+        parameters = [[n, p] for n, p in model.named_parameters() if p.requires_grad]
+        return Optimizer.from_params(
+            model_parameters=parameters, params=optimizer_params.duplicate()
+        )
+
+    return model, optimizer, batch.as_tensor_dict()
+
+
+def measure_training(args: argparse.Namespace, work: Path) -> List[str]:
+    """One pretraining step per precision and thread count (the training table's lines)."""
+    from elmoc_allennlp.common.precision import EMULATE_BFLOAT16
+    from elmoc_allennlp.training.mixed_precision import autocast, training_autocast_dtype
+
+    size = SIZES[args.size]
+    sentences = benchmark_sentences(args, work)[: args.batch_size]
+    tokens = sum(len(sentence) for sentence in sentences)
+    model, make_optimizer, tensors = training_setup(size, work, sentences)
+    model.train()
+    initial = {name: value.clone() for name, value in model.state_dict().items()}
+    device = torch.device("cpu")
+    # What the trainer decides for each `trainer.precision` (a warning where bfloat16 is not native).
+    dtypes = {
+        precision: training_autocast_dtype(precision, device, use_amp=False)
+        for precision in TRAINING_PRECISIONS
+    }
+    speed_applies, evidence = native_bfloat16_speed()
+    lines = [
+        "",
+        f"Training step (`trainer.precision`; forward, backward and Adam step of the pretraining "
+        f"config's biLM: {size.name}, random weights; one batch of {len(sentences)} sentences, "
+        f"{tokens:,} tokens; best of {args.repeats} steps after a warm-up step; loss difference: "
+        "the warm-up step's, the same weights, batch and dropout masks):",
+        "",
+        "| precision | threads | tokens/s | x float32 | loss relative difference to float32 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    previous_threads = torch.get_num_threads()
+    try:
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            baseline_seconds = baseline_loss = None
+            for precision in TRAINING_PRECISIONS:
+                dtype = dtypes[precision]
+                if precision != "float32" and dtype is None:
+                    lines.append(
+                        f"| {precision} | {threads} | ran as float32: {evidence}; the figures do "
+                        "not apply | | |"
+                    )
+                    continue
+                model.load_state_dict(initial)
+                optimizer = make_optimizer()
+
+                def step(optimizer=optimizer, dtype=dtype) -> float:
+                    optimizer.zero_grad()
+                    with autocast(device, dtype):
+                        loss = model(**tensors)["loss"]
+                    loss.backward()
+                    optimizer.step()
+                    return float(loss)
+
+                torch.manual_seed(1)  # the same recurrent dropout masks in every row
+                loss = step()  # warm-up (the optimizer's state), at the initial weights
+                seconds = best_seconds(step, args.repeats)
+                if precision == "float32":
+                    baseline_seconds, baseline_loss = seconds, loss
+                    difference = "0 (reference)"
+                else:
+                    difference = f"{abs(loss - baseline_loss) / abs(baseline_loss):.2e}"
+                if precision == "float32" or speed_applies:
+                    speed = f"{tokens / seconds:,.0f} | {baseline_seconds / seconds:.2f}"
+                else:
+                    speed = f"emulated ({EMULATE_BFLOAT16}; {evidence}): no speed figure | -"
+                lines.append(f"| {precision} | {threads} | {speed} | {difference} |")
+            sys.stderr.write(f"# training, {threads} thread(s) done\n")
+    finally:
+        torch.set_num_threads(previous_threads)
+        model.load_state_dict(initial)
     return lines
 
 
@@ -481,14 +628,21 @@ def main(arguments: Optional[List[str]] = None) -> int:
     parser.add_argument("--gemm-repeats", type=int, default=5, help="timings per product shape")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument(
+        "--tables",
+        nargs="+",
+        choices=TABLES,
+        default=list(TABLES),
+        help="which tables: inference (throughput and latency), training (a pretraining step)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
-        help="a tiny biLM (unless --archive), 8 sentences, 1 pass, 2 latency calls: seconds",
+        help="a tiny biLM (the inference tables': unless --archive), 8 sentences, 1 pass or "
+        "step, 2 latency calls: seconds",
     )
     args = parser.parse_args(arguments)
     if args.quick:
-        if args.archive is None:
-            args.size = "tiny"
+        args.size = "tiny"
         args.sentences, args.repeats, args.latency_repeats, args.gemm_repeats = 8, 1, 2, 1
     from allennlp.common.util import import_module_and_submodules
 
@@ -504,8 +658,14 @@ def main(arguments: Optional[List[str]] = None) -> int:
         for each in loggers:
             each.setLevel(logging.WARNING)
         try:
+            print(f"# {machine_description()}")
+            print(f"# {cpu_line()}", flush=True)
             with tempfile.TemporaryDirectory(prefix="precision_benchmark.") as work:
-                print("\n".join(measure(args, Path(work))), flush=True)
+                if "inference" in args.tables:
+                    print("\n".join(measure(args, Path(work))), flush=True)
+                if "training" in args.tables:
+                    print("\n".join(measure_training(args, Path(work))), flush=True)
+            print(f"# load average {os.getloadavg()[0]:.1f} at the end", flush=True)
         finally:
             for each, level in zip(loggers, levels):
                 each.setLevel(level)

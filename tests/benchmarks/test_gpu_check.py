@@ -81,7 +81,18 @@ def test_the_dry_run_measures_what_the_gpu_run_reports(dry_run):
     assert (
         recurrence["float16"]["status"] == "skipped" and "CUDA" in recurrence["float16"]["reason"]
     )
-    assert results["amp_step"]["bfloat16"]["gradients_finite"] is True
+    amp = results["amp_step"]
+    assert amp["float32"]["status"] == amp["bfloat16"]["status"] == "ok"
+    assert amp["float32"]["gradients_finite"] is amp["bfloat16"]["gradients_finite"] is True
+    # The same weights and batch: bfloat16's loss near float32's, the difference its own.
+    reference = amp["float32"]["loss"]
+    difference = amp["bfloat16"]["loss_relative_difference_to_float32"]
+    assert difference == pytest.approx(abs(amp["bfloat16"]["loss"] - reference) / abs(reference))
+    assert 0 < difference < 0.05
+    assert amp["float32"]["seconds_per_step"] > 0 and amp["bfloat16"]["seconds_per_step"] > 0
+    # No native bfloat16 on a dry run's CPU (here): emulated, so no speed-up is claimed.
+    assert amp["bfloat16"]["emulated"] and amp["bfloat16"]["speedup_over_float32"] is None
+    assert amp["float16"]["status"] == "skipped" and "CUDA" in amp["float16"]["reason"]
     # Table 4: one row per model, ELMo-C the reference of every ratio.
     rows = {row["model"]: row for row in results["table4"]["rows"]}
     assert list(rows) == ["ELMo-C", "ELMo", "ELMo-A", "Subword", "Fixed"]
@@ -100,6 +111,31 @@ def test_the_dry_run_measures_what_the_gpu_run_reports(dry_run):
     assert embed["ratio_elmoc_to_elmo"] == pytest.approx(
         embed["sentences_per_second"]["ELMo-C"] / embed["sentences_per_second"]["ELMo"]
     )
+
+
+def test_amp_step_runs_bfloat16_as_the_trainer_does(tmp_path, monkeypatch):
+    """`amp_step`'s bfloat16 goes through `trainer.precision`'s decision and context."""
+    from elmoc_allennlp.training import mixed_precision
+
+    decided, entered = [], []
+    decide, autocast = mixed_precision.training_autocast_dtype, mixed_precision.autocast
+
+    def recording_decide(precision, device, use_amp):
+        decided.append((precision, torch.device(device).type, use_amp))
+        return decide(precision, device, use_amp)
+
+    def recording_autocast(device, dtype):
+        entered.append(dtype)
+        return autocast(device, dtype)
+
+    monkeypatch.setattr(mixed_precision, "training_autocast_dtype", recording_decide)
+    monkeypatch.setattr(mixed_precision, "autocast", recording_autocast)
+    gpu_check.main(["--dry-run", "--out", str(tmp_path), "--sections", "amp_step"])
+    results = check_format(tmp_path)["sections"]["amp_step"]["results"]
+    assert decided == [("bfloat16", "cpu", False)]
+    # float32 and bfloat16: a warm-up step and one timed step each, in the trainer's context.
+    assert entered == [None, None, torch.bfloat16, torch.bfloat16]
+    assert results["bfloat16"]["loss"] != results["float32"]["loss"]
 
 
 def test_a_failing_section_is_recorded_and_the_others_still_report(tmp_path, monkeypatch):
