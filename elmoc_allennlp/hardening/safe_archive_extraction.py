@@ -1,5 +1,7 @@
 """`load_archive` extracts the plugin's archives with `common.archives` and reads their config with
-`read_config` (allennlp 2.10.1 extracts unfiltered and reads jsonnet, importing any dotted type)."""
+`read_config` (allennlp 2.10.1 extracts unfiltered and reads jsonnet, importing any dotted type);
+a plugin serialization folder read as an archive is checked as an extracted one is
+(`check_model_folder`: its weights file is a pickle torch 1.12 unpickles whole)."""
 
 import json
 import os
@@ -7,7 +9,12 @@ import os
 import allennlp.models.archival as archival
 from allennlp.common.params import Params, parse_overrides, with_overrides
 
-from elmoc_allennlp.common.archives import extracted_archive, extracted_from, read_config
+from elmoc_allennlp.common.archives import (
+    check_model_folder,
+    extracted_archive,
+    extracted_from,
+    read_config,
+)
 from elmoc_allennlp.common.shims import install_shim, installer
 from elmoc_allennlp.hardening.scope import plugin_archive, plugin_run
 
@@ -26,6 +33,8 @@ class ArchiveParams(Params):
         archive = extracted_from(directory)
         if archive is None and not plugin_run(directory):
             return Params.from_file(params_file, params_overrides, ext_vars)
+        if archive is None:  # a folder: checked here, before allennlp reads its weights
+            check_model_folder(directory, directory)
         config = read_config(directory, archive or directory, member)
         if isinstance(params_overrides, dict):
             params_overrides = json.dumps(params_overrides)

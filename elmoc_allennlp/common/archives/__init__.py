@@ -10,6 +10,7 @@ from elmoc_allennlp.common.archives.config_policy import (  # noqa: F401
 from elmoc_allennlp.common.archives.extraction import (  # noqa: F401
     _OPENED,
     ExtractedArchive,
+    check_model_folder,
     extract_archive,
     extracted_archive,
     extracted_from,

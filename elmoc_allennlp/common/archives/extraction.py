@@ -172,9 +172,16 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
     for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
         if names.get(required.rstrip("/")) is not is_folder:
             raise ConfigurationError(f"Model archive {archive} has no {required}")
+    _check_contents(directory, archive, names, "weights.th")
+
+
+def _check_contents(directory: str, archive: str, names: Dict[str, bool], weights: str) -> None:
+    """A model's files in `directory` (`names`: each relative path, `True` for a folder): its
+    metadata and configs as data, the weights file `weights` from its headers, the configs'
+    parameters within the weights' values, the carried vocabularies."""
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
-    held = check_weights_file(os.path.join(directory, "weights.th"), archive, "weights.th")
+    held = check_weights_file(os.path.join(directory, weights), archive, weights)
     # Every config (its own, and each carried biLM's) builds layers whose parameters the weights hold.
     implied, largest = 0, (0, "")
     for name in sorted(names):
@@ -191,6 +198,29 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             "its weights"
         )
     check_carried_vocabularies(archive, names)
+
+
+def check_model_folder(directory: str, archive: str) -> None:
+    """
+    A serialization folder read as a model archive (`allennlp train`'s `-s` folder): checked as an
+    extracted archive's contents are, before allennlp reads it, the weights file being the one
+    allennlp loads (`weights.th`, else `best.th`). A folder may come from a stranger as a
+    `.tar.gz` may: its weights are a pickle that torch 1.12 unpickles whole.
+    """
+    names: Dict[str, bool] = {}
+    for root, folders, files in os.walk(directory):
+        relative = os.path.relpath(root, directory)
+        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+        names.update({prefix + folder: True for folder in folders})
+        names.update({prefix + file: False for file in files})
+    weights = "weights.th" if names.get("weights.th") is False else "best.th"
+    for required, is_folder in ((CONFIG_NAME, False), (weights, False), ("vocabulary", True)):
+        if names.get(required) is not is_folder:
+            raise ConfigurationError(f"Model archive {archive} has no {required}")
+    try:
+        _check_contents(directory, archive, names, weights)
+    except UnsafeArchiveError as error:
+        raise UnsafeArchiveError(archive, error.member, error.reason, folder=True) from None
 
 
 _EXTRACTED_FROM: Dict[str, str] = {}  # extraction folder -> its archive
@@ -284,7 +314,8 @@ def read_archive(
     archive_path: Union[str, os.PathLike], name: Optional[str] = None
 ) -> ExtractedArchive:
     """The archive at `archive_path` (a `.tar.gz` or a serialization directory), extracted once while in
-    use (keyed by path, inode, size and mtime). `name` is how errors call it."""
+    use (keyed by path, inode, size and mtime). `name` is how errors call it. (A directory is
+    checked where `load_archive` reads its config: `check_model_folder`.)"""
     path = os.fspath(archive_path)
     name = name or path
     if os.path.isdir(path):

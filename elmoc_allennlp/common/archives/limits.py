@@ -58,11 +58,14 @@ except ImportError:  # pragma: no cover  (a Python built without lzma)
 class UnsafeArchiveError(ConfigurationError):
     """An archive member is not a plain file or folder inside the archive, or is too large."""
 
-    def __init__(self, archive: str, member: str, reason: str) -> None:
+    def __init__(self, archive: str, member: str, reason: str, folder: bool = False) -> None:
         self.archive = archive
         self.member = member
+        self.reason = reason
         super().__init__(
-            f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing was extracted."
+            f"Refusing to load model folder {archive}: its file {member!r} {reason}. Nothing was loaded."
+            if folder
+            else f"Refusing to extract model archive {archive}: member {member!r} {reason}. Nothing was extracted."
         )
 
 
