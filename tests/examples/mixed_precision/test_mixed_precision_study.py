@@ -43,6 +43,7 @@ def test_table_gives_the_difference_to_float32_and_says_when_emulated():
                 "test_std": 0.01,
             },
             "frozen biLM int8": {"runs": [{"test": 0.9}], "test_mean": 0.9, "test_std": 0.0},
+            "bfloat16 training": {"not_run": study.NEEDS_UNITS},
         },
         "downstream_settings": "10 sentences",
         "seeds": [1, 2],
@@ -54,6 +55,7 @@ def test_table_gives_the_difference_to_float32_and_says_when_emulated():
     assert "emulated: its time is no speed figure" in text
     assert "| float32 | 91.00 ± 1.00 | 90.00, 92.00 | +0.00 |" in text
     assert "| frozen biLM int8 | 90.00 ± 0.00 | 90.00 | -1.00 |" in text
+    assert f"| bfloat16 training | {study.NEEDS_UNITS} | | |" in text
     document["bfloat16"] = "CPU flags amx_bf16"
     assert "no speed figure" not in study.markdown(document)
 
