@@ -169,16 +169,17 @@ def _extract_members(tar: tarfile.TarFile, archive: str, directory: str) -> None
             )
         while tar.fileobj.read(1 << 20):
             pass
-    for required, is_folder in ((CONFIG_NAME, False), ("weights.th", False), ("vocabulary/", True)):
-        if names.get(required.rstrip("/")) is not is_folder:
-            raise ConfigurationError(f"Model archive {archive} has no {required}")
     _check_contents(directory, archive, names, "weights.th")
 
 
 def _check_contents(directory: str, archive: str, names: Dict[str, bool], weights: str) -> None:
-    """A model's files in `directory` (`names`: each relative path, `True` for a folder): its
-    metadata and configs as data, the weights file `weights` from its headers, the configs'
-    parameters within the weights' values, the carried vocabularies."""
+    """A model's files in `directory` (`names`: each relative path, `True` for a folder): the
+    config, the weights file `weights` and the vocabulary there, the metadata and configs as
+    data, the weights from their headers, the configs' parameters within the weights' values,
+    the carried vocabularies."""
+    for required, is_folder in ((CONFIG_NAME, False), (weights, False), ("vocabulary/", True)):
+        if names.get(required.rstrip("/")) is not is_folder:
+            raise ConfigurationError(f"Model archive {archive} has no {required}")
     if "meta.json" in names:
         read_config(directory, archive, "meta.json")
     held = check_weights_file(os.path.join(directory, weights), archive, weights)
@@ -214,9 +215,6 @@ def check_model_folder(directory: str, archive: str) -> None:
         names.update({prefix + folder: True for folder in folders})
         names.update({prefix + file: False for file in files})
     weights = "weights.th" if names.get("weights.th") is False else "best.th"
-    for required, is_folder in ((CONFIG_NAME, False), (weights, False), ("vocabulary", True)):
-        if names.get(required) is not is_folder:
-            raise ConfigurationError(f"Model archive {archive} has no {required}")
     try:
         _check_contents(directory, archive, names, weights)
     except UnsafeArchiveError as error:
