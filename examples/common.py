@@ -231,10 +231,9 @@ def run_one(
     args,
     data,
     extra_overrides: Optional[Dict] = None,
-    extra_environment: Optional[Dict[str, str]] = None,
 ) -> Dict:
     """One `allennlp train` of `task` with `model`'s biLM `archive` (None: fastText only) and
-    `seed` (kept once finished); `extra_overrides` and `extra_environment` on top of the grid's."""
+    `seed` (kept once finished); `extra_overrides` on top of the grid's."""
     config, prefix, _, _, metric, _ = TASKS[task]
     run_dir = args.output_dir / "runs" / task / model / f"seed{seed}"
     metrics_path = run_dir / "metrics.json"
@@ -262,7 +261,6 @@ def run_one(
         )
         for split in SPLITS:
             environment[f"{prefix}_{split}_DATA_PATH"] = str(data[task][split])
-        environment.update(extra_environment or {})
         command = [
             str(ALLENNLP),
             "train",

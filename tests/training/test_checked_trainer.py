@@ -5,35 +5,14 @@ import warnings
 
 import torch
 
-from allennlp.common import Params
-from allennlp.data import Instance
-from allennlp.data.data_loaders import SimpleDataLoader
-from allennlp.data.fields import TensorField
-from allennlp.training import Trainer
 from allennlp.training.callbacks import ConsoleLoggerCallback
 
 from elmoc_allennlp.training.checked_trainer import CheckedGradientDescentTrainer
-from tests.training.toy_models import ToyRegression
+from tests.training.toy_models import toy_trainer
 
 
 def _trainer(tmp_path, trainer_type="elmoc_checked_gradient_descent", **settings):
-    model = ToyRegression()
-    instances = [
-        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
-    ] * 2
-    return Trainer.from_params(
-        params=Params(
-            {
-                "type": trainer_type,
-                "optimizer": {"type": "sgd", "lr": 0.1},
-                "num_epochs": 1,
-                **settings,
-            }
-        ),
-        model=model,
-        serialization_dir=str(tmp_path),
-        data_loader=SimpleDataLoader(instances, batch_size=1, vocab=model.vocab),
-    )
+    return toy_trainer(tmp_path, trainer_type, **settings)
 
 
 def _console_loggers(trainer):

@@ -8,11 +8,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Instance
-from allennlp.data.data_loaders import SimpleDataLoader
-from allennlp.data.fields import TensorField
 from allennlp.models import Model
 from allennlp.training import Trainer
 
@@ -20,7 +16,7 @@ from elmoc_allennlp.common import precision
 from elmoc_allennlp.training import mixed_precision
 from elmoc_allennlp.training.mixed_precision import training_autocast_dtype
 from tests.conftest import FIXTURES_ROOT
-from tests.training.toy_models import ToyRegression
+from tests.training.toy_models import ToyRegression, toy_trainer
 
 
 @pytest.fixture
@@ -43,24 +39,7 @@ class _AutocastRecorder(ToyRegression):
 
 
 def _trainer(tmp_path, model: Model, trainer_type: str, **settings) -> Trainer:
-    instances = [
-        Instance({"x": TensorField(torch.tensor([1.0])), "y": TensorField(torch.ones(1))})
-    ] * 2
-    loader = SimpleDataLoader(instances, batch_size=1, vocab=model.vocab)
-    return Trainer.from_params(
-        params=Params(
-            {
-                "type": trainer_type,
-                "optimizer": {"type": "sgd", "lr": 0.1},
-                "num_epochs": 1,
-                **settings,
-            }
-        ),
-        model=model,
-        serialization_dir=str(tmp_path),
-        data_loader=loader,
-        validation_data_loader=loader,
-    )
+    return toy_trainer(tmp_path, trainer_type, model, validation=True, **settings)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The mixed-precision study (examples/mixed_precision/run_study.py): its loss curve, its table and
-the per-variant overrides and environment its downstream runs get, without training."""
+the per-variant overrides its downstream runs get, without training."""
 
 import json
 from argparse import Namespace
@@ -60,7 +60,7 @@ def test_table_gives_the_difference_to_float32_and_says_when_emulated():
     assert "no speed figure" not in study.markdown(document)
 
 
-def test_a_grid_run_takes_its_variants_overrides_and_environment(tmp_path, monkeypatch):
+def test_a_grid_run_takes_its_variants_overrides(tmp_path, monkeypatch):
     seen = {}
 
     def fake_run(command, env, **kwargs):
@@ -87,9 +87,9 @@ def test_a_grid_run_takes_its_variants_overrides_and_environment(tmp_path, monke
     )
     data = {"pos": {split: tmp_path / split for split in common.SPLITS}}
     result = common.run_one(
-        "pos", "bf16", "bilm.tar.gz", 3, args, data, {"trainer.precision": "bfloat16"}, {"X": "1"}
+        "pos", "bf16", "bilm.tar.gz", 3, args, data, {"trainer.precision": "bfloat16"}
     )
     assert result["test"] == pytest.approx(0.6)
     assert seen["overrides"]["trainer.precision"] == "bfloat16"
     assert seen["overrides"]["random_seed"] == 3  # the grid's own overrides stay
-    assert seen["environment"]["X"] == "1" and seen["environment"]["ELMOC_DIM"] == "12"
+    assert seen["environment"]["ELMOC_DIM"] == "12"
