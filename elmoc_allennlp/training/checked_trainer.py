@@ -2,11 +2,13 @@
 
 from typing import Any, Dict
 
+import torch
+
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
 from elmoc_allennlp.common.checks import check_known_keys
-from elmoc_allennlp.training.mixed_precision import PrecisionOption
+from elmoc_allennlp.training.mixed_precision import autocast, training_autocast_dtype
 from elmoc_allennlp.training.fast_recovery_trainer import (
     _CONSTRUCTOR,
     _FROM_PARTIAL_OBJECTS,
@@ -17,7 +19,7 @@ from elmoc_allennlp.training.fast_recovery_trainer import (
 
 
 @Trainer.register("elmoc_checked_gradient_descent", constructor="from_partial_objects")
-class CheckedGradientDescentTrainer(PrecisionOption, GradientDescentTrainer):
+class CheckedGradientDescentTrainer(GradientDescentTrainer):
     """
     allennlp's `GradientDescentTrainer` for the plugin's downstream configs: a key that is not one of its
     parameters is a `ConfigurationError` naming the key it most probably meant (the stock trainer ignores it);
@@ -42,11 +44,15 @@ class CheckedGradientDescentTrainer(PrecisionOption, GradientDescentTrainer):
         bound = _CONSTRUCTOR.bind(self, *args, **kwargs)
         _quiet_default_console_logger(bound.arguments)
         super().__init__(*bound.args[1:], **bound.kwargs)
-        self._set_precision(precision)
+        self._autocast_dtype = training_autocast_dtype(precision, self.cuda_device, self._use_amp)
 
     def train(self) -> Dict[str, Any]:
         with _quiet_disabled_autocast(self._use_amp):
             return super().train()
+
+    def batch_outputs(self, batch: Dict[str, Any], for_training: bool) -> Dict[str, torch.Tensor]:
+        with autocast(self.cuda_device, self._autocast_dtype):
+            return super().batch_outputs(batch, for_training)
 
     @classmethod
     def from_partial_objects(cls, *args, **kwargs) -> "CheckedGradientDescentTrainer":

@@ -14,7 +14,11 @@ from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
 from elmoc_allennlp.common.checks import check_known_keys, check_positive
-from elmoc_allennlp.training.mixed_precision import PrecisionOption, with_precision_parameter
+from elmoc_allennlp.training.mixed_precision import (
+    autocast,
+    training_autocast_dtype,
+    with_precision_parameter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +66,7 @@ class _TotalBatches(TrainerCallback):
 
 
 @Trainer.register("elmoc_gradient_descent", constructor="from_partial_objects")
-class FastRecoveryTrainer(PrecisionOption, GradientDescentTrainer):
+class FastRecoveryTrainer(GradientDescentTrainer):
     """
     allennlp's `GradientDescentTrainer` for long pretraining runs (docs/scale_and_fault_tolerance.md):
     `--recover` skips completed epochs unread (the batch count continues exactly); each epoch's data
@@ -95,7 +99,7 @@ class FastRecoveryTrainer(PrecisionOption, GradientDescentTrainer):
         bound = _CONSTRUCTOR.bind(self, *args, **kwargs)
         _quiet_default_console_logger(bound.arguments)
         super().__init__(*bound.args[1:], **bound.kwargs)
-        self._set_precision(precision)
+        self._autocast_dtype = training_autocast_dtype(precision, self.cuda_device, self._use_amp)
         self._check_settings()
         self._total_batches = _TotalBatches(self)
         self._callbacks.append(self._total_batches)
@@ -122,6 +126,10 @@ class FastRecoveryTrainer(PrecisionOption, GradientDescentTrainer):
     def train(self) -> Dict[str, Any]:
         with _quiet_disabled_autocast(self._use_amp):
             return super().train()
+
+    def batch_outputs(self, batch: Dict[str, Any], for_training: bool) -> Dict[str, torch.Tensor]:
+        with autocast(self.cuda_device, self._autocast_dtype):
+            return super().batch_outputs(batch, for_training)
 
     def _direction_groups(self) -> Optional[List[List[torch.nn.Parameter]]]:
         """A biLM's two directions' parameters when disjoint (clipped one by one), else None."""

@@ -16,7 +16,7 @@ precision; the two are not combined.
 import contextlib
 import inspect
 import logging
-from typing import Any, Callable, ContextManager, Dict, Optional
+from typing import Callable, ContextManager, Optional
 
 import torch
 
@@ -66,25 +66,6 @@ def autocast(device: torch.device, dtype: Optional[torch.dtype]) -> ContextManag
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
-
-
-class PrecisionOption:
-    """
-    The `precision` option on a `GradientDescentTrainer` subclass (listed before it among the
-    bases): `_set_precision` in its constructor, after allennlp's; each batch's forward pass
-    (`batch_outputs`, in training and validation) then runs in that precision.
-    """
-
-    _autocast_dtype: Optional[torch.dtype] = None
-
-    def _set_precision(self, precision: str) -> None:
-        self._autocast_dtype = training_autocast_dtype(
-            precision, self.cuda_device, self._use_amp  # type: ignore[attr-defined]
-        )
-
-    def batch_outputs(self, batch: Dict[str, Any], for_training: bool) -> Dict[str, torch.Tensor]:
-        with autocast(self.cuda_device, self._autocast_dtype):  # type: ignore[attr-defined]
-            return super().batch_outputs(batch, for_training)  # type: ignore[misc]
 
 
 def with_precision_parameter(method: Callable) -> inspect.Signature:
